@@ -1,0 +1,1 @@
+"""FlowForge: durable webhook-driven workflows on PostgreSQL and RabbitMQ."""
