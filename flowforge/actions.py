@@ -1,0 +1,62 @@
+"""Operator actions on an execution: cancel, retry, resolve — each one unit of work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from flowforge.engine import Run
+from flowforge.errors import Conflict, NotFound
+from flowforge.executions import load_run, save_run
+
+# Leases are only taken by workers; operator actions never create running steps.
+NO_LEASE = 0.0
+
+
+def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
+    loaded = load_run(conn, execution_id)
+    if loaded is None:
+        raise NotFound(f"execution {execution_id} does not exist")
+    return loaded[0]
+
+
+def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
+    """Cancel an execution; returns its status and whether it had already finished."""
+    with conn.transaction():
+        run = _locked(conn, execution_id)
+        if run.terminal:
+            return run.status, True
+        run.cancel()
+        save_run(conn, run, lease_s=NO_LEASE)
+    return run.status, False
+
+
+def retry(conn: psycopg.Connection, execution_id: str) -> str:
+    """Re-run failed, unknown and cancelled steps of a finished execution."""
+    with conn.transaction():
+        run = _locked(conn, execution_id)
+        if run.status not in {"failed", "cancelled", "needs_attention"}:
+            raise Conflict(
+                f"execution is {run.status}; only failed, cancelled or needs_attention "
+                "executions can be retried"
+            )
+        run.retry()
+        save_run(conn, run, lease_s=NO_LEASE)
+    return run.status
+
+
+def resolve(
+    conn: psycopg.Connection, execution_id: str, step_id: str, outcome: str, output: Any
+) -> str:
+    """Settle a step whose remote effect was unknown, as succeeded or failed."""
+    with conn.transaction():
+        run = _locked(conn, execution_id)
+        state = run.steps.get(step_id)
+        if state is None:
+            raise NotFound(f"execution {execution_id} has no step {step_id!r}")
+        if state.status != "unknown":
+            raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
+        run.resolve(step_id, outcome, output)
+        save_run(conn, run, lease_s=NO_LEASE)
+    return run.status

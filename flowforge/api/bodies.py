@@ -1,0 +1,50 @@
+"""Reading request bodies: content type, size, encoding and JSON, each with its own 4xx."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import current_app, request
+
+from flowforge.api.problems import Problem
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_body() -> bytes:
+    """The raw JSON bytes, as signatures and idempotency hash them: never re-serialised."""
+    if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+        raise Problem(
+            415,
+            "Unsupported media type",
+            "compressed bodies are not accepted; send identity-encoded JSON",
+        )
+    mimetype = request.mimetype or ""
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise Problem(415, "Unsupported media type", "send the body as application/json")
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None and request.content_length > limit:
+        raise Problem(413, "Payload too large", f"the body is larger than the {limit}-byte limit")
+    return request.get_data(cache=True)
+
+
+def parse_json(raw: bytes) -> Any:
+    """Parse a body; a 400 that never echoes what was sent."""
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        # Never echo the body: it may carry private data.
+        position = getattr(exc, "pos", None)
+        where = f" at byte {position}" if position is not None else ""
+        raise Problem(400, "Malformed JSON", f"the body is not valid JSON{where}") from None
+    except RecursionError:
+        raise Problem(400, "Malformed JSON", "the body nests too deeply") from None
+    return value
+
+
+def json_body() -> Any:
+    """The parsed JSON body of a management request."""
+    return parse_json(read_body())

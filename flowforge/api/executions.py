@@ -1,0 +1,125 @@
+"""Reading executions and the operator actions on them."""
+
+from __future__ import annotations
+
+import uuid
+
+from flask import Blueprint, Response, jsonify, request
+
+from flowforge import actions, timeline
+from flowforge.api.auth import authorize, require_key
+from flowforge.api.bodies import json_body
+from flowforge.api.pool import connection
+from flowforge.api.problems import Problem
+
+bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
+
+STATUSES = ("queued", "running", "waiting", "needs_attention", "succeeded", "failed", "cancelled")
+MAX_PAGE = 200
+
+
+def _execution_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise Problem(404, "Not found", "no such execution") from None
+
+
+def _authorize_execution(execution_id: str, *, write: bool) -> None:
+    """Scope check by the execution's workflow; unknown ids are 404 after authentication."""
+    key = require_key()
+    if key.workflows is None and not (write and key.read_only):
+        return
+    with connection() as conn:
+        workflow = timeline.workflow_of(conn, execution_id)
+    authorize(workflow, write=write)
+
+
+@bp.get("/<execution_id>")
+def show(execution_id: str) -> Response:
+    """The execution with its steps, attempts and event history."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=False)
+    with connection() as conn:
+        return jsonify(timeline.execution_detail(conn, eid))
+
+
+@bp.get("")
+def list_page() -> Response:
+    """A keyset-paginated list, newest first."""
+    key = require_key()
+    args = request.args
+    status = args.get("status")
+    if status is not None and status not in STATUSES:
+        raise Problem(400, "Invalid status", f"status must be one of {', '.join(STATUSES)}")
+    try:
+        limit = int(args.get("limit", "50"))
+    except ValueError:
+        raise Problem(400, "Invalid limit", "limit must be an integer") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
+    workflow = args.get("workflow")
+    if workflow is not None and not key.allows(workflow, write=False):
+        raise Problem(403, "Forbidden", "this API key may not read this workflow")
+    try:
+        with connection() as conn:
+            page = timeline.list_executions(
+                conn,
+                workflow=workflow,
+                workflows=key.workflows,
+                status=status,
+                limit=limit,
+                cursor=args.get("cursor"),
+            )
+    except timeline.BadCursor:
+        raise Problem(400, "Invalid cursor", "pass back a next_cursor this API returned") from None
+    return jsonify(page)
+
+
+@bp.post("/<execution_id>/cancel")
+def cancel(execution_id: str) -> tuple[Response, int]:
+    """Cancel: 202 while work is stopping, 200 once the execution is terminal."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=True)
+    with connection() as conn:
+        status, was_terminal = actions.cancel(conn, eid)
+    code = 200 if was_terminal else 202
+    return jsonify({"execution_id": eid, "status": status}), code
+
+
+@bp.post("/<execution_id>/retry")
+def retry(execution_id: str) -> tuple[Response, int]:
+    """Re-run failed and unknown steps, reusing every completed checkpoint."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=True)
+    with connection() as conn:
+        status = actions.retry(conn, eid)
+    return jsonify({"execution_id": eid, "status": status}), 202
+
+
+@bp.post("/<execution_id>/steps/<step_id>/resolve")
+def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
+    """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=True)
+    body = json_body()
+    if not isinstance(body, dict) or body.get("outcome") not in {"succeeded", "failed"}:
+        raise Problem(
+            422,
+            "Invalid resolution",
+            "outcome must be 'succeeded' or 'failed'",
+            errors=[{"path": "$.outcome", "message": "must be succeeded or failed"}],
+        )
+    unknown_keys = set(body) - {"outcome", "output"}
+    if unknown_keys:
+        raise Problem(
+            422,
+            "Invalid resolution",
+            "unexpected fields",
+            errors=[
+                {"path": f"$.{k}", "message": "unexpected field"} for k in sorted(unknown_keys)
+            ],
+        )
+    with connection() as conn:
+        status = actions.resolve(conn, eid, step_id, body["outcome"], body.get("output"))
+    return jsonify({"execution_id": eid, "status": status}), 200

@@ -1,0 +1,120 @@
+"""RFC 9457 problem details: the only shape an error leaves the API in."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from flowforge.definitions import DefinitionInvalid
+from flowforge.errors import Conflict, DatabaseUnavailable, FlowForgeError, NotFound
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    """An error answer raised from a view; rendered by the handler below."""
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str,
+        *,
+        slug: str | None = None,
+        errors: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.slug = slug or title.lower().replace(" ", "-")
+        self.errors = errors
+        self.headers = headers or {}
+
+
+def problem_response(problem: Problem) -> Response:
+    """Render a Problem as application/problem+json."""
+    body: dict[str, Any] = {
+        "type": f"urn:flowforge:problem:{problem.slug}",
+        "title": problem.title,
+        "status": problem.status,
+        "detail": problem.detail,
+    }
+    if problem.errors is not None:
+        body["errors"] = problem.errors
+    response = jsonify(body)
+    response.status_code = problem.status
+    response.mimetype = PROBLEM_JSON
+    for name, value in problem.headers.items():
+        response.headers[name] = value
+    return response
+
+
+def install(app: Flask) -> None:
+    """Map every error, expected or not, to problem details without a stack trace."""
+
+    @app.errorhandler(Problem)
+    def _problem(exc: Problem) -> Response:
+        return problem_response(exc)
+
+    @app.errorhandler(DefinitionInvalid)
+    def _invalid(exc: DefinitionInvalid) -> Response:
+        return problem_response(
+            Problem(
+                422,
+                "Invalid definition",
+                f"the definition has {len(exc.errors)} problem(s)",
+                errors=exc.errors,
+            )
+        )
+
+    @app.errorhandler(NotFound)
+    def _not_found(exc: NotFound) -> Response:
+        return problem_response(Problem(404, "Not found", str(exc)))
+
+    @app.errorhandler(Conflict)
+    def _conflict(exc: Conflict) -> Response:
+        return problem_response(Problem(409, "Conflict", str(exc)))
+
+    @app.errorhandler(DatabaseUnavailable)
+    def _unavailable(exc: DatabaseUnavailable) -> Response:
+        logger.warning("database unavailable: %s", exc)
+        return problem_response(
+            Problem(
+                503,
+                "Service unavailable",
+                "the database cannot be reached; try again",
+                headers={"Retry-After": "5"},
+            )
+        )
+
+    @app.errorhandler(FlowForgeError)
+    def _refused(exc: FlowForgeError) -> Response:
+        return problem_response(Problem(400, "Bad request", str(exc)))
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        title = exc.name or "Error"
+        detail = {
+            404: "no such resource",
+            405: "method not allowed on this resource",
+            413: "the request body is larger than FLOWFORGE_MAX_BODY_BYTES",
+        }.get(status, exc.description or title)
+        response = problem_response(Problem(status, title, detail))
+        if status == 405 and exc.get_response().headers.get("Allow"):
+            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        logger.exception("unhandled error")
+        return problem_response(
+            Problem(500, "Internal server error", "an unexpected error occurred; it was logged")
+        )

@@ -1,0 +1,535 @@
+"""Workflow definition parsing and validation: shape, DAG, templates and limits (SPEC section 5)."""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from flowforge import templating
+from flowforge.errors import FlowForgeError
+
+MAX_DEFINITION_BYTES = 262_144
+MAX_STEPS = 100
+MAX_PARENTS = 20
+MAX_TEMPLATE_CHARS = 2_048
+MAX_NESTING_DEPTH = 20
+MAX_STRING_CHARS = 65_536
+MAX_NAME_CHARS = 200
+
+STEP_TYPES = ("http_request", "delay", "transform")
+METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+OPS = ("exists", "eq", "ne", "gt", "gte", "lt", "lte", "in")
+RESERVED_NAMES = frozenset({"input", "execution", "secrets"})
+EXECUTION_FIELDS = ("id", "workflow", "version")
+
+_STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOP_KEYS = frozenset({"name", "description", "trigger", "steps"})
+_COMMON_KEYS = frozenset({"id", "type", "depends_on", "when"})
+_TYPE_KEYS = {
+    "http_request": frozenset({"request", "retry"}),
+    "delay": frozenset({"duration_s", "until"}),
+    "transform": frozenset({"output"}),
+}
+_REQUEST_KEYS = frozenset(
+    {"method", "url", "headers", "json", "body", "timeout_s", "idempotency_key"}
+)
+_SECRETS_MESSAGE = "secrets may only be used in http_request requests: outputs are stored"
+
+
+class DefinitionInvalid(FlowForgeError):
+    """The workflow definition breaks the rules of SPEC section 5."""
+
+    def __init__(self, errors: list[dict[str, str]]) -> None:
+        super().__init__("; ".join(f"{error['path']}: {error['message']}" for error in errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed HTTP attempt is tried again."""
+
+    max_attempts: int = 3
+    initial_interval_s: float = 1.0
+    backoff_coefficient: float = 2.0
+    max_interval_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One validated node of the workflow graph."""
+
+    id: str
+    type: str
+    depends_on: tuple[str, ...]
+    when: dict[str, Any] | None
+    request: dict[str, Any] | None
+    retry: RetryPolicy
+    duration_s: float | None
+    until: str | None
+    output: Any
+
+    @property
+    def repeat_safe(self) -> bool:
+        """Whether running it again after an unknown outcome cannot cause a second effect."""
+        return self.request is None or (
+            self.request["method"] in SAFE_METHODS or self.request["idempotency_key"] is not None
+        )
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A validated workflow whose steps are in topological order."""
+
+    name: str
+    webhook_auth: str
+    steps: tuple[Step, ...]
+    _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
+    _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
+    _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parents = {step.id: step.depends_on for step in self.steps}
+        children = {
+            parent: tuple(step.id for step in self.steps if parent in step.depends_on)
+            for parent in parents
+        }
+        ancestors = {step.id: _closure(parents, step.depends_on) for step in self.steps}
+        object.__setattr__(self, "_by_id", {step.id: step for step in self.steps})
+        object.__setattr__(self, "_children", children)
+        object.__setattr__(self, "_ancestors", ancestors)
+
+    def step(self, step_id: str) -> Step:
+        """Find a step by id; the engine holds ids, not Step objects, in its rows."""
+        return self._by_id[step_id]
+
+    def children(self, step_id: str) -> tuple[str, ...]:
+        """Name the steps that may become ready once this one finishes."""
+        return self._children[step_id]
+
+    def ancestors(self, step_id: str) -> frozenset[str]:
+        """Name every step whose output this step's templates may read."""
+        return self._ancestors[step_id]
+
+    def roots(self) -> tuple[str, ...]:
+        """Name the steps that start as soon as an execution begins."""
+        return tuple(step.id for step in self.steps if not step.depends_on)
+
+
+def parse_definition(doc: Any) -> Definition:
+    """Turn a client's JSON into a Definition, or report every problem in it at once."""
+    parser = _Parser()
+    definition = parser.parse(doc)
+    if parser.errors or definition is None:
+        raise DefinitionInvalid(parser.errors)
+    return definition
+
+
+def _closure(parents: Mapping[str, Iterable[str]], start: Iterable[str]) -> frozenset[str]:
+    """Collect every step reachable through depends_on; tolerates cycles in invalid input."""
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(parents.get(node, ()))
+    return frozenset(seen)
+
+
+def _topological(parents: dict[str, list[str]]) -> list[str]:
+    """Order parents before children, keeping definition order among steps that are ready."""
+    ids = list(parents)
+    position = {step_id: index for index, step_id in enumerate(ids)}
+    waiting = {step_id: len(deps) for step_id, deps in parents.items()}
+    children: dict[str, list[str]] = {step_id: [] for step_id in ids}
+    for step_id, deps in parents.items():
+        for parent in deps:
+            children[parent].append(step_id)
+    ready = [position[step_id] for step_id in ids if waiting[step_id] == 0]
+    order: list[str] = []
+    while ready:
+        step_id = ids[heapq.heappop(ready)]
+        order.append(step_id)
+        for child in children[step_id]:
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, position[child])
+    return order
+
+
+def _cycles(parents: dict[str, list[str]], ordered: set[str]) -> list[list[str]]:
+    """Name each cycle once, so the author sees the loop and not just that one exists."""
+    position = {step_id: index for index, step_id in enumerate(parents)}
+    walked: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in parents:
+        trail: list[str] = []
+        node = start
+        # Every step left out of the order has a parent also left out: walking up must loop.
+        while node not in ordered and node not in walked and node not in trail:
+            trail.append(node)
+            node = next(parent for parent in parents[node] if parent not in ordered)
+        if node in trail:
+            loop = trail[trail.index(node) :]
+            first = loop.index(min(loop, key=position.__getitem__))
+            cycles.append(loop[first:] + loop[:first])
+        walked.update(trail)
+    return cycles
+
+
+def _is_number(value: Any) -> bool:
+    """Tell JSON numbers from booleans, which Python counts as ints."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _Parser:
+    """Walks one definition, recording every problem with its JSON path."""
+
+    def __init__(self) -> None:
+        self.errors: list[dict[str, str]] = []
+
+    def error(self, path: str, message: str) -> None:
+        """Record a problem and carry on, so the author sees them all in one reply."""
+        self.errors.append({"path": path, "message": message})
+
+    def parse(self, doc: Any) -> Definition | None:
+        """Validate the whole document; return a Definition only when nothing is wrong."""
+        if not isinstance(doc, dict):
+            self.error("$", "a definition must be a JSON object")
+            return None
+        # Limits come first and alone: they bound the work of every check after them.
+        self.check_limits(doc, "$", 1)
+        steps = doc.get("steps")
+        if isinstance(steps, list) and len(steps) > MAX_STEPS:
+            self.error("$.steps", f"{len(steps)} steps exceed the limit of {MAX_STEPS} steps")
+        if self.errors:
+            return None
+        for key in doc.keys() - _TOP_KEYS:
+            self.error(f"$.{key}", f"unknown key {key!r}")
+        name = doc.get("name")
+        if not isinstance(name, str) or not name.strip():
+            self.error("$.name", "name is required: a non-empty string")
+        elif len(name) > MAX_NAME_CHARS:
+            self.error("$.name", f"name exceeds the limit of {MAX_NAME_CHARS} characters")
+        if "description" in doc and not isinstance(doc["description"], str):
+            self.error("$.description", "description must be a string")
+        auth = self.webhook_auth(doc)
+        if not isinstance(steps, list) or not steps:
+            self.error("$.steps", "steps is required: a non-empty array")
+            return None
+        parsed = self.parse_steps(steps)
+        if self.errors:
+            return None
+        return Definition(name=name, webhook_auth=auth, steps=parsed)
+
+    def check_limits(self, value: Any, path: str, depth: int) -> None:
+        """Enforce nesting depth and string length over the whole document."""
+        if isinstance(value, str) and len(value) > MAX_STRING_CHARS:
+            self.error(path, f"string exceeds the limit of {MAX_STRING_CHARS} characters")
+        if not isinstance(value, dict | list):
+            return
+        if depth > MAX_NESTING_DEPTH:
+            self.error(path, f"nesting exceeds the limit of depth {MAX_NESTING_DEPTH}")
+            return
+        if isinstance(value, dict):
+            if any(len(key) > MAX_STRING_CHARS for key in value):
+                self.error(path, f"a key exceeds the limit of {MAX_STRING_CHARS} characters")
+            children = [(f"{path}.{key}", item) for key, item in value.items()]
+        else:
+            children = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+        for where, item in children:
+            self.check_limits(item, where, depth + 1)
+
+    def webhook_auth(self, doc: dict[str, Any]) -> str:
+        """Read how webhooks authenticate; signatures unless the author opts out."""
+        if "trigger" not in doc:
+            return "signature"
+        trigger = doc["trigger"]
+        if not isinstance(trigger, dict) or not isinstance(trigger.get("webhook"), dict):
+            self.error("$.trigger", 'trigger must be {"webhook": {"auth": "signature"|"none"}}')
+            return "signature"
+        for key in trigger.keys() - {"webhook"}:
+            self.error(f"$.trigger.{key}", f"unknown key {key!r}")
+        webhook = trigger["webhook"]
+        for key in webhook.keys() - {"auth"}:
+            self.error(f"$.trigger.webhook.{key}", f"unknown key {key!r}")
+        auth = webhook.get("auth", "signature")
+        if auth not in ("signature", "none"):
+            self.error("$.trigger.webhook.auth", 'auth must be "signature" or "none"')
+            return "signature"
+        return str(auth)
+
+    def parse_steps(self, steps: list[Any]) -> tuple[Step, ...]:
+        """Check every step and the graph they form; return them in topological order."""
+        first_at: dict[str, int] = {}
+        for index, raw in enumerate(steps):
+            if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+                first_at.setdefault(raw["id"], index)
+        parents: dict[str, list[str]] = {step_id: [] for step_id in first_at}
+        edges: list[list[str]] = []
+        for index, raw in enumerate(steps):
+            if not isinstance(raw, dict):
+                self.error(f"$.steps[{index}]", "a step must be an object")
+                edges.append([])
+                continue
+            edges.append(self.depends_on(raw, f"$.steps[{index}]", first_at))
+            if self.step_id(raw, index, first_at):
+                parents[raw["id"]] = edges[index]
+        ordered = _topological(parents)
+        for loop in _cycles(parents, set(ordered)):
+            self.error(
+                f"$.steps[{first_at[loop[0]]}].depends_on",
+                "cycle: " + " -> ".join([*loop, loop[0]]),
+            )
+        parsed: dict[str, Step] = {}
+        for index, raw in enumerate(steps):
+            if isinstance(raw, dict):
+                ancestors = _closure(parents, edges[index])
+                step = self.parse_step(raw, f"$.steps[{index}]", ancestors)
+                if step is not None:
+                    parsed[step.id] = step
+        return tuple(parsed[step_id] for step_id in ordered if step_id in parsed)
+
+    def step_id(self, raw: dict[str, Any], index: int, first_at: dict[str, int]) -> bool:
+        """Check a step's id; a duplicate is reported where it repeats."""
+        step_id = raw.get("id")
+        path = f"$.steps[{index}].id"
+        if not isinstance(step_id, str) or not _STEP_ID.fullmatch(step_id):
+            self.error(path, "id is required: a letter or '_' then up to 63 letters, digits or '_'")
+        elif step_id in RESERVED_NAMES:
+            self.error(path, f"{step_id!r} is reserved for the template context")
+        elif first_at[step_id] != index:
+            self.error(
+                path, f"duplicate step id {step_id!r} (first at $.steps[{first_at[step_id]}])"
+            )
+        else:
+            return True
+        return False
+
+    def depends_on(self, raw: dict[str, Any], path: str, first_at: dict[str, int]) -> list[str]:
+        """Check a step's parents and return the valid ones as graph edges."""
+        if "depends_on" not in raw:
+            return []
+        deps = raw["depends_on"]
+        path = f"{path}.depends_on"
+        if not isinstance(deps, list):
+            self.error(path, "depends_on must be an array of step ids")
+            return []
+        if len(deps) > MAX_PARENTS:
+            self.error(path, f"{len(deps)} parents exceed the limit of {MAX_PARENTS} per step")
+        edges: list[str] = []
+        for index, dep in enumerate(deps):
+            where = f"{path}[{index}]"
+            if not isinstance(dep, str) or dep not in first_at:
+                self.error(where, f"{dep!r} is not the id of a step in this workflow")
+            elif dep == raw.get("id"):
+                self.error(where, "a step cannot depend on itself")
+            elif dep in edges:
+                self.error(where, f"{dep!r} is listed twice")
+            else:
+                edges.append(dep)
+        return edges
+
+    def parse_step(self, raw: dict[str, Any], path: str, ancestors: frozenset[str]) -> Step | None:
+        """Check one step's type-specific fields, its condition and its templates."""
+        step_type = raw.get("type")
+        when = self.when(raw, path, ancestors)
+        if step_type not in STEP_TYPES:
+            self.error(f"{path}.type", f"type must be one of {', '.join(STEP_TYPES)}")
+            return None
+        for key in raw.keys() - _COMMON_KEYS - _TYPE_KEYS[step_type]:
+            self.error(f"{path}.{key}", f"unknown key {key!r} for a {step_type} step")
+        request, retry = None, RetryPolicy(max_attempts=1)
+        duration_s, until, output = None, None, None
+        if step_type == "http_request":
+            request = self.request(raw.get("request"), f"{path}.request", ancestors)
+            retry = self.retry(raw.get("retry", {}), f"{path}.retry")
+        elif step_type == "delay":
+            duration_s, until = self.delay(raw, path, ancestors)
+        elif "output" not in raw:
+            self.error(f"{path}.output", "output is required")
+        else:
+            output = raw["output"]
+            self.templates(output, f"{path}.output", ancestors, secrets=False)
+        return Step(
+            id=raw.get("id", ""),
+            type=step_type,
+            depends_on=tuple(raw.get("depends_on", ())),
+            when=when,
+            request=request,
+            retry=retry,
+            duration_s=duration_s,
+            until=until,
+            output=output,
+        )
+
+    def when(
+        self, raw: dict[str, Any], path: str, ancestors: frozenset[str]
+    ) -> dict[str, Any] | None:
+        """Check a step's condition, which reads context paths without braces."""
+        if "when" not in raw:
+            return None
+        when = raw["when"]
+        path = f"{path}.when"
+        if not isinstance(when, dict):
+            self.error(path, "when must be an object with path, op and value")
+            return None
+        for key in when.keys() - {"path", "op", "value"}:
+            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        target = when.get("path")
+        if not isinstance(target, str) or not templating.is_path(target):
+            self.error(f"{path}.path", "path is required: a dotted path such as shape.total")
+        else:
+            self.reference(target, f"{path}.path", ancestors, secrets=False)
+        op = when.get("op")
+        if op not in OPS:
+            self.error(f"{path}.op", f"op must be one of {', '.join(OPS)}")
+        elif op != "exists" and "value" not in when:
+            self.error(f"{path}.value", f"value is required for op {op!r}")
+        elif op == "in" and not isinstance(when["value"], list):
+            self.error(f"{path}.value", "value must be an array for op 'in'")
+        elif op in ("gt", "gte", "lt", "lte") and not (
+            _is_number(when["value"]) or isinstance(when["value"], str)
+        ):
+            self.error(f"{path}.value", f"value must be a number or a string for op {op!r}")
+        return when
+
+    def request(self, request: Any, path: str, ancestors: frozenset[str]) -> dict[str, Any] | None:
+        """Check and normalise an HTTP request; the only place secrets may appear."""
+        if not isinstance(request, dict):
+            self.error(path, "request is required: an object with method and url")
+            return None
+        for key in request.keys() - _REQUEST_KEYS:
+            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        method = request.get("method", "GET")
+        if not isinstance(method, str) or method.upper() not in METHODS:
+            self.error(f"{path}.method", f"method must be one of {', '.join(METHODS)}")
+        if not isinstance(request.get("url"), str):
+            self.error(f"{path}.url", "url is required: a string")
+        headers = request.get("headers", {})
+        if not isinstance(headers, dict):
+            self.error(f"{path}.headers", "headers must be an object of strings")
+        else:
+            for name, value in headers.items():
+                self.header(name, value, f"{path}.headers.{name}")
+        if "json" in request and "body" in request:
+            self.error(path, "give at most one of json and body")
+        if "body" in request and not isinstance(request["body"], str):
+            self.error(f"{path}.body", "body must be a string (use json for JSON payloads)")
+        timeout_s = request.get("timeout_s", 30)
+        if not _is_number(timeout_s) or not 0 < timeout_s <= 300:
+            self.error(f"{path}.timeout_s", "timeout_s must be a number with 0 < timeout_s <= 300")
+        key = request.get("idempotency_key")
+        if "idempotency_key" in request and (not isinstance(key, str) or not key):
+            self.error(f"{path}.idempotency_key", "idempotency_key must be a non-empty string")
+        self.templates(request, path, ancestors, secrets=True)
+        normalised = {
+            "method": str(method).upper(),
+            "url": request.get("url"),
+            "headers": headers,
+            "timeout_s": timeout_s,
+            "idempotency_key": key,
+        }
+        normalised.update({k: request[k] for k in ("json", "body") if k in request})
+        return normalised
+
+    def header(self, name: str, value: Any, path: str) -> None:
+        """Keep header names to RFC 7230 tokens and values free of line breaks."""
+        if not _HEADER_NAME.fullmatch(name):
+            self.error(path, f"header name {name!r} is not an RFC 7230 token")
+        if not isinstance(value, str):
+            self.error(path, "header value must be a string")
+        elif "\r" in value or "\n" in value:
+            self.error(path, "header value must not contain CR or LF")
+
+    def retry(self, retry: Any, path: str) -> RetryPolicy:
+        """Check a retry policy, whose bounds keep back-off finite and sane."""
+        if not isinstance(retry, dict):
+            self.error(path, "retry must be an object")
+            return RetryPolicy()
+        default = RetryPolicy()
+        for key in retry.keys() - set(RetryPolicy.__dataclass_fields__):
+            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        attempts = retry.get("max_attempts", default.max_attempts)
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 20:
+            self.error(f"{path}.max_attempts", "max_attempts must be an integer from 1 to 20")
+        initial = retry.get("initial_interval_s", default.initial_interval_s)
+        if not _is_number(initial) or not 0 < initial <= 3600:
+            self.error(f"{path}.initial_interval_s", "initial_interval_s must be in (0, 3600]")
+        coefficient = retry.get("backoff_coefficient", default.backoff_coefficient)
+        if not _is_number(coefficient) or not 1 <= coefficient <= 10:
+            self.error(f"{path}.backoff_coefficient", "backoff_coefficient must be in [1, 10]")
+        maximum = retry.get("max_interval_s", default.max_interval_s)
+        if not _is_number(maximum) or not maximum <= 86_400:
+            self.error(f"{path}.max_interval_s", "max_interval_s must be a number up to 86400")
+        elif _is_number(initial) and maximum < initial:
+            self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
+        return RetryPolicy(attempts, initial, coefficient, maximum)
+
+    def delay(
+        self, raw: dict[str, Any], path: str, ancestors: frozenset[str]
+    ) -> tuple[float | None, str | None]:
+        """Check that a delay names exactly one way to wait."""
+        duration_s, until = raw.get("duration_s"), raw.get("until")
+        if ("duration_s" in raw) == ("until" in raw):
+            self.error(path, "a delay needs exactly one of duration_s and until")
+        elif "duration_s" in raw:
+            if not _is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
+                self.error(
+                    f"{path}.duration_s", "duration_s must be a number from 0 to 31536000 (a year)"
+                )
+        elif not isinstance(until, str):
+            self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")
+        elif "{{" in until or "}}" in until:
+            self.templates(until, f"{path}.until", ancestors, secrets=False)
+        elif not _is_aware_timestamp(until):
+            self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
+        return duration_s, until
+
+    def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
+        """Check the syntax and the scope of every template string under a value."""
+        for where, text in templating.iter_template_strings(value, path):
+            if len(text) > MAX_TEMPLATE_CHARS:
+                self.error(where, f"template exceeds the limit of {MAX_TEMPLATE_CHARS} characters")
+                continue
+            try:
+                placeholders = templating.find_placeholders(text)
+            except templating.TemplateSyntaxError as error:
+                self.error(where, str(error))
+                continue
+            for placeholder in placeholders:
+                self.reference(placeholder, where, ancestors, secrets=secrets)
+
+    def reference(
+        self, dotted: str, path: str, ancestors: frozenset[str], *, secrets: bool
+    ) -> None:
+        """Check that a path reads something that will exist when the step runs."""
+        head, *rest = dotted.split(".")
+        if head == "secrets":
+            if not secrets:
+                self.error(path, _SECRETS_MESSAGE)
+            elif len(rest) != 1:
+                self.error(path, f"{dotted!r}: name one secret, as secrets.NAME")
+        elif head == "execution":
+            if len(rest) != 1 or rest[0] not in EXECUTION_FIELDS:
+                self.error(path, f"{dotted!r}: execution has only {', '.join(EXECUTION_FIELDS)}")
+        elif head != "input" and head not in ancestors:
+            self.error(
+                path,
+                f"{dotted!r}: {head!r} is not input, execution, secrets"
+                " or a step this one depends on (directly or through its parents)",
+            )
+
+
+def _is_aware_timestamp(text: str) -> bool:
+    """Accept only instants: a timestamp without a timezone means a different time per host."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False

@@ -1,0 +1,420 @@
+"""DAG progression of one execution, as pure Python over its loaded rows.
+
+Every change to an execution happens in a unit of work: load the execution and its steps
+under the execution row lock, change a `Run` in memory, save what changed in the same
+transaction. Keeping the rules here, free of SQL and I/O, lets the worker, the reaper,
+the timer scanner and operator actions share one set of transitions, and lets unit tests
+drive them without a database.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from flowforge.definitions import Definition, RetryPolicy, Step
+from flowforge.steps.http_request import Outcome
+from flowforge.templating import TemplateError, evaluate_condition, render
+
+TERMINAL_EXECUTION = frozenset({"succeeded", "failed", "cancelled"})
+DONE_STEP = frozenset({"succeeded", "skipped"})
+FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
+# Steps that may still change without an operator: they keep an execution alive.
+ACTIVE_STEP = frozenset({"ready", "running", "waiting"})
+# Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
+PURE_TYPES = frozenset({"transform", "delay"})
+
+
+@dataclass
+class StepState:
+    """One row of `steps` as loaded, plus whether this unit of work changed it."""
+
+    step_id: str
+    type: str
+    status: str
+    attempts: int = 0
+    fencing_token: int = 0
+    wake_at: datetime | None = None
+    output: Any = None
+    error: str | None = None
+    lease_owner: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    changed: bool = False
+
+
+@dataclass
+class NewAttempt:
+    """An attempt row to insert; `outcome` None means it is in flight."""
+
+    step_id: str
+    attempt: int
+    fencing_token: int
+    worker: str | None
+    outcome: str | None = None
+    error: str | None = None
+    http_status: int | None = None
+    duration_ms: int | None = None
+
+
+@dataclass
+class FinishedAttempt:
+    """An in-flight attempt row to close, matched by its step and fencing token."""
+
+    step_id: str
+    fencing_token: int
+    outcome: str
+    error: str | None = None
+    http_status: int | None = None
+    duration_ms: int | None = None
+
+
+@dataclass
+class Run:
+    """An execution under its row lock: the state every transition reads and changes."""
+
+    execution_id: str
+    workflow: str
+    version: int
+    status: str
+    input: Any
+    definition: Definition
+    steps: dict[str, StepState]
+    now: datetime
+    cancel_requested: bool = False
+    events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
+    dispatch: list[str] = field(default_factory=list)
+    new_attempts: list[NewAttempt] = field(default_factory=list)
+    finished_attempts: list[FinishedAttempt] = field(default_factory=list)
+    status_changed: bool = False
+
+    # ---- reading -------------------------------------------------------------------
+
+    def context(self, step_id: str) -> dict[str, Any]:
+        """Template context of a step: input, execution, and its finished ancestors."""
+        ctx: dict[str, Any] = {
+            "input": self.input,
+            "execution": {
+                "id": self.execution_id,
+                "workflow": self.workflow,
+                "version": self.version,
+            },
+        }
+        for ancestor in self.definition.ancestors(step_id):
+            state = self.steps[ancestor]
+            if state.status == "succeeded":
+                ctx[ancestor] = state.output
+        return ctx
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the execution has finished for good."""
+        return self.status in TERMINAL_EXECUTION
+
+    # ---- writing -------------------------------------------------------------------
+
+    def set_step(self, step_id: str, status: str, **fields: Any) -> None:
+        """Change a step and append the transition to the history."""
+        state = self.steps[step_id]
+        previous = state.status
+        state.status = status
+        for name, value in fields.items():
+            setattr(state, name, value)
+        if status in FINAL_STEP | {"unknown"} and state.finished_at is None:
+            state.finished_at = self.now
+        state.changed = True
+        detail: dict[str, Any] = {"from": previous, "to": status}
+        if state.error and status in {"failed", "unknown", "waiting", "cancelled"}:
+            detail["error"] = state.error
+        self.events.append((step_id, f"step.{status}", detail))
+
+    def advance(self) -> None:
+        """Promote steps whose parents are done and run pure steps until nothing moves.
+
+        Pure steps run here, inside the checkpoint transaction that made them ready, so a
+        chain of transforms costs one commit instead of a broker round trip per step.
+        """
+        if self.cancel_requested or self.terminal:
+            self.derive_status()
+            return
+        moved = True
+        while moved:
+            moved = False
+            for step in self.definition.steps:
+                state = self.steps[step.id]
+                if state.status == "pending" and self._promote(step):
+                    moved = True
+                if self.steps[step.id].status == "ready" and step.type in PURE_TYPES:
+                    self._run_pure(step)
+                    moved = True
+        self.derive_status()
+
+    def _promote(self, step: Step) -> bool:
+        parents = [self.steps[p] for p in step.depends_on]
+        if not all(p.status in DONE_STEP for p in parents):
+            return False
+        if parents and all(p.status == "skipped" for p in parents):
+            self.set_step(step.id, "skipped")
+            return True
+        self.set_step(step.id, "ready")
+        if step.type not in PURE_TYPES:
+            self.dispatch.append(step.id)
+        return True
+
+    def _run_pure(self, step: Step) -> None:
+        """Evaluate `when`, then run a transform or start/finish a delay."""
+        state = self.steps[step.id]
+        if state.wake_at is None and not self._when_allows(step):
+            return
+        if step.type == "transform":
+            try:
+                output = render(step.output, self.context(step.id))
+            except TemplateError as exc:
+                self._record_pure_attempt(step.id, "failed", str(exc))
+                self.fail_step(step.id, str(exc))
+                return
+            self._record_pure_attempt(step.id, "succeeded")
+            self.set_step(step.id, "succeeded", output=output, started_at=self.now)
+        elif state.wake_at is None:
+            try:
+                wake_at = self._delay_until(step)
+            except (TemplateError, ValueError) as exc:
+                self.fail_step(step.id, f"delay: {exc}")
+                return
+            if wake_at <= self.now:
+                self.set_step(
+                    step.id,
+                    "succeeded",
+                    wake_at=wake_at,
+                    started_at=self.now,
+                    output={"waited_until": wake_at.isoformat()},
+                )
+            else:
+                self.set_step(step.id, "waiting", wake_at=wake_at, started_at=self.now)
+        else:
+            # The timer scanner made it ready: the wait is over.
+            self.set_step(step.id, "succeeded", output={"waited_until": state.wake_at.isoformat()})
+
+    def _when_allows(self, step: Step) -> bool:
+        if step.when is None:
+            return True
+        try:
+            allowed = evaluate_condition(step.when, self.context(step.id))
+        except TemplateError as exc:
+            self.fail_step(step.id, f"when: {exc}")
+            return False
+        if not allowed:
+            self.set_step(step.id, "skipped")
+        return allowed
+
+    def _delay_until(self, step: Step) -> datetime:
+        if step.duration_s is not None:
+            return self.now + timedelta(seconds=step.duration_s)
+        assert step.until is not None
+        rendered = render(step.until, self.context(step.id))
+        if not isinstance(rendered, str):
+            raise ValueError("until must render to an ISO-8601 timestamp string")
+        moment = datetime.fromisoformat(rendered)
+        if moment.tzinfo is None:
+            raise ValueError(f"until {rendered!r} has no timezone")
+        return moment
+
+    def _record_pure_attempt(self, step_id: str, outcome: str, error: str | None = None) -> None:
+        state = self.steps[step_id]
+        state.attempts += 1
+        self.new_attempts.append(
+            NewAttempt(step_id, state.attempts, state.fencing_token, None, outcome, error)
+        )
+
+    def when_allows(self, step_id: str) -> bool:
+        """Check a ready non-pure step's `when` before it is claimed; skips it if false."""
+        allowed = self._when_allows(self.definition.step(step_id))
+        if not allowed:
+            self.advance()
+        return allowed
+
+    def fail_step(self, step_id: str, error: str) -> None:
+        """Fail a step and stop everything that has not started: a failure fails the run."""
+        self.set_step(step_id, "failed", error=error, lease_owner=None)
+        for other in self.definition.steps:
+            state = self.steps[other.id]
+            if state.status in {"pending", "ready", "waiting"}:
+                self.set_step(other.id, "cancelled", error=f"not run: step {step_id} failed")
+        self.derive_status()
+
+    def record_outcome(self, step_id: str, token: int, outcome: Outcome) -> None:
+        """Checkpoint one attempt of a claimed step: its attempt row, the step, what follows."""
+        self.finish_attempt(
+            step_id,
+            token,
+            outcome.attempt_outcome,
+            error=outcome.error,
+            http_status=outcome.http_status,
+            duration_ms=outcome.duration_ms,
+        )
+        policy = self.definition.step(step_id).retry
+        if outcome.kind == "succeeded":
+            self.succeed(step_id, outcome.output)
+        elif outcome.kind == "unknown":
+            self.mark_unknown(step_id, outcome.error or "remote effect unknown")
+        elif self.cancel_requested:
+            self.set_step(step_id, "cancelled", error=outcome.error, lease_owner=None)
+            self.derive_status()
+        elif outcome.kind == "retry" and self.retry_later(
+            step_id, policy, outcome.error or "failed", outcome.retry_after_s
+        ):
+            return
+        else:
+            self.fail_step(step_id, outcome.error or "failed")
+
+    def claim(self, step_id: str, worker: str) -> StepState:
+        """Take a ready step: new fencing token, new attempt row (committed before any I/O)."""
+        state = self.steps[step_id]
+        state.fencing_token += 1
+        state.attempts += 1
+        self.set_step(
+            step_id, "running", lease_owner=worker, started_at=state.started_at or self.now
+        )
+        self.new_attempts.append(NewAttempt(step_id, state.attempts, state.fencing_token, worker))
+        self.derive_status()
+        return state
+
+    def finish_attempt(self, step_id: str, token: int, outcome: str, **fields: Any) -> None:
+        """Close the in-flight attempt that holds `token`."""
+        self.finished_attempts.append(FinishedAttempt(step_id, token, outcome, **fields))
+
+    def recover_lease(self, step_id: str) -> None:
+        """A running step's owner vanished: repeat it when safe, otherwise say unknown."""
+        state = self.steps[step_id]
+        step = self.definition.step(step_id)
+        error = f"lease of {state.lease_owner or 'a worker'} expired mid-attempt"
+        if step.repeat_safe:
+            self.finish_attempt(step_id, state.fencing_token, "lost_lease", error=error)
+            if self.cancel_requested:
+                self.set_step(step_id, "cancelled", error=error, lease_owner=None)
+                self.derive_status()
+            elif not self.retry_later(step_id, step.retry, error):
+                self.fail_step(step_id, error)
+        else:
+            self.finish_attempt(
+                step_id,
+                state.fencing_token,
+                "unknown",
+                error=f"{error}; the request may have been sent",
+            )
+            self.mark_unknown(
+                step_id, f"{error}; the request may have been sent and is not safe to repeat"
+            )
+
+    def succeed(self, step_id: str, output: Any) -> None:
+        """Record a step's result; a cancelled run keeps the step cancelled but stores it."""
+        if self.cancel_requested:
+            self.set_step(
+                step_id, "cancelled", output=output, error="execution cancelled", lease_owner=None
+            )
+        else:
+            self.set_step(step_id, "succeeded", output=output, lease_owner=None)
+        self.advance()
+
+    def retry_later(
+        self, step_id: str, policy: RetryPolicy, error: str, retry_after_s: float | None = None
+    ) -> bool:
+        """Schedule another try as `waiting` with back-off; False when no tries are left."""
+        state = self.steps[step_id]
+        if state.attempts >= policy.max_attempts:
+            return False
+        delay = backoff_seconds(policy, state.attempts)
+        if retry_after_s is not None:
+            delay = min(max(delay, retry_after_s), policy.max_interval_s)
+        self.set_step(
+            step_id,
+            "waiting",
+            wake_at=self.now + timedelta(seconds=delay),
+            error=error,
+            lease_owner=None,
+        )
+        self.derive_status()
+        return True
+
+    def mark_unknown(self, step_id: str, error: str) -> None:
+        """The remote effect cannot be known: an operator has to decide."""
+        self.set_step(step_id, "unknown", error=error, lease_owner=None)
+        self.derive_status()
+
+    def cancel(self) -> None:
+        """Stop queued and waiting work now; running steps stop at their next boundary."""
+        self.cancel_requested = True
+        self.status_changed = True  # cancel_requested_at must be saved even if status holds
+        for step in self.definition.steps:
+            if self.steps[step.id].status in {"pending", "ready", "waiting", "unknown"}:
+                self.set_step(step.id, "cancelled", error="execution cancelled")
+        self.derive_status()
+
+    def retry(self) -> None:
+        """Re-run failed, unknown and cancelled steps, keeping every succeeded checkpoint."""
+        self.cancel_requested = False
+        for step in self.definition.steps:
+            state = self.steps[step.id]
+            if state.status in {"failed", "unknown", "cancelled"}:
+                self.set_step(
+                    step.id,
+                    "pending",
+                    attempts=0,
+                    error=None,
+                    wake_at=None,
+                    output=None,
+                    finished_at=None,
+                )
+        self.status = "running"
+        self.status_changed = True
+        self.events.append((None, "execution.retried", {}))
+        self.advance()
+
+    def resolve(self, step_id: str, outcome: str, output: Any) -> None:
+        """An operator's verdict on a step whose remote effect was unknown."""
+        if outcome == "succeeded":
+            self.set_step(step_id, "succeeded", output=output, error=None)
+            self.events.append((step_id, "step.resolved", {"outcome": outcome}))
+            self.advance()
+        else:
+            self.events.append((step_id, "step.resolved", {"outcome": outcome}))
+            self.fail_step(step_id, "resolved as failed by an operator")
+            self.derive_status()
+
+    def derive_status(self) -> None:
+        """Set the execution status from its steps (SPEC §6)."""
+        statuses = {state.status for state in self.steps.values()}
+        if self.cancel_requested:
+            status = "running" if "running" in statuses else "cancelled"
+        elif statuses & {"ready", "running"}:
+            status = "running" if self.status != "queued" or "running" in statuses else "queued"
+        elif "waiting" in statuses:
+            status = "waiting"
+        elif "unknown" in statuses:
+            status = "needs_attention"
+        elif "failed" in statuses:
+            status = "failed"
+        elif statuses <= DONE_STEP:
+            status = "succeeded"
+        else:
+            status = "failed"
+        if status != self.status:
+            self.events.append((None, f"execution.{status}", {"from": self.status, "to": status}))
+            self.status = status
+            self.status_changed = True
+
+    def started(self) -> None:
+        """Leave `queued` when a worker first touches the execution."""
+        if self.status == "queued":
+            self.events.append((None, "execution.running", {"from": "queued", "to": "running"}))
+            self.status = "running"
+            self.status_changed = True
+
+
+def backoff_seconds(policy: RetryPolicy, attempts_used: int) -> float:
+    """Exponential back-off with equal jitter: never zero, never in lock-step."""
+    base = policy.initial_interval_s * policy.backoff_coefficient ** max(attempts_used - 1, 0)
+    capped = min(base, policy.max_interval_s)
+    return capped / 2 + random.uniform(0, capped / 2)

@@ -1,0 +1,186 @@
+"""Loading and saving a `Run` (the unit of work of every execution change) in SQL.
+
+Lock order, the same for every writer so that no two can deadlock: the execution row
+first (`FOR UPDATE OF e`), then its step rows. Heartbeats touch only the lease of a
+running step and never wait on anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from flowforge.definitions import Definition, parse_definition
+from flowforge.engine import TERMINAL_EXECUTION, Run, StepState
+from flowforge.outbox import NOTIFY_OUTBOX
+
+logger = logging.getLogger(__name__)
+
+# Locks the execution row: every change to an execution and its steps starts here.
+LOCK_EXECUTION = """
+SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
+       e.version_id, w.key AS workflow, v.version, now() AS now
+FROM executions e
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.id = %(id)s
+FOR UPDATE OF e
+"""
+# Reads every step of the locked execution; whether a lease ran out is decided by now().
+LOAD_STEPS = """
+SELECT step_id, type, status, attempts, fencing_token, wake_at, output, error, lease_owner,
+       started_at, finished_at, lease_expires_at < now() AS lease_expired
+FROM steps WHERE execution_id = %(id)s
+"""
+LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
+
+SAVE_STEP = """
+UPDATE steps SET
+    status = %(status)s, attempts = %(attempts)s, fencing_token = %(fencing_token)s,
+    wake_at = %(wake_at)s, output = %(output)s, error = %(error)s,
+    lease_owner = %(lease_owner)s,
+    lease_expires_at = CASE WHEN %(status)s = 'running'
+                            THEN now() + make_interval(secs => %(lease_s)s) END,
+    ready_at = CASE WHEN %(status)s = 'ready' THEN now() ELSE ready_at END,
+    started_at = %(started_at)s, finished_at = %(finished_at)s
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+"""
+INSERT_ATTEMPT = """
+INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
+                      outcome, error, http_status, duration_ms)
+VALUES (%(execution_id)s, %(step_id)s, %(attempt)s, %(fencing_token)s, %(worker)s,
+        CASE WHEN %(outcome)s::text IS NULL THEN NULL ELSE clock_timestamp() END,
+        %(outcome)s, %(error)s, %(http_status)s, %(duration_ms)s)
+"""
+# Closes only the attempt that holds this fencing token and is still open.
+FINISH_ATTEMPT = """
+UPDATE attempts SET finished_at = clock_timestamp(), outcome = %(outcome)s, error = %(error)s,
+                    http_status = %(http_status)s, duration_ms = %(duration_ms)s
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+  AND fencing_token = %(fencing_token)s AND outcome IS NULL
+"""
+INSERT_EVENT = """
+INSERT INTO execution_events (execution_id, step_id, kind, detail)
+VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
+"""
+INSERT_OUTBOX = "INSERT INTO outbox (execution_id, step_id) VALUES (%(execution_id)s, %(step_id)s)"
+SAVE_EXECUTION = """
+UPDATE executions SET
+    status = %(status)s, updated_at = now(),
+    started_at = CASE WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
+    finished_at = CASE WHEN %(terminal)s THEN coalesce(finished_at, now()) END,
+    cancel_requested_at = CASE WHEN %(cancel_requested)s
+                               THEN coalesce(cancel_requested_at, now()) END
+WHERE id = %(id)s
+"""
+
+_definitions: dict[int, Definition] = {}
+_definitions_lock = threading.Lock()
+DEFINITION_CACHE_SIZE = 1024
+
+
+def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
+    """Parse a version's definition once per process: versions are immutable."""
+    with _definitions_lock:
+        cached = _definitions.get(version_id)
+    if cached is not None:
+        return cached
+    row = conn.execute(LOAD_DEFINITION, {"id": version_id}).fetchone()
+    definition = parse_definition(row[0])
+    with _definitions_lock:
+        if len(_definitions) >= DEFINITION_CACHE_SIZE:
+            _definitions.clear()
+        _definitions[version_id] = definition
+    return definition
+
+
+def load_run(conn: psycopg.Connection, execution_id: str) -> tuple[Run, set[str]] | None:
+    """Lock an execution and load it; also return the steps whose lease has run out."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        head = cur.execute(LOCK_EXECUTION, {"id": execution_id}).fetchone()
+        if head is None:
+            return None
+        rows = cur.execute(LOAD_STEPS, {"id": execution_id}).fetchall()
+    definition = definition_for(conn, head["version_id"])
+    expired = {row["step_id"] for row in rows if row.pop("lease_expired")}
+    run = Run(
+        execution_id=str(execution_id),
+        workflow=head["workflow"],
+        version=head["version"],
+        status=head["status"],
+        input=head["input"],
+        definition=definition,
+        steps={row["step_id"]: StepState(**row) for row in rows},
+        now=head["now"],
+        cancel_requested=head["cancel_requested"],
+    )
+    return run, expired
+
+
+def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
+    """Write everything the unit of work changed, in the caller's transaction."""
+    eid = run.execution_id
+    with conn.pipeline(), conn.cursor() as cur:
+        changed = [s for s in run.steps.values() if s.changed]
+        if changed:
+            cur.executemany(SAVE_STEP, [_step_params(eid, s, lease_s) for s in changed])
+        if run.finished_attempts:
+            cur.executemany(
+                FINISH_ATTEMPT,
+                [{"execution_id": eid, **vars(a)} for a in run.finished_attempts],
+            )
+        if run.new_attempts:
+            cur.executemany(
+                INSERT_ATTEMPT, [{"execution_id": eid, **vars(a)} for a in run.new_attempts]
+            )
+        if run.events:
+            cur.executemany(
+                INSERT_EVENT,
+                [
+                    {"execution_id": eid, "step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
+                    for step_id, kind, detail in run.events
+                ],
+            )
+        dispatch = [s for s in run.dispatch if run.steps[s].status == "ready"]
+        if dispatch:
+            cur.executemany(INSERT_OUTBOX, [{"execution_id": eid, "step_id": s} for s in dispatch])
+            cur.execute(NOTIFY_OUTBOX)
+        if run.status_changed:
+            cur.execute(
+                SAVE_EXECUTION,
+                {
+                    "id": eid,
+                    "status": run.status,
+                    "terminal": run.status in TERMINAL_EXECUTION,
+                    "cancel_requested": run.cancel_requested,
+                },
+            )
+    for state in run.steps.values():
+        state.changed = False
+    run.events.clear()
+    run.dispatch.clear()
+    run.new_attempts.clear()
+    run.finished_attempts.clear()
+    run.status_changed = False
+
+
+def _step_params(execution_id: str, state: StepState, lease_s: float) -> dict[str, Any]:
+    return {
+        "execution_id": execution_id,
+        "step_id": state.step_id,
+        "status": state.status,
+        "attempts": state.attempts,
+        "fencing_token": state.fencing_token,
+        "wake_at": state.wake_at,
+        "output": None if state.output is None else Jsonb(state.output),
+        "error": state.error,
+        "lease_owner": state.lease_owner,
+        "lease_s": lease_s,
+        "started_at": state.started_at,
+        "finished_at": state.finished_at,
+    }

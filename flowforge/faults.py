@@ -1,0 +1,44 @@
+"""Named fault points: no-ops unless a test arms them, so tests can kill a real process
+at an exact line.
+
+FLOWFORGE_FAULTS="after_http_response=kill,after_checkpoint_commit=sleep:5" arms points;
+actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+logger = logging.getLogger(__name__)
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a fault point armed with `raise`."""
+
+
+def _parse(text: str) -> dict[str, str]:
+    armed = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, action = item.partition("=")
+        armed[name.strip()] = action.strip() or "kill"
+    return armed
+
+
+_ARMED = _parse(os.environ.get("FLOWFORGE_FAULTS", ""))
+
+
+def hit(name: str) -> None:
+    """Trigger the fault armed at this point, if any."""
+    action = _ARMED.get(name)
+    if action is None:
+        return
+    logger.warning("fault point reached", extra={"fault": name, "action": action})
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action.startswith("sleep:"):
+        time.sleep(float(action.removeprefix("sleep:")))
+    elif action == "raise":
+        raise InjectedFault(name)

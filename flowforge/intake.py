@@ -1,0 +1,137 @@
+"""Webhook intake: one event becomes one durable execution, in one transaction.
+
+The intake never talks to RabbitMQ. It writes the idempotency row, the execution, its
+steps, the outbox rows of its root steps and a NOTIFY, and only then answers 202: what
+was acknowledged is in PostgreSQL, whatever the broker is doing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from flowforge.definitions import Definition
+from flowforge.errors import Conflict, NotFound
+from flowforge.executions import definition_for
+from flowforge.outbox import CHANNEL
+
+# The newest published version and the active signing secrets, read before the
+# transaction: an execution pins whatever version was newest when it arrived.
+LATEST_VERSION = """
+SELECT w.id, v.id, v.version, v.webhook_auth,
+       ARRAY(SELECT s.secret FROM webhook_secrets s
+             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL ORDER BY s.id)
+FROM workflows w
+JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
+WHERE w.key = %(key)s AND w.archived_at IS NULL
+"""
+# Race-safe: of concurrent inserts of one key, exactly one wins; the others wait for it
+# and then see its row.
+CLAIM_KEY = """
+INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
+VALUES (%(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s)
+ON CONFLICT (workflow_id, key) DO NOTHING
+"""
+EXISTING_KEY = """
+SELECT body_sha256, execution_id FROM idempotency_keys
+WHERE workflow_id = %(workflow_id)s AND key = %(key)s
+"""
+# One statement: execution, steps (roots ready), root wake-ups, first event, NOTIFY.
+CREATE_EXECUTION = f"""
+WITH execution AS (
+    INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key)
+    VALUES (%(id)s, %(workflow_id)s, %(version_id)s, 'queued', %(input)s, %(key)s)
+), new_steps AS (
+    INSERT INTO steps (execution_id, step_id, type, position, status, ready_at)
+    SELECT %(id)s, s.step_id, s.type, s.position,
+           CASE WHEN s.root THEN 'ready' ELSE 'pending' END,
+           CASE WHEN s.root THEN now() END
+    FROM unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
+         WITH ORDINALITY AS s(step_id, type, root, position)
+), wakeups AS (
+    INSERT INTO outbox (execution_id, step_id) SELECT %(id)s, unnest(%(root_ids)s::text[])
+), history AS (
+    INSERT INTO execution_events (execution_id, kind, detail)
+    VALUES (%(id)s, 'execution.queued', %(event)s)
+)
+SELECT pg_notify('{CHANNEL}', '')
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a webhook for one workflow key will be pinned to."""
+
+    workflow_id: int
+    version_id: int
+    version: int
+    webhook_auth: str
+    secrets: tuple[str, ...]
+    definition: Definition
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The answer to a webhook: the execution, and whether it already existed."""
+
+    execution_id: str
+    replayed: bool
+
+
+def find_target(conn: psycopg.Connection, key: str) -> Target:
+    """The newest published version of a workflow, or NotFound."""
+    row = conn.execute(LATEST_VERSION, {"key": key}).fetchone()
+    if row is None:
+        raise NotFound(f"workflow {key!r} does not exist")
+    workflow_id, version_id, version, auth, secrets = row
+    return Target(
+        workflow_id, version_id, version, auth, tuple(secrets), definition_for(conn, version_id)
+    )
+
+
+def accept(
+    conn: psycopg.Connection,
+    target: Target,
+    body: bytes,
+    payload: Any,
+    idempotency_key: str | None,
+) -> Accepted:
+    """Record the event as an execution; replay or refuse a reused idempotency key."""
+    execution_id = str(uuid.uuid4())
+    body_sha256 = hashlib.sha256(body).digest()
+    definition = target.definition
+    roots = set(definition.roots())
+    with conn.transaction():
+        if idempotency_key is not None:
+            params = {
+                "workflow_id": target.workflow_id,
+                "key": idempotency_key,
+                "body_sha256": body_sha256,
+                "id": execution_id,
+            }
+            if conn.execute(CLAIM_KEY, params).rowcount == 0:
+                existing_sha, existing_id = conn.execute(EXISTING_KEY, params).fetchone()
+                if existing_sha != body_sha256:
+                    raise Conflict("this idempotency key was already used with a different body")
+                return Accepted(str(existing_id), replayed=True)
+        conn.execute(
+            CREATE_EXECUTION,
+            {
+                "id": execution_id,
+                "workflow_id": target.workflow_id,
+                "version_id": target.version_id,
+                "input": Jsonb(payload),
+                "key": idempotency_key,
+                "step_ids": [s.id for s in definition.steps],
+                "types": [s.type for s in definition.steps],
+                "roots": [s.id in roots for s in definition.steps],
+                "root_ids": [s.id for s in definition.steps if s.id in roots],
+                "event": Jsonb({"to": "queued", "version": target.version}),
+            },
+        )
+    return Accepted(execution_id, replayed=False)

@@ -1,0 +1,406 @@
+"""SSRF-safe outbound HTTP: resolve once, vet every address, connect only to a vetted one.
+
+urllib3's connection classes are used directly rather than requests: they never read proxy
+variables from the environment (a proxy would bypass pinning), they connect to exactly the
+host given (our vetted IP) and still take the original hostname for SNI and certificate
+checks, and an explicit connect() separates "never left" from "may have arrived".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import ipaddress
+import re
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit
+
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.response import BaseHTTPResponse
+
+from flowforge.errors import FlowForgeError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_CHUNK = 65_536
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_UNSAFE_URL = re.compile(r"[\x00-\x20\x7f]")
+_LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
+_DELTA_SECONDS = re.compile(r"[0-9]{1,10}")
+
+
+def _table(entries: Mapping[str, str]) -> tuple[tuple[IPNetwork, str], ...]:
+    """Compile a CIDR → reason table once at import."""
+    return tuple((ipaddress.ip_network(cidr), reason) for cidr, reason in entries.items())
+
+
+# IANA special-purpose ranges that are not globally reachable; first match names the reason.
+_REFUSED_V4 = _table(
+    {
+        "0.0.0.0/8": "'this network' (0.0.0.0/8)",
+        "10.0.0.0/8": "private (RFC 1918)",
+        "100.64.0.0/10": "shared carrier-grade NAT space (100.64.0.0/10)",
+        "127.0.0.0/8": "loopback",
+        "169.254.0.0/16": "link-local (cloud metadata lives here)",
+        "172.16.0.0/12": "private (RFC 1918)",
+        "192.0.0.0/24": "IETF protocol assignments (192.0.0.0/24)",
+        "192.0.2.0/24": "documentation (TEST-NET-1)",
+        "192.88.99.0/24": "deprecated 6to4 relay anycast",
+        "192.168.0.0/16": "private (RFC 1918)",
+        "198.18.0.0/15": "benchmarking (198.18.0.0/15)",
+        "198.51.100.0/24": "documentation (TEST-NET-2)",
+        "203.0.113.0/24": "documentation (TEST-NET-3)",
+        "224.0.0.0/4": "multicast",
+        "255.255.255.255/32": "broadcast",
+        "240.0.0.0/4": "reserved (240.0.0.0/4)",
+    }
+)
+_REFUSED_V6 = _table(
+    {
+        "::/128": "unspecified",
+        "::1/128": "loopback",
+        "64:ff9b:1::/48": "local-use NAT64 (64:ff9b:1::/48)",
+        "100::/64": "discard-only (100::/64)",
+        "2001:2::/48": "benchmarking (2001:2::/48)",
+        "2001:10::/28": "deprecated ORCHID (2001:10::/28)",
+        "2001:db8::/32": "documentation (2001:db8::/32)",
+        "3fff::/20": "documentation (3fff::/20)",
+        "fc00::/7": "unique local (fc00::/7)",
+        "fe80::/10": "link-local",
+        "fec0::/10": "site-local (deprecated)",
+        "ff00::/8": "multicast",
+    }
+)
+# IPv4-compatible (::a.b.c.d) and well-known NAT64 addresses carry the IPv4 in their last 32 bits.
+_LAST_32_BITS = (ipaddress.ip_network("::/96"), ipaddress.ip_network("64:ff9b::/96"))
+_GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
+
+
+class NotSent(FlowForgeError):
+    """The request provably never left, so repeating it is always safe."""
+
+
+class RequestRefused(NotSent):
+    """The address guard said no; the request never left."""
+
+
+class SentNoResponse(FlowForgeError):
+    """The request may have reached the server, so its effect is unknown."""
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    """What came back, bounded in size, for the step to record."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    truncated: bool
+    duration_ms: int
+    retry_after_s: float | None
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """FLOWFORGE_HTTP_ALLOW: hostnames trusted wherever they resolve, and reachable networks."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Allowlist:
+        """Parse the comma list strictly, so a typo fails at start-up instead of changing access."""
+        hosts: set[str] = set()
+        networks: list[IPNetwork] = []
+        for raw in text.split(","):
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            host = entry.removesuffix(".")
+            try:
+                networks.append(ipaddress.ip_network(entry))
+            except ValueError as exc:
+                if not _is_hostname(host):
+                    raise ValueError(
+                        f"FLOWFORGE_HTTP_ALLOW entry {entry!r} is not an IP address, CIDR network "
+                        f"or hostname ({exc}; hostnames match exactly, no wildcards or URLs)"
+                    ) from None
+                hosts.add(host)
+        return cls(frozenset(hosts), tuple(networks))
+
+    def allows_host(self, host: str) -> bool:
+        """Match a URL hostname exactly, ignoring case and a trailing dot."""
+        return host.lower().removesuffix(".") in self.hosts
+
+    def allows_address(self, address: IPAddress) -> bool:
+        """Match an address against the networks; versions are compared first on purpose."""
+        return any(address.version == net.version and address in net for net in self.networks)
+
+
+def _is_hostname(host: str) -> bool:
+    """Accept DNS names only; a numeric last label would be read as an IPv4 address."""
+    labels = host.split(".")
+    return (
+        len(host) <= 253
+        and all(_LABEL.fullmatch(label) for label in labels)
+        and not labels[-1].isdigit()
+    )
+
+
+def refusal_reason(address: IPAddress, allow: Allowlist, host: str = "") -> str | None:
+    """Say why an address must not be contacted, or None; pure so it is testable offline."""
+    if (host and allow.allows_host(host)) or allow.allows_address(address):
+        return None
+    return _not_global(address)
+
+
+def _not_global(address: IPAddress) -> str | None:
+    """Classify an address without the allow list; IPv6 forms that embed IPv4 inherit its verdict."""
+    table = _REFUSED_V4 if address.version == 4 else _REFUSED_V6
+    for network, reason in table:
+        if address in network:
+            return reason
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    embedded = _embedded_ipv4(address)
+    for inner in embedded:
+        if reason := _not_global(inner):
+            return f"{reason} (embedded IPv4 {inner})"
+    if not embedded and address not in _GLOBAL_UNICAST:
+        return "outside IPv6 global unicast (2000::/3)"
+    return None
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """IPv4 addresses a packet to this IPv6 address would end up at (mapped, 6to4, Teredo, NAT64)."""
+    if address.ipv4_mapped:
+        return (address.ipv4_mapped,)
+    if address.sixtofour:
+        return (address.sixtofour,)
+    if address.teredo:
+        return address.teredo
+    if any(address in network for network in _LAST_32_BITS):
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    return ()
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The parts of a URL that decide where a request goes and how it names its host."""
+
+    method: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    @property
+    def where(self) -> str:
+        """Method and origin for error messages; the path is left out as it may carry secrets."""
+        return f"{self.method} {self.scheme}://{self._bracketed}:{self.port}"
+
+    @property
+    def host_header(self) -> str:
+        """The Host header value the server would get had we let the URL drive the connection."""
+        default = self.port == _DEFAULT_PORTS[self.scheme]
+        return self._bracketed if default else f"{self._bracketed}:{self.port}"
+
+    @property
+    def _bracketed(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+
+def _parse_target(method: str, url: str) -> _Target:
+    """Validate method and URL up front, so nothing malformed reaches a socket."""
+    if not _TOKEN.fullmatch(method):
+        raise NotSent("invalid HTTP method")
+    if _UNSAFE_URL.search(url):
+        raise NotSent(f"{method}: URL contains whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise NotSent(f"{method}: scheme {scheme!r} is not allowed; use http or https")
+        host = parts.hostname or ""
+        port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
+        host = host if host.isascii() else host.encode("idna").decode("ascii")
+    except ValueError:
+        raise NotSent(f"{method}: URL has an invalid host or port") from None
+    if not host:
+        raise NotSent(f"{method}: URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise NotSent(f"{method}: credentials in the URL are not supported; use a header")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if not path.isascii():
+        raise NotSent(f"{method}: URL path must be ASCII; percent-encode it")
+    return _Target(method, scheme, host, port, path)
+
+
+def _check_headers(target: _Target, headers: Mapping[str, str]) -> None:
+    """Reject header injection before connecting; values are never echoed as they may be secret."""
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name):
+            raise NotSent(f"{target.where}: invalid header name")
+        if not _FIELD_VALUE.fullmatch(value):
+            raise NotSent(f"{target.where}: header {name} has a control or non-Latin-1 character")
+
+
+def _resolve(target: _Target) -> list[IPAddress]:
+    """Resolve exactly once; only these addresses are vetted and connected to (no rebinding)."""
+    try:
+        infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise NotSent(f"{target.where}: DNS resolution failed ({exc})") from None
+    return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+
+
+def _why(exc: BaseException) -> str:
+    """Name a transport failure by its root cause; only OS/TLS text, never request data."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    name = type(exc).__name__
+    return f"{name}: {exc}" if isinstance(exc, OSError) and str(exc) else name
+
+
+def _connect(target: _Target, addresses: list[IPAddress], timeout_s: float) -> HTTPConnection:
+    """Open TCP (and TLS) to the first vetted address that answers; nothing is sent yet."""
+    failure = ""
+    for address in addresses:
+        if target.scheme == "https":
+            name = target.host.removesuffix(".")
+            conn: HTTPConnection = HTTPSConnection(
+                str(address),
+                target.port,
+                timeout=timeout_s,
+                server_hostname=name,
+                assert_hostname=name,
+                cert_reqs="CERT_REQUIRED",
+            )
+        else:
+            conn = HTTPConnection(str(address), target.port, timeout=timeout_s)
+        try:
+            conn.connect()
+            return conn
+        except (OSError, ValueError, Urllib3Error) as exc:
+            conn.close()
+            failure = f"connect to {address} failed: {_why(exc)}"
+    raise NotSent(f"{target.where}: {failure}")
+
+
+def _abort(sock: socket.socket) -> None:
+    """Unblock a read stuck past the deadline; the plain-socket shutdown leaves TLS state alone."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _read_capped(response: BaseHTTPResponse, limit: int) -> tuple[bytes, bool]:
+    """Read at most limit bytes, plus one to learn whether there was more."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = response.read1(min(_CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:limit], size > limit
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """Parse Retry-After (delta-seconds or HTTP-date) so 429/503 back-off can be honoured."""
+    if value is None:
+        return None
+    value = value.strip()
+    if _DELTA_SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def _exchange(
+    conn: HTTPConnection,
+    target: _Target,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    timeout_s: float,
+    max_response_bytes: int,
+) -> tuple[int, dict[str, str], bytes, bool]:
+    """Send and read under one deadline; from the first byte written the outcome is uncertain."""
+    deadline = time.monotonic() + timeout_s
+    watchdog = threading.Timer(timeout_s, _abort, (conn.sock,))
+    watchdog.daemon = True
+    conn.timeout = timeout_s
+    try:
+        watchdog.start()
+        conn.request(target.method, target.path, body=body, headers=headers, preload_content=False)
+        with conn.getresponse() as response:
+            data, truncated = _read_capped(response, max_response_bytes)
+            status = response.status
+            found = {name.lower(): response.headers[name] for name in response.headers}
+    except (OSError, ValueError, http.client.HTTPException, Urllib3Error) as exc:
+        reason = "response too slow" if time.monotonic() >= deadline else _why(exc)
+        raise SentNoResponse(f"{target.where}: {reason}") from None
+    finally:
+        watchdog.cancel()
+        watchdog.join()
+        conn.close()
+    if time.monotonic() >= deadline:
+        raise SentNoResponse(f"{target.where}: response too slow")
+    return status, found, data, truncated
+
+
+def send(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    timeout_s: float,
+    allow: Allowlist,
+    max_response_bytes: int = 262_144,
+    connect_timeout_s: float = 5.0,
+) -> HttpResult:
+    """Send one request to a vetted address; redirects are returned, so every hop is vetted anew.
+
+    timeout_s bounds everything after connecting (sending, headers, body); the caller's Host
+    header wins when given, otherwise it is derived from the URL.
+    """
+    started = time.monotonic()
+    target = _parse_target(method, url)
+    _check_headers(target, headers)
+    addresses = _resolve(target)
+    for address in addresses:
+        if reason := refusal_reason(address, allow, target.host):
+            raise RequestRefused(
+                f"{target.where}: refused, {address} is {reason}; FLOWFORGE_HTTP_ALLOW can permit it"
+            )
+    sent_headers = dict(headers)
+    if not any(name.lower() == "host" for name in headers):
+        sent_headers["Host"] = target.host_header
+    conn = _connect(target, addresses, connect_timeout_s)
+    status, found, data, truncated = _exchange(
+        conn, target, sent_headers, body, timeout_s, max_response_bytes
+    )
+    return HttpResult(
+        status=status,
+        headers=found,
+        body=data,
+        truncated=truncated,
+        duration_ms=round((time.monotonic() - started) * 1000),
+        retry_after_s=_retry_after(found.get("retry-after"), time.time()),
+    )

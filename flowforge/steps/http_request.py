@@ -1,0 +1,192 @@
+"""The http_request step: render the request, send it through the SSRF guard, and say
+what happened in the terms of SPEC §7 — succeeded, retry, failed, or unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flowforge import netguard
+from flowforge.definitions import Step
+from flowforge.templating import (
+    TemplateError,
+    find_placeholders,
+    iter_template_strings,
+    render,
+    render_url,
+)
+
+RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
+# Response headers worth keeping in the step output; the rest are noise or private.
+KEPT_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after", "x-request-id")
+REDACTED = "[redacted]"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on one attempt."""
+
+    kind: str  # succeeded | retry | failed | unknown
+    output: Any = None
+    error: str | None = None
+    http_status: int | None = None
+    duration_ms: int | None = None
+    retry_after_s: float | None = None
+
+    @property
+    def attempt_outcome(self) -> str:
+        """The attempt row's outcome: a retry is a failed attempt."""
+        return "failed" if self.kind == "retry" else self.kind
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A request ready to leave, and the secret values that must never be stored."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes | None
+    timeout_s: float
+    secret_values: tuple[str, ...]
+
+
+class SecretMissing(TemplateError):
+    """A template names a secret the worker was not given."""
+
+
+def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
+    """A secret from FLOWFORGE_SECRET_<NAME> or systemd's $CREDENTIALS_DIRECTORY/<name>."""
+    env = os.environ if env is None else env
+    value = env.get(f"FLOWFORGE_SECRET_{name.upper()}")
+    if value is not None:
+        return value
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    if directory:
+        path = Path(directory) / name
+        if path.is_file():
+            return path.read_text(encoding="utf-8").rstrip("\n")
+    raise SecretMissing(
+        f"secret {name!r} is not configured (set FLOWFORGE_SECRET_{name.upper()} "
+        "or a systemd credential)"
+    )
+
+
+def _secrets_used(request: Mapping[str, Any]) -> dict[str, str]:
+    names = {
+        path.split(".")[1]
+        for _, text in iter_template_strings(request)
+        for path in find_placeholders(text)
+        if path.startswith("secrets.") and path.count(".") >= 1
+    }
+    return {name: read_secret(name) for name in sorted(names)}
+
+
+def render_request(step: Step, context: Mapping[str, Any]) -> Rendered:
+    """Resolve templates in the worker only; secrets never leave this object."""
+    assert step.request is not None
+    request = step.request
+    secrets = _secrets_used(request)
+    ctx = {**context, "secrets": secrets}
+    headers = {
+        name: _header_text(name, render(value, ctx)) for name, value in request["headers"].items()
+    }
+    body: bytes | None = None
+    if "json" in request:
+        body = json.dumps(render(request["json"], ctx), separators=(",", ":")).encode()
+        headers.setdefault("Content-Type", "application/json")
+    elif "body" in request:
+        body = _header_text("body", render(request["body"], ctx)).encode()
+    if request["idempotency_key"] is not None:
+        headers["Idempotency-Key"] = _header_text(
+            "idempotency_key", render(request["idempotency_key"], ctx)
+        )
+    return Rendered(
+        method=request["method"],
+        url=render_url(request["url"], ctx),
+        headers=headers,
+        body=body,
+        timeout_s=float(request["timeout_s"]),
+        secret_values=tuple(v for v in secrets.values() if v),
+    )
+
+
+def _header_text(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None or isinstance(value, dict | list):
+        raise TemplateError(f"{name} must render to a string or number")
+    return str(value)
+
+
+def perform(
+    step: Step, rendered: Rendered, allow: netguard.Allowlist, max_response_bytes: int
+) -> Outcome:
+    """Send the request once and classify the result by what is known to have happened."""
+    safe = step.repeat_safe
+    try:
+        result = netguard.send(
+            rendered.method,
+            rendered.url,
+            headers=rendered.headers,
+            body=rendered.body,
+            timeout_s=rendered.timeout_s,
+            allow=allow,
+            max_response_bytes=max_response_bytes,
+        )
+    except netguard.RequestRefused as exc:
+        return Outcome("failed", error=_redact(str(exc), rendered.secret_values))
+    except netguard.NotSent as exc:
+        # Provably never left: repeating is safe whatever the method.
+        return Outcome("retry", error=_redact(f"not sent: {exc}", rendered.secret_values))
+    except netguard.SentNoResponse as exc:
+        error = _redact(f"no response: {exc}", rendered.secret_values)
+        return Outcome("retry" if safe else "unknown", error=error)
+    output = _output(result, rendered.secret_values)
+    if 200 <= result.status < 300:
+        return Outcome(
+            "succeeded", output=output, http_status=result.status, duration_ms=result.duration_ms
+        )
+    error = f"HTTP {result.status} from {rendered.method} request"
+    kind = "retry" if safe and result.status in RETRYABLE_STATUS else "failed"
+    return Outcome(
+        kind,
+        output=output,
+        error=error,
+        http_status=result.status,
+        duration_ms=result.duration_ms,
+        retry_after_s=result.retry_after_s,
+    )
+
+
+def _output(result: netguard.HttpResult, secret_values: tuple[str, ...]) -> dict[str, Any]:
+    text = _redact(result.body.decode("utf-8", errors="replace"), secret_values)
+    body: Any = text
+    if "json" in result.headers.get("content-type", "") and not result.truncated:
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+    headers = {
+        name: _redact(result.headers[name], secret_values)
+        for name in KEPT_HEADERS
+        if name in result.headers
+    }
+    return {
+        "status": result.status,
+        "headers": headers,
+        "body": body,
+        "truncated": result.truncated,
+    }
+
+
+def _redact(text: str, secret_values: tuple[str, ...]) -> str:
+    """Remove secret values a server echoed back before anything is stored or logged."""
+    for value in secret_values:
+        text = text.replace(value, REDACTED)
+    return text

@@ -1,0 +1,187 @@
+"""Read models of executions for the API and the CLI: one execution in full, or a page."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from flowforge.errors import NotFound
+
+EXECUTION = """
+SELECT e.id, w.key AS workflow, v.version, e.status, e.input, e.trigger, e.idempotency_key,
+       e.created_at, e.started_at, e.finished_at, e.updated_at, e.cancel_requested_at
+FROM executions e
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.id = %(id)s
+"""
+STEPS = """
+SELECT step_id, type, status, attempts, wake_at, output, error, started_at, finished_at,
+       lease_owner, lease_expires_at
+FROM steps WHERE execution_id = %(id)s ORDER BY position
+"""
+ATTEMPTS = """
+SELECT step_id, attempt, worker, started_at, finished_at, outcome, error, http_status, duration_ms
+FROM attempts WHERE execution_id = %(id)s ORDER BY id
+"""
+EVENTS = """
+SELECT at, step_id, kind, detail FROM execution_events WHERE execution_id = %(id)s ORDER BY id
+"""
+# Keyset pagination, newest first; the cursor is the last row's (created_at, id).
+PAGE = """
+SELECT e.id, w.key AS workflow, v.version, e.status, e.created_at, e.started_at,
+       e.finished_at
+FROM executions e
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
+  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
+  AND (%(status)s::text IS NULL OR e.status = %(status)s)
+  AND (%(after_at)s::timestamptz IS NULL OR (e.created_at, e.id) < (%(after_at)s, %(after_id)s))
+ORDER BY e.created_at DESC, e.id DESC
+LIMIT %(limit)s
+"""
+WORKFLOW_OF = """
+SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.id = %(id)s
+"""
+
+
+class BadCursor(ValueError):
+    """The pagination cursor was not one this API handed out."""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def workflow_of(conn: psycopg.Connection, execution_id: str) -> str:
+    """The workflow key an execution belongs to (for API key scopes)."""
+    row = conn.execute(WORKFLOW_OF, {"id": execution_id}).fetchone()
+    if row is None:
+        raise NotFound(f"execution {execution_id} does not exist")
+    return row[0]
+
+
+def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
+    """The execution with its steps, every attempt, and its event history."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        head = cur.execute(EXECUTION, {"id": execution_id}).fetchone()
+        if head is None:
+            raise NotFound(f"execution {execution_id} does not exist")
+        steps = cur.execute(STEPS, {"id": execution_id}).fetchall()
+        attempts = cur.execute(ATTEMPTS, {"id": execution_id}).fetchall()
+        events = cur.execute(EVENTS, {"id": execution_id}).fetchall()
+    by_step: dict[str, list[dict[str, Any]]] = {}
+    for a in attempts:
+        by_step.setdefault(a["step_id"], []).append(
+            {
+                "attempt": a["attempt"],
+                "worker": a["worker"],
+                "started_at": _iso(a["started_at"]),
+                "finished_at": _iso(a["finished_at"]),
+                "outcome": a["outcome"],
+                "error": a["error"],
+                "http_status": a["http_status"],
+                "duration_ms": a["duration_ms"],
+            }
+        )
+    return {
+        "id": str(head["id"]),
+        "workflow": head["workflow"],
+        "version": head["version"],
+        "status": head["status"],
+        "trigger": head["trigger"],
+        "idempotency_key": head["idempotency_key"],
+        "input": head["input"],
+        "created_at": _iso(head["created_at"]),
+        "started_at": _iso(head["started_at"]),
+        "finished_at": _iso(head["finished_at"]),
+        "updated_at": _iso(head["updated_at"]),
+        "cancel_requested_at": _iso(head["cancel_requested_at"]),
+        "steps": [
+            {
+                "id": s["step_id"],
+                "type": s["type"],
+                "status": s["status"],
+                "attempt_count": s["attempts"],
+                "wake_at": _iso(s["wake_at"]),
+                "lease_owner": s["lease_owner"],
+                "lease_expires_at": _iso(s["lease_expires_at"]),
+                "started_at": _iso(s["started_at"]),
+                "finished_at": _iso(s["finished_at"]),
+                "output": s["output"],
+                "error": s["error"],
+                "attempts": by_step.get(s["step_id"], []),
+            }
+            for s in steps
+        ],
+        "events": [
+            {"at": _iso(e["at"]), "step": e["step_id"], "kind": e["kind"], "detail": e["detail"]}
+            for e in events
+        ],
+    }
+
+
+def list_executions(
+    conn: psycopg.Connection,
+    *,
+    workflow: str | None,
+    workflows: tuple[str, ...] | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """One page of executions, newest first, and the cursor of the next page."""
+    after_at, after_id = decode_cursor(cursor) if cursor else (None, None)
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            PAGE,
+            {
+                "workflow": workflow,
+                "workflows": list(workflows) if workflows is not None else None,
+                "status": status,
+                "after_at": after_at,
+                "after_id": after_id,
+                "limit": limit,
+            },
+        ).fetchall()
+    items = [
+        {
+            "id": str(r["id"]),
+            "workflow": r["workflow"],
+            "version": r["version"],
+            "status": r["status"],
+            "created_at": _iso(r["created_at"]),
+            "started_at": _iso(r["started_at"]),
+            "finished_at": _iso(r["finished_at"]),
+        }
+        for r in rows
+    ]
+    next_cursor = None
+    if len(rows) == limit:
+        last = rows[-1]
+        next_cursor = encode_cursor(last["created_at"], str(last["id"]))
+    return {"items": items, "next_cursor": next_cursor}
+
+
+def encode_cursor(created_at: datetime, execution_id: str) -> str:
+    """An opaque cursor: clients pass it back, never build it."""
+    raw = json.dumps([created_at.isoformat(), execution_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor stands for; BadCursor when it was tampered with."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, execution_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), str(uuid.UUID(execution_id))
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise BadCursor("cursor is not valid") from exc

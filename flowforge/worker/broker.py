@@ -1,0 +1,93 @@
+"""RabbitMQ topology and connections; pika's exceptions stop here.
+
+Topology (names carry FLOWFORGE_AMQP_PREFIX so several deployments or test runs can
+share one broker): a durable direct exchange `<prefix>` routes wake-ups to the durable
+queue `<prefix>.steps`, which dead-letters rejected messages through the fanout
+exchange `<prefix>.dlx` into `<prefix>.dead`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from flowforge.errors import BrokerUnavailable
+
+ROUTING_KEY = "step"
+# Exceptions that mean "the broker or the connection is gone", not a bug of ours.
+BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The names of everything FlowForge declares on the broker."""
+
+    prefix: str
+
+    @property
+    def exchange(self) -> str:
+        return self.prefix
+
+    @property
+    def queue(self) -> str:
+        return f"{self.prefix}.steps"
+
+    @property
+    def dead_exchange(self) -> str:
+        return f"{self.prefix}.dlx"
+
+    @property
+    def dead_queue(self) -> str:
+        return f"{self.prefix}.dead"
+
+    def declare(self, channel: Any) -> None:
+        """Declare it all, idempotently; every connecting component does this first."""
+        channel.exchange_declare(self.dead_exchange, exchange_type="fanout", durable=True)
+        channel.queue_declare(self.dead_queue, durable=True)
+        channel.queue_bind(self.dead_queue, self.dead_exchange)
+        channel.exchange_declare(self.exchange, exchange_type="direct", durable=True)
+        channel.queue_declare(
+            self.queue, durable=True, arguments={"x-dead-letter-exchange": self.dead_exchange}
+        )
+        channel.queue_bind(self.queue, self.exchange, routing_key=ROUTING_KEY)
+
+
+def connect(amqp_url: str, name: str) -> pika.BlockingConnection:
+    """Open a connection that identifies itself and keeps AMQP heartbeats short."""
+    params = pika.URLParameters(amqp_url)
+    params.heartbeat = 30
+    params.blocked_connection_timeout = 30
+    params.socket_timeout = 5
+    params.connection_attempts = 1
+    params.client_properties = {"connection_name": name}
+    try:
+        return pika.BlockingConnection(params)
+    except BROKER_ERRORS as exc:
+        raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """The message body: which step of which execution may have work to do."""
+
+    execution_id: str
+    step_id: str
+
+    def encode(self) -> bytes:
+        return json.dumps({"execution_id": self.execution_id, "step_id": self.step_id}).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> Wakeup:
+        """Parse a message; ValueError for anything that is not a wake-up."""
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("message is not a JSON object")
+        execution_id, step_id = data.get("execution_id"), data.get("step_id")
+        if not isinstance(execution_id, str) or not isinstance(step_id, str):
+            raise ValueError("message lacks execution_id or step_id")
+        return cls(str(uuid.UUID(execution_id)), step_id)

@@ -1,0 +1,90 @@
+"""The delay-timer scanner: due `waiting` steps become `ready`, with their wake-ups.
+
+One statement per batch, driven by the partial index on steps(wake_at) WHERE
+status = 'waiting', so a million sleeping delays cost nothing until they are due. It
+locks the executions first (SKIP LOCKED), like every other writer, so it never waits on
+a checkpoint in progress and can never deadlock with one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+import psycopg_pool
+
+from flowforge.db import wrap_exceptions
+from flowforge.errors import DatabaseUnavailable
+from flowforge.outbox import CHANNEL
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+MAX_SLEEP = 1.0
+MIN_SLEEP = 0.05
+
+WAKE_DUE = f"""
+WITH due AS (
+    SELECT s.execution_id, s.step_id
+    FROM steps s JOIN executions e ON e.id = s.execution_id
+    WHERE s.status = 'waiting' AND s.wake_at <= now()
+    ORDER BY s.wake_at
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+), woken AS (
+    UPDATE steps s SET status = 'ready', ready_at = now()
+    FROM due WHERE s.execution_id = due.execution_id AND s.step_id = due.step_id
+      AND s.status = 'waiting'
+    RETURNING s.execution_id, s.step_id
+), resumed AS (
+    UPDATE executions e SET status = 'running', updated_at = now()
+    WHERE e.id IN (SELECT execution_id FROM woken) AND e.status = 'waiting'
+    RETURNING e.id
+), history AS (
+    INSERT INTO execution_events (execution_id, step_id, kind, detail)
+    SELECT execution_id, step_id, 'step.ready', '{{"from": "waiting", "to": "ready"}}'
+    FROM woken
+    UNION ALL
+    SELECT id, NULL, 'execution.running', '{{"from": "waiting", "to": "running"}}'
+    FROM resumed
+), wakeups AS (
+    INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM woken
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('{CHANNEL}', '') END FROM woken
+"""
+# How long the scanner may sleep: until the next wake_at, found through the index.
+NEXT_DUE = """
+SELECT extract(epoch FROM min(wake_at) - now()) FROM steps WHERE status = 'waiting'
+"""
+
+
+class TimerScanner(threading.Thread):
+    """Moves due delays and retry back-offs to `ready`."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
+        super().__init__(name="timers", daemon=True)
+        self.pool = pool
+        self.stop = stop
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                woken, pause = self.scan()
+            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
+                logger.warning("timer scan failed; retrying", extra={"error": str(exc)[:200]})
+                woken, pause = 0, MAX_SLEEP
+            if woken < BATCH:
+                self.stop.wait(pause)
+
+    def scan(self) -> tuple[int, float]:
+        """Wake one batch; returns how many woke and how long to sleep next."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            with conn.transaction():
+                (woken, _) = conn.execute(WAKE_DUE, {"limit": BATCH}).fetchone()
+            (seconds,) = conn.execute(NEXT_DUE).fetchone()
+        if woken:
+            logger.info("delays due", extra={"woken": woken})
+        if seconds is None:
+            return woken, MAX_SLEEP
+        return woken, min(MAX_SLEEP, max(MIN_SLEEP, float(seconds)))

@@ -1,0 +1,189 @@
+"""Publishing immutable workflow versions and reading them back."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from flowforge.definitions import Definition
+from flowforge.errors import Conflict, NotFound
+
+KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+MAX_ACTIVE_SECRETS = 2
+
+# Creates the workflow on first publish; otherwise bumps its version under the row lock
+# the upsert takes, so concurrent publishers get distinct, gap-free version numbers.
+BUMP_VERSION = """
+INSERT INTO workflows (key, latest_version) VALUES (%(key)s, 1)
+ON CONFLICT (key) DO UPDATE SET latest_version = workflows.latest_version + 1
+RETURNING id, latest_version
+"""
+INSERT_VERSION = """
+INSERT INTO workflow_versions (workflow_id, version, name, definition, webhook_auth, created_by)
+VALUES (%(workflow_id)s, %(version)s, %(name)s, %(definition)s, %(webhook_auth)s, %(created_by)s)
+RETURNING created_at
+"""
+LIST_WORKFLOWS = """
+SELECT w.key, w.latest_version, v.name, v.webhook_auth, w.created_at, v.created_at AS updated_at
+FROM workflows w JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
+WHERE w.key = ANY(%(keys)s) OR %(keys)s IS NULL
+ORDER BY w.key
+"""
+GET_WORKFLOW = """
+SELECT w.id, w.key, w.latest_version, w.created_at FROM workflows w WHERE w.key = %(key)s
+"""
+LIST_VERSIONS = """
+SELECT version, name, webhook_auth, created_at FROM workflow_versions
+WHERE workflow_id = %(workflow_id)s ORDER BY version
+"""
+GET_VERSION = """
+SELECT v.version, v.name, v.webhook_auth, v.definition, v.created_at
+FROM workflow_versions v JOIN workflows w ON w.id = v.workflow_id
+WHERE w.key = %(key)s AND v.version = %(version)s
+"""
+# Locks the workflow row so two creators cannot both pass the active-secret limit.
+LOCK_WORKFLOW = "SELECT id FROM workflows WHERE key = %(key)s FOR UPDATE"
+COUNT_ACTIVE_SECRETS = """
+SELECT count(*) FROM webhook_secrets WHERE workflow_id = %(workflow_id)s AND revoked_at IS NULL
+"""
+INSERT_SECRET = """
+INSERT INTO webhook_secrets (workflow_id, secret) VALUES (%(workflow_id)s, %(secret)s)
+RETURNING id, created_at
+"""
+LIST_SECRETS = """
+SELECT s.id, s.created_at, s.revoked_at FROM webhook_secrets s
+JOIN workflows w ON w.id = s.workflow_id WHERE w.key = %(key)s ORDER BY s.id
+"""
+REVOKE_SECRET = """
+UPDATE webhook_secrets s SET revoked_at = coalesce(s.revoked_at, now())
+FROM workflows w WHERE w.id = s.workflow_id AND w.key = %(key)s AND s.id = %(id)s
+RETURNING s.id
+"""
+
+
+def publish(
+    conn: psycopg.Connection,
+    key: str,
+    document: Any,
+    definition: Definition,
+    created_by: int | None,
+) -> dict[str, Any]:
+    """Store the next immutable version of a workflow, creating the workflow if new."""
+    with conn.transaction():
+        workflow_id, version = conn.execute(BUMP_VERSION, {"key": key}).fetchone()
+        (created_at,) = conn.execute(
+            INSERT_VERSION,
+            {
+                "workflow_id": workflow_id,
+                "version": version,
+                "name": definition.name,
+                "definition": Jsonb(document),
+                "webhook_auth": definition.webhook_auth,
+                "created_by": created_by,
+            },
+        ).fetchone()
+    return {
+        "workflow": key,
+        "version": version,
+        "name": definition.name,
+        "webhook_auth": definition.webhook_auth,
+        "steps": [step.id for step in definition.steps],
+        "created_at": created_at.isoformat(),
+    }
+
+
+def list_workflows(conn: psycopg.Connection, keys: list[str] | None) -> list[dict[str, Any]]:
+    """Every workflow (or those named) with its newest version."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(LIST_WORKFLOWS, {"keys": keys}).fetchall()
+    return [
+        {
+            "workflow": r["key"],
+            "latest_version": r["latest_version"],
+            "name": r["name"],
+            "webhook_auth": r["webhook_auth"],
+            "created_at": r["created_at"].isoformat(),
+            "updated_at": r["updated_at"].isoformat(),
+        }
+        for r in rows
+    ]
+
+
+def get_workflow(conn: psycopg.Connection, key: str) -> dict[str, Any]:
+    """A workflow with the list of its versions."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(GET_WORKFLOW, {"key": key}).fetchone()
+        if row is None:
+            raise NotFound(f"workflow {key!r} does not exist")
+        versions = cur.execute(LIST_VERSIONS, {"workflow_id": row["id"]}).fetchall()
+    return {
+        "workflow": row["key"],
+        "latest_version": row["latest_version"],
+        "created_at": row["created_at"].isoformat(),
+        "versions": [
+            {
+                "version": v["version"],
+                "name": v["name"],
+                "webhook_auth": v["webhook_auth"],
+                "created_at": v["created_at"].isoformat(),
+            }
+            for v in versions
+        ],
+    }
+
+
+def get_version(conn: psycopg.Connection, key: str, version: int) -> dict[str, Any]:
+    """One immutable version, definition included."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(GET_VERSION, {"key": key, "version": version}).fetchone()
+    if row is None:
+        raise NotFound(f"workflow {key!r} has no version {version}")
+    return {
+        "workflow": key,
+        "version": row["version"],
+        "name": row["name"],
+        "webhook_auth": row["webhook_auth"],
+        "definition": row["definition"],
+        "created_at": row["created_at"].isoformat(),
+    }
+
+
+def create_secret(conn: psycopg.Connection, key: str, secret: str) -> dict[str, Any]:
+    """Add a signing secret; refuse a third active one so rotation stays deliberate."""
+    with conn.transaction():
+        row = conn.execute(LOCK_WORKFLOW, {"key": key}).fetchone()
+        if row is None:
+            raise NotFound(f"workflow {key!r} does not exist")
+        (active,) = conn.execute(COUNT_ACTIVE_SECRETS, {"workflow_id": row[0]}).fetchone()
+        if active >= MAX_ACTIVE_SECRETS:
+            raise Conflict(
+                f"workflow {key!r} already has {MAX_ACTIVE_SECRETS} active secrets; "
+                "revoke one before creating another"
+            )
+        secret_id, created_at = conn.execute(
+            INSERT_SECRET, {"workflow_id": row[0], "secret": secret}
+        ).fetchone()
+    return {"id": secret_id, "secret": secret, "created_at": created_at.isoformat()}
+
+
+def list_secrets(conn: psycopg.Connection, key: str) -> list[dict[str, Any]]:
+    """Signing secrets of a workflow, without their values."""
+    rows = conn.execute(LIST_SECRETS, {"key": key}).fetchall()
+    return [
+        {
+            "id": sid,
+            "created_at": created.isoformat(),
+            "revoked_at": revoked.isoformat() if revoked else None,
+        }
+        for sid, created, revoked in rows
+    ]
+
+
+def revoke_secret(conn: psycopg.Connection, key: str, secret_id: int) -> None:
+    """Revoke a signing secret; takes effect on the next webhook."""
+    if conn.execute(REVOKE_SECRET, {"key": key, "id": secret_id}).fetchone() is None:
+        raise NotFound(f"workflow {key!r} has no webhook secret {secret_id}")
