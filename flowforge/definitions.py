@@ -210,8 +210,7 @@ class _Parser:
             self.error("$.steps", f"{len(steps)} steps exceed the limit of {MAX_STEPS} steps")
         if self.errors:
             return None
-        for key in doc.keys() - _TOP_KEYS:
-            self.error(f"$.{key}", f"unknown key {key!r}")
+        self.unknown_keys(doc, _TOP_KEYS, "$")
         name = doc.get("name")
         if not isinstance(name, str) or not name.strip():
             self.error("$.name", "name is required: a non-empty string")
@@ -227,6 +226,13 @@ class _Parser:
         if self.errors:
             return None
         return Definition(name=name, webhook_auth=auth, steps=parsed)
+
+    def unknown_keys(self, value: dict[str, Any], allowed: Iterable[str], path: str) -> None:
+        """Report keys the format does not know, in document order: usually a typo."""
+        names = sorted(allowed)
+        for key in value:
+            if key not in names:
+                self.error(f"{path}.{key}", f"unknown key {key!r}; allowed: {', '.join(names)}")
 
     def check_limits(self, value: Any, path: str, depth: int) -> None:
         """Enforce nesting depth and string length over the whole document."""
@@ -254,11 +260,9 @@ class _Parser:
         if not isinstance(trigger, dict) or not isinstance(trigger.get("webhook"), dict):
             self.error("$.trigger", 'trigger must be {"webhook": {"auth": "signature"|"none"}}')
             return "signature"
-        for key in trigger.keys() - {"webhook"}:
-            self.error(f"$.trigger.{key}", f"unknown key {key!r}")
+        self.unknown_keys(trigger, {"webhook"}, "$.trigger")
         webhook = trigger["webhook"]
-        for key in webhook.keys() - {"auth"}:
-            self.error(f"$.trigger.webhook.{key}", f"unknown key {key!r}")
+        self.unknown_keys(webhook, {"auth"}, "$.trigger.webhook")
         auth = webhook.get("auth", "signature")
         if auth not in ("signature", "none"):
             self.error("$.trigger.webhook.auth", 'auth must be "signature" or "none"')
@@ -343,8 +347,7 @@ class _Parser:
         if step_type not in STEP_TYPES:
             self.error(f"{path}.type", f"type must be one of {', '.join(STEP_TYPES)}")
             return None
-        for key in raw.keys() - _COMMON_KEYS - _TYPE_KEYS[step_type]:
-            self.error(f"{path}.{key}", f"unknown key {key!r} for a {step_type} step")
+        self.unknown_keys(raw, _COMMON_KEYS | _TYPE_KEYS[step_type], path)
         request, retry = None, RetryPolicy(max_attempts=1)
         duration_s, until, output = None, None, None
         if step_type == "http_request":
@@ -380,8 +383,7 @@ class _Parser:
         if not isinstance(when, dict):
             self.error(path, "when must be an object with path, op and value")
             return None
-        for key in when.keys() - {"path", "op", "value"}:
-            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        self.unknown_keys(when, {"path", "op", "value"}, path)
         target = when.get("path")
         if not isinstance(target, str) or not templating.is_path(target):
             self.error(f"{path}.path", "path is required: a dotted path such as shape.total")
@@ -405,8 +407,7 @@ class _Parser:
         if not isinstance(request, dict):
             self.error(path, "request is required: an object with method and url")
             return None
-        for key in request.keys() - _REQUEST_KEYS:
-            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        self.unknown_keys(request, _REQUEST_KEYS, path)
         method = request.get("method", "GET")
         if not isinstance(method, str) or method.upper() not in METHODS:
             self.error(f"{path}.method", f"method must be one of {', '.join(METHODS)}")
@@ -454,8 +455,7 @@ class _Parser:
             self.error(path, "retry must be an object")
             return RetryPolicy()
         default = RetryPolicy()
-        for key in retry.keys() - set(RetryPolicy.__dataclass_fields__):
-            self.error(f"{path}.{key}", f"unknown key {key!r}")
+        self.unknown_keys(retry, set(RetryPolicy.__dataclass_fields__), path)
         attempts = retry.get("max_attempts", default.max_attempts)
         if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 20:
             self.error(f"{path}.max_attempts", "max_attempts must be an integer from 1 to 20")

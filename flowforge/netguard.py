@@ -165,7 +165,7 @@ def refusal_reason(address: IPAddress, allow: Allowlist, host: str = "") -> str 
 
 
 def _not_global(address: IPAddress) -> str | None:
-    """Classify an address without the allow list; IPv6 forms that embed IPv4 inherit its verdict."""
+    """Classify without the allow list; IPv6 forms that embed an IPv4 inherit its verdict."""
     table = _REFUSED_V4 if address.version == 4 else _REFUSED_V6
     for network, reason in table:
         if address in network:
@@ -182,7 +182,7 @@ def _not_global(address: IPAddress) -> str | None:
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
-    """IPv4 addresses a packet to this IPv6 address would end up at (mapped, 6to4, Teredo, NAT64)."""
+    """IPv4 addresses a packet to this address would reach: mapped, 6to4, Teredo, NAT64."""
     if address.ipv4_mapped:
         return (address.ipv4_mapped,)
     if address.sixtofour:
@@ -342,6 +342,7 @@ def _exchange(
 ) -> tuple[int, dict[str, str], bytes, bool]:
     """Send and read under one deadline; from the first byte written the outcome is uncertain."""
     deadline = time.monotonic() + timeout_s
+    slow = f"response too slow (timeout {timeout_s:g} s)"
     watchdog = threading.Timer(timeout_s, _abort, (conn.sock,))
     watchdog.daemon = True
     conn.timeout = timeout_s
@@ -353,14 +354,14 @@ def _exchange(
             status = response.status
             found = {name.lower(): response.headers[name] for name in response.headers}
     except (OSError, ValueError, http.client.HTTPException, Urllib3Error) as exc:
-        reason = "response too slow" if time.monotonic() >= deadline else _why(exc)
+        reason = slow if time.monotonic() >= deadline else _why(exc)
         raise SentNoResponse(f"{target.where}: {reason}") from None
     finally:
         watchdog.cancel()
         watchdog.join()
         conn.close()
     if time.monotonic() >= deadline:
-        raise SentNoResponse(f"{target.where}: response too slow")
+        raise SentNoResponse(f"{target.where}: {slow}")
     return status, found, data, truncated
 
 
@@ -387,7 +388,8 @@ def send(
     for address in addresses:
         if reason := refusal_reason(address, allow, target.host):
             raise RequestRefused(
-                f"{target.where}: refused, {address} is {reason}; FLOWFORGE_HTTP_ALLOW can permit it"
+                f"{target.where}: refused, {address} is {reason}; "
+                "FLOWFORGE_HTTP_ALLOW can permit it"
             )
     sent_headers = dict(headers)
     if not any(name.lower() == "host" for name in headers):

@@ -102,7 +102,7 @@ def http_server(context: ssl.SSLContext | None = None) -> Iterator[Server]:
     if context is not None:
         context.sni_callback = lambda sock, name, ctx: server.sni.append(name)
         httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server
@@ -339,7 +339,7 @@ def test_connect_timeout_is_not_sent() -> None:
                 filler.connect(("127.0.0.1", port))
         try:
             started = time.monotonic()
-            with pytest.raises(NotSent, match="timed out|TimeoutError") as info:
+            with pytest.raises(NotSent, match="TimeoutError: timed out") as info:
                 get(f"http://127.0.0.1:{port}/", connect_timeout_s=0.5)
             assert type(info.value) is NotSent
             assert time.monotonic() - started < 3
@@ -447,14 +447,17 @@ def http_date(offset_s: float) -> str:
 @pytest.mark.parametrize(
     ("value", "low", "high"),
     [
-        ("120", 120, 120),
-        ("0", 0, 0),
-        (http_date(600), 590, 600),
-        (http_date(-600), 0, 0),
+        (lambda: "120", 120, 120),
+        (lambda: "0", 0, 0),
+        (lambda: http_date(600), 590, 600),
+        (lambda: http_date(-600), 0, 0),
     ],
+    ids=["seconds", "zero", "future-date", "past-date"],
 )
-def test_retry_after_is_parsed(server: Server, value: str, low: float, high: float) -> None:
-    result = get(server.url(f"/retry-after?value={quote(value)}"))
+def test_retry_after_is_parsed(
+    server: Server, value: Callable[[], str], low: float, high: float
+) -> None:
+    result = get(server.url(f"/retry-after?value={quote(value())}"))
     assert result.status == 429
     assert result.retry_after_s is not None
     assert low <= result.retry_after_s <= high
@@ -477,9 +480,11 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-keyout", str(key), "-out", str(cert), "-subj", "/CN=rebind.test"]
-        + ["-addext", "subjectAltName=DNS:rebind.test"],
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=rebind.test"),
+            *("-addext", "subjectAltName=DNS:rebind.test"),
+        ],
         check=True,
         capture_output=True,
     )
@@ -495,9 +500,7 @@ def tls_server(certificate: tuple[Path, Path]) -> Iterator[Server]:
 
 
 @pytest.fixture
-def trust_test_certificate(
-    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]
-) -> None:
+def trust_test_certificate(monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]) -> None:
     """Make the test certificate the only trusted root for clients that load default certs."""
 
     def load_default_certs(self: ssl.SSLContext, purpose: object = None) -> None:
@@ -515,7 +518,7 @@ def test_https_verifies_against_the_url_hostname(tls_server: Server, dns: FakeDn
 
 @pytest.mark.usefixtures("trust_test_certificate")
 def test_https_hostname_mismatch_is_not_sent(tls_server: Server, dns: FakeDns) -> None:
-    with pytest.raises(NotSent, match="CertificateError|SSL"):
+    with pytest.raises(NotSent, match="CertificateError"):
         get(tls_server.url(host="other.test", scheme="https"))
     assert tls_server.sni == ["other.test"]
     assert tls_server.seen == []

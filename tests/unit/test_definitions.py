@@ -62,10 +62,12 @@ SPEC_EXAMPLE: dict[str, Any] = {
 
 
 def workflow(*steps: dict[str, Any], **top: Any) -> dict[str, Any]:
+    """Wrap steps in a minimal valid top level."""
     return {"name": "test", "steps": list(steps), **top}
 
 
 def transform(step_id: str, *parents: str, output: Any = 1, **extra: Any) -> dict[str, Any]:
+    """A transform step: the simplest node for graph and template tests."""
     step = {"id": step_id, "type": "transform", "output": output, **extra}
     if parents:
         step["depends_on"] = list(parents)
@@ -73,6 +75,7 @@ def transform(step_id: str, *parents: str, output: Any = 1, **extra: Any) -> dic
 
 
 def http(step_id: str = "call", *parents: str, **request: Any) -> dict[str, Any]:
+    """A valid GET step whose request fields a test can override."""
     step: dict[str, Any] = {
         "id": step_id,
         "type": "http_request",
@@ -84,6 +87,7 @@ def http(step_id: str = "call", *parents: str, **request: Any) -> dict[str, Any]
 
 
 def errors_of(doc: Any) -> list[dict[str, str]]:
+    """The problems parse_definition reports, which must not be empty."""
     with pytest.raises(DefinitionInvalid) as caught:
         parse_definition(doc)
     assert caught.value.errors, "DefinitionInvalid must carry at least one error"
@@ -476,6 +480,7 @@ def test_retry_edges_are_accepted() -> None:
 
 
 def delay(**fields: Any) -> dict[str, Any]:
+    """A delay step with the given wait fields."""
     return {"id": "wait", "type": "delay", **fields}
 
 
@@ -674,6 +679,7 @@ def test_step_count_limit() -> None:
 
 
 def nested(levels: int) -> Any:
+    """A string wrapped in that many arrays, to reach a chosen nesting depth."""
     value: Any = "leaf"
     for _ in range(levels):
         value = [value]

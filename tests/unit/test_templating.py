@@ -183,10 +183,12 @@ def test_iter_template_strings_yields_json_paths() -> None:
 
 
 def when(op: str, value: Any = None, path: str = "ctx.v") -> dict[str, Any]:
+    """A condition as a definition would hold it."""
     return {"path": path, "op": op, "value": value}
 
 
 def check(op: str, actual: Any, value: Any) -> bool:
+    """Evaluate op with the resolved value actual against value."""
     return evaluate_condition(when(op, value), {"ctx": {"v": actual}})
 
 

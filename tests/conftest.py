@@ -1,0 +1,152 @@
+"""Shared fixtures: a private database per test (copied from a migrated template), a
+private RabbitMQ name prefix per test, real bin/api and bin/worker processes, and a
+recording HTTP target on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+import pytest
+
+from flowforge import apikeys
+from flowforge.migrate import migrate
+from tests.support.processes import Process, start_api, start_worker
+from tests.support.services import find_postgres, find_rabbitmq
+from tests.support.target import Target
+
+
+def _with_database(url: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(url, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def _cleanups() -> Iterator[list[Callable[[], None]]]:
+    cleanups: list[Callable[[], None]] = []
+    yield cleanups
+    for cleanup in reversed(cleanups):
+        cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(_cleanups: list[Callable[[], None]]) -> str:
+    return find_postgres(_cleanups)
+
+
+@pytest.fixture(scope="session")
+def amqp_url(_cleanups: list[Callable[[], None]]) -> str:
+    return find_rabbitmq(_cleanups)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> Iterator[str]:
+    """A database migrated once per session; each test gets a copy of it."""
+    name = f"ff_tmpl_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    migrate(_with_database(pg_admin_url, name))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """A private, migrated database for this test, dropped afterwards."""
+    name = f"ff_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_database(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def amqp_prefix(amqp_url: str) -> Iterator[str]:
+    """Private exchange and queue names on the shared broker, deleted afterwards."""
+    prefix = f"ff_t_{uuid.uuid4().hex[:12]}"
+    yield prefix
+    try:
+        conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    except Exception:
+        return
+    channel = conn.channel()
+    for queue in (f"{prefix}.steps", f"{prefix}.dead"):
+        channel.queue_delete(queue)
+    for exchange in (prefix, f"{prefix}.dlx"):
+        channel.exchange_delete(exchange)
+    conn.close()
+
+
+@pytest.fixture
+def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
+    """Environment of the processes under test: short leases, loopback allowed."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
+        "FLOWFORGE_DATABASE_URL": database_url,
+        "FLOWFORGE_AMQP_URL": amqp_url,
+        "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
+        "FLOWFORGE_LEASE_SECONDS": "2",
+        "FLOWFORGE_RECONCILE_SECONDS": "2",
+        "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
+        "FLOWFORGE_WORKER_CONCURRENCY": "4",
+        "FLOWFORGE_LOG_LEVEL": "INFO",
+    }
+
+
+@pytest.fixture
+def api_key(db: psycopg.Connection) -> str:
+    return apikeys.create(db, "tests")[1]
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    server = Target()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def workers(env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Process]]:
+    """Start real bin/worker processes: workers(**extra_env)."""
+    started: list[Process] = []
+
+    def start(**extra: str) -> Process:
+        proc = start_worker({**env, **extra}, tmp_path / f"worker-{len(started)}.log")
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def api(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """A real bin/api (gunicorn) process; yields its base URL."""
+    proc, base = start_api(env, tmp_path / "api.log")
+    yield base
+    proc.stop()
+
+
+@pytest.fixture
+def app_client(database_url: str) -> Iterator[Any]:
+    """The Flask app in-process against the private database, for fast API tests."""
+    from flowforge.api import create_app
+    from flowforge.config import Settings
+
+    app = create_app(Settings(database_url=database_url, max_body_bytes=65_536))
+    app.extensions["flowforge.pool"].wait(timeout=10)
+    yield app.test_client()
+    app.extensions["flowforge.pool"].close()

@@ -1,0 +1,81 @@
+"""A thin HTTP client for the FlowForge API, used by tests that drive real processes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import requests
+
+from tests.support.processes import wait_for
+
+TERMINAL = {"succeeded", "failed", "cancelled", "needs_attention"}
+
+
+class Api:
+    """Talks to a running bin/api with one API key."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def publish(self, workflow: str, definition: dict[str, Any]) -> dict[str, Any]:
+        r = self.session.post(
+            f"{self.base}/api/v1/workflows/{workflow}/versions", json=definition, timeout=10
+        )
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def hook(
+        self,
+        workflow: str,
+        payload: Any,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> requests.Response:
+        body = raw if raw is not None else json.dumps(payload).encode()
+        return requests.post(
+            f"{self.base}/hooks/{workflow}",
+            data=body,
+            timeout=10,
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
+
+    def start(self, workflow: str, payload: Any, **kwargs: Any) -> str:
+        r = self.hook(workflow, payload, **kwargs)
+        assert r.status_code == 202, r.text
+        return r.json()["execution_id"]
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        r = self.session.get(f"{self.base}/api/v1/executions/{execution_id}", timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def post(self, path: str, body: Any = None) -> requests.Response:
+        return self.session.post(f"{self.base}{path}", json=body, timeout=10)
+
+    def wait(
+        self,
+        execution_id: str,
+        statuses: set[str] | str = frozenset(TERMINAL),
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Poll until the execution reaches one of `statuses`; return it."""
+        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
+
+        def reached() -> dict[str, Any] | None:
+            execution = self.execution(execution_id)
+            return execution if execution["status"] in wanted else None
+
+        return wait_for(
+            reached,
+            timeout=timeout,
+            interval=0.1,
+            message=f"execution {execution_id} to reach {sorted(wanted)}",
+        )
+
+
+def step(execution: dict[str, Any], step_id: str) -> dict[str, Any]:
+    """One step of an execution document."""
+    return next(s for s in execution["steps"] if s["id"] == step_id)

@@ -1,0 +1,125 @@
+"""Starting the real bin/api and bin/worker as child processes, and waiting on them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
+    """Poll until predicate() is truthy; return its value or fail with `message`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+class Process:
+    """A child process with its output captured to a file for assertions on logs."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            argv,
+            env=dict(env),
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.popen.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL, the crash every recovery path is built for."""
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGCONT)
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.popen.wait(timeout)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                self.kill()
+        self._log.close()
+        return self.popen.returncode
+
+
+def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple[Process, str]:
+    """bin/api on a free loopback port; returns the process and its base URL."""
+    port = free_port()
+    proc = Process(
+        [
+            sys.executable,
+            str(ROOT / "bin" / "api"),
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+        ],
+        env,
+        log_path,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"bin/api exited early:\n{proc.log()}")
+        try:
+            return requests.get(f"{base}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(healthy, timeout=30, message="bin/api to answer /healthz")
+    return proc, base
+
+
+def start_worker(env: Mapping[str, str], log_path: Path) -> Process:
+    """bin/worker; ready once it logs that its consumer is consuming."""
+    proc = Process([sys.executable, str(ROOT / "bin" / "worker")], env, log_path)
+
+    def consuming() -> bool:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"bin/worker exited early:\n{proc.log()}")
+        return '"consuming"' in proc.log()
+
+    wait_for(consuming, timeout=30, message="bin/worker to start consuming")
+    return proc

@@ -1,0 +1,101 @@
+"""A recording HTTP target on 127.0.0.1 whose answers each test scripts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    """One request the target saw."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    """What to answer: status, JSON or raw body, headers, and an optional delay."""
+
+    status: int = 200
+    json: Any = None
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+Script = Callable[[Received], Reply]
+
+
+class Target:
+    """Records every request; `script` decides the reply (default: 200 with {"ok": true})."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.script: Script = lambda _r: Reply(json={"ok": True})
+        self._lock = threading.Lock()
+        target = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                seen = Received(
+                    self.command,
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    time.time(),
+                )
+                with target._lock:
+                    target.received.append(seen)
+                reply = target.script(seen)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                payload = json.dumps(reply.json).encode() if reply.json is not None else reply.body
+                try:
+                    self.send_response(reply.status)
+                    if reply.json is not None:
+                        self.send_header("Content-Type", "application/json")
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def requests_to(self, path: str) -> list[Received]:
+        """Requests whose path starts with `path`."""
+        with self._lock:
+            return [r for r in self.received if r.path.startswith(path)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
