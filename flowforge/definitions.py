@@ -211,7 +211,7 @@ class _Parser:
         if self.errors:
             return None
         self.unknown_keys(doc, _TOP_KEYS, "$")
-        name = doc.get("name")
+        name: Any = doc.get("name")
         if not isinstance(name, str) or not name.strip():
             self.error("$.name", "name is required: a non-empty string")
         elif len(name) > MAX_NAME_CHARS:
@@ -476,7 +476,8 @@ class _Parser:
         self, raw: dict[str, Any], path: str, ancestors: frozenset[str]
     ) -> tuple[float | None, str | None]:
         """Check that a delay names exactly one way to wait."""
-        duration_s, until = raw.get("duration_s"), raw.get("until")
+        duration_s: Any = raw.get("duration_s")
+        until: Any = raw.get("until")
         if ("duration_s" in raw) == ("until" in raw):
             self.error(path, "a delay needs exactly one of duration_s and until")
         elif "duration_s" in raw:

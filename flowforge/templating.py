@@ -195,7 +195,7 @@ def evaluate_condition(condition: Mapping[str, Any], context: Mapping[str, Any])
         except TemplateError:
             return False
         return True
-    actual, expected = resolve_path(context, path), condition.get("value")
+    actual, expected = resolve_path(context, path), condition["value"]
     if op == "eq":
         return _json_equal(actual, expected)
     if op == "ne":

@@ -75,7 +75,10 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.wait(self.lease_s / 3):
-            self.beat()
+            try:
+                self.beat()
+            except Exception:
+                logger.exception("heartbeat crashed; retrying")
 
     def beat(self) -> None:
         """Renew every lease held; log the ones another worker took over."""
@@ -133,6 +136,8 @@ class Reaper(threading.Thread):
                 self.housekeep()
             except (DatabaseUnavailable, psycopg.OperationalError) as exc:
                 logger.warning("reaper pass failed", extra={"error": str(exc)[:200]})
+            except Exception:
+                logger.exception("reaper pass crashed; retrying")
 
     def reap(self) -> int:
         """Recover every expired lease, one execution per transaction."""

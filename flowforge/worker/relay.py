@@ -81,6 +81,12 @@ class Relay(threading.Thread):
                 )
                 self._close_listener()
                 self.stop.wait(_backoff(failures))
+            except Exception:
+                failures += 1
+                logger.exception("relay crashed; restarting its connections")
+                self._close_broker()
+                self._close_listener()
+                self.stop.wait(_backoff(failures))
         self._close_broker()
         self._close_listener()
 

@@ -43,10 +43,10 @@ WITH due AS (
     RETURNING e.id
 ), history AS (
     INSERT INTO execution_events (execution_id, step_id, kind, detail)
-    SELECT execution_id, step_id, 'step.ready', '{{"from": "waiting", "to": "ready"}}'
+    SELECT execution_id, step_id, 'step.ready', '{{"from": "waiting", "to": "ready"}}'::jsonb
     FROM woken
     UNION ALL
-    SELECT id, NULL, 'execution.running', '{{"from": "waiting", "to": "running"}}'
+    SELECT id, NULL, 'execution.running', '{{"from": "waiting", "to": "running"}}'::jsonb
     FROM resumed
 ), wakeups AS (
     INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM woken
@@ -73,6 +73,10 @@ class TimerScanner(threading.Thread):
                 woken, pause = self.scan()
             except (DatabaseUnavailable, psycopg.OperationalError) as exc:
                 logger.warning("timer scan failed; retrying", extra={"error": str(exc)[:200]})
+                woken, pause = 0, MAX_SLEEP
+            except Exception:
+                # A bug must not silently end the thread that wakes every delay.
+                logger.exception("timer scan crashed; retrying")
                 woken, pause = 0, MAX_SLEEP
             if woken < BATCH:
                 self.stop.wait(pause)

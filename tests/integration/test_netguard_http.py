@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
+import re
 import shutil
 import socket
 import ssl
@@ -353,7 +354,7 @@ Behaviour = Callable[[socket.socket, threading.Event], None]
 
 @contextlib.contextmanager
 def raw_server(behaviour: Behaviour) -> Iterator[tuple[int, list[bytes]]]:
-    """A one-connection server on 127.0.0.1 that reads the request head, then misbehaves."""
+    """A one-connection server on 127.0.0.1 that reads the whole request, then misbehaves."""
     listener = socket.create_server(("127.0.0.1", 0))
     received: list[bytes] = []
     stop = threading.Event()
@@ -363,10 +364,12 @@ def raw_server(behaviour: Behaviour) -> Iterator[tuple[int, list[bytes]]]:
             conn, _ = listener.accept()
             with conn:
                 conn.settimeout(5)
+                request = conn.makefile("rb")
                 head = b""
-                while b"\r\n\r\n" not in head:
-                    head += conn.recv(4096) or b"\r\n\r\n"
-                received.append(head)
+                while (line := request.readline()) not in (b"\r\n", b""):
+                    head += line
+                length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                received.append(head + request.read(int(length[1]) if length else 0))
                 behaviour(conn, stop)
 
     thread = threading.Thread(target=serve, daemon=True)

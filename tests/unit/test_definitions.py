@@ -61,7 +61,7 @@ SPEC_EXAMPLE: dict[str, Any] = {
 }
 
 
-def workflow(*steps: dict[str, Any], **top: Any) -> dict[str, Any]:
+def workflow(*steps: Any, **top: Any) -> dict[str, Any]:
     """Wrap steps in a minimal valid top level."""
     return {"name": "test", "steps": list(steps), **top}
 
@@ -268,7 +268,7 @@ def test_description_is_allowed_and_must_be_a_string() -> None:
 
 def test_trigger_defaults_to_signature() -> None:
     assert parse_definition(workflow(transform("a"))).webhook_auth == "signature"
-    trigger = {"webhook": {}}
+    trigger: dict[str, Any] = {"webhook": {}}
     assert parse_definition(workflow(transform("a"), trigger=trigger)).webhook_auth == "signature"
     trigger = {"webhook": {"auth": "none"}}
     assert parse_definition(workflow(transform("a"), trigger=trigger)).webhook_auth == "none"
