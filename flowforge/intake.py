@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from flowforge import faults
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
 from flowforge.executions import definition_for
@@ -134,4 +135,5 @@ def accept(
                 "event": Jsonb({"to": "queued", "version": target.version}),
             },
         )
+        faults.hit("intake_before_commit")
     return Accepted(execution_id, replayed=False)

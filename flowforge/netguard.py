@@ -217,6 +217,7 @@ class _Target:
 
     @property
     def _bracketed(self) -> str:
+        """IPv6 literals need brackets wherever a port may follow."""
         return f"[{self.host}]" if ":" in self.host else self.host
 
 
@@ -376,11 +377,7 @@ def send(
     max_response_bytes: int = 262_144,
     connect_timeout_s: float = 5.0,
 ) -> HttpResult:
-    """Send one request to a vetted address; redirects are returned, so every hop is vetted anew.
-
-    timeout_s bounds everything after connecting (sending, headers, body); the caller's Host
-    header wins when given, otherwise it is derived from the URL.
-    """
+    """Send one request to a vetted address; a 3xx is returned unfollowed so each hop is vetted."""
     started = time.monotonic()
     target = _parse_target(method, url)
     _check_headers(target, headers)
@@ -391,7 +388,7 @@ def send(
                 f"{target.where}: refused, {address} is {reason}; "
                 "FLOWFORGE_HTTP_ALLOW can permit it"
             )
-    sent_headers = dict(headers)
+    sent_headers = dict(headers)  # a caller's Host wins: virtual hosts behind an IP-literal URL
     if not any(name.lower() == "host" for name in headers):
         sent_headers["Host"] = target.host_header
     conn = _connect(target, addresses, connect_timeout_s)

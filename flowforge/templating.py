@@ -58,11 +58,10 @@ def _split(text: str) -> tuple[list[str], list[str]]:
 
 
 def _literal(text: str) -> str:
-    """Reject braces left outside placeholders so a typo cannot pass as plain text."""
+    """Reject an unclosed '{{' so a typo cannot pass as plain text; a lone '}}' is text,
+    since literal JSON bodies such as {"a":{"b":1}} end with one."""
     if "{{" in text:
         raise TemplateSyntaxError(f"{text!r}: '{{{{' is never closed by '}}}}'")
-    if "}}" in text:
-        raise TemplateSyntaxError(f"{text!r}: '}}}}' has no opening '{{{{'")
     return text
 
 

@@ -1,0 +1,259 @@
+"""The DAG rules of flowforge/engine.py, driven without a database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from flowforge.definitions import RetryPolicy, parse_definition
+from flowforge.engine import Run, StepState, backoff_seconds
+from flowforge.steps.http_request import Outcome
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def make_run(steps: list[dict[str, Any]], payload: Any = None) -> Run:
+    definition = parse_definition({"name": "t", "steps": steps})
+    roots = set(definition.roots())
+    return Run(
+        execution_id="00000000-0000-0000-0000-000000000001",
+        workflow="wf",
+        version=1,
+        status="queued",
+        input=payload if payload is not None else {},
+        definition=definition,
+        steps={
+            s.id: StepState(s.id, s.type, "ready" if s.id in roots else "pending")
+            for s in definition.steps
+        },
+        now=NOW,
+    )
+
+
+def statuses(run: Run) -> dict[str, str]:
+    return {sid: s.status for sid, s in run.steps.items()}
+
+
+def http(step_id: str, method: str = "GET", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": step_id,
+        "type": "http_request",
+        "request": {"method": method, "url": "http://127.0.0.1:1/x"},
+        **extra,
+    }
+
+
+def test_chain_of_transforms_runs_inline_in_one_unit_of_work() -> None:
+    run = make_run(
+        [
+            {"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}},
+            {"id": "b", "type": "transform", "depends_on": ["a"], "output": "{{ a.n }}"},
+            {
+                "id": "c",
+                "type": "transform",
+                "depends_on": ["b"],
+                "output": ["{{ b }}", "x{{ b }}"],
+            },
+        ],
+        {"n": 7},
+    )
+    run.started()
+    run.advance()
+    assert statuses(run) == {"a": "succeeded", "b": "succeeded", "c": "succeeded"}
+    assert run.steps["c"].output == [7, "x7"]
+    assert run.status == "succeeded"
+    assert len(run.new_attempts) == 3
+    assert run.dispatch == []
+
+
+def test_parallel_branches_join_only_when_both_parents_are_done() -> None:
+    run = make_run(
+        [
+            http("fetch"),
+            {"id": "left", "type": "transform", "depends_on": ["fetch"], "output": 1},
+            http("right", depends_on=["fetch"]),
+            {
+                "id": "join",
+                "type": "transform",
+                "depends_on": ["left", "right"],
+                "output": {"l": "{{ left }}", "r": "{{ right.status }}"},
+            },
+        ]
+    )
+    claimed = run.claim("fetch", "w1")
+    run.record_outcome("fetch", claimed.fencing_token, Outcome("succeeded", output={"status": 200}))
+    assert statuses(run)["left"] == "succeeded"
+    assert statuses(run)["right"] == "ready"
+    assert statuses(run)["join"] == "pending"
+    assert run.dispatch == ["right"]
+    token = run.claim("right", "w1").fencing_token
+    run.record_outcome("right", token, Outcome("succeeded", output={"status": 201}))
+    assert run.steps["join"].output == {"l": 1, "r": 201}
+    assert run.status == "succeeded"
+
+
+def test_false_condition_skips_and_skips_propagate_to_all_skipped_children() -> None:
+    run = make_run(
+        [
+            {"id": "a", "type": "transform", "output": {"total": 50}},
+            {
+                "id": "big",
+                "type": "transform",
+                "depends_on": ["a"],
+                "when": {"path": "a.total", "op": "gt", "value": 100},
+                "output": 1,
+            },
+            {"id": "after_big", "type": "transform", "depends_on": ["big"], "output": 2},
+            {"id": "mixed", "type": "transform", "depends_on": ["big", "a"], "output": 3},
+        ]
+    )
+    run.advance()
+    assert statuses(run) == {
+        "a": "succeeded",
+        "big": "skipped",
+        "after_big": "skipped",
+        "mixed": "succeeded",
+    }
+    assert run.status == "succeeded"
+
+
+def test_unresolvable_template_fails_the_step_and_cancels_what_cannot_run() -> None:
+    run = make_run(
+        [
+            {"id": "a", "type": "transform", "output": "{{ input.missing }}"},
+            {"id": "b", "type": "transform", "depends_on": ["a"], "output": 1},
+        ]
+    )
+    run.advance()
+    assert statuses(run) == {"a": "failed", "b": "cancelled"}
+    assert "missing" in run.steps["a"].error
+    assert run.status == "failed"
+
+
+def test_delay_waits_then_succeeds_when_woken() -> None:
+    run = make_run(
+        [
+            {"id": "d", "type": "delay", "duration_s": 60},
+            {"id": "t", "type": "transform", "depends_on": ["d"], "output": "done"},
+        ]
+    )
+    run.advance()
+    assert run.steps["d"].status == "waiting"
+    assert run.steps["d"].wake_at == NOW + timedelta(seconds=60)
+    assert run.status == "waiting"
+    run.steps["d"].status = "ready"  # what the timer scanner does when wake_at passes
+    run.advance()
+    assert statuses(run) == {"d": "succeeded", "t": "succeeded"}
+
+
+def test_delay_until_in_the_past_does_not_wait() -> None:
+    run = make_run(
+        [{"id": "d", "type": "delay", "until": "{{ input.at }}"}],
+        {"at": (NOW - timedelta(hours=1)).isoformat()},
+    )
+    run.advance()
+    assert run.steps["d"].status == "succeeded"
+
+
+def test_retryable_failure_backs_off_then_fails_when_attempts_run_out() -> None:
+    run = make_run([http("a", retry={"max_attempts": 2, "initial_interval_s": 10})])
+    token = run.claim("a", "w").fencing_token
+    run.record_outcome("a", token, Outcome("retry", error="HTTP 503", http_status=503))
+    state = run.steps["a"]
+    assert state.status == "waiting"
+    assert NOW + timedelta(seconds=5) <= state.wake_at <= NOW + timedelta(seconds=10)
+    assert run.status == "waiting"
+    state.status = "ready"
+    token = run.claim("a", "w").fencing_token
+    assert token == 2
+    run.record_outcome("a", token, Outcome("retry", error="HTTP 503", http_status=503))
+    assert state.status == "failed"
+    assert run.status == "failed"
+
+
+def test_retry_after_is_honoured_up_to_the_maximum_interval() -> None:
+    run = make_run([http("a", retry={"initial_interval_s": 1, "max_interval_s": 30})])
+    token = run.claim("a", "w").fencing_token
+    run.record_outcome("a", token, Outcome("retry", error="429", retry_after_s=20))
+    assert run.steps["a"].wake_at == NOW + timedelta(seconds=20)
+
+
+def test_lost_lease_repeats_safe_requests_and_marks_unsafe_ones_unknown() -> None:
+    run = make_run([http("get"), http("post", method="POST")])
+    run.claim("get", "w1")
+    run.claim("post", "w1")
+    run.recover_lease("get")
+    run.recover_lease("post")
+    assert run.steps["get"].status == "waiting"
+    assert run.steps["post"].status == "unknown"
+    outcomes = {a.step_id: a.outcome for a in run.finished_attempts}
+    assert outcomes == {"get": "lost_lease", "post": "unknown"}
+    assert run.status == "waiting"
+    run.steps["get"].status = "succeeded"
+    run.derive_status()
+    assert run.status == "needs_attention"
+
+
+def test_resolve_succeeded_continues_with_the_given_output() -> None:
+    run = make_run(
+        [
+            http("post", method="POST"),
+            {"id": "t", "type": "transform", "depends_on": ["post"], "output": "{{ post.id }}"},
+        ]
+    )
+    run.claim("post", "w1")
+    run.recover_lease("post")
+    run.resolve("post", "succeeded", {"id": 42})
+    assert run.steps["t"].output == 42
+    assert run.status == "succeeded"
+
+
+def test_cancel_stops_waiting_work_at_once_and_running_work_at_its_boundary() -> None:
+    run = make_run(
+        [
+            http("slow"),
+            {"id": "d", "type": "delay", "duration_s": 86400},
+            {"id": "after", "type": "transform", "depends_on": ["slow"], "output": 1},
+        ]
+    )
+    run.advance()
+    token = run.claim("slow", "w").fencing_token
+    run.cancel()
+    assert run.steps["d"].status == "cancelled"
+    assert run.status == "running"  # the request in flight has not come back yet
+    run.record_outcome("slow", token, Outcome("succeeded", output={"status": 200}))
+    assert run.steps["slow"].status == "cancelled"
+    assert run.steps["slow"].output == {"status": 200}
+    assert run.steps["after"].status == "cancelled"
+    assert run.status == "cancelled"
+
+
+def test_operator_retry_reruns_only_failed_steps() -> None:
+    run = make_run(
+        [
+            {"id": "a", "type": "transform", "output": 1},
+            http("b", method="POST", depends_on=["a"]),
+        ]
+    )
+    run.advance()
+    token = run.claim("b", "w").fencing_token
+    run.record_outcome("b", token, Outcome("failed", error="HTTP 400", http_status=400))
+    assert run.status == "failed"
+    run.dispatch.clear()  # save_run clears what it wrote
+    run.retry()
+    assert statuses(run) == {"a": "succeeded", "b": "ready"}
+    assert run.dispatch == ["b"]
+    assert run.steps["b"].attempts == 0
+    assert run.status == "running"
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 5, 20])
+def test_backoff_is_jittered_within_half_to_full_capped_interval(attempts: int) -> None:
+    policy = RetryPolicy(
+        max_attempts=30, initial_interval_s=1, backoff_coefficient=2, max_interval_s=60
+    )
+    full = min(60, 2 ** (attempts - 1))
+    for _ in range(50):
+        assert full / 2 <= backoff_seconds(policy, attempts) <= full
