@@ -1,0 +1,190 @@
+"""The webhook intake on real PostgreSQL: one transaction, idempotency, pinning, rollback."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import requests
+
+from tests.support.api import Api
+from tests.support.processes import start_api
+
+CHAIN = {
+    "name": "Chain",
+    "trigger": {"webhook": {"auth": "none"}},
+    "steps": [
+        {"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}},
+        {"id": "b", "type": "transform", "depends_on": ["a"], "output": "{{ a.n }}"},
+        {"id": "c", "type": "transform", "output": 1},
+    ],
+}
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def hook(client: Any, workflow: str, body: bytes, **headers: str) -> Any:
+    return client.post(f"/hooks/{workflow}", data=body,
+                       headers={"Content-Type": "application/json", **headers})
+
+
+def counts(db: psycopg.Connection) -> dict[str, int]:
+    tables = ("executions", "steps", "outbox", "idempotency_keys", "execution_events")
+    return {t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+
+
+def published(client: Any, key: str, definition: dict[str, Any] = CHAIN) -> None:
+    r = client.post("/api/v1/workflows/chain/versions", json=definition, headers=auth(key))
+    assert r.status_code == 201, r.get_data(as_text=True)
+
+
+def test_webhook_writes_execution_steps_outbox_and_event_together(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    r = hook(app_client, "chain", b'{"n": 5}')
+    assert r.status_code == 202
+    eid = r.get_json()["execution_id"]
+    assert r.get_json()["status"] == "queued"
+    assert r.headers["Location"] == f"/api/v1/executions/{eid}"
+    steps = dict(db.execute("SELECT step_id, status FROM steps ORDER BY position").fetchall())
+    assert steps == {"a": "ready", "b": "pending", "c": "ready"}
+    assert sorted(r[0] for r in db.execute("SELECT step_id FROM outbox")) == ["a", "c"]
+    shown = app_client.get(f"/api/v1/executions/{eid}", headers=auth(api_key)).get_json()
+    assert shown["status"] == "queued" and shown["input"] == {"n": 5}
+    assert [e["kind"] for e in shown["events"]] == ["execution.queued"]
+
+
+def test_same_key_same_body_replays_and_a_different_body_conflicts(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    first = hook(app_client, "chain", b'{"n": 1}', **{"Idempotency-Key": "k1"})
+    again = hook(app_client, "chain", b'{"n": 1}', **{"Idempotency-Key": "k1"})
+    assert again.status_code == 202
+    assert again.get_json()["execution_id"] == first.get_json()["execution_id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    before = counts(db)
+    changed = hook(app_client, "chain", b'{"n":  1}', **{"Idempotency-Key": "k1"})
+    assert changed.status_code == 409
+    assert changed.mimetype == "application/problem+json"
+    assert counts(db) == before
+    # webhook-id is the key when there is no Idempotency-Key
+    one = hook(app_client, "chain", b"{}", **{"webhook-id": "msg_1"})
+    two = hook(app_client, "chain", b"{}", **{"webhook-id": "msg_1"})
+    assert one.get_json()["execution_id"] == two.get_json()["execution_id"]
+    # no key at all: every call is a new execution
+    assert (hook(app_client, "chain", b"{}").get_json()["execution_id"]
+            != hook(app_client, "chain", b"{}").get_json()["execution_id"])
+
+
+def test_bad_webhooks_are_refused_and_create_nothing(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    before = counts(db)
+    assert hook(app_client, "missing", b"{}").status_code == 404
+    assert hook(app_client, "chain", b"{nope").status_code == 400
+    assert app_client.post("/hooks/chain", data=b"a=1",
+                           content_type="application/x-www-form-urlencoded").status_code == 415
+    assert hook(app_client, "chain", b"{}", **{"Content-Encoding": "gzip"}).status_code == 415
+    assert hook(app_client, "chain", b'{"x": "' + b"a" * 70_000 + b'"}').status_code == 413
+    assert app_client.post("/hooks/chain?x=1", data=b"{}",
+                           content_type="application/json").status_code == 400
+    assert hook(app_client, "chain", b"{}", **{"Idempotency-Key": "k" * 300}).status_code == 400
+    leaked = hook(app_client, "chain", b'{"password": "hunter2"')
+    assert leaked.status_code == 400 and "hunter2" not in leaked.get_data(as_text=True)
+    assert counts(db) == before
+
+
+def test_signature_is_the_default_auth(app_client: Any, api_key: str,
+                                       db: psycopg.Connection) -> None:
+    definition = {k: v for k, v in CHAIN.items() if k != "trigger"}
+    published(app_client, api_key, definition)
+    r = hook(app_client, "chain", b"{}")
+    assert r.status_code == 401
+    assert counts(db)["executions"] == 0
+
+
+def test_executions_stay_pinned_to_the_version_they_arrived_under(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    old = hook(app_client, "chain", b"{}").get_json()["execution_id"]
+    published(app_client, api_key, {**CHAIN, "steps": [CHAIN["steps"][2]]})
+    new = hook(app_client, "chain", b"{}").get_json()["execution_id"]
+    shown = {eid: app_client.get(f"/api/v1/executions/{eid}", headers=auth(api_key)).get_json()
+             for eid in (old, new)}
+    assert shown[old]["version"] == 1 and len(shown[old]["steps"]) == 3
+    assert shown[new]["version"] == 2 and [s["id"] for s in shown[new]["steps"]] == ["c"]
+
+
+def test_keyset_pagination_walks_every_execution_once(app_client: Any, api_key: str) -> None:
+    published(app_client, api_key)
+    created = {hook(app_client, "chain", b"{}").get_json()["execution_id"] for _ in range(7)}
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = "/api/v1/executions?workflow=chain&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        page = app_client.get(query, headers=auth(api_key)).get_json()
+        seen += [item["id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert len(seen) == 7 and set(seen) == created
+    queued = app_client.get("/api/v1/executions?status=queued&limit=50",
+                            headers=auth(api_key)).get_json()
+    assert len(queued["items"]) == 7
+    none = app_client.get("/api/v1/executions?status=failed", headers=auth(api_key)).get_json()
+    assert none["items"] == []
+
+
+def test_twenty_identical_requests_racing_through_gunicorn_create_one_execution(
+    api: str, api_key: str, db: psycopg.Connection
+) -> None:
+    Api(api, api_key).publish("chain", CHAIN)
+    body = json.dumps({"n": 1}).encode()
+
+    def send(_: int) -> requests.Response:
+        return requests.post(f"{api}/hooks/chain", data=body, timeout=10,
+                             headers={"Content-Type": "application/json",
+                                      "Idempotency-Key": "race-1"})
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(send, range(20)))
+    assert {r.status_code for r in answers} == {202}
+    assert len({r.json()["execution_id"] for r in answers}) == 1
+    assert sum(r.headers.get("Idempotent-Replayed") == "true" for r in answers) == 19
+    assert counts(db)["executions"] == 1
+
+
+def test_a_failure_inside_the_intake_transaction_leaves_nothing_behind(
+    env: dict[str, str], api_key: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    proc, base = start_api({**env, "FLOWFORGE_FAULTS": "intake_before_commit=raise"},
+                           tmp_path / "api.log")
+    try:
+        Api(base, api_key).publish("chain", CHAIN)
+        before = counts(db)
+        r = requests.post(f"{base}/hooks/chain", data=b"{}", timeout=10,
+                          headers={"Content-Type": "application/json",
+                                   "Idempotency-Key": "k-rollback"})
+        assert r.status_code == 500
+        assert r.headers["Content-Type"] == "application/problem+json"
+        assert "Traceback" not in r.text
+        assert counts(db) == before
+    finally:
+        proc.stop()
+    healthy, base = start_api(env, tmp_path / "api2.log")
+    try:
+        retried = Api(base, api_key).hook("chain", {}, headers={"Idempotency-Key": "k-rollback"})
+        assert retried.status_code == 202
+        assert "Idempotent-Replayed" not in retried.headers
+    finally:
+        healthy.stop()
