@@ -255,6 +255,9 @@ class Run:
             duration_ms=outcome.duration_ms,
         )
         policy = self.definition.step(step_id).retry
+        if outcome.output is not None:
+            # A failed response is kept too: it is what an operator needs to see.
+            self.steps[step_id].output = outcome.output
         if outcome.kind == "succeeded":
             self.succeed(step_id, outcome.output)
         elif outcome.kind == "unknown":

@@ -22,8 +22,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 def publish(client: Any, key: str, workflow: str, definition: Any) -> Any:
-    return client.post(f"/api/v1/workflows/{workflow}/versions", json=definition,
-                       headers=auth(key))
+    return client.post(f"/api/v1/workflows/{workflow}/versions", json=definition, headers=auth(key))
 
 
 def assert_problem(response: Any, status: int) -> dict[str, Any]:
@@ -68,16 +67,22 @@ def test_invalid_definition_lists_every_problem_with_its_path_and_stores_nothing
     }
     body = assert_problem(publish(app_client, api_key, "bad", bad), 422)
     paths = {e["path"] for e in body["errors"]}
-    assert {"$.name", "$.steps[1].id", "$.steps[2].request.method",
-            "$.steps[2].request.url"} <= paths
+    assert {
+        "$.name",
+        "$.steps[1].id",
+        "$.steps[2].request.method",
+        "$.steps[2].request.url",
+    } <= paths
     messages = " ".join(e["message"] for e in body["errors"])
     assert "c -> d -> c" in messages or "d -> c -> d" in messages
     assert db.execute("SELECT count(*) FROM workflows").fetchone()[0] == 0
 
 
 def test_limits_are_named_in_the_422(app_client: Any, api_key: str) -> None:
-    many = {"name": "big", "steps": [{"id": f"s{i}", "type": "transform", "output": i}
-                                     for i in range(101)]}
+    many = {
+        "name": "big",
+        "steps": [{"id": f"s{i}", "type": "transform", "output": i} for i in range(101)],
+    }
     body = assert_problem(publish(app_client, api_key, "big", many), 422)
     assert "100" in json.dumps(body["errors"])
 
@@ -86,18 +91,25 @@ def test_http_errors_are_problem_details(app_client: Any, api_key: str) -> None:
     assert_problem(app_client.get("/api/v1/workflows"), 401)
     assert_problem(app_client.get("/api/v1/workflows", headers=auth("ff_" + "0" * 64)), 401)
     assert_problem(app_client.get("/api/v1/workflows/missing", headers=auth(api_key)), 404)
-    assert_problem(app_client.get("/api/v1/workflows/chain/versions/9", headers=auth(api_key)),
-                   404)
+    assert_problem(app_client.get("/api/v1/workflows/chain/versions/9", headers=auth(api_key)), 404)
     assert_problem(app_client.get("/nowhere"), 404)
     assert_problem(app_client.delete("/hooks/x"), 405)
     assert_problem(
-        app_client.post("/api/v1/workflows/x/versions", data="{not json",
-                        content_type="application/json", headers=auth(api_key)),
+        app_client.post(
+            "/api/v1/workflows/x/versions",
+            data="{not json",
+            content_type="application/json",
+            headers=auth(api_key),
+        ),
         400,
     )
     assert_problem(
-        app_client.post("/api/v1/workflows/x/versions", data="name: x",
-                        content_type="text/yaml", headers=auth(api_key)),
+        app_client.post(
+            "/api/v1/workflows/x/versions",
+            data="name: x",
+            content_type="text/yaml",
+            headers=auth(api_key),
+        ),
         415,
     )
     assert_problem(publish(app_client, api_key, "Bad Key!", CHAIN), 422)

@@ -29,8 +29,9 @@ def auth(key: str) -> dict[str, str]:
 
 
 def hook(client: Any, workflow: str, body: bytes, **headers: str) -> Any:
-    return client.post(f"/hooks/{workflow}", data=body,
-                       headers={"Content-Type": "application/json", **headers})
+    return client.post(
+        f"/hooks/{workflow}", data=body, headers={"Content-Type": "application/json", **headers}
+    )
 
 
 def counts(db: psycopg.Connection) -> dict[str, int]:
@@ -80,8 +81,10 @@ def test_same_key_same_body_replays_and_a_different_body_conflicts(
     two = hook(app_client, "chain", b"{}", **{"webhook-id": "msg_1"})
     assert one.get_json()["execution_id"] == two.get_json()["execution_id"]
     # no key at all: every call is a new execution
-    assert (hook(app_client, "chain", b"{}").get_json()["execution_id"]
-            != hook(app_client, "chain", b"{}").get_json()["execution_id"])
+    assert (
+        hook(app_client, "chain", b"{}").get_json()["execution_id"]
+        != hook(app_client, "chain", b"{}").get_json()["execution_id"]
+    )
 
 
 def test_bad_webhooks_are_refused_and_create_nothing(
@@ -91,20 +94,27 @@ def test_bad_webhooks_are_refused_and_create_nothing(
     before = counts(db)
     assert hook(app_client, "missing", b"{}").status_code == 404
     assert hook(app_client, "chain", b"{nope").status_code == 400
-    assert app_client.post("/hooks/chain", data=b"a=1",
-                           content_type="application/x-www-form-urlencoded").status_code == 415
+    assert (
+        app_client.post(
+            "/hooks/chain", data=b"a=1", content_type="application/x-www-form-urlencoded"
+        ).status_code
+        == 415
+    )
     assert hook(app_client, "chain", b"{}", **{"Content-Encoding": "gzip"}).status_code == 415
     assert hook(app_client, "chain", b'{"x": "' + b"a" * 70_000 + b'"}').status_code == 413
-    assert app_client.post("/hooks/chain?x=1", data=b"{}",
-                           content_type="application/json").status_code == 400
+    assert (
+        app_client.post("/hooks/chain?x=1", data=b"{}", content_type="application/json").status_code
+        == 400
+    )
     assert hook(app_client, "chain", b"{}", **{"Idempotency-Key": "k" * 300}).status_code == 400
     leaked = hook(app_client, "chain", b'{"password": "hunter2"')
     assert leaked.status_code == 400 and "hunter2" not in leaked.get_data(as_text=True)
     assert counts(db) == before
 
 
-def test_signature_is_the_default_auth(app_client: Any, api_key: str,
-                                       db: psycopg.Connection) -> None:
+def test_signature_is_the_default_auth(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
     definition = {k: v for k, v in CHAIN.items() if k != "trigger"}
     published(app_client, api_key, definition)
     r = hook(app_client, "chain", b"{}")
@@ -119,8 +129,10 @@ def test_executions_stay_pinned_to_the_version_they_arrived_under(
     old = hook(app_client, "chain", b"{}").get_json()["execution_id"]
     published(app_client, api_key, {**CHAIN, "steps": [CHAIN["steps"][2]]})
     new = hook(app_client, "chain", b"{}").get_json()["execution_id"]
-    shown = {eid: app_client.get(f"/api/v1/executions/{eid}", headers=auth(api_key)).get_json()
-             for eid in (old, new)}
+    shown = {
+        eid: app_client.get(f"/api/v1/executions/{eid}", headers=auth(api_key)).get_json()
+        for eid in (old, new)
+    }
     assert shown[old]["version"] == 1 and len(shown[old]["steps"]) == 3
     assert shown[new]["version"] == 2 and [s["id"] for s in shown[new]["steps"]] == ["c"]
 
@@ -131,15 +143,18 @@ def test_keyset_pagination_walks_every_execution_once(app_client: Any, api_key: 
     seen: list[str] = []
     cursor = None
     while True:
-        query = "/api/v1/executions?workflow=chain&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        query = "/api/v1/executions?workflow=chain&limit=3" + (
+            f"&cursor={cursor}" if cursor else ""
+        )
         page = app_client.get(query, headers=auth(api_key)).get_json()
         seen += [item["id"] for item in page["items"]]
         cursor = page["next_cursor"]
         if not cursor:
             break
     assert len(seen) == 7 and set(seen) == created
-    queued = app_client.get("/api/v1/executions?status=queued&limit=50",
-                            headers=auth(api_key)).get_json()
+    queued = app_client.get(
+        "/api/v1/executions?status=queued&limit=50", headers=auth(api_key)
+    ).get_json()
     assert len(queued["items"]) == 7
     none = app_client.get("/api/v1/executions?status=failed", headers=auth(api_key)).get_json()
     assert none["items"] == []
@@ -152,9 +167,12 @@ def test_twenty_identical_requests_racing_through_gunicorn_create_one_execution(
     body = json.dumps({"n": 1}).encode()
 
     def send(_: int) -> requests.Response:
-        return requests.post(f"{api}/hooks/chain", data=body, timeout=10,
-                             headers={"Content-Type": "application/json",
-                                      "Idempotency-Key": "race-1"})
+        return requests.post(
+            f"{api}/hooks/chain",
+            data=body,
+            timeout=10,
+            headers={"Content-Type": "application/json", "Idempotency-Key": "race-1"},
+        )
 
     with ThreadPoolExecutor(20) as pool:
         answers = list(pool.map(send, range(20)))
@@ -167,14 +185,18 @@ def test_twenty_identical_requests_racing_through_gunicorn_create_one_execution(
 def test_a_failure_inside_the_intake_transaction_leaves_nothing_behind(
     env: dict[str, str], api_key: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
-    proc, base = start_api({**env, "FLOWFORGE_FAULTS": "intake_before_commit=raise"},
-                           tmp_path / "api.log")
+    proc, base = start_api(
+        {**env, "FLOWFORGE_FAULTS": "intake_before_commit=raise"}, tmp_path / "api.log"
+    )
     try:
         Api(base, api_key).publish("chain", CHAIN)
         before = counts(db)
-        r = requests.post(f"{base}/hooks/chain", data=b"{}", timeout=10,
-                          headers={"Content-Type": "application/json",
-                                   "Idempotency-Key": "k-rollback"})
+        r = requests.post(
+            f"{base}/hooks/chain",
+            data=b"{}",
+            timeout=10,
+            headers={"Content-Type": "application/json", "Idempotency-Key": "k-rollback"},
+        )
         assert r.status_code == 500
         assert r.headers["Content-Type"] == "application/problem+json"
         assert "Traceback" not in r.text

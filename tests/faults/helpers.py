@@ -1,0 +1,267 @@
+"""What the fault tests share: the operator CLI, the broker as a test sees it, the
+database as a test sees it, process statistics, signed webhooks and the local services'
+control commands (rabbitmqctl, pg_ctlcluster)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pika
+import psycopg
+import requests
+
+from tests.support.processes import Process, wait_for
+
+FLOWFORGE = str(Path(sys.executable).parent / "flowforge")
+
+
+# ---- workflow definitions ------------------------------------------------------------
+
+
+def workflow(*steps: dict[str, Any], auth: str = "none", name: str = "fault test") -> dict[str, Any]:
+    """A definition with a webhook trigger (unsigned unless asked)."""
+    return {"name": name, "trigger": {"webhook": {"auth": auth}}, "steps": list(steps)}
+
+
+def http(
+    step_id: str,
+    method: str,
+    url: str,
+    *,
+    after: tuple[str, ...] = (),
+    retry: dict[str, Any] | None = None,
+    **request: Any,
+) -> dict[str, Any]:
+    """An http_request step; extra keyword arguments go into its `request`."""
+    step: dict[str, Any] = {
+        "id": step_id,
+        "type": "http_request",
+        "request": {"method": method, "url": url, **request},
+    }
+    if after:
+        step["depends_on"] = list(after)
+    if retry is not None:
+        step["retry"] = retry
+    return step
+
+
+# ---- the operator CLI ----------------------------------------------------------------
+
+
+def cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `flowforge ARGS` as an operator would, against the test's database."""
+    return subprocess.run(
+        [FLOWFORGE, *args], env=dict(env), capture_output=True, text=True, timeout=60
+    )
+
+
+# ---- logs ----------------------------------------------------------------------------
+
+
+def log_records(proc: Process) -> list[dict[str, Any]]:
+    """The JSON-lines records a worker wrote (other lines, e.g. tracebacks, skipped)."""
+    records = []
+    for line in proc.log().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def logged(proc: Process, message: str) -> list[dict[str, Any]]:
+    """Records whose message contains `message`."""
+    return [r for r in log_records(proc) if message in str(r.get("msg", ""))]
+
+
+def wait_logged(proc: Process, message: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Poll the process log until a record with `message` shows up."""
+    return wait_for(
+        lambda: logged(proc, message), timeout=timeout, interval=0.1, message=repr(message)
+    )
+
+
+# ---- RabbitMQ, as the test sees it -------------------------------------------------
+
+
+@contextlib.contextmanager
+def channel(amqp_url: str) -> Iterator[Any]:
+    """A short-lived pika channel for the test's own broker operations."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        yield connection.channel()
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+
+
+def queue_depth(amqp_url: str, queue: str) -> int:
+    """Messages ready in a queue (not counting deliveries a consumer holds unacked)."""
+    with channel(amqp_url) as ch:
+        return ch.queue_declare(queue, passive=True).method.message_count
+
+
+def publish_raw(amqp_url: str, exchange: str, body: bytes, routing_key: str = "step") -> None:
+    """Publish bytes the way the relay does (persistent, mandatory), confirmed."""
+    with channel(amqp_url) as ch:
+        ch.confirm_delivery()
+        ch.basic_publish(
+            exchange,
+            routing_key,
+            body,
+            pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent),
+            mandatory=True,
+        )
+
+
+def publish_wakeup(amqp_url: str, prefix: str, execution_id: str, step_id: str) -> None:
+    """A wake-up as FlowForge's relay would publish it."""
+    body = json.dumps({"execution_id": execution_id, "step_id": step_id}).encode()
+    publish_raw(amqp_url, prefix, body)
+
+
+def rabbitmqctl(*args: str, timeout: float = 120) -> None:
+    """Control the local broker; fails the test loudly when the command fails."""
+    result = subprocess.run(
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, f"rabbitmqctl {' '.join(args)}: {result.stderr}"
+
+
+@contextlib.contextmanager
+def broker_stopped() -> Iterator[None]:
+    """`rabbitmqctl stop_app` for the body of the block, then start it again no matter what.
+
+    The local broker is shared with every other test run on this box: the outage stays as
+    short as the block, and the broker is always started again and awaited.
+    """
+    rabbitmqctl("stop_app")
+    try:
+        yield
+    finally:
+        rabbitmqctl("start_app")
+        rabbitmqctl("await_startup", "--timeout", "120")
+
+
+# ---- PostgreSQL ------------------------------------------------------------------------
+
+
+def pg_version() -> str:
+    """The local cluster's major version (the one bin/local-env starts)."""
+    return sorted(os.listdir("/etc/postgresql"))[0]
+
+
+def pg_ctl(action: str, *extra: str) -> None:
+    """pg_ctlcluster on the local `main` cluster."""
+    result = subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main", action, *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"pg_ctlcluster {action}: {result.stderr}"
+
+
+def pg_ready(url: str) -> bool:
+    """Whether PostgreSQL accepts connections again."""
+    try:
+        with psycopg.connect(url, connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@contextlib.contextmanager
+def postgres_stopped(admin_url: str) -> Iterator[None]:
+    """Stop the local server (fast mode: sessions are cut) and always start it again."""
+    pg_ctl("stop", "-m", "fast")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(AssertionError):
+            pg_ctl("start")
+        wait_for(lambda: pg_ready(admin_url), timeout=60, interval=0.2, message="PostgreSQL up")
+
+
+def terminate_backends(db: psycopg.Connection) -> int:
+    """Kill every other session on the test database (API, worker pools, listeners)."""
+    rows = db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return len(rows)
+
+
+def rows(db: psycopg.Connection, sql: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+    """All rows of a query, for short assertions."""
+    return db.execute(sql, params or {}).fetchall()
+
+
+def scalar(db: psycopg.Connection, sql: str, params: Mapping[str, Any] | None = None) -> Any:
+    """The single value of a query."""
+    row = db.execute(sql, params or {}).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def succeeded_twice(db: psycopg.Connection) -> list[Any]:
+    """Steps with more than one succeeded attempt: the duplicate FlowForge must never make."""
+    return rows(
+        db,
+        "SELECT execution_id, step_id, count(*) FROM attempts WHERE outcome = 'succeeded' "
+        "GROUP BY 1, 2 HAVING count(*) > 1",
+    )
+
+
+# ---- processes ---------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """Threads and resident memory (kB) of a live process, from /proc/PID/status."""
+    found: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in {"Threads", "VmRSS"}:
+            found[name] = int(value.split()[0])
+    return found
+
+
+# ---- signed webhooks ---------------------------------------------------------------
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """A Standard Webhooks `webhook-signature` value, computed independently of FlowForge."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signed_headers(secret: str, msg_id: str, body: bytes) -> dict[str, str]:
+    """The three Standard Webhooks headers for `body`, signed now."""
+    timestamp = int(time.time())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, msg_id, timestamp, body),
+    }
+
+
+def is_problem(response: requests.Response, status: int) -> bool:
+    """An RFC 9457 answer with this status and no stack trace in it."""
+    if response.status_code != status:
+        return False
+    if not response.headers.get("Content-Type", "").startswith("application/problem+json"):
+        return False
+    body = response.json()
+    return body.get("status") == status and "Traceback" not in response.text

@@ -1,0 +1,106 @@
+"""The fault proxy itself: a broker-outage test is only as good as the outage it makes.
+
+An echo server on 127.0.0.1 stands in for the broker, so these checks are fast and say
+exactly what each mode does to a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.faultproxy import FaultProxy
+
+
+@pytest.fixture
+def echo() -> Iterator[tuple[str, int]]:
+    """A loopback echo server."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # a reset from the proxy ends the echo
+            while data := conn.recv(4096):
+                conn.sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()
+    server.close()
+
+
+@pytest.fixture
+def proxy(echo: tuple[str, int]) -> Iterator[FaultProxy]:
+    p = FaultProxy(*echo)
+    yield p
+    p.close()
+
+
+def _connect(proxy: FaultProxy) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+
+
+def _dead(sock: socket.socket) -> bool:
+    """The peer closed or reset the connection."""
+    try:
+        sock.sendall(b"x")
+        return sock.recv(1) == b""
+    except OSError:
+        return True
+
+
+def test_pass_forwards_both_ways(proxy: FaultProxy) -> None:
+    with _connect(proxy) as s:
+        s.sendall(b"hello")
+        assert s.recv(5) == b"hello"
+
+
+def test_cut_resets_current_connections_and_refuses_new_ones(proxy: FaultProxy) -> None:
+    with _connect(proxy) as s:
+        s.sendall(b"ping")
+        assert s.recv(4) == b"ping"
+        proxy.cut()
+        assert _dead(s)
+    with _connect(proxy) as late:
+        assert _dead(late)
+    assert proxy.refused >= 1
+    proxy.restore()
+    with _connect(proxy) as s:
+        s.sendall(b"back")
+        assert s.recv(4) == b"back"
+
+
+def test_blackhole_holds_bytes_until_restore(proxy: FaultProxy) -> None:
+    with _connect(proxy) as s:
+        s.sendall(b"one")
+        assert s.recv(3) == b"one"
+        proxy.blackhole()
+        s.sendall(b"two")
+        s.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            s.recv(3)
+        with _connect(proxy) as fresh:  # accepted, open, silent
+            fresh.sendall(b"new")
+            fresh.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                fresh.recv(3)
+            proxy.restore()
+            fresh.settimeout(2)
+            assert fresh.recv(3) == b"new"
+        s.settimeout(2)
+        assert s.recv(3) == b"two"  # the stream is intact, as after a healed partition
+
+
+def test_url_points_at_the_proxy(proxy: FaultProxy) -> None:
+    url = proxy.url("amqp://guest:guest@127.0.0.1:5672/%2F")
+    assert url == f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
