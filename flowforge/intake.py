@@ -1,8 +1,9 @@
 """Webhook intake: one event becomes one durable execution, in one transaction.
 
 The intake never talks to RabbitMQ. It writes the idempotency row, the execution, its
-steps, the outbox rows of its root steps and a NOTIFY, and only then answers 202: what
-was acknowledged is in PostgreSQL, whatever the broker is doing.
+steps, the outbox rows of its root steps and a NOTIFY in one statement — atomic by
+itself — and only then answers 202: what was acknowledged is in PostgreSQL, whatever
+the broker is doing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge import faults
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
 from flowforge.executions import definition_for
@@ -31,36 +31,44 @@ FROM workflows w
 JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
 WHERE w.key = %(key)s AND w.archived_at IS NULL
 """
-# Race-safe: of concurrent inserts of one key, exactly one wins; the others wait for it
-# and then see its row.
-CLAIM_KEY = """
-INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-VALUES (%(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s)
-ON CONFLICT (workflow_id, key) DO NOTHING
-"""
-EXISTING_KEY = """
-SELECT body_sha256, execution_id FROM idempotency_keys
-WHERE workflow_id = %(workflow_id)s AND key = %(key)s
-"""
-# One statement: execution, steps (roots ready), root wake-ups, first event, NOTIFY.
+# The whole intake in one statement, hence one implicit transaction and one round trip:
+# claim the idempotency key (race-safe: of concurrent inserts of one key exactly one wins,
+# the others wait for it and get no row), then — only if the key was claimed or there is
+# none — the execution, its steps (roots ready), the root wake-ups, the first event and a
+# NOTIFY for the relay, delivered at commit.
 CREATE_EXECUTION = f"""
-WITH execution AS (
+WITH claim AS (
+    INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
+    SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s WHERE %(key)s::text IS NOT NULL
+    ON CONFLICT (workflow_id, key) DO NOTHING
+    RETURNING 1
+), accepted AS (
+    SELECT 1 WHERE %(key)s::text IS NULL
+    UNION ALL SELECT 1 FROM claim
+), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key)
-    VALUES (%(id)s, %(workflow_id)s, %(version_id)s, 'queued', %(input)s, %(key)s)
+    SELECT %(id)s, %(workflow_id)s, %(version_id)s, 'queued', %(input)s, %(key)s
+    FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at)
     SELECT %(id)s, s.step_id, s.type, s.position,
            CASE WHEN s.root THEN 'ready' ELSE 'pending' END,
            CASE WHEN s.root THEN now() END
-    FROM unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
+    FROM accepted,
+         unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
          WITH ORDINALITY AS s(step_id, type, root, position)
 ), wakeups AS (
-    INSERT INTO outbox (execution_id, step_id) SELECT %(id)s, unnest(%(root_ids)s::text[])
+    INSERT INTO outbox (execution_id, step_id)
+    SELECT %(id)s, root FROM accepted, unnest(%(root_ids)s::text[]) AS root
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
-    VALUES (%(id)s, 'execution.queued', %(event)s)
+    SELECT %(id)s, 'execution.queued', %(event)s FROM accepted
 )
-SELECT pg_notify('{CHANNEL}', '')
+SELECT (SELECT count(*) FROM accepted), (SELECT pg_notify('{CHANNEL}', '') FROM accepted)
+"""
+EXISTING_KEY = """
+SELECT body_sha256, execution_id FROM idempotency_keys
+WHERE workflow_id = %(workflow_id)s AND key = %(key)s
 """
 
 
@@ -107,33 +115,28 @@ def accept(
     body_sha256 = hashlib.sha256(body).digest()
     definition = target.definition
     roots = set(definition.roots())
-    with conn.transaction():
-        if idempotency_key is not None:
-            params = {
-                "workflow_id": target.workflow_id,
-                "key": idempotency_key,
-                "body_sha256": body_sha256,
-                "id": execution_id,
-            }
-            if conn.execute(CLAIM_KEY, params).rowcount == 0:
-                existing_sha, existing_id = conn.execute(EXISTING_KEY, params).fetchone()
-                if existing_sha != body_sha256:
-                    raise Conflict("this idempotency key was already used with a different body")
-                return Accepted(str(existing_id), replayed=True)
-        conn.execute(
-            CREATE_EXECUTION,
-            {
-                "id": execution_id,
-                "workflow_id": target.workflow_id,
-                "version_id": target.version_id,
-                "input": Jsonb(payload),
-                "key": idempotency_key,
-                "step_ids": [s.id for s in definition.steps],
-                "types": [s.type for s in definition.steps],
-                "roots": [s.id in roots for s in definition.steps],
-                "root_ids": [s.id for s in definition.steps if s.id in roots],
-                "event": Jsonb({"to": "queued", "version": target.version}),
-            },
-        )
-        faults.hit("intake_before_commit")
-    return Accepted(execution_id, replayed=False)
+    params = {
+        "id": execution_id,
+        "workflow_id": target.workflow_id,
+        "version_id": target.version_id,
+        "input": Jsonb(payload),
+        "key": idempotency_key,
+        "body_sha256": body_sha256,
+        "step_ids": [s.id for s in definition.steps],
+        "types": [s.type for s in definition.steps],
+        "roots": [s.id in roots for s in definition.steps],
+        "root_ids": [s.id for s in definition.steps if s.id in roots],
+        "event": Jsonb({"to": "queued", "version": target.version}),
+    }
+    # Twice at most: a key forgotten by housekeeping between the two statements is free.
+    for _ in range(2):
+        (created, _notified) = conn.execute(CREATE_EXECUTION, params).fetchone()
+        if created:
+            return Accepted(execution_id, replayed=False)
+        existing = conn.execute(EXISTING_KEY, params).fetchone()
+        if existing is not None:
+            existing_sha, existing_id = existing
+            if existing_sha != body_sha256:
+                raise Conflict("this idempotency key was already used with a different body")
+            return Accepted(str(existing_id), replayed=True)
+    raise Conflict("this idempotency key is being reused concurrently; try again")

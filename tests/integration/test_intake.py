@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import requests
 
 from tests.support.api import Api
-from tests.support.processes import start_api
 
 CHAIN = {
     "name": "Chain",
@@ -182,31 +180,23 @@ def test_twenty_identical_requests_racing_through_gunicorn_create_one_execution(
     assert counts(db)["executions"] == 1
 
 
-def test_a_failure_inside_the_intake_transaction_leaves_nothing_behind(
-    env: dict[str, str], api_key: str, db: psycopg.Connection, tmp_path: Path
+def test_a_failing_outbox_insert_rolls_the_whole_intake_back(
+    app_client: Any, api_key: str, db: psycopg.Connection
 ) -> None:
-    proc, base = start_api(
-        {**env, "FLOWFORGE_FAULTS": "intake_before_commit=raise"}, tmp_path / "api.log"
-    )
-    try:
-        Api(base, api_key).publish("chain", CHAIN)
-        before = counts(db)
-        r = requests.post(
-            f"{base}/hooks/chain",
-            data=b"{}",
-            timeout=10,
-            headers={"Content-Type": "application/json", "Idempotency-Key": "k-rollback"},
-        )
-        assert r.status_code == 500
-        assert r.headers["Content-Type"] == "application/problem+json"
-        assert "Traceback" not in r.text
-        assert counts(db) == before
-    finally:
-        proc.stop()
-    healthy, base = start_api(env, tmp_path / "api2.log")
-    try:
-        retried = Api(base, api_key).hook("chain", {}, headers={"Idempotency-Key": "k-rollback"})
-        assert retried.status_code == 202
-        assert "Idempotent-Replayed" not in retried.headers
-    finally:
-        healthy.stop()
+    published(app_client, api_key)
+    before = counts(db)
+    db.execute("""
+        CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'outbox insert refused by test'; END $$;
+        CREATE TRIGGER refuse BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION refuse();
+    """)
+    r = hook(app_client, "chain", b"{}", **{"Idempotency-Key": "k-rollback"})
+    assert r.status_code == 500
+    assert r.mimetype == "application/problem+json"
+    assert "refused by test" not in r.get_data(as_text=True)
+    assert counts(db) == before
+    db.execute("DROP TRIGGER refuse ON outbox")
+    retried = hook(app_client, "chain", b"{}", **{"Idempotency-Key": "k-rollback"})
+    assert retried.status_code == 202
+    assert "Idempotent-Replayed" not in retried.headers
+    assert counts(db)["executions"] == before["executions"] + 1
