@@ -8,7 +8,7 @@ import psycopg
 
 from flowforge.engine import Run
 from flowforge.errors import Conflict, NotFound
-from flowforge.executions import load_run, save_run
+from flowforge.executions import load_run, save_run, unit_of_work
 
 # Leases are only taken by workers; operator actions never create running steps.
 NO_LEASE = 0.0
@@ -23,7 +23,7 @@ def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
 
 def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
     """Cancel an execution; returns its status and whether it had already finished."""
-    with conn.transaction():
+    with unit_of_work(conn):
         run = _locked(conn, execution_id)
         if run.terminal:
             return run.status, True
@@ -34,7 +34,7 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
 
 def retry(conn: psycopg.Connection, execution_id: str) -> str:
     """Re-run failed, unknown and cancelled steps of a finished execution."""
-    with conn.transaction():
+    with unit_of_work(conn):
         run = _locked(conn, execution_id)
         if run.status not in {"failed", "cancelled", "needs_attention"}:
             raise Conflict(
@@ -50,7 +50,7 @@ def resolve(
     conn: psycopg.Connection, execution_id: str, step_id: str, outcome: str, output: Any
 ) -> str:
     """Settle a step whose remote effect was unknown, as succeeded or failed."""
-    with conn.transaction():
+    with unit_of_work(conn):
         run = _locked(conn, execution_id)
         state = run.steps.get(step_id)
         if state is None:

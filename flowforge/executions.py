@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -82,6 +84,14 @@ WHERE id = %(id)s
 _definitions: dict[int, Definition] = {}
 _definitions_lock = threading.Lock()
 DEFINITION_CACHE_SIZE = 1024
+
+
+@contextmanager
+def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
+    """One pipelined transaction: BEGIN, the lock and the reads travel in one round trip,
+    the writes and the COMMIT in another."""
+    with conn.pipeline(), conn.transaction():
+        yield
 
 
 def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:

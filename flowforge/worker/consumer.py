@@ -141,9 +141,11 @@ class Consumer(threading.Thread):
             else:
                 logger.error("wake-up failed", extra=log, exc_info=error)
             self.stop.wait(NACK_DELAY)
-            # A second failure dead-letters the message; the database still holds the
-            # work, and the reconciler re-dispatches ready steps whose message is gone.
-            action = partial(channel.basic_nack, delivery_tag, requeue=not redelivered)
+            # An outage is retried for as long as it lasts; any other error twice in a row
+            # dead-letters the message. The database still holds the work either way, and
+            # the reconciler re-dispatches ready steps whose message is gone.
+            requeue = isinstance(error, DatabaseUnavailable) or not redelivered
+            action = partial(channel.basic_nack, delivery_tag, requeue=requeue)
         try:
             connection.add_callback_threadsafe(partial(self._run_on_channel, channel, action))
         except BROKER_ERRORS:

@@ -16,7 +16,7 @@ import psycopg_pool
 from flowforge import faults, netguard
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
-from flowforge.executions import load_run, save_run
+from flowforge.executions import load_run, save_run, unit_of_work
 from flowforge.steps.http_request import Outcome, perform, render_request
 from flowforge.templating import TemplateError
 from flowforge.worker.broker import Wakeup
@@ -68,7 +68,7 @@ class Executor:
         """Process one wake-up; stale and duplicate ones change nothing."""
         eid, sid = wakeup.execution_id, wakeup.step_id
         log = {"execution_id": eid, "step": sid}
-        with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
+        with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
             loaded = load_run(conn, eid)
             if loaded is None:
                 logger.warning("wake-up for an unknown execution", extra=log)
@@ -113,7 +113,7 @@ class Executor:
     def _checkpoint(self, eid: str, sid: str, token: int, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
-        with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
+        with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
             loaded = load_run(conn, eid)
             run = loaded[0] if loaded else None
             state = run.steps.get(sid) if run else None

@@ -12,7 +12,7 @@ import psycopg_pool
 
 from flowforge.db import wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
-from flowforge.executions import load_run, save_run
+from flowforge.executions import load_run, save_run, unit_of_work
 from flowforge.outbox import NOTIFY_OUTBOX
 from flowforge.worker.executor import Leases
 
@@ -144,7 +144,7 @@ class Reaper(threading.Thread):
         with wrap_exceptions(), self.pool.connection() as conn:
             expired = conn.execute(EXPIRED).fetchall()
             for execution_id, step_id in expired:
-                with conn.transaction():
+                with unit_of_work(conn):
                     loaded = load_run(conn, str(execution_id))
                     if loaded is None:
                         continue
