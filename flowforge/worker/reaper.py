@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import psycopg
 import psycopg_pool
@@ -50,6 +51,7 @@ WITH stale AS (
 )
 INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM stale
 """
+HOUSEKEEPING_SECONDS = 60.0
 FORGET_IDEMPOTENCY_KEYS = """
 DELETE FROM idempotency_keys
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
@@ -126,6 +128,7 @@ class Reaper(threading.Thread):
         self.lease_s = lease_s
         self.reconcile_s = reconcile_s
         self.stop = stop
+        self._housekept_at = 0.0
 
     def run(self) -> None:
         interval = max(0.2, min(self.lease_s, self.reconcile_s) / 4)
@@ -175,6 +178,9 @@ class Reaper(threading.Thread):
         return count
 
     def housekeep(self) -> None:
-        """Idempotency keys are kept 24 hours, then forgotten in small batches."""
+        """Idempotency keys are kept 24 hours, then forgotten in batches, once a minute."""
+        if time.monotonic() - self._housekept_at < HOUSEKEEPING_SECONDS:
+            return
+        self._housekept_at = time.monotonic()
         with wrap_exceptions(), self.pool.connection() as conn:
             conn.execute(FORGET_IDEMPOTENCY_KEYS)
