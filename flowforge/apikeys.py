@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge.db import one
 from flowforge.errors import NotFound
 
 PREFIX = "ff_"
@@ -66,16 +67,18 @@ def create(
 ) -> tuple[int, str]:
     """Make a new key; the plain key exists only in the return value."""
     key = PREFIX + secrets.token_hex(32)
-    (key_id,) = conn.execute(
-        INSERT_KEY,
-        {
-            "name": name,
-            "key_hash": _hash(key),
-            "key_prefix": key[:10],
-            "workflows": workflows,
-            "read_only": read_only,
-        },
-    ).fetchone()
+    (key_id,) = one(
+        conn.execute(
+            INSERT_KEY,
+            {
+                "name": name,
+                "key_hash": _hash(key),
+                "key_prefix": key[:10],
+                "workflows": workflows,
+                "read_only": read_only,
+            },
+        )
+    )
     return key_id, key
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -29,6 +30,14 @@ def create_pool(
         reconnect_timeout=3600,
         open=False,
     )
+
+
+def one(cursor: psycopg.Cursor[Any]) -> Any:
+    """The single row of a statement that always returns one (RETURNING, count(*))."""
+    row = cursor.fetchone()
+    if row is None:
+        raise AssertionError("statement returned no row")
+    return row
 
 
 @contextmanager

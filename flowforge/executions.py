@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import TERMINAL_EXECUTION, Run, StepState
 from flowforge.outbox import NOTIFY_OUTBOX
@@ -100,7 +101,7 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
         cached = _definitions.get(version_id)
     if cached is not None:
         return cached
-    row = conn.execute(LOAD_DEFINITION, {"id": version_id}).fetchone()
+    row = one(conn.execute(LOAD_DEFINITION, {"id": version_id}))
     definition = parse_definition(row[0])
     with _definitions_lock:
         if len(_definitions) >= DEFINITION_CACHE_SIZE:

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
 from flowforge.executions import definition_for
@@ -130,7 +131,7 @@ def accept(
     }
     # Twice at most: a key forgotten by housekeeping between the two statements is free.
     for _ in range(2):
-        (created, _notified) = conn.execute(CREATE_EXECUTION, params).fetchone()
+        (created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
         if created:
             return Accepted(execution_id, replayed=False)
         existing = conn.execute(EXISTING_KEY, params).fetchone()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
+from flowforge.db import one
+
 EXECUTIONS_BY_STATUS = "SELECT status, count(*) FROM executions GROUP BY status"
 # Each count is served by the matching partial index on steps.
 LIVE_STEPS = """
@@ -28,8 +30,8 @@ def render(conn: psycopg.Connection) -> str:
     lines += ["# HELP flowforge_steps Live steps by status.", "# TYPE flowforge_steps gauge"]
     for status, count in conn.execute(LIVE_STEPS):
         lines.append(f'flowforge_steps{{status="{status}"}} {count}')
-    backlog, age = conn.execute(OUTBOX_BACKLOG).fetchone()
-    (expired,) = conn.execute(EXPIRED_LEASES).fetchone()
+    backlog, age = one(conn.execute(OUTBOX_BACKLOG))
+    (expired,) = one(conn.execute(EXPIRED_LEASES))
     lines += [
         "# HELP flowforge_outbox_backlog Wake-ups not yet confirmed by RabbitMQ.",
         "# TYPE flowforge_outbox_backlog gauge",

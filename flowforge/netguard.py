@@ -174,8 +174,8 @@ def _not_global(address: IPAddress) -> str | None:
         return None
     embedded = _embedded_ipv4(address)
     for inner in embedded:
-        if reason := _not_global(inner):
-            return f"{reason} (embedded IPv4 {inner})"
+        if inner_reason := _not_global(inner):
+            return f"{inner_reason} (embedded IPv4 {inner})"
     if not embedded and address not in _GLOBAL_UNICAST:
         return "outside IPv6 global unicast (2000::/3)"
     return None

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
 
@@ -74,18 +75,20 @@ def publish(
 ) -> dict[str, Any]:
     """Store the next immutable version of a workflow, creating the workflow if new."""
     with conn.transaction():
-        workflow_id, version = conn.execute(BUMP_VERSION, {"key": key}).fetchone()
-        (created_at,) = conn.execute(
-            INSERT_VERSION,
-            {
-                "workflow_id": workflow_id,
-                "version": version,
-                "name": definition.name,
-                "definition": Jsonb(document),
-                "webhook_auth": definition.webhook_auth,
-                "created_by": created_by,
-            },
-        ).fetchone()
+        workflow_id, version = one(conn.execute(BUMP_VERSION, {"key": key}))
+        (created_at,) = one(
+            conn.execute(
+                INSERT_VERSION,
+                {
+                    "workflow_id": workflow_id,
+                    "version": version,
+                    "name": definition.name,
+                    "definition": Jsonb(document),
+                    "webhook_auth": definition.webhook_auth,
+                    "created_by": created_by,
+                },
+            )
+        )
     return {
         "workflow": key,
         "version": version,
@@ -158,15 +161,15 @@ def create_secret(conn: psycopg.Connection, key: str, secret: str) -> dict[str, 
         row = conn.execute(LOCK_WORKFLOW, {"key": key}).fetchone()
         if row is None:
             raise NotFound(f"workflow {key!r} does not exist")
-        (active,) = conn.execute(COUNT_ACTIVE_SECRETS, {"workflow_id": row[0]}).fetchone()
+        (active,) = one(conn.execute(COUNT_ACTIVE_SECRETS, {"workflow_id": row[0]}))
         if active >= MAX_ACTIVE_SECRETS:
             raise Conflict(
                 f"workflow {key!r} already has {MAX_ACTIVE_SECRETS} active secrets; "
                 "revoke one before creating another"
             )
-        secret_id, created_at = conn.execute(
-            INSERT_SECRET, {"workflow_id": row[0], "secret": secret}
-        ).fetchone()
+        secret_id, created_at = one(
+            conn.execute(INSERT_SECRET, {"workflow_id": row[0], "secret": secret})
+        )
     return {"id": secret_id, "secret": secret, "created_at": created_at.isoformat()}
 
 

@@ -20,7 +20,7 @@ from flowforge.errors import BrokerUnavailable
 
 ROUTING_KEY = "step"
 # Exceptions that mean "the broker or the connection is gone", not a bug of ours.
-BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
+BROKER_ERRORS: tuple[type[Exception], type[Exception]] = (pika.exceptions.AMQPError, OSError)
 
 
 @dataclass(frozen=True)

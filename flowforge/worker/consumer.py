@@ -87,7 +87,7 @@ class Consumer(threading.Thread):
         finally:
             self.connected.clear()
             if connection.is_open:
-                with contextlib.suppress(BROKER_ERRORS):
+                with contextlib.suppress(*BROKER_ERRORS):
                     connection.close()
 
     def _busy(self) -> bool:

@@ -111,6 +111,7 @@ class Relay(threading.Thread):
                 )
             self._channel.tx_commit()
             # Returns precede commit-ok on the wire; this dispatches them to _on_return.
+            assert self._broker is not None
             self._broker.process_data_events(0)
             confirmed = [row[0] for row in rows if row[0] not in self._returned]
             if self._returned:
@@ -155,7 +156,7 @@ class Relay(threading.Thread):
     def _close_broker(self) -> None:
         broker, self._broker, self._channel = self._broker, None, None
         if broker is not None and broker.is_open:
-            with contextlib.suppress(BROKER_ERRORS):
+            with contextlib.suppress(*BROKER_ERRORS):
                 broker.close()
 
     def _close_listener(self) -> None:

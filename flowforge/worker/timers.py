@@ -14,7 +14,7 @@ import threading
 import psycopg
 import psycopg_pool
 
-from flowforge.db import wrap_exceptions
+from flowforge.db import one, wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
 from flowforge.outbox import CHANNEL
 
@@ -85,8 +85,8 @@ class TimerScanner(threading.Thread):
         """Wake one batch; returns how many woke and how long to sleep next."""
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
-                (woken, _) = conn.execute(WAKE_DUE, {"limit": BATCH}).fetchone()
-            (seconds,) = conn.execute(NEXT_DUE).fetchone()
+                (woken, _) = one(conn.execute(WAKE_DUE, {"limit": BATCH}))
+            (seconds,) = one(conn.execute(NEXT_DUE))
         if woken:
             logger.info("delays due", extra={"woken": woken})
         if seconds is None:
