@@ -7,6 +7,7 @@ import atexit
 from flask import Flask
 
 from flowforge.api import executions, health, hooks, problems, workflows
+from flowforge.api.ratelimit import RateLimiter
 from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
@@ -25,6 +26,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     atexit.register(pool.close)
     app.extensions["flowforge.pool"] = pool
     app.extensions["flowforge.settings"] = settings
+    if settings.webhook_rate > 0:
+        rate = settings.webhook_rate
+        app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
     for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp):
         app.register_blueprint(blueprint)

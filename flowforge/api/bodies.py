@@ -56,9 +56,16 @@ def read_body() -> bytes:
     if mimetype != "application/json" and not mimetype.endswith("+json"):
         raise Problem(415, "Unsupported media type", "send the body as application/json")
     limit = current_app.config["MAX_CONTENT_LENGTH"]
+    too_large = Problem(413, "Payload too large", f"the body is larger than the {limit}-byte limit")
     if request.content_length is not None and request.content_length > limit:
-        raise Problem(413, "Payload too large", f"the body is larger than the {limit}-byte limit")
-    return request.get_data(cache=True)
+        raise too_large
+    raw = request.get_data(cache=True)
+    # A chunked body (no Content-Length) is cut at the limit without a word by werkzeug's
+    # LimitedStream; one byte past it on the server's stream tells "exactly" from "more".
+    chunked = request.content_length is None
+    if chunked and len(raw) >= limit and request.environ["wsgi.input"].read(1):
+        raise too_large
+    return raw
 
 
 def parse_json(raw: bytes) -> Any:

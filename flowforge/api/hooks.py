@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from flowforge import intake, signatures, workflows
 from flowforge.api.bodies import parse_json, read_body
@@ -37,6 +37,14 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
     if not workflows.KEY_PATTERN.match(key):
         raise Problem(404, "Not found", f"no workflow {key!r}")
+    limiter = current_app.extensions.get("flowforge.webhook_limit")
+    if limiter is not None and (wait := limiter.retry_after(key)) is not None:
+        raise Problem(
+            429,
+            "Too many requests",
+            f"webhooks for {key!r} exceed FLOWFORGE_WEBHOOK_RATE; retry later",
+            headers={"Retry-After": str(wait)},
+        )
     if request.query_string:
         raise Problem(
             400,

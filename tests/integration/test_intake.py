@@ -200,3 +200,25 @@ def test_a_failing_outbox_insert_rolls_the_whole_intake_back(
     assert retried.status_code == 202
     assert "Idempotent-Replayed" not in retried.headers
     assert counts(db)["executions"] == before["executions"] + 1
+
+
+def test_a_webhook_flood_gets_429_with_retry_after_and_liveness_stays_up(
+    database_url: str, api_key: str
+) -> None:
+    from flowforge.api import create_app
+    from flowforge.config import Settings
+
+    app = create_app(Settings(database_url=database_url, webhook_rate=2.0))
+    app.extensions["flowforge.pool"].wait(timeout=10)
+    client = app.test_client()
+    try:
+        published(client, api_key)
+        answers = [hook(client, "chain", b"{}") for _ in range(5)]
+        codes = [r.status_code for r in answers]
+        assert codes[:2] == [202, 202] and 429 in codes[2:]
+        limited = next(r for r in answers if r.status_code == 429)
+        assert int(limited.headers["Retry-After"]) >= 1
+        assert limited.mimetype == "application/problem+json"
+        assert client.get("/healthz").status_code == 200
+    finally:
+        app.extensions["flowforge.pool"].close()
