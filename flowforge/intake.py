@@ -22,8 +22,8 @@ from flowforge.errors import Conflict, NotFound
 from flowforge.executions import definition_for
 from flowforge.outbox import CHANNEL
 
-# The newest published version and the active signing secrets, read before the
-# transaction: an execution pins whatever version was newest when it arrived.
+# The newest published version and the active signing secrets: an execution pins
+# whatever version was newest when it arrived.
 LATEST_VERSION = """
 SELECT w.id, v.id, v.version, v.webhook_auth,
        ARRAY(SELECT s.secret FROM webhook_secrets s

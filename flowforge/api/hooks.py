@@ -53,7 +53,9 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
         )
     idempotency_key = _idempotency_key()
     raw = read_body()
-    with connection() as conn:
+    # One pipelined transaction: the version lookup travels with BEGIN, the insert with
+    # COMMIT — two round trips and a single commit per accepted webhook.
+    with connection() as conn, conn.pipeline(), conn.transaction():
         target = intake.find_target(conn, key)
         if target.webhook_auth == "signature":
             try:
