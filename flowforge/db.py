@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +15,9 @@ import psycopg_pool
 from flowforge.errors import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
+
+# Valid JSON that jsonb refuses: NUL characters and unpaired UTF-16 surrogates.
+_NOT_IN_JSONB = re.compile("[\x00\ud800-\udfff]")
 
 
 def create_pool(
@@ -51,3 +56,24 @@ def wrap_exceptions() -> Iterator[None]:
         raise DatabaseUnavailable(
             str(exc).splitlines()[0] if str(exc) else "database error"
         ) from exc
+
+
+def jsonb_storable(value: Any) -> bool:
+    """Whether jsonb can hold a parsed JSON value: no NUL, lone surrogate or non-finite number
+    anywhere, keys included. Iterative, since hostile nesting can be deep."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _NOT_IN_JSONB.search(item):
+                return False
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            if any(_NOT_IN_JSONB.search(key) for key in item):
+                return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True

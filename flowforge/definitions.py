@@ -360,10 +360,13 @@ class _Parser:
         else:
             output = raw["output"]
             self.templates(output, f"{path}.output", ancestors, secrets=False)
+        # Built even when errors were recorded, so only well-typed parts may be used here:
+        # an id or depends_on of the wrong JSON type must end as a 422, not a TypeError.
+        step_id, depends_on = raw.get("id"), raw.get("depends_on")
         return Step(
-            id=raw.get("id", ""),
+            id=step_id if isinstance(step_id, str) else "",
             type=step_type,
-            depends_on=tuple(raw.get("depends_on", ())),
+            depends_on=tuple(depends_on) if isinstance(depends_on, list) else (),
             when=when,
             request=request,
             retry=retry,

@@ -82,7 +82,7 @@ UPDATE executions SET
 WHERE id = %(id)s
 """
 
-_definitions: dict[int, Definition] = {}
+_definitions: dict[tuple[str, int], Definition] = {}
 _definitions_lock = threading.Lock()
 DEFINITION_CACHE_SIZE = 1024
 
@@ -97,8 +97,11 @@ def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
 
 def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
     """Parse a version's definition once per process: versions are immutable."""
+    # Keyed by database too: version ids restart at 1 in every database, and one process
+    # (the test suite's in-process app) may serve several.
+    key = (conn.info.dbname, version_id)
     with _definitions_lock:
-        cached = _definitions.get(version_id)
+        cached = _definitions.get(key)
     if cached is not None:
         return cached
     row = one(conn.execute(LOAD_DEFINITION, {"id": version_id}))
@@ -106,7 +109,7 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
     with _definitions_lock:
         if len(_definitions) >= DEFINITION_CACHE_SIZE:
             _definitions.clear()
-        _definitions[version_id] = definition
+        _definitions[key] = definition
     return definition
 
 

@@ -6,7 +6,7 @@ import atexit
 
 from flask import Flask
 
-from flowforge.api import executions, health, hooks, problems, workflows
+from flowforge.api import executions, health, hooks, openapi, problems, workflows
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.config import Settings
 from flowforge.db import create_pool
@@ -30,6 +30,6 @@ def create_app(settings: Settings | None = None) -> Flask:
         rate = settings.webhook_rate
         app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
-    for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp):
+    for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app

@@ -3,45 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
-import re
 from typing import Any
 
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-
-# Valid JSON that PostgreSQL's jsonb refuses: NUL and unpaired UTF-16 surrogates.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+from flowforge.db import jsonb_storable
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite(text: str) -> float:
-    """Parse a JSON float; 1e999 would become Infinity, which jsonb cannot hold."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError("number out of range")
-    return value
-
-
-def _storable(value: Any) -> bool:
-    """Whether jsonb can hold every string (keys too); iterative, as nesting can be deep."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _UNSTORABLE.search(item):
-                return False
-        elif isinstance(item, dict):
-            if any(_UNSTORABLE.search(key) for key in item):
-                return False
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
 
 
 def read_body() -> bytes:
@@ -71,7 +42,7 @@ def read_body() -> bytes:
 def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite)
+        value = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
@@ -79,11 +50,12 @@ def parse_json(raw: bytes) -> Any:
         raise Problem(400, "Malformed JSON", f"the body is not valid JSON{where}") from None
     except RecursionError:
         raise Problem(400, "Malformed JSON", "the body nests too deeply") from None
-    if not _storable(value):
+    if not jsonb_storable(value):
+        # Valid JSON that PostgreSQL cannot store; formerly a 500 from the database.
         raise Problem(
             400,
             "Unsupported JSON",
-            "strings may not contain \\u0000 or unpaired surrogates (\\ud800-\\udfff)",
+            "strings may not contain \\u0000 or unpaired surrogates, and numbers must be finite",
         )
     return value
 

@@ -106,7 +106,8 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
     eid = _execution_id(execution_id)
     _authorize_execution(eid, write=True)
     body = json_body()
-    if not isinstance(body, dict) or body.get("outcome") not in {"succeeded", "failed"}:
+    # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
+    if not isinstance(body, dict) or body.get("outcome") not in ("succeeded", "failed"):
         raise Problem(
             422,
             "Invalid resolution",

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from flowforge import netguard
+from flowforge.db import jsonb_storable
 from flowforge.definitions import Step
 from flowforge.templating import (
     TemplateError,
@@ -112,8 +114,20 @@ def render_request(step: Step, context: Mapping[str, Any]) -> Rendered:
         headers=headers,
         body=body,
         timeout_s=float(request["timeout_s"]),
-        secret_values=tuple(v for v in secrets.values() if v),
+        secret_values=_spellings(v for v in secrets.values() if v),
     )
+
+
+def _spellings(values: Iterable[str]) -> tuple[str, ...]:
+    """Every form a server may echo a secret back in: as sent, %-encoded (as URLs carry it),
+    JSON-escaped ('/' as '\\/' too); longest first so no shorter form splits a longer one."""
+    forms: set[str] = set()
+    for value in values:
+        encoded = {value, quote(value, safe=""), quote_plus(value, safe="")}
+        for form in encoded:
+            for escaped in (json.dumps(form)[1:-1], json.dumps(form, ensure_ascii=False)[1:-1]):
+                forms |= {form, escaped, escaped.replace("/", "\\/")}
+    return tuple(sorted(forms, key=len, reverse=True))
 
 
 def _header_text(name: str, value: Any) -> str:
@@ -165,15 +179,14 @@ def perform(
 
 
 def _output(result: netguard.HttpResult, secret_values: tuple[str, ...]) -> dict[str, Any]:
+    # NUL cannot be stored in PostgreSQL text: a server sending one must not block the checkpoint.
     text = _redact(result.body.decode("utf-8", errors="replace"), secret_values)
+    text = text.replace("\x00", "\ufffd")
     body: Any = text
     if "json" in result.headers.get("content-type", "") and not result.truncated:
-        try:
-            body = json.loads(text)
-        except ValueError:
-            body = text
+        body = _parsed(text, secret_values)
     headers = {
-        name: _redact(result.headers[name], secret_values)
+        name: _redact(result.headers[name], secret_values).replace("\x00", "\ufffd")
         for name in KEPT_HEADERS
         if name in result.headers
     }
@@ -183,6 +196,33 @@ def _output(result: netguard.HttpResult, secret_values: tuple[str, ...]) -> dict
         "body": body,
         "truncated": result.truncated,
     }
+
+
+def _parsed(text: str, secret_values: tuple[str, ...]) -> Any:
+    """The JSON body, redacted again after decoding (escapes such as \\u0074 hide a secret
+    from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999, deep
+    nesting) stays text, so a hostile server cannot make the checkpoint fail."""
+    try:
+        value = _redact_json(json.loads(text), secret_values)
+    except (ValueError, RecursionError):
+        return text
+    return value if jsonb_storable(value) else text
+
+
+def _redact_json(value: Any, secret_values: tuple[str, ...]) -> Any:
+    """Redact every string in a parsed JSON value, keys included."""
+    if not secret_values:
+        return value
+    if isinstance(value, str):
+        return _redact(value, secret_values)
+    if isinstance(value, dict):
+        return {
+            _redact(key, secret_values): _redact_json(item, secret_values)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_redact_json(item, secret_values) for item in value]
+    return value
 
 
 def _redact(text: str, secret_values: tuple[str, ...]) -> str:

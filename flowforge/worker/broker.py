@@ -67,7 +67,9 @@ def connect(amqp_url: str, name: str) -> pika.BlockingConnection:
     params.client_properties = {"connection_name": name}
     try:
         return pika.BlockingConnection(params)
-    except BROKER_ERRORS as exc:
+    # pika raises ValueError ("Expected connected socket") when the peer resets the
+    # socket between the TCP handshake and the AMQP one: a broker problem like any other.
+    except (*BROKER_ERRORS, ValueError) as exc:
         raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
 
 
@@ -84,7 +86,11 @@ class Wakeup:
     @classmethod
     def decode(cls, body: bytes) -> Wakeup:
         """Parse a message; ValueError for anything that is not a wake-up."""
-        data = json.loads(body)
+        try:
+            data = json.loads(body)
+        except RecursionError:
+            # Deeply nested JSON must be poison like any other, not a crash of the consumer.
+            raise ValueError("message nests too deeply") from None
         if not isinstance(data, dict):
             raise ValueError("message is not a JSON object")
         execution_id, step_id = data.get("execution_id"), data.get("step_id")

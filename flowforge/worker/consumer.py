@@ -67,6 +67,13 @@ class Consumer(threading.Thread):
                     extra={"error": type(exc).__name__, "failures": failures},
                 )
                 self.stop.wait(random.uniform(ceiling / 2, ceiling))
+            except Exception:
+                # Anything else must not end consumption for good while the process still
+                # looks alive: log it loudly, back off, reconnect (as the relay does).
+                failures += 1
+                self.connected.clear()
+                logger.exception("consumer crashed; reconnecting", extra={"failures": failures})
+                self.stop.wait(min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8)))
 
     def _consume(self) -> None:
         connection = connect(self.amqp_url, "flowforge-consumer")
@@ -102,6 +109,11 @@ class Consumer(threading.Thread):
         _props: Any,
         body: bytes,
     ) -> None:
+        if self.stop.is_set():
+            # Draining: deliveries that arrive before basic_cancel takes effect go back to
+            # the queue for another worker instead of starting new work here.
+            channel.basic_reject(method.delivery_tag, requeue=True)
+            return
         try:
             wakeup = Wakeup.decode(body)
         except ValueError as exc:

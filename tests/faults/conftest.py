@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.api import Api
 from tests.support.faultproxy import FaultProxy
+from tests.support.processes import start_api
 
 
 @pytest.fixture
@@ -23,3 +25,12 @@ def broker_proxy(amqp_url: str) -> Iterator[FaultProxy]:
     proxy = FaultProxy.for_url(amqp_url)
     yield proxy
     proxy.close()
+
+
+@pytest.fixture
+def api4(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """bin/api with four gunicorn workers: parallel requests really land in different
+    processes, and several can wait out a database pool timeout at the same time."""
+    proc, base = start_api(env, tmp_path / "api4.log", workers=4)
+    yield base
+    proc.stop()

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,16 @@ import requests
 from tests.support.processes import Process, wait_for
 
 FLOWFORGE = str(Path(sys.executable).parent / "flowforge")
+# The `workers` fixture: workers(**extra_env) starts a real bin/worker.
+StartWorker = Callable[..., Process]
 
 
 # ---- workflow definitions ------------------------------------------------------------
 
 
-def workflow(*steps: dict[str, Any], auth: str = "none", name: str = "fault test") -> dict[str, Any]:
+def workflow(
+    *steps: dict[str, Any], auth: str = "none", name: str = "fault test"
+) -> dict[str, Any]:
     """A definition with a webhook trigger (unsigned unless asked)."""
     return {"name": name, "trigger": {"webhook": {"auth": auth}}, "steps": list(steps)}
 

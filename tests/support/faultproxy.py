@@ -20,6 +20,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 CHUNK = 65_536
@@ -68,6 +69,7 @@ class FaultProxy:
         self.mode = "pass"
         self.accepted = 0
         self.refused = 0
+        self.accept_errors = 0
         self._flowing = threading.Event()
         self._flowing.set()
         self._links: set[_Link] = set()
@@ -145,7 +147,12 @@ class FaultProxy:
             except TimeoutError:
                 continue
             except OSError:
-                return
+                if self._stopped.is_set():
+                    return
+                # ECONNABORTED and friends: one client's trouble must not stop the proxy.
+                self.accept_errors += 1
+                time.sleep(POLL)
+                continue
             with self._lock:
                 mode = self.mode
                 if mode != "cut":

@@ -151,3 +151,30 @@ def test_error_hierarchy() -> None:
     assert issubclass(NotSent, FlowForgeError)
     assert issubclass(SentNoResponse, FlowForgeError)
     assert not issubclass(SentNoResponse, NotSent)
+
+
+# Issue 5 lists "IPv4-mapped and NAT64 forms of those": every refused IPv4 class, wrapped.
+EMBEDDED = {
+    "private": "192.168.0.1",
+    "private-172": "172.16.0.1",
+    "cgnat": "100.64.0.1",
+    "link-local": "169.254.169.254",
+    "multicast": "224.0.0.1",
+    "this-network": "0.0.0.0",
+    "broadcast": "255.255.255.255",
+}
+
+
+@pytest.mark.parametrize("inner", EMBEDDED.values(), ids=EMBEDDED.keys())
+@pytest.mark.parametrize("wrap", ["mapped", "nat64"])
+def test_embedded_forms_inherit_the_ipv4_verdict(inner: str, wrap: str) -> None:
+    packed = int(ipaddress.IPv4Address(inner))
+    base = 0xFFFF << 32 if wrap == "mapped" else int(ipaddress.IPv6Address("64:ff9b::"))
+    address = ipaddress.IPv6Address(base | packed)
+    reason = refusal_reason(address, EMPTY)
+    assert reason is not None and reason.endswith(f"(embedded IPv4 {inner})"), (address, reason)
+
+
+def test_cloud_metadata_over_ipv6_is_refused() -> None:
+    """AWS serves instance metadata on fd00:ec2::254, a unique-local address."""
+    assert refusal_reason(ipaddress.ip_address("fd00:ec2::254"), EMPTY) == "unique local (fc00::/7)"

@@ -1,0 +1,587 @@
+"""GET /openapi.json: a hand-written OpenAPI 3.1 description of the whole HTTP API.
+
+Written by hand rather than generated so that it states the contract (SPEC §4) instead of
+echoing whatever the code happens to do; tests/integration/test_fuzz_api.py runs
+schemathesis against a live bin/api from this document, so a route missing here is a
+route nobody fuzzes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+
+bp = Blueprint("openapi", __name__)
+
+KEY_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$"
+STEP_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+OPS = ["exists", "eq", "ne", "gt", "gte", "lt", "lte", "in"]
+STATUSES = ["queued", "running", "waiting", "needs_attention", "succeeded", "failed", "cancelled"]
+STEP_STATUSES = [
+    "pending",
+    "ready",
+    "running",
+    "waiting",
+    "succeeded",
+    "failed",
+    "skipped",
+    "unknown",
+    "cancelled",
+]
+
+PROBLEM_TEXT = {
+    400: "Malformed JSON or an invalid parameter",
+    401: "Missing, invalid or revoked credentials (API key or webhook signature)",
+    403: "The API key's scope does not allow this",
+    404: "No such resource",
+    405: "Method not allowed on this resource",
+    409: "Conflict with the current state",
+    413: "Body larger than FLOWFORGE_MAX_BODY_BYTES",
+    415: "Not identity-encoded application/json",
+    422: "Invalid definition or request body; one entry in errors per problem",
+    503: "The database cannot be reached; retry after Retry-After seconds",
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _problems(*statuses: int) -> dict[str, Any]:
+    """Error answers, all RFC 9457 problem details."""
+    return {
+        str(status): {
+            "description": PROBLEM_TEXT[status],
+            "content": {"application/problem+json": {"schema": _ref("Problem")}},
+        }
+        for status in statuses
+    }
+
+
+def _path_param(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": schema,
+    }
+
+
+WORKFLOW_KEY = _path_param(
+    "key", {"type": "string", "pattern": KEY_PATTERN}, "The workflow key, e.g. order-sync"
+)
+EXECUTION_ID = _path_param("id", {"type": "string", "format": "uuid"}, "The execution id")
+AUTHENTICATED = (401, 503)
+
+
+def _operation(
+    summary: str,
+    responses: dict[str, Any],
+    *,
+    tags: list[str],
+    parameters: list[dict[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+    public: bool = False,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "tags": tags, "responses": responses}
+    if parameters:
+        operation["parameters"] = parameters
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": body}},
+        }
+    if public:
+        operation["security"] = []
+    return operation
+
+
+SCHEMAS: dict[str, Any] = {
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["path", "message"],
+                    "properties": {"path": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+        },
+    },
+    "Request": {
+        "type": "object",
+        "required": ["url"],
+        "additionalProperties": False,
+        "properties": {
+            "method": {
+                "type": "string",
+                "enum": ["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"],
+            },
+            "url": {"type": "string", "description": "http(s) URL; may hold {{ path }} templates"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "json": {"description": "JSON body, templates resolved inside values"},
+            "body": {"type": "string"},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
+            "idempotency_key": {"type": "string", "minLength": 1},
+        },
+    },
+    "Retry": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
+            "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+            "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
+            "max_interval_s": {"type": "number", "maximum": 86400},
+        },
+    },
+    "When": {
+        "type": "object",
+        "required": ["path", "op"],
+        "additionalProperties": False,
+        "properties": {
+            "path": {"type": "string"},
+            "op": {"type": "string", "enum": OPS},
+            "value": {},
+        },
+    },
+    "Step": {
+        "type": "object",
+        "required": ["id", "type"],
+        "properties": {
+            "id": {"type": "string", "pattern": STEP_ID_PATTERN},
+            "type": {"type": "string", "enum": ["http_request", "delay", "transform"]},
+            "depends_on": {"type": "array", "maxItems": 20, "items": {"type": "string"}},
+            "when": _ref("When"),
+            "request": _ref("Request"),
+            "retry": _ref("Retry"),
+            "duration_s": {"type": "number", "minimum": 0, "maximum": 31536000},
+            "until": {"type": "string", "description": "ISO-8601 instant or a template"},
+            "output": {"description": "any JSON; templates resolved inside strings"},
+        },
+    },
+    "Definition": {
+        "type": "object",
+        "required": ["name", "steps"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": {"type": "string"},
+            "trigger": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "webhook": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"auth": {"type": "string", "enum": ["signature", "none"]}},
+                    }
+                },
+            },
+            "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
+        },
+    },
+    "Published": {
+        "type": "object",
+        "required": ["workflow", "version"],
+        "properties": {
+            "workflow": {"type": "string"},
+            "version": {"type": "integer"},
+            "name": {"type": "string"},
+            "webhook_auth": {"type": "string", "enum": ["signature", "none"]},
+            "steps": {"type": "array", "items": {"type": "string"}},
+            "created_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "Workflow": {
+        "type": "object",
+        "properties": {
+            "workflow": {"type": "string"},
+            "latest_version": {"type": "integer"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "versions": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "WebhookSecret": {
+        "type": "object",
+        "required": ["id", "created_at"],
+        "properties": {
+            "id": {"type": "integer"},
+            "secret": {
+                "type": "string",
+                "pattern": "^whsec_",
+                "description": "Only in the answer that created it",
+            },
+            "created_at": {"type": "string", "format": "date-time"},
+            "revoked_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    },
+    "Accepted": {
+        "type": "object",
+        "required": ["execution_id", "status"],
+        "properties": {
+            "execution_id": {"type": "string", "format": "uuid"},
+            "status": {"type": "string", "enum": STATUSES},
+        },
+    },
+    "Attempt": {
+        "type": "object",
+        "properties": {
+            "attempt": {"type": "integer"},
+            "worker": {"type": ["string", "null"]},
+            "started_at": {"type": "string", "format": "date-time"},
+            "finished_at": {"type": ["string", "null"], "format": "date-time"},
+            "outcome": {
+                "type": ["string", "null"],
+                "enum": ["succeeded", "failed", "unknown", "lost_lease", None],
+            },
+            "error": {"type": ["string", "null"]},
+            "http_status": {"type": ["integer", "null"]},
+            "duration_ms": {"type": ["integer", "null"]},
+        },
+    },
+    "ExecutionStep": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": STEP_STATUSES},
+            "attempt_count": {"type": "integer"},
+            "wake_at": {"type": ["string", "null"], "format": "date-time"},
+            "output": {},
+            "error": {"type": ["string", "null"]},
+            "attempts": {"type": "array", "items": _ref("Attempt")},
+        },
+    },
+    "Execution": {
+        "type": "object",
+        "required": ["id", "workflow", "version", "status"],
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "workflow": {"type": "string"},
+            "version": {"type": "integer"},
+            "status": {"type": "string", "enum": STATUSES},
+            "input": {},
+            "steps": {"type": "array", "items": _ref("ExecutionStep")},
+            "events": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "ExecutionPage": {
+        "type": "object",
+        "required": ["items", "next_cursor"],
+        "properties": {
+            "items": {"type": "array", "items": {"type": "object"}},
+            "next_cursor": {"type": ["string", "null"]},
+        },
+    },
+    "ActionResult": {
+        "type": "object",
+        "required": ["execution_id", "status"],
+        "properties": {
+            "execution_id": {"type": "string", "format": "uuid"},
+            "status": {"type": "string", "enum": STATUSES},
+        },
+    },
+    "Resolution": {
+        "type": "object",
+        "required": ["outcome"],
+        "additionalProperties": False,
+        "properties": {
+            "outcome": {"type": "string", "enum": ["succeeded", "failed"]},
+            "output": {"description": "the step's output, with succeeded"},
+        },
+    },
+}
+
+WEBHOOK_HEADERS = [
+    {
+        "name": "webhook-id",
+        "in": "header",
+        "description": "Standard Webhooks message id; doubles as the idempotency key",
+        "schema": {"type": "string", "maxLength": 255},
+    },
+    {
+        "name": "webhook-timestamp",
+        "in": "header",
+        "description": "Unix seconds; must be within 5 minutes of the server's clock",
+        "schema": {"type": "string", "pattern": "^[0-9]{1,15}$"},
+    },
+    {
+        "name": "webhook-signature",
+        "in": "header",
+        "description": "Space-separated v1,<base64 HMAC-SHA256 of id.timestamp.body>",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "description": "Overrides webhook-id as the idempotency key",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    },
+]
+
+PATHS: dict[str, Any] = {
+    "/hooks/{key}": {
+        "post": _operation(
+            "Start an execution of the workflow's newest version",
+            {
+                "202": {
+                    **_json(_ref("Accepted"), "Accepted durably; Location names the execution"),
+                    "headers": {
+                        "Location": {"schema": {"type": "string"}},
+                        "Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}},
+                    },
+                },
+                **_problems(400, 401, 404, 409, 413, 415, 503),
+            },
+            tags=["webhooks"],
+            parameters=[WORKFLOW_KEY, *WEBHOOK_HEADERS],
+            body={"description": "any JSON value: the execution's input"},
+            public=True,
+        )
+    },
+    "/api/v1/workflows": {
+        "get": _operation(
+            "Workflows the API key may see, each with its newest version",
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {"items": {"type": "array", "items": {"type": "object"}}},
+                    },
+                    "The workflows",
+                ),
+                **_problems(*AUTHENTICATED),
+            },
+            tags=["workflows"],
+        )
+    },
+    "/api/v1/workflows/{key}": {
+        "get": _operation(
+            "One workflow and its versions",
+            {"200": _json(_ref("Workflow"), "The workflow"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/versions": {
+        "post": _operation(
+            "Publish the next immutable version",
+            {
+                "201": _json(_ref("Published"), "Published"),
+                **_problems(400, 403, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+            body=_ref("Definition"),
+        )
+    },
+    "/api/v1/workflows/{key}/versions/{version}": {
+        "get": _operation(
+            "One immutable version, with its definition",
+            {
+                "200": _json({"type": "object"}, "The version"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[
+                WORKFLOW_KEY,
+                _path_param("version", {"type": "integer", "minimum": 1}, "Version number"),
+            ],
+        )
+    },
+    "/api/v1/workflows/{key}/webhook-secrets": {
+        "post": _operation(
+            "Create a signing secret (shown once; at most two active)",
+            {
+                "201": _json(_ref("WebhookSecret"), "Created; the secret is in this answer only"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["webhook secrets"],
+            parameters=[WORKFLOW_KEY],
+        ),
+        "get": _operation(
+            "The workflow's signing secrets, without their values",
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {"items": {"type": "array", "items": _ref("WebhookSecret")}},
+                    },
+                    "The secrets",
+                ),
+                **_problems(403, *AUTHENTICATED),
+            },
+            tags=["webhook secrets"],
+            parameters=[WORKFLOW_KEY],
+        ),
+    },
+    "/api/v1/workflows/{key}/webhook-secrets/{secret_id}": {
+        "delete": _operation(
+            "Revoke a signing secret",
+            {"204": {"description": "Revoked"}, **_problems(403, 404, *AUTHENTICATED)},
+            tags=["webhook secrets"],
+            parameters=[
+                WORKFLOW_KEY,
+                _path_param("secret_id", {"type": "integer", "minimum": 1}, "Secret id"),
+            ],
+        )
+    },
+    "/api/v1/executions": {
+        "get": _operation(
+            "Executions, newest first (keyset pagination)",
+            {
+                "200": _json(_ref("ExecutionPage"), "One page"),
+                **_problems(400, 403, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[
+                {
+                    "name": "workflow",
+                    "in": "query",
+                    "schema": {"type": "string", "pattern": KEY_PATTERN},
+                },
+                {"name": "status", "in": "query", "schema": {"type": "string", "enum": STATUSES}},
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                },
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "description": "next_cursor from the previous page",
+                    "schema": {"type": "string"},
+                },
+            ],
+        )
+    },
+    "/api/v1/executions/{id}": {
+        "get": _operation(
+            "The execution with its steps, every attempt and its event history",
+            {
+                "200": _json(_ref("Execution"), "The execution"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/cancel": {
+        "post": _operation(
+            "Cancel: 202 while work is stopping, 200 once terminal",
+            {
+                "200": _json(_ref("ActionResult"), "Already finished"),
+                "202": _json(_ref("ActionResult"), "Cancelling"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/retry": {
+        "post": _operation(
+            "Re-run failed and unknown steps, reusing every completed checkpoint",
+            {
+                "202": _json(_ref("ActionResult"), "Queued again"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/steps/{step}/resolve": {
+        "post": _operation(
+            "Settle a step whose remote effect is unknown",
+            {
+                "200": _json(_ref("ActionResult"), "Resolved"),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[
+                EXECUTION_ID,
+                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
+            ],
+            body=_ref("Resolution"),
+        )
+    },
+    "/healthz": {
+        "get": _operation(
+            "Liveness: the process answers",
+            {"200": _json({"type": "object"}, "Alive")},
+            tags=["operations"],
+            public=True,
+        )
+    },
+    "/readyz": {
+        "get": _operation(
+            "Readiness: the database answers",
+            {"200": _json({"type": "object"}, "Ready"), **_problems(503)},
+            tags=["operations"],
+            public=True,
+        )
+    },
+    "/metrics": {
+        "get": _operation(
+            "Prometheus metrics",
+            {
+                "200": {
+                    "description": "Prometheus text format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                **_problems(503),
+            },
+            tags=["operations"],
+            public=True,
+        )
+    },
+    "/openapi.json": {
+        "get": _operation(
+            "This document",
+            {"200": _json({"type": "object"}, "OpenAPI 3.1")},
+            tags=["operations"],
+            public=True,
+        )
+    },
+}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "FlowForge",
+        "version": "1",
+        "description": (
+            "Durable webhook-driven workflows. Management endpoints need "
+            "`Authorization: Bearer <api key>`; webhooks are signed per workflow "
+            "(Standard Webhooks) unless the workflow chose auth none."
+        ),
+    },
+    "security": [{"apiKey": []}],
+    "paths": PATHS,
+    "components": {
+        "schemas": SCHEMAS,
+        "securitySchemes": {
+            "apiKey": {"type": "http", "scheme": "bearer", "description": "ff_... API key"}
+        },
+    },
+}
+
+
+@bp.get("/openapi.json")
+def document() -> Response:
+    """The OpenAPI document; public, as it holds nothing secret."""
+    return jsonify(DOCUMENT)

@@ -1,0 +1,562 @@
+"""bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
+
+    bin/bench [--quick] [--json FILE] [--api-workers N] [--worker-concurrency N]
+              [--profile DIR] [--keep-logs]
+
+On a shared 2-core machine an absolute figure means little; a ratio measured in the same
+run means a lot. Everything runs on 127.0.0.1 in a private database and RabbitMQ vhost
+that the bench creates and removes, also on Ctrl-C and errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+
+from flowforge.worker.broker import BROKER_ERRORS
+from tests.bench import figures, limits, load
+from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
+from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything one run does."""
+
+    repetitions: int
+    pgbench_s: int
+    wrk_s: int
+    amqp_confirm_each: int
+    amqp_batched: int
+    relay_rows: int
+    chain3: int
+    fan: int
+    latency_s: int
+    sleepers: int
+
+
+QUICK = Plan(1, 4, 4, 2000, 50_000, 50_000, 500, 250, 6, 1_000_000)
+FULL = Plan(3, 15, 10, 5000, 50_000, 50_000, 2000, 1000, 20, 1_000_000)
+
+# (figure, comparison, target) from issue 6.
+TARGETS: list[tuple[str, str, float]] = [
+    ("webhook_vs_bare_flask", ">=", 0.85),
+    ("relay_vs_amqp_batched", ">=", 0.8),
+    ("chain3_per_s", ">=", 185),
+    ("cpu_ms_per_chain3", "<=", 9),
+    ("commits_per_chain3", "<=", 4),
+    ("latency_ms.p50", "<=", 10),
+    ("latency_ms.p99", "<=", 50),
+    ("delay_backlog_ratio", ">=", 0.9),
+    ("worker_rss_mb", "<=", 80),
+]
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so stdout carries only the table."""
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def repeat(name: str, times: int, measure: Callable[[], T], show: Callable[[T], str]) -> list[T]:
+    """Run a measurement `times` times, logging each result."""
+    results = []
+    for i in range(times):
+        started = time.monotonic()
+        result = measure()
+        results.append(result)
+        took = time.monotonic() - started
+        log(f"{name} [{i + 1}/{times}] {show(result)}  ({took:.1f}s)")
+    return results
+
+
+def _timed(name: str, measure: Callable[[], T], show: Callable[[T], str]) -> T:
+    """One measurement, logged with how long it took."""
+    started = time.monotonic()
+    result = measure()
+    log(f"{name} {show(result)}  ({time.monotonic() - started:.1f}s)")
+    return result
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """The whole measurement; returns the report."""
+    reps = plan.repetitions
+    report: dict[str, Any] = {
+        "mode": "quick" if args.quick else "full",
+        "repetitions": reps,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "plan": asdict(plan),
+        "load_generators": load.describe(),
+    }
+    started = time.monotonic()
+    report["machine"]["background_cpu_pct"] = background_cpu_pct()
+    connections = 2 * args.api_workers
+    with Session(
+        args.admin_url,
+        args.api_workers,
+        args.worker_concurrency,
+        args.keep_logs,
+        args.profile,
+        own_postgres=args.own_postgres,
+    ) as s:
+        report["machine"]["postgresql"] = s.scalar("SHOW server_version")
+        report["machine"]["postgresql_server"] = (
+            "own throwaway cluster (--own-postgres) with the local server's settings: "
+            + ", ".join(f"{k}={v}" for k, v in s.own_postgres_settings.items())
+            if args.own_postgres
+            else "the local server"
+        )
+        report["machine"]["rabbitmq"] = rabbitmqctl("version").strip()
+        report["settings"] = {
+            "gunicorn": "bin/api's own command line (flowforge.api.serve.gunicorn_argv): "
+            f"sync workers, --workers {args.api_workers}",
+            "api_workers": args.api_workers,
+            "api_db_pool_size": 4,
+            "worker_concurrency": args.worker_concurrency,
+            "wrk_connections": connections,
+            "relay_batch": limits.RELAY_BATCH,
+        }
+        s.start_api()
+        log(f"bin/api up with {args.api_workers} gunicorn workers; database {s.db.name}")
+        s.publish("chain3", CHAIN3)
+        s.publish("sleeper", SLEEPER)
+        stub = figures.Stub()
+        s.stack.callback(stub.close)
+        s.publish("fan", fan_definition(stub.url))
+
+        # ---- limits -------------------------------------------------------------------
+        lim: dict[str, Any] = {}
+        lim["pg_tx_per_s"] = median(
+            repeat(
+                "pg_tx_per_s",
+                reps,
+                lambda: limits.pg_tx_per_s(s, args.api_workers, plan.pgbench_s),
+                lambda v: f"{v:.0f}/s",
+            )
+        )
+        lim["amqp_confirm_each_per_s"] = median(
+            repeat(
+                "amqp_confirm_each_per_s",
+                reps,
+                lambda: limits.amqp_confirm_each_per_s(s, plan.amqp_confirm_each),
+                lambda v: f"{v:.0f}/s",
+            )
+        )
+
+        # ---- limit and FlowForge side by side: intake and relay, no worker running ----
+        # Each FlowForge figure is measured right after its limit, and its ratio is taken
+        # within the pair: on a shared machine the background load drifts between
+        # minutes, rarely between two adjacent measurements.
+        ff: dict[str, Any] = {}
+        bare = limits.BareFlask(s)
+        pairs: list[dict[str, Any]] = []
+        for i in range(reps):
+            pair: dict[str, Any] = {}
+            pair["bare_flask_per_s"] = _timed(
+                f"bare_flask_per_s [{i + 1}/{reps}]",
+                lambda: bare.per_s(connections, plan.wrk_s),
+                lambda v: f"{v:.0f}/s",
+            )
+            pair["webhook"] = _timed(
+                f"webhook_per_s [{i + 1}/{reps}]",
+                lambda: figures.webhook_per_s(s, connections, plan.wrk_s),
+                lambda v: f"{v['per_s']:.0f}/s (wrk p99 {v['wrk_p99_ms']:.1f} ms)",
+            )
+            pair["amqp_batched_per_s"] = _timed(
+                f"amqp_batched_per_s [{i + 1}/{reps}]",
+                lambda: limits.amqp_batched_per_s(s, plan.amqp_batched),
+                lambda v: f"{v:.0f}/s",
+            )
+            pair["relay"] = _timed(
+                f"relay_per_s [{i + 1}/{reps}]",
+                lambda: figures.relay_per_s(s, plan.relay_rows),
+                lambda v: f"{v['per_s']:.0f}/s ({v['duplicates']} duplicates)",
+            )
+            pairs.append(pair)
+        bare.stop()
+        hooks = [p["webhook"] for p in pairs]
+        lim["bare_flask_per_s"] = median([p["bare_flask_per_s"] for p in pairs])
+        lim["amqp_batched_per_s"] = median([p["amqp_batched_per_s"] for p in pairs])
+        report["limits"] = lim
+        ff["webhook_per_s"] = median([h["per_s"] for h in hooks])
+        ff["relay_per_s"] = median([p["relay"]["per_s"] for p in pairs])
+        ff["relay_duplicates"] = sum(p["relay"]["duplicates"] for p in pairs)
+        paired = {
+            "webhook_vs_bare_flask": median(
+                [p["webhook"]["per_s"] / p["bare_flask_per_s"] for p in pairs]
+            ),
+            "relay_vs_amqp_batched": median(
+                [p["relay"]["per_s"] / p["amqp_batched_per_s"] for p in pairs]
+            ),
+        }
+
+        # ---- flowforge: end to end, worker running -------------------------------------
+        s.start_worker()
+        # Warm-up, not counted: connections, prepared statements, definition caches.
+        figures.executions(s, "chain3", 50, connections, measure_commits=False)
+        figures.executions(s, "fan", 20, connections, measure_commits=False)
+        chains = repeat(
+            "chain3",
+            reps,
+            lambda: figures.executions(s, "chain3", plan.chain3, connections),
+            _show_run,
+        )
+        fans = repeat(
+            "fan",
+            reps,
+            # Commit counts of the fan are a curiosity; --quick saves their 11 s waits.
+            lambda: figures.executions(
+                s, "fan", plan.fan, connections, measure_commits=not args.quick
+            ),
+            _show_run,
+        )
+        ff["chain3_per_s"] = median([c.per_s for c in chains])
+        ff["fan_per_s"] = median([f.per_s for f in fans])
+        ff["commits_per_chain3"] = median([c.commits_per_execution for c in chains])
+        ff["cpu_ms_per_chain3"] = median([c.cpu_ms_per_execution for c in chains])
+        ff["cpu_ms_per_chain3_by_part"] = {
+            part: median([c.cpu_ms_by_part[part] for c in chains])
+            for part in chains[0].cpu_ms_by_part
+        }
+        ff["cpu_ms_per_chain3_own"] = median(
+            [c.cpu_ms_per_execution - c.cpu_ms_by_part["other"] for c in chains]
+        )
+        ff["write_tx_per_chain3"] = median([c.write_tx_per_execution for c in chains])
+        ff["commits_per_fan"] = median([f.commits_per_execution for f in fans])
+        ff["cpu_ms_per_fan"] = median([f.cpu_ms_per_execution for f in fans])
+        rate = ff["chain3_per_s"] / 2
+        lats = repeat(
+            "latency",
+            reps,
+            lambda: figures.latency(s, rate, plan.latency_s),
+            lambda v: f"p50 {v['p50']:.1f} ms p99 {v['p99']:.1f} ms at {v['rate_achieved']:.0f}/s",
+        )
+        ff["latency_ms"] = {
+            "p50": median([v["p50"] for v in lats]),
+            "p99": median([v["p99"] for v in lats]),
+            "rate_per_s": rate,
+        }
+        ff["worker_rss_mb"] = median([c.worker_rss_peak_mb for c in chains])
+
+        # ---- flowforge with a million sleeping delays ---------------------------------
+        # Baselines right before the load, then the same with the delays in place: the
+        # ratios compare measurements a minute apart, not ten.
+        chains_base = repeat(
+            "chain3 (baseline)",
+            reps,
+            lambda: figures.executions(
+                s, "chain3", plan.chain3, connections, measure_commits=False
+            ),
+            _show_run,
+        )
+        s.stop_worker()
+        hooks_base = repeat(
+            "webhook_per_s (baseline)",
+            reps,
+            lambda: figures.webhook_per_s(s, connections, plan.wrk_s),
+            lambda v: f"{v['per_s']:.0f}/s",
+        )
+        pg_base = _timed(
+            "pg_tx_per_s (baseline)",
+            lambda: limits.pg_tx_per_s(s, args.api_workers, plan.pgbench_s),
+            lambda v: f"{v:.0f}/s",
+        )
+        s.reset()
+        log(f"loading {plan.sleepers:,} sleeping delays ...")
+        load_s = s.insert_sleepers(plan.sleepers)
+        log(f"loaded in {load_s:.1f}s")
+        # How much of the drop is PostgreSQL's own: the same limit, same table sizes.
+        pg_d = _timed(
+            "pg_tx_per_s (delays)",
+            lambda: limits.pg_tx_per_s(s, args.api_workers, plan.pgbench_s),
+            lambda v: f"{v:.0f}/s",
+        )
+        hooks_d = repeat(
+            "webhook_per_s (delays)",
+            reps,
+            lambda: figures.webhook_per_s(s, connections, plan.wrk_s),
+            lambda v: f"{v['per_s']:.0f}/s",
+        )
+        s.start_worker()
+        chains_d = repeat(
+            "chain3 (delays)",
+            reps,
+            lambda: figures.executions(
+                s, "chain3", plan.chain3, connections, measure_commits=False
+            ),
+            _show_run,
+        )
+        webhook_base = median([h["per_s"] for h in hooks_base])
+        chain3_base = median([c.per_s for c in chains_base])
+        webhook_d = median([h["per_s"] for h in hooks_d])
+        chain3_d = median([c.per_s for c in chains_d])
+        ff["delay_backlog"] = {
+            "sleeping_delays": plan.sleepers,
+            "load_s": load_s,
+            "webhook_per_s_before": webhook_base,
+            "webhook_per_s": webhook_d,
+            "chain3_per_s_before": chain3_base,
+            "chain3_per_s": chain3_d,
+            "webhook_ratio": webhook_d / webhook_base,
+            "chain3_ratio": chain3_d / chain3_base,
+            "pg_tx_per_s_before": pg_base,
+            "pg_tx_per_s": pg_d,
+            "pg_tx_ratio": pg_d / pg_base,
+        }
+        ff["delay_backlog_ratio"] = min(
+            ff["delay_backlog"]["webhook_ratio"], ff["delay_backlog"]["chain3_ratio"]
+        )
+        report["flowforge"] = ff
+        report["raw"] = {
+            "pairs": pairs,
+            "chain3": [asdict(c) for c in chains],
+            "fan": [asdict(f) for f in fans],
+            "latency": lats,
+            "webhook_before_delays": hooks_base,
+            "webhook_delays": hooks_d,
+            "chain3_before_delays": [asdict(c) for c in chains_base],
+            "chain3_delays": [asdict(c) for c in chains_d],
+        }
+        failed = sum(c.failed for c in [*chains, *fans, *chains_base, *chains_d])
+        if failed:
+            log(f"WARNING: {failed} executions did not succeed; see the worker log")
+        report["failed_executions"] = failed
+    report["ratios"] = {
+        **paired,
+        "chain3_vs_pg_tx": ff["chain3_per_s"] / lim["pg_tx_per_s"],
+    }
+    report["targets"] = [_judge(report, *t) for t in TARGETS]
+    report["duration_s"] = round(time.monotonic() - started, 1)
+    return report
+
+
+def background_cpu_pct(seconds: float = 3.0) -> float:
+    """How busy the machine is before the bench starts anything: on a shared machine
+    every figure below is only as good as this number is small."""
+    before, _ = machine_cpu_ms()
+    time.sleep(seconds)
+    after, _ = machine_cpu_ms()
+    return 100.0 * (after - before) / (seconds * 1000.0 * (os.cpu_count() or 1))
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: figures that were not measured become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _show_run(r: figures.ExecutionRun) -> str:
+    commits = (
+        ""
+        if r.commits_per_execution != r.commits_per_execution
+        else (f"{r.commits_per_execution:.2f} commits, ")
+    )
+    return (
+        f"{r.per_s:.0f}/s over {r.executions} ({r.cpu_ms_per_execution:.1f} ms CPU, "
+        f"{commits}{r.write_tx_per_execution:.2f} write tx, worker {r.worker_rss_peak_mb:.0f} MB"
+        + (f", {r.failed} FAILED" if r.failed else "")
+        + ")"
+    )
+
+
+def _lookup(report: dict[str, Any], name: str) -> float:
+    for section in ("ratios", "flowforge", "limits"):
+        value: Any = report.get(section, {})
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            return float(value)
+    raise KeyError(name)
+
+
+def _judge(report: dict[str, Any], name: str, op: str, target: float) -> dict[str, Any]:
+    value = _lookup(report, name)
+    met = value >= target if op == ">=" else value <= target
+    return {"figure": name, "value": value, "target": f"{op} {target:g}", "met": met}
+
+
+def _fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"  # ratios: 0.849 must not print as a met 0.85
+
+
+def table(report: dict[str, Any]) -> str:
+    """The readable summary."""
+    m, st = report["machine"], report["settings"]
+    lim, ff, ratios = report["limits"], report["flowforge"], report["ratios"]
+    delays = ff["delay_backlog"]
+    by_part = ", ".join(f"{k} {v:.1f}" for k, v in ff["cpu_ms_per_chain3_by_part"].items())
+    sections: list[tuple[str, list[tuple[str, str, str]]]] = [
+        (
+            "limits",
+            [
+                ("pg_tx_per_s", _fmt(lim["pg_tx_per_s"]), f"pgbench, {st['api_workers']} clients"),
+                ("bare_flask_per_s", _fmt(lim["bare_flask_per_s"]), "same tx, bin/api's gunicorn"),
+                ("amqp_confirm_each_per_s", _fmt(lim["amqp_confirm_each_per_s"]), "pika"),
+                (
+                    "amqp_batched_per_s",
+                    _fmt(lim["amqp_batched_per_s"]),
+                    f"pika, one AMQP tx per {st['relay_batch']}",
+                ),
+            ],
+        ),
+        (
+            "flowforge",
+            [
+                ("webhook_per_s", _fmt(ff["webhook_per_s"]), "202s/s, worker stopped"),
+                (
+                    "relay_per_s",
+                    _fmt(ff["relay_per_s"]),
+                    f"{report['plan']['relay_rows']:,}-row backlog",
+                ),
+                ("chain3_per_s", _fmt(ff["chain3_per_s"]), f"N={report['plan']['chain3']}"),
+                ("fan_per_s", _fmt(ff["fan_per_s"]), f"N={report['plan']['fan']}"),
+                (
+                    "commits_per_chain3",
+                    _fmt(ff["commits_per_chain3"]),
+                    f"pg_stat_database; {ff['write_tx_per_chain3']:.2f} of them write (xids)",
+                ),
+                ("cpu_ms_per_chain3", _fmt(ff["cpu_ms_per_chain3"]), "whole machine"),
+                ("  of which", "", by_part),
+                (
+                    "  without 'other'",
+                    _fmt(ff["cpu_ms_per_chain3_own"]),
+                    "other users of a shared machine excluded",
+                ),
+                (
+                    "latency_ms.p50",
+                    _fmt(ff["latency_ms"]["p50"]),
+                    f"open loop at {ff['latency_ms']['rate_per_s']:.0f}/s",
+                ),
+                ("latency_ms.p99", _fmt(ff["latency_ms"]["p99"]), ""),
+                (
+                    "delay_backlog_ratio",
+                    _fmt(ff["delay_backlog_ratio"]),
+                    f"webhook {delays['webhook_ratio']:.2f}, chain3 {delays['chain3_ratio']:.2f}"
+                    f" with {delays['sleeping_delays']:,} delays (pgbench alone: "
+                    f"{delays['pg_tx_ratio']:.2f})",
+                ),
+                (
+                    "worker_rss_mb",
+                    _fmt(ff["worker_rss_mb"]),
+                    f"peak, {st['worker_concurrency']} executor threads",
+                ),
+            ],
+        ),
+        ("ratios", [(name, _fmt(value), "") for name, value in ratios.items()]),
+        (
+            "targets",
+            [
+                (
+                    t["figure"],
+                    _fmt(t["value"]),
+                    f"{t['target']}: {'met' if t['met'] else 'NOT met'}",
+                )
+                for t in report["targets"]
+            ],
+        ),
+    ]
+    width = max(len(name) for _, rows in sections for name, _, _ in rows) + 2
+    lines = [
+        f"FlowForge bench ({report['mode']}, median of {report['repetitions']}) on "
+        f"{m['nproc']} x {m['cpu_model']}, {m['memory_gb']} GB RAM, "
+        f"PostgreSQL {m.get('postgresql')}, RabbitMQ {m.get('rabbitmq')}",
+        f"load: {report['load_generators']['throughput']}",
+        f"latency: {report['load_generators']['latency']}",
+    ]
+    other = ff["cpu_ms_per_chain3_by_part"].get("other", 0.0) / max(ff["cpu_ms_per_chain3"], 1e-9)
+    if m["background_cpu_pct"] > 5 or other > 0.1:
+        lines.append(
+            f"WARNING: the machine was busy with other work ({m['background_cpu_pct']:.0f}% "
+            f"before the run, {100 * other:.0f}% of the CPU during chain3): figures are low"
+        )
+    for title, rows in sections:
+        lines.append(f"\n[{title}]")
+        for name, value, note in rows:
+            lines.append(f"  {name:<{width}}{value:>10}  {note}".rstrip())
+    lines.append(f"\ntook {report['duration_s']:.0f}s")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    default_workers = int(os.environ.get("FLOWFORGE_API_WORKERS", 2 * (os.cpu_count() or 1) + 1))
+    p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
+    p.add_argument(
+        "--api-workers",
+        type=int,
+        default=default_workers,
+        help=f"gunicorn workers for bin/api and the bare Flask limit (default {default_workers}, "
+        "bin/api's own default)",
+    )
+    p.add_argument("--worker-concurrency", type=int, default=8, help="executor threads (default 8)")
+    p.add_argument(
+        "--admin-url",
+        default=os.environ.get("FLOWFORGE_BENCH_DATABASE_URL", ADMIN_DATABASE),
+        help="PostgreSQL URL allowed to create databases (superuser for the bulk load)",
+    )
+    p.add_argument(
+        "--own-postgres",
+        action="store_true",
+        help="run a throwaway PostgreSQL cluster (same binaries and settings as the local "
+        "server) instead of using the local server: for machines where tests restart it",
+    )
+    p.add_argument("--profile", type=Path, metavar="DIR", help="py-spy raw profiles into DIR")
+    p.add_argument("--keep-logs", action="store_true", help="keep API and worker logs")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of bin/bench."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    plan = QUICK if args.quick else FULL
+    try:
+        report = run(plan, args)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Interrupted):
+        print("bench: interrupted; everything it started was stopped and removed", file=sys.stderr)
+        return 130
+    except subprocess.TimeoutExpired as exc:
+        print(f"bench: a tool timed out: {exc}", file=sys.stderr)
+        return 1
+    except (psycopg.OperationalError, *BROKER_ERRORS) as exc:
+        # On a shared machine another session may restart PostgreSQL or RabbitMQ.
+        print(f"bench: a service went away during the run: {exc!r}", file=sys.stderr)
+        return 1
+    print(table(report))
+    if args.json:
+        args.json.write_text(json.dumps(_clean(report), indent=2, default=str) + "\n")
+        log(f"figures written to {args.json}")
+    return 0
