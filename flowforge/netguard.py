@@ -90,6 +90,10 @@ class NotSent(FlowForgeError):
     """The request provably never left, so repeating it is always safe."""
 
 
+class RequestInvalid(NotSent):
+    """The rendered request cannot be sent as it is; trying again would not change that."""
+
+
 class RequestRefused(NotSent):
     """The address guard said no; the request never left."""
 
@@ -224,26 +228,26 @@ class _Target:
 def _parse_target(method: str, url: str) -> _Target:
     """Validate method and URL up front, so nothing malformed reaches a socket."""
     if not _TOKEN.fullmatch(method):
-        raise NotSent("invalid HTTP method")
+        raise RequestInvalid("invalid HTTP method")
     if _UNSAFE_URL.search(url):
-        raise NotSent(f"{method}: URL contains whitespace or control characters")
+        raise RequestInvalid(f"{method}: URL contains whitespace or control characters")
     try:
         parts = urlsplit(url)
         scheme = parts.scheme
         if scheme not in _DEFAULT_PORTS:
-            raise NotSent(f"{method}: scheme {scheme!r} is not allowed; use http or https")
+            raise RequestInvalid(f"{method}: scheme {scheme!r} is not allowed; use http or https")
         host = parts.hostname or ""
         port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
         host = host if host.isascii() else host.encode("idna").decode("ascii")
     except ValueError:
-        raise NotSent(f"{method}: URL has an invalid host or port") from None
+        raise RequestInvalid(f"{method}: URL has an invalid host or port") from None
     if not host:
-        raise NotSent(f"{method}: URL has no host")
+        raise RequestInvalid(f"{method}: URL has no host")
     if parts.username is not None or parts.password is not None:
-        raise NotSent(f"{method}: credentials in the URL are not supported; use a header")
+        raise RequestInvalid(f"{method}: credentials in the URL are not supported; use a header")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not path.isascii():
-        raise NotSent(f"{method}: URL path must be ASCII; percent-encode it")
+        raise RequestInvalid(f"{method}: URL path must be ASCII; percent-encode it")
     return _Target(method, scheme, host, port, path)
 
 
@@ -251,9 +255,11 @@ def _check_headers(target: _Target, headers: Mapping[str, str]) -> None:
     """Reject header injection before connecting; values are never echoed as they may be secret."""
     for name, value in headers.items():
         if not _TOKEN.fullmatch(name):
-            raise NotSent(f"{target.where}: invalid header name")
+            raise RequestInvalid(f"{target.where}: invalid header name")
         if not _FIELD_VALUE.fullmatch(value):
-            raise NotSent(f"{target.where}: header {name} has a control or non-Latin-1 character")
+            raise RequestInvalid(
+                f"{target.where}: header {name} has a control or non-Latin-1 character"
+            )
 
 
 def _resolve(target: _Target) -> list[IPAddress]:

@@ -153,7 +153,8 @@ def perform(
             allow=allow,
             max_response_bytes=max_response_bytes,
         )
-    except netguard.RequestRefused as exc:
+    except (netguard.RequestRefused, netguard.RequestInvalid) as exc:
+        # Deterministic: the same rendered request would be refused again.
         return Outcome("failed", error=_redact(str(exc), rendered.secret_values))
     except netguard.NotSent as exc:
         # Provably never left: repeating is safe whatever the method.
