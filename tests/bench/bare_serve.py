@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from flowforge.api.serve import gunicorn_argv
 
@@ -15,9 +16,9 @@ FLOWFORGE_APP = "flowforge.api:create_app()"
 BARE_APP = "tests.bench.bare_app:create_app()"
 
 
-def argv(args: list[str]) -> list[str]:
+def argv(args: list[str], env: Mapping[str, str]) -> list[str]:
     """bin/api's gunicorn argv for these arguments, serving the bare app instead."""
-    built = gunicorn_argv(args, os.environ)
+    built = gunicorn_argv(args, env)
     if built[-1] != FLOWFORGE_APP:
         raise SystemExit(f"bare_serve: bin/api no longer ends with {FLOWFORGE_APP}: {built}")
     return [*built[:-1], BARE_APP]
@@ -26,7 +27,7 @@ def argv(args: list[str]) -> list[str]:
 def main() -> None:
     from gunicorn.app.wsgiapp import run
 
-    sys.argv = argv(sys.argv[1:])
+    sys.argv = argv(sys.argv[1:], os.environ)
     run()
 
 

@@ -171,15 +171,18 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         pairs: list[dict[str, Any]] = []
         for i in range(reps):
             pair: dict[str, Any] = {}
-            pair["bare_flask_per_s"] = _timed(
+            pair["bare"] = _timed(
                 f"bare_flask_per_s [{i + 1}/{reps}]",
                 lambda: bare.per_s(connections, plan.wrk_s),
-                lambda v: f"{v:.0f}/s",
+                lambda v: f"{v['per_s']:.0f}/s ({v['cpu_ms_own']:.2f} ms CPU)",
             )
             pair["webhook"] = _timed(
                 f"webhook_per_s [{i + 1}/{reps}]",
                 lambda: figures.webhook_per_s(s, connections, plan.wrk_s),
-                lambda v: f"{v['per_s']:.0f}/s (wrk p99 {v['wrk_p99_ms']:.1f} ms)",
+                lambda v: (
+                    f"{v['per_s']:.0f}/s ({v['cpu_ms_own']:.2f} ms CPU, "
+                    f"wrk p99 {v['wrk_p99_ms']:.1f} ms)"
+                ),
             )
             pair["amqp_batched_per_s"] = _timed(
                 f"amqp_batched_per_s [{i + 1}/{reps}]",
@@ -194,15 +197,22 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
             pairs.append(pair)
         bare.stop()
         hooks = [p["webhook"] for p in pairs]
-        lim["bare_flask_per_s"] = median([p["bare_flask_per_s"] for p in pairs])
+        lim["bare_flask_per_s"] = median([p["bare"]["per_s"] for p in pairs])
+        lim["bare_flask_cpu_ms"] = median([p["bare"]["cpu_ms_own"] for p in pairs])
         lim["amqp_batched_per_s"] = median([p["amqp_batched_per_s"] for p in pairs])
         report["limits"] = lim
         ff["webhook_per_s"] = median([h["per_s"] for h in hooks])
+        ff["webhook_cpu_ms"] = median([h["cpu_ms_own"] for h in hooks])
         ff["relay_per_s"] = median([p["relay"]["per_s"] for p in pairs])
         ff["relay_duplicates"] = sum(p["relay"]["duplicates"] for p in pairs)
         paired = {
             "webhook_vs_bare_flask": median(
-                [p["webhook"]["per_s"] / p["bare_flask_per_s"] for p in pairs]
+                [p["webhook"]["per_s"] / p["bare"]["per_s"] for p in pairs]
+            ),
+            # The same comparison in CPU per request (bare / FlowForge): it hardly moves
+            # when other users of a shared machine come and go.
+            "webhook_vs_bare_flask_cpu": median(
+                [p["bare"]["cpu_ms_own"] / p["webhook"]["cpu_ms_own"] for p in pairs]
             ),
             "relay_vs_amqp_batched": median(
                 [p["relay"]["per_s"] / p["amqp_batched_per_s"] for p in pairs]
@@ -420,7 +430,11 @@ def table(report: dict[str, Any]) -> str:
             "limits",
             [
                 ("pg_tx_per_s", _fmt(lim["pg_tx_per_s"]), f"pgbench, {st['api_workers']} clients"),
-                ("bare_flask_per_s", _fmt(lim["bare_flask_per_s"]), "same tx, bin/api's gunicorn"),
+                (
+                    "bare_flask_per_s",
+                    _fmt(lim["bare_flask_per_s"]),
+                    f"same tx, bin/api's gunicorn; {lim['bare_flask_cpu_ms']:.2f} ms CPU each",
+                ),
                 ("amqp_confirm_each_per_s", _fmt(lim["amqp_confirm_each_per_s"]), "pika"),
                 (
                     "amqp_batched_per_s",
@@ -432,7 +446,11 @@ def table(report: dict[str, Any]) -> str:
         (
             "flowforge",
             [
-                ("webhook_per_s", _fmt(ff["webhook_per_s"]), "202s/s, worker stopped"),
+                (
+                    "webhook_per_s",
+                    _fmt(ff["webhook_per_s"]),
+                    f"202s/s, worker stopped; {ff['webhook_cpu_ms']:.2f} ms CPU each",
+                ),
                 (
                     "relay_per_s",
                     _fmt(ff["relay_per_s"]),

@@ -449,6 +449,11 @@ class CpuWindow:
         groups["other"] = max(0.0, self.total_ms - sum(groups.values()))
         self.groups = groups
 
+    @property
+    def own_ms(self) -> float:
+        """The window's machine CPU without what other users of the machine spent."""
+        return self.total_ms - self.groups["other"]
+
 
 def _own_cpu_ms() -> float:
     """This process plus its waited-for children (wrk, pgbench): the load generators."""

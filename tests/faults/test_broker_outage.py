@@ -71,7 +71,7 @@ def _all_finish(client: Api, db: psycopg.Connection, target: Target, ids: list[s
     assert len(target.requests_to("/notify")) == WEBHOOKS
 
 
-@pytest.mark.parametrize("fault", ["cut", "blackhole"])
+@pytest.mark.parametrize("fault", [pytest.param("cut", marks=pytest.mark.slow), "blackhole"])
 def test_proxy_outage_keeps_webhooks_and_finishes_them_after_restore(
     fault: str,
     client: Api,

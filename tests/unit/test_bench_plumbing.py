@@ -1,0 +1,48 @@
+"""The parts of bin/bench whose silent breakage would make its figures lie."""
+
+from __future__ import annotations
+
+import math
+
+from flowforge.api.serve import gunicorn_argv
+from tests.bench import bare_serve
+from tests.bench.bench import _clean, _judge
+from tests.bench.load import _parse
+
+
+def test_bare_flask_runs_under_exactly_bin_apis_gunicorn_command_line() -> None:
+    # webhook_vs_bare_flask compares like with like only while this holds.
+    args = ["--bind", "127.0.0.1:9", "--workers", "5"]
+    env = {"PORT": "1", "FLOWFORGE_API_WORKERS": "7"}
+    bare = bare_serve.argv(args, env)
+    api = gunicorn_argv(args, env)
+    assert bare[:-1] == api[:-1]
+    assert api[-1] == bare_serve.FLOWFORGE_APP
+    assert bare[-1] == bare_serve.BARE_APP
+
+
+def test_wrk_summary_counts_only_202s_as_accepted() -> None:
+    line = (
+        'WRK_JSON {"requests": 110, "accepted": 100, "duration_us": 2000000, '
+        '"connect_errors": 1, "read_errors": 2, "write_errors": 0, "status_errors": 10, '
+        '"timeouts": 3, "latency_p50_us": 1500, "latency_p99_us": 9000}'
+    )
+    result = _parse(f"Running 2s test\n{line}\n")
+    assert result.accepted_per_s == 50.0
+    assert result.errors == 6
+    assert (result.latency_p50_ms, result.latency_p99_ms) == (1.5, 9.0)
+
+
+def test_targets_are_judged_on_the_unrounded_figure() -> None:
+    report = {"ratios": {"webhook_vs_bare_flask": 0.849}, "flowforge": {}, "limits": {}}
+    verdict = _judge(report, "webhook_vs_bare_flask", ">=", 0.85)
+    assert verdict["met"] is False
+    report["flowforge"] = {"latency_ms": {"p99": 50.0}}
+    assert _judge(report, "latency_ms.p99", "<=", 50)["met"] is True
+
+
+def test_unmeasured_figures_become_null_in_the_json() -> None:
+    assert _clean({"a": [math.nan, 1.0], "b": {"c": math.nan}}) == {
+        "a": [None, 1.0],
+        "b": {"c": None},
+    }
