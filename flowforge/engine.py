@@ -50,7 +50,6 @@ class NewAttempt:
     """An attempt row to insert; `outcome` None means it is in flight."""
 
     step_id: str
-    attempt: int
     fencing_token: int
     worker: str | None
     outcome: str | None = None
@@ -224,9 +223,7 @@ class Run:
     def _record_pure_attempt(self, step_id: str, outcome: str, error: str | None = None) -> None:
         state = self.steps[step_id]
         state.attempts += 1
-        self.new_attempts.append(
-            NewAttempt(step_id, state.attempts, state.fencing_token, None, outcome, error)
-        )
+        self.new_attempts.append(NewAttempt(step_id, state.fencing_token, None, outcome, error))
 
     def when_allows(self, step_id: str) -> bool:
         """Check a ready non-pure step's `when` before it is claimed; skips it if false."""
@@ -280,7 +277,7 @@ class Run:
         self.set_step(
             step_id, "running", lease_owner=worker, started_at=state.started_at or self.now
         )
-        self.new_attempts.append(NewAttempt(step_id, state.attempts, state.fencing_token, worker))
+        self.new_attempts.append(NewAttempt(step_id, state.fencing_token, worker))
         self.derive_status()
         return state
 

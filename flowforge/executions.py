@@ -53,10 +53,14 @@ UPDATE steps SET
     started_at = %(started_at)s, finished_at = %(finished_at)s
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
 """
+# Attempt numbers count every try of the step, across operator retries too.
 INSERT_ATTEMPT = """
 INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
                       outcome, error, http_status, duration_ms)
-VALUES (%(execution_id)s, %(step_id)s, %(attempt)s, %(fencing_token)s, %(worker)s,
+VALUES (%(execution_id)s, %(step_id)s,
+        (SELECT coalesce(max(attempt), 0) + 1 FROM attempts
+         WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s),
+        %(fencing_token)s, %(worker)s,
         CASE WHEN %(outcome)s::text IS NULL THEN NULL ELSE clock_timestamp() END,
         %(outcome)s, %(error)s, %(http_status)s, %(duration_ms)s)
 """

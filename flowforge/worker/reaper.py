@@ -104,8 +104,10 @@ class Heartbeat(threading.Thread):
         except DatabaseUnavailable as exc:
             logger.warning("heartbeat failed", extra={"error": str(exc)[:200]})
             return
+        still_held = set(self.leases.snapshot())
         for eid, sid, token in held:
-            if (eid, sid) not in renewed:
+            # A step that finished while we renewed is released, not lost.
+            if (eid, sid) not in renewed and (eid, sid, token) in still_held:
                 logger.warning(
                     "lease lost: another worker owns the step now",
                     extra={"execution_id": eid, "step": sid, "fencing_token": token},

@@ -184,6 +184,11 @@ def test_retry_reruns_only_the_failed_step_and_reuses_checkpoints(
     assert step(done, "shape")["output"] == {"total": 250}
     assert target.requests_to("/push")[1].json() == {"total": 250}
     assert "execution.retried" in [e["kind"] for e in done["events"]]
+    push_attempts = step(done, "push")["attempts"]
+    assert [(a["attempt"], a["outcome"]) for a in push_attempts] == [
+        (1, "failed"),
+        (2, "succeeded"),
+    ]
 
     # Only finished executions that did not succeed can be retried.
     if via == "api":
@@ -200,4 +205,5 @@ def test_retry_reruns_only_the_failed_step_and_reuses_checkpoints(
         for step_id in ("lookup", "shape", "push", "confirm"):
             assert any(line.split()[:1] == [step_id] for line in lines), step_id
         assert "attempt 1: failed HTTP 500" in timeline
-        assert timeline.count("attempt 1: succeeded HTTP 200") == 3  # lookup, push, confirm
+        assert "attempt 2: succeeded HTTP 200" in timeline  # push: numbering continues
+        assert timeline.count("attempt 1: succeeded HTTP 200") == 2  # lookup, confirm
