@@ -9,6 +9,7 @@ exchange `<prefix>.dlx` into `<prefix>.dead`.
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ import pika.exceptions
 from flowforge.errors import BrokerUnavailable
 
 ROUTING_KEY = "step"
+MAX_BACKOFF = 10.0
 # Exceptions that mean "the broker or the connection is gone", not a bug of ours.
 BROKER_ERRORS: tuple[type[Exception], type[Exception]] = (pika.exceptions.AMQPError, OSError)
 
@@ -97,3 +99,9 @@ class Wakeup:
         if not isinstance(execution_id, str) or not isinstance(step_id, str):
             raise ValueError("message lacks execution_id or step_id")
         return cls(str(uuid.UUID(execution_id)), step_id)
+
+
+def reconnect_delay(failures: int) -> float:
+    """Exponential back-off with jitter, so many workers do not reconnect in step."""
+    ceiling = min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8))
+    return random.uniform(ceiling / 2, ceiling)

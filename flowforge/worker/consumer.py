@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -19,12 +18,11 @@ from typing import Any
 import pika
 
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.worker.broker import BROKER_ERRORS, Topology, Wakeup, connect
+from flowforge.worker.broker import BROKER_ERRORS, Topology, Wakeup, connect, reconnect_delay
 from flowforge.worker.executor import Executor
 
 logger = logging.getLogger(__name__)
 
-MAX_BACKOFF = 10.0
 # A delivery whose processing failed waits this long before it is handed back, so a
 # database outage does not turn into a hot redelivery loop.
 NACK_DELAY = 1.0
@@ -61,19 +59,18 @@ class Consumer(threading.Thread):
             except (BrokerUnavailable, *BROKER_ERRORS) as exc:
                 failures += 1
                 self.connected.clear()
-                ceiling = min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8))
                 logger.warning(
                     "broker connection lost; consumer will reconnect",
                     extra={"error": type(exc).__name__, "failures": failures},
                 )
-                self.stop.wait(random.uniform(ceiling / 2, ceiling))
+                self.stop.wait(reconnect_delay(failures))
             except Exception:
                 # Anything else must not end consumption for good while the process still
                 # looks alive: log it loudly, back off, reconnect (as the relay does).
                 failures += 1
                 self.connected.clear()
                 logger.exception("consumer crashed; reconnecting", extra={"failures": failures})
-                self.stop.wait(min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8)))
+                self.stop.wait(reconnect_delay(failures))
 
     def _consume(self) -> None:
         connection = connect(self.amqp_url, "flowforge-consumer")

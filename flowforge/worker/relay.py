@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 from typing import Any
 
@@ -22,14 +21,20 @@ import psycopg_pool
 from flowforge.db import wrap_exceptions
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
 from flowforge.outbox import CLAIM_BATCH, DELETE_PUBLISHED, LISTEN_OUTBOX
-from flowforge.worker.broker import BROKER_ERRORS, ROUTING_KEY, Topology, Wakeup, connect
+from flowforge.worker.broker import (
+    BROKER_ERRORS,
+    ROUTING_KEY,
+    Topology,
+    Wakeup,
+    connect,
+    reconnect_delay,
+)
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
 # Without a NOTIFY (lost, or sent by a writer that forgot) the relay still looks this often.
 POLL_SECONDS = 1.0
-MAX_BACKOFF = 10.0
 
 
 class Relay(threading.Thread):
@@ -72,7 +77,7 @@ class Relay(threading.Thread):
                     extra={"error": type(exc).__name__, "failures": failures},
                 )
                 self._close_broker()
-                self.stop.wait(_backoff(failures))
+                self.stop.wait(reconnect_delay(failures))
             except (DatabaseUnavailable, psycopg.OperationalError) as exc:
                 failures += 1
                 logger.warning(
@@ -80,13 +85,13 @@ class Relay(threading.Thread):
                     extra={"error": str(exc)[:200], "failures": failures},
                 )
                 self._close_listener()
-                self.stop.wait(_backoff(failures))
+                self.stop.wait(reconnect_delay(failures))
             except Exception:
                 failures += 1
                 logger.exception("relay crashed; restarting its connections")
                 self._close_broker()
                 self._close_listener()
-                self.stop.wait(_backoff(failures))
+                self.stop.wait(reconnect_delay(failures))
         self._close_broker()
         self._close_listener()
 
@@ -163,9 +168,3 @@ class Relay(threading.Thread):
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
-
-
-def _backoff(failures: int) -> float:
-    """Exponential back-off with jitter, so many workers do not reconnect in step."""
-    ceiling = min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8))
-    return random.uniform(ceiling / 2, ceiling)
