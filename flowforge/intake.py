@@ -9,6 +9,8 @@ the broker is doing.
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +95,17 @@ class Accepted:
     replayed: bool
 
 
+def uuid7() -> uuid.UUID:
+    """A time-ordered UUID (RFC 9562 version 7): new executions land on the rightmost
+    pages of the primary keys instead of random ones, which keeps inserts cheap when the
+    tables hold millions of rows."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & (2**48 - 1)) << 80 | int.from_bytes(os.urandom(10)) & (2**80 - 1)
+    value = value & ~(0xF << 76) | (0x7 << 76)  # version 7
+    value = value & ~(0x3 << 62) | (0x2 << 62)  # RFC 4122 variant
+    return uuid.UUID(int=value)
+
+
 def find_target(conn: psycopg.Connection, key: str) -> Target:
     """The newest published version of a workflow, or NotFound."""
     row = conn.execute(LATEST_VERSION, {"key": key}).fetchone()
@@ -112,7 +125,7 @@ def accept(
     idempotency_key: str | None,
 ) -> Accepted:
     """Record the event as an execution; replay or refuse a reused idempotency key."""
-    execution_id = str(uuid.uuid4())
+    execution_id = str(uuid7())
     body_sha256 = hashlib.sha256(body).digest()
     definition = target.definition
     roots = set(definition.roots())
