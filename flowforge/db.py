@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import select
 import threading
 import time
 import weakref
@@ -23,10 +24,11 @@ logger = logging.getLogger(__name__)
 _NOT_IN_JSONB = re.compile("[\x00\ud800-\udfff]")
 
 
-# A connection used this recently is trusted as it is; an older one is checked with an
-# empty query first, so a server restart costs no failed request. Checking every checkout
-# cost a round trip (and a commit) per unit of work.
-TRUST_RECENT_SECONDS = 5.0
+# Checking a connection with a query on every checkout costs a round trip (and a commit)
+# per unit of work. Instead: an idle connection's socket is readable only when the server
+# sent something — a termination notice, or EOF after a restart — so a zero-cost poll
+# catches dead connections; one idle for longer than this is checked with a query too.
+CHECK_IDLE_SECONDS = 30.0
 _returned_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
     weakref.WeakKeyDictionary()
 )
@@ -38,10 +40,11 @@ def _stamp_return(conn: psycopg.Connection[Any]) -> None:
         _returned_at[conn] = time.monotonic()
 
 
-def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
+def _check(conn: psycopg.Connection[Any]) -> None:
     with _returned_lock:
         returned = _returned_at.get(conn)
-    if returned is None or time.monotonic() - returned > TRUST_RECENT_SECONDS:
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable or returned is None or time.monotonic() - returned > CHECK_IDLE_SECONDS:
         psycopg_pool.ConnectionPool.check_connection(conn)
 
 
@@ -55,7 +58,7 @@ def create_pool(
         max_size=max_size,
         name=name,
         kwargs={"autocommit": True},
-        check=_check_if_idle,
+        check=_check,
         reset=_stamp_return,
         reconnect_timeout=3600,
         open=False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -20,33 +21,43 @@ from psycopg.types.json import Jsonb
 
 from flowforge.db import one
 from flowforge.definitions import Definition
-from flowforge.errors import Conflict, NotFound
+from flowforge.errors import Conflict, FlowForgeError, NotFound
 from flowforge.executions import definition_for
 from flowforge.outbox import CHANNEL
 
-# The newest published version and the active signing secrets: an execution pins
-# whatever version was newest when it arrived.
+# The newest published version and the active signing secrets (ids and values).
 LATEST_VERSION = """
 SELECT w.id, v.id, v.version, v.webhook_auth,
+       ARRAY(SELECT s.id FROM webhook_secrets s
+             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL ORDER BY s.id),
        ARRAY(SELECT s.secret FROM webhook_secrets s
              WHERE s.workflow_id = w.id AND s.revoked_at IS NULL ORDER BY s.id)
 FROM workflows w
 JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
 WHERE w.key = %(key)s AND w.archived_at IS NULL
 """
-# The whole intake in one statement, hence one implicit transaction and one round trip:
-# claim the idempotency key (race-safe: of concurrent inserts of one key exactly one wins,
-# the others wait for it and get no row), then — only if the key was claimed or there is
-# none — the execution, its steps (roots ready), the root wake-ups, the first event and a
-# NOTIFY for the relay, delivered at commit.
+# The whole intake in one statement, hence one implicit transaction and one round trip.
+# `current` proves the caller's cached target is still true — the version is still the
+# newest and the secret that signed the webhook is still active — so an execution always
+# pins the newest version and a revoked secret starts nothing. Then: claim the
+# idempotency key (race-safe: of concurrent inserts of one key exactly one wins, the
+# others wait for it and get no row) and, only if it was claimed or there is none, write
+# the execution, its steps (roots ready), the root wake-ups, the first event and a NOTIFY
+# for the relay, delivered at commit.
 CREATE_EXECUTION = f"""
-WITH claim AS (
+WITH current AS (
+    SELECT 1 FROM workflows w
+    WHERE w.id = %(workflow_id)s AND w.latest_version = %(version)s AND w.archived_at IS NULL
+      AND (%(secret_id)s::bigint IS NULL OR EXISTS (
+          SELECT 1 FROM webhook_secrets s WHERE s.id = %(secret_id)s AND s.revoked_at IS NULL))
+), claim AS (
     INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-    SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s WHERE %(key)s::text IS NOT NULL
+    SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s
+    FROM current WHERE %(key)s::text IS NOT NULL
     ON CONFLICT (workflow_id, key) DO NOTHING
     RETURNING 1
 ), accepted AS (
-    SELECT 1 WHERE %(key)s::text IS NULL
+    SELECT 1 FROM current WHERE %(key)s::text IS NULL
     UNION ALL SELECT 1 FROM claim
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key)
@@ -67,7 +78,8 @@ WITH claim AS (
     INSERT INTO execution_events (execution_id, kind, detail)
     SELECT %(id)s, 'execution.queued', %(event)s FROM accepted
 )
-SELECT (SELECT count(*) FROM accepted), (SELECT pg_notify('{CHANNEL}', '') FROM accepted)
+SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
+       (SELECT pg_notify('{CHANNEL}', '') FROM accepted)
 """
 EXISTING_KEY = """
 SELECT body_sha256, execution_id FROM idempotency_keys
@@ -83,8 +95,40 @@ class Target:
     version_id: int
     version: int
     webhook_auth: str
-    secrets: tuple[str, ...]
+    secrets: tuple[tuple[int, str], ...]  # (id, value) of each active signing secret
     definition: Definition
+
+
+class StaleTarget(FlowForgeError):
+    """A cached target is no longer true: a newer version, a revoked secret, archived."""
+
+
+class Targets:
+    """Per-process cache of each workflow's target. Never trusted blindly: the intake
+    statement re-checks it, so caching saves a round trip without ever pinning an old
+    version or accepting a revoked secret."""
+
+    MAX_ENTRIES = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cached: dict[tuple[str, str], Target] = {}
+
+    def get(self, conn: psycopg.Connection, key: str, *, fresh: bool = False) -> Target:
+        """The cached target of a workflow key, or a fresh one read from the database."""
+        # Keyed by database too: one process may serve several (the test suite does).
+        slot = (conn.info.dbname, key)
+        if not fresh:
+            with self._lock:
+                cached = self._cached.get(slot)
+            if cached is not None:
+                return cached
+        target = _find_target(conn, key)
+        with self._lock:
+            if len(self._cached) >= self.MAX_ENTRIES:
+                self._cached.clear()
+            self._cached[slot] = target
+        return target
 
 
 @dataclass(frozen=True)
@@ -106,14 +150,19 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def find_target(conn: psycopg.Connection, key: str) -> Target:
+def _find_target(conn: psycopg.Connection, key: str) -> Target:
     """The newest published version of a workflow, or NotFound."""
     row = conn.execute(LATEST_VERSION, {"key": key}).fetchone()
     if row is None:
         raise NotFound(f"workflow {key!r} does not exist")
-    workflow_id, version_id, version, auth, secrets = row
+    workflow_id, version_id, version, auth, secret_ids, secret_values = row
     return Target(
-        workflow_id, version_id, version, auth, tuple(secrets), definition_for(conn, version_id)
+        workflow_id,
+        version_id,
+        version,
+        auth,
+        tuple(zip(secret_ids, secret_values, strict=True)),
+        definition_for(conn, version_id),
     )
 
 
@@ -123,8 +172,11 @@ def accept(
     body: bytes,
     payload: Any,
     idempotency_key: str | None,
+    secret_id: int | None,
 ) -> Accepted:
-    """Record the event as an execution; replay or refuse a reused idempotency key."""
+    """Record the event as an execution; replay or refuse a reused idempotency key.
+
+    Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
     execution_id = str(uuid7())
     body_sha256 = hashlib.sha256(body).digest()
     definition = target.definition
@@ -133,6 +185,8 @@ def accept(
         "id": execution_id,
         "workflow_id": target.workflow_id,
         "version_id": target.version_id,
+        "version": target.version,
+        "secret_id": secret_id,
         "input": Jsonb(payload),
         "key": idempotency_key,
         "body_sha256": body_sha256,
@@ -144,7 +198,9 @@ def accept(
     }
     # Twice at most: a key forgotten by housekeeping between the two statements is free.
     for _ in range(2):
-        (created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
+        (current, created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
+        if not current:
+            raise StaleTarget(f"workflow {target.workflow_id} changed since it was cached")
         if created:
             return Accepted(execution_id, replayed=False)
         existing = conn.execute(EXISTING_KEY, params).fetchone()

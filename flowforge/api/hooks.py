@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import time
 
+import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from flowforge import intake, signatures, workflows
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.errors import Conflict
 
 logger = logging.getLogger(__name__)
 
 bp = Blueprint("hooks", __name__)
+TARGETS = intake.Targets()
 
 MAX_IDEMPOTENCY_KEY = 255
 
@@ -30,6 +33,56 @@ def _idempotency_key() -> str | None:
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
         )
     return key
+
+
+def _signed_by(target: intake.Target, raw: bytes) -> int | None:
+    """The id of the secret that signed this webhook (None for auth "none")."""
+    if target.webhook_auth != "signature":
+        return None
+    headers = request.headers
+
+    def check(secrets: list[str]) -> None:
+        signatures.verify(
+            secrets,
+            headers.get("webhook-id"),
+            headers.get("webhook-timestamp"),
+            headers.get("webhook-signature"),
+            raw,
+            time.time(),
+        )
+
+    error: signatures.SignatureInvalid | None = None
+    for secret_id, secret in target.secrets:
+        try:
+            check([secret])
+        except signatures.SignatureInvalid as exc:
+            error = exc
+            continue
+        return secret_id
+    if error is None:
+        check([])  # no active secret: still says what is wrong with the headers
+    raise error or signatures.SignatureInvalid("no active signing secret")
+
+
+def _accept(
+    conn: psycopg.Connection, key: str, raw: bytes, idempotency_key: str | None
+) -> intake.Accepted:
+    """Authenticate against the cached target, then accept; look again once when the cache
+    is behind (a new secret, a new version, a revoked secret)."""
+    for attempt in range(2):
+        target = TARGETS.get(conn, key, fresh=attempt > 0)
+        try:
+            secret_id = _signed_by(target, raw)
+        except signatures.SignatureInvalid as exc:
+            if attempt == 0:
+                continue
+            logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
+            raise Problem(401, "Invalid signature", str(exc)) from None
+        try:
+            return intake.accept(conn, target, raw, parse_json(raw), idempotency_key, secret_id)
+        except intake.StaleTarget:
+            continue
+    raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
 
 
 @bp.post("/hooks/<key>")
@@ -53,25 +106,8 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
         )
     idempotency_key = _idempotency_key()
     raw = read_body()
-    # One pipelined transaction: the version lookup travels with BEGIN, the insert with
-    # COMMIT — two round trips and a single commit per accepted webhook.
-    with connection() as conn, conn.pipeline(), conn.transaction():
-        target = intake.find_target(conn, key)
-        if target.webhook_auth == "signature":
-            try:
-                signatures.verify(
-                    target.secrets,
-                    request.headers.get("webhook-id"),
-                    request.headers.get("webhook-timestamp"),
-                    request.headers.get("webhook-signature"),
-                    raw,
-                    time.time(),
-                )
-            except signatures.SignatureInvalid as exc:
-                logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
-                raise Problem(401, "Invalid signature", str(exc)) from None
-        payload = parse_json(raw)
-        accepted = intake.accept(conn, target, raw, payload, idempotency_key)
+    with connection() as conn:
+        accepted = _accept(conn, key, raw, idempotency_key)
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
