@@ -42,7 +42,8 @@ def read_body() -> bytes:
 def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)

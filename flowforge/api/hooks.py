@@ -79,7 +79,8 @@ def _accept(
             logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
             raise Problem(401, "Invalid signature", str(exc)) from None
         try:
-            return intake.accept(conn, target, raw, parse_json(raw), idempotency_key, secret_id)
+            parse_json(raw)  # validates: 400 for what jsonb would refuse
+            return intake.accept(conn, target, raw, idempotency_key, secret_id)
         except intake.StaleTarget:
             continue
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
