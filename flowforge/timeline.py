@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -34,7 +33,8 @@ FROM attempts WHERE execution_id = %(id)s ORDER BY id
 EVENTS = """
 SELECT at, step_id, kind, detail FROM execution_events WHERE execution_id = %(id)s ORDER BY id
 """
-# Keyset pagination, newest first; the cursor is the last row's (created_at, id).
+# Keyset pagination, newest first, on the primary key: execution ids are UUIDv7, ordered
+# by creation time; the cursor is the last row's id.
 PAGE = """
 SELECT e.id, w.key AS workflow, v.version, e.status, e.created_at, e.started_at,
        e.finished_at
@@ -44,8 +44,8 @@ JOIN workflow_versions v ON v.id = e.version_id
 WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
   AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
   AND (%(status)s::text IS NULL OR e.status = %(status)s)
-  AND (%(after_at)s::timestamptz IS NULL OR (e.created_at, e.id) < (%(after_at)s, %(after_id)s))
-ORDER BY e.created_at DESC, e.id DESC
+  AND (%(after)s::uuid IS NULL OR e.id < %(after)s)
+ORDER BY e.id DESC
 LIMIT %(limit)s
 """
 WORKFLOW_OF = """
@@ -139,7 +139,7 @@ def list_executions(
     cursor: str | None,
 ) -> dict[str, Any]:
     """One page of executions, newest first, and the cursor of the next page."""
-    after_at, after_id = decode_cursor(cursor) if cursor else (None, None)
+    after = decode_cursor(cursor) if cursor else None
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             PAGE,
@@ -147,8 +147,7 @@ def list_executions(
                 "workflow": workflow,
                 "workflows": list(workflows) if workflows is not None else None,
                 "status": status,
-                "after_at": after_at,
-                "after_id": after_id,
+                "after": after,
                 "limit": limit,
             },
         ).fetchall()
@@ -167,21 +166,19 @@ def list_executions(
     next_cursor = None
     if len(rows) == limit:
         last = rows[-1]
-        next_cursor = encode_cursor(last["created_at"], str(last["id"]))
+        next_cursor = encode_cursor(str(last["id"]))
     return {"items": items, "next_cursor": next_cursor}
 
 
-def encode_cursor(created_at: datetime, execution_id: str) -> str:
+def encode_cursor(execution_id: str) -> str:
     """An opaque cursor: clients pass it back, never build it."""
-    raw = json.dumps([created_at.isoformat(), execution_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return base64.urlsafe_b64encode(uuid.UUID(execution_id).bytes).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at, id) a cursor stands for; BadCursor when it was tampered with."""
+def decode_cursor(cursor: str) -> str:
+    """The execution id a cursor stands for; BadCursor when it was tampered with."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, execution_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(uuid.UUID(execution_id))
+        return str(uuid.UUID(bytes=raw))
     except (ValueError, TypeError, binascii.Error) as exc:
         raise BadCursor("cursor is not valid") from exc
