@@ -34,6 +34,7 @@ from flowforge.netguard import (
     SentNoResponse,
     send,
 )
+from tests.support.services import unavailable
 
 LOOPBACK = Allowlist.parse("127.0.0.1")
 NOTHING = Allowlist.parse("")
@@ -479,7 +480,7 @@ def test_invalid_or_absent_retry_after_is_none(server: Server, value: str | None
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for rebind.test, made with the openssl command."""
     if shutil.which("openssl") is None:
-        pytest.skip("openssl command not available")
+        unavailable("the openssl command")
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
