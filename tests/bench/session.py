@@ -330,6 +330,11 @@ class Session:
                     "TRUNCATE executions, steps, attempts, execution_events, outbox, "
                     "idempotency_keys"
                 )
+        if self.sleepers:
+            # The DELETE above leaves dead rows beside the million sleepers; with
+            # autovacuum off (as on this machine's server) they would bloat every later
+            # phase, which production autovacuum would have cleaned by then.
+            self.conn.execute("VACUUM ANALYZE executions, steps, attempts, execution_events")
         self.purge_queue(f"{PREFIX}.steps")
         # Start every repetition from clean buffers, not in the middle of a checkpoint.
         self.conn.execute("CHECKPOINT")
