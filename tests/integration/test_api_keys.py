@@ -15,9 +15,9 @@ import pytest
 import requests
 
 from flowforge import apikeys
+from tests.support.problems import PROBLEM, assert_problem
 
 FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
-PROBLEM = "application/problem+json"
 KEY = re.compile(r"ff_[0-9a-f]{64}")
 
 OPEN = {
@@ -50,17 +50,6 @@ def create_with_cli(database_url: str, *args: str) -> str:
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-def assert_problem(response: Any, status: int) -> dict[str, Any]:
-    """An RFC 9457 answer with the given status, and no stack trace."""
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == PROBLEM
-    body = response.get_json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == status
-    assert "Traceback" not in response.get_data(as_text=True)
-    return body
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 
+from tests.support.problems import assert_problem
+
 CHAIN = {
     "name": "Chain",
     "trigger": {"webhook": {"auth": "none"}},
@@ -23,16 +25,6 @@ def auth(key: str) -> dict[str, str]:
 
 def publish(client: Any, key: str, workflow: str, definition: Any) -> Any:
     return client.post(f"/api/v1/workflows/{workflow}/versions", json=definition, headers=auth(key))
-
-
-def assert_problem(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == "application/problem+json"
-    body = response.get_json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == status
-    assert "Traceback" not in response.get_data(as_text=True)
-    return body
 
 
 def test_publish_creates_consecutive_immutable_versions(app_client: Any, api_key: str) -> None:

@@ -17,10 +17,10 @@ import pytest
 import requests
 
 from tests.support.api import Api, step
+from tests.support.problems import PROBLEM
 from tests.support.processes import Process
 from tests.support.target import Target
 
-PROBLEM = "application/problem+json"
 LIMIT = 65_536  # max_body_bytes of the app_client fixture
 
 OPEN = {

@@ -24,9 +24,9 @@ import pytest
 import requests
 
 from tests.support.api import Api
+from tests.support.problems import PROBLEM, assert_problem
 
 FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
-PROBLEM = "application/problem+json"
 
 # No trigger at all: signature verification is the default and must not need opting into.
 SIGNED = {
@@ -62,17 +62,6 @@ def counts(db: psycopg.Connection) -> dict[str, int]:
         table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         for table in ("executions", "steps", "outbox", "idempotency_keys", "execution_events")
     }
-
-
-def assert_problem(response: Any, status: int) -> dict[str, Any]:
-    """An RFC 9457 answer with the given status, and no stack trace."""
-    assert response.status_code == status, response.get_data(as_text=True)
-    assert response.mimetype == PROBLEM
-    body = response.get_json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == status
-    assert "Traceback" not in response.get_data(as_text=True)
-    return body
 
 
 class Hooks:
