@@ -10,6 +10,7 @@ from werkzeug.exceptions import HTTPException
 
 from flowforge.definitions import DefinitionInvalid
 from flowforge.errors import Conflict, DatabaseUnavailable, FlowForgeError, NotFound
+from flowforge.sealing import EncryptionKeyMissing, SecretUnreadable
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,29 @@ def install(app: Flask) -> None:
                 "Service unavailable",
                 "the database cannot be reached; try again",
                 headers={"Retry-After": "5"},
+            )
+        )
+
+    @app.errorhandler(EncryptionKeyMissing)
+    def _no_key(exc: EncryptionKeyMissing) -> Response:
+        # The operator's to fix, not the caller's: no Retry-After, it will not pass by itself.
+        logger.error("%s", exc)
+        return problem_response(
+            Problem(
+                503,
+                "Encryption key missing",
+                "signing secrets are unavailable: this server has no FLOWFORGE_ENCRYPTION_KEY",
+            )
+        )
+
+    @app.errorhandler(SecretUnreadable)
+    def _unreadable(exc: SecretUnreadable) -> Response:
+        logger.error("%s", exc)
+        return problem_response(
+            Problem(
+                503,
+                "Signing secret unreadable",
+                "a signing secret of this workflow cannot be decrypted; the operator was told",
             )
         )
 
