@@ -171,6 +171,10 @@ def test_every_log_line_is_json_and_holds_no_key_user_or_query(
         assert listed.status_code == 200
         request_id = listed.headers["X-Request-Id"]
         requests.post(f"{base}/hooks/none?token=query-secret-77e1", json={}, timeout=10)
+        signed = {"name": "Signed", "steps": OPEN["steps"]}
+        Api(base, api_key).publish("signed", signed)
+        refused = requests.post(f"{base}/hooks/signed", json={}, timeout=10)
+        assert refused.status_code == 401
         server = Server(process, base)
         raw(server, b"GET /?token=query-secret-77e1" + b"a" * 5000 + b" HTTP/1.1\r\n\r\n")
         raw(server, b"GET /?token=query-secret-77e1 HTTP/1.1 extra\r\n\r\n")
@@ -190,6 +194,9 @@ def test_every_log_line_is_json_and_holds_no_key_user_or_query(
     assert listing["status"] == 200
     assert isinstance(listing["duration_ms"], float)
     assert any(r["status"] == 414 for r in access)
+    # The application's own lines carry the id of the request they were written for.
+    app_line = next(r for r in records if r["msg"] == "webhook refused")
+    assert app_line["request_id"] == refused.headers["X-Request-Id"]
     # gunicorn's own start-up lines are JSON too.
     assert any(
         r.get("logger") == "gunicorn.error" and "Booting worker" in r["msg"] for r in records
