@@ -118,7 +118,7 @@ class Targets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cached: dict[tuple[str, str], Target] = {}
+        self._cached: dict[tuple[str, str, bytes | None], Target] = {}
 
     def get(
         self,
@@ -130,8 +130,9 @@ class Targets:
     ) -> Target:
         """The cached target of a workflow key, or a fresh one read from the database
         (its signing secrets opened with `encryption_key`)."""
-        # Keyed by database too: one process may serve several (the test suite does).
-        slot = (conn.info.dbname, key)
+        # Keyed by database and encryption key too: one process may serve several apps
+        # (the test suite does), and secrets opened with one key must not serve another.
+        slot = (conn.info.dbname, key, encryption_key)
         if not fresh:
             with self._lock:
                 cached = self._cached.get(slot)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import sys
 import time
 import uuid
@@ -56,6 +57,7 @@ CLIENT_ERRORS: list[tuple[type[BaseException], int, str]] = [
     (errors.UnsupportedTransferCoding, 501, "only the chunked transfer coding is supported"),
     (errors.ForbiddenProxyRequest, 403, "proxy requests are not accepted from this address"),
     (errors.ParseException, 400, "the request is not well-formed HTTP/1.1"),
+    (ssl.SSLError, 400, "the TLS handshake failed"),
 ]
 # Response headers the application made are its own fault, whatever their class says.
 SERVER_ERRORS = (

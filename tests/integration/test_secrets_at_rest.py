@@ -146,6 +146,28 @@ def test_without_the_key_secrets_are_refused_and_signed_intake_is_a_503(
     assert r.status_code == 202
 
 
+def test_the_cli_refuses_to_create_a_secret_without_the_key(
+    app_client: Any, api_key: str, database_url: str, db: psycopg.Connection
+) -> None:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    assert app_client.post("/api/v1/workflows/orders/versions", json=SIGNED, headers=auth)
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "flowforge"), "secret", "create", "orders"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
+            "FLOWFORGE_DATABASE_URL": database_url,
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert "FLOWFORGE_ENCRYPTION_KEY" in done.stderr
+    assert "whsec_" not in done.stdout
+    assert db.execute("SELECT count(*) FROM webhook_secrets").fetchone()[0] == 0
+
+
 def test_another_key_cannot_open_the_secrets(
     app_client: Any, other_key: Any, api_key: str, db: psycopg.Connection
 ) -> None:
