@@ -68,7 +68,8 @@ def _workflow_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
 
 
 def _secret_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    created = workflows.create_secret(conn, args.key, signatures.new_secret())
+    encryption_key = Settings.from_env().encryption_key
+    created = workflows.create_secret(conn, args.key, signatures.new_secret(), encryption_key)
     print(f"created webhook secret {created['id']} for {args.key}; it is shown only once:")
     print(created["secret"])
 

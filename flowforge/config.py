@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from flowforge import sealing
 from flowforge.errors import FlowForgeError
 
 
@@ -40,6 +42,23 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _encryption_key(env: Mapping[str, str]) -> bytes | None:
+    """FLOWFORGE_ENCRYPTION_KEY, else the systemd credential encryption_key, else None;
+    a malformed key stops start-up rather than failing on the first webhook."""
+    raw, source = env.get("FLOWFORGE_ENCRYPTION_KEY", ""), "FLOWFORGE_ENCRYPTION_KEY"
+    credentials = env.get("CREDENTIALS_DIRECTORY")
+    if not raw.strip() and credentials:
+        path = Path(credentials) / "encryption_key"
+        if path.is_file():
+            raw, source = path.read_text(encoding="ascii", errors="replace"), str(path)
+    if not raw.strip():
+        return None
+    try:
+        return sealing.parse_key(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{source} {exc}; make one with: python -m flowforge.sealing") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Runtime configuration shared by the API, the worker and the CLI."""
@@ -55,6 +74,8 @@ class Settings:
     db_pool_size: int = 4
     webhook_rate: float = 0.0
     worker_id: str = ""
+    # Seals webhook signing secrets at rest (flowforge/sealing.py); never printed.
+    encryption_key: bytes | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -72,4 +93,5 @@ class Settings:
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
+            encryption_key=_encryption_key(env),
         )

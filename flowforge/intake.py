@@ -18,19 +18,23 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from flowforge import sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
 from flowforge.executions import definition_for
 from flowforge.outbox import CHANNEL
 
-# The newest published version and the active signing secrets (ids and values).
+# The newest published version and the active signing secrets (ids and sealed values;
+# a secret still in clear from before migration 0004 is unusable until bin/migrate seals it).
 LATEST_VERSION = """
 SELECT w.id, v.id, v.version, v.webhook_auth,
        ARRAY(SELECT s.id FROM webhook_secrets s
-             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL ORDER BY s.id),
-       ARRAY(SELECT s.secret FROM webhook_secrets s
-             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL ORDER BY s.id)
+             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL AND s.sealed IS NOT NULL
+             ORDER BY s.id),
+       ARRAY(SELECT s.sealed FROM webhook_secrets s
+             WHERE s.workflow_id = w.id AND s.revoked_at IS NULL AND s.sealed IS NOT NULL
+             ORDER BY s.id)
 FROM workflows w
 JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
 WHERE w.key = %(key)s AND w.archived_at IS NULL
@@ -114,18 +118,27 @@ class Targets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cached: dict[tuple[str, str], Target] = {}
+        self._cached: dict[tuple[str, str, bytes | None], Target] = {}
 
-    def get(self, conn: psycopg.Connection, key: str, *, fresh: bool = False) -> Target:
-        """The cached target of a workflow key, or a fresh one read from the database."""
-        # Keyed by database too: one process may serve several (the test suite does).
-        slot = (conn.info.dbname, key)
+    def get(
+        self,
+        conn: psycopg.Connection,
+        key: str,
+        encryption_key: bytes | None,
+        *,
+        fresh: bool = False,
+    ) -> Target:
+        """The cached target of a workflow key, or a fresh one read from the database
+        (its signing secrets opened with `encryption_key`)."""
+        # Keyed by database and encryption key too: one process may serve several apps
+        # (the test suite does), and secrets opened with one key must not serve another.
+        slot = (conn.info.dbname, key, encryption_key)
         if not fresh:
             with self._lock:
                 cached = self._cached.get(slot)
             if cached is not None:
                 return cached
-        target = _find_target(conn, key)
+        target = _find_target(conn, key, encryption_key)
         with self._lock:
             if len(self._cached) >= self.MAX_ENTRIES:
                 self._cached.clear()
@@ -152,12 +165,22 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def _find_target(conn: psycopg.Connection, key: str) -> Target:
-    """The newest published version of a workflow, or NotFound."""
+def _find_target(conn: psycopg.Connection, key: str, encryption_key: bytes | None) -> Target:
+    """The newest published version of a workflow, or NotFound. Signing secrets are opened
+    only when the workflow checks signatures; one that does not open fails the lookup
+    (SecretUnreadable) rather than quietly narrowing what verifies."""
     row = conn.execute(LATEST_VERSION, {"key": key}).fetchone()
     if row is None:
         raise NotFound(f"workflow {key!r} does not exist")
-    workflow_id, version_id, version, auth, secret_ids, secret_values = row
+    workflow_id, version_id, version, auth, secret_ids, sealed_values = row
+    secret_values = []
+    if auth == "signature":
+        secret_values = [
+            sealing.unseal(encryption_key, sealed, workflow_id, secret_id)
+            for secret_id, sealed in zip(secret_ids, sealed_values, strict=True)
+        ]
+    else:
+        secret_ids = []
     definition = definition_for(conn, version_id)
     roots = set(definition.roots())
     steps = definition.steps

@@ -9,6 +9,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge import sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
@@ -51,9 +52,11 @@ LOCK_WORKFLOW = "SELECT id FROM workflows WHERE key = %(key)s FOR UPDATE"
 COUNT_ACTIVE_SECRETS = """
 SELECT count(*) FROM webhook_secrets WHERE workflow_id = %(workflow_id)s AND revoked_at IS NULL
 """
+# The id is drawn first because the sealed value is bound to it (associated data).
+NEXT_SECRET_ID = "SELECT nextval(pg_get_serial_sequence('webhook_secrets', 'id'))"
 INSERT_SECRET = """
-INSERT INTO webhook_secrets (workflow_id, secret) VALUES (%(workflow_id)s, %(secret)s)
-RETURNING id, created_at
+INSERT INTO webhook_secrets (id, workflow_id, sealed) VALUES (%(id)s, %(workflow_id)s, %(sealed)s)
+RETURNING created_at
 """
 LIST_SECRETS = """
 SELECT s.id, s.created_at, s.revoked_at FROM webhook_secrets s
@@ -155,8 +158,13 @@ def get_version(conn: psycopg.Connection, key: str, version: int) -> dict[str, A
     }
 
 
-def create_secret(conn: psycopg.Connection, key: str, secret: str) -> dict[str, Any]:
-    """Add a signing secret; refuse a third active one so rotation stays deliberate."""
+def create_secret(
+    conn: psycopg.Connection, key: str, secret: str, encryption_key: bytes | None
+) -> dict[str, Any]:
+    """Add a signing secret, stored sealed; refuse a third active one so rotation stays
+    deliberate, and refuse any without an encryption key rather than store it in clear."""
+    if encryption_key is None:
+        raise sealing.EncryptionKeyMissing
     with conn.transaction():
         row = conn.execute(LOCK_WORKFLOW, {"key": key}).fetchone()
         if row is None:
@@ -167,8 +175,10 @@ def create_secret(conn: psycopg.Connection, key: str, secret: str) -> dict[str, 
                 f"workflow {key!r} already has {MAX_ACTIVE_SECRETS} active secrets; "
                 "revoke one before creating another"
             )
-        secret_id, created_at = one(
-            conn.execute(INSERT_SECRET, {"workflow_id": row[0], "secret": secret})
+        (secret_id,) = one(conn.execute(NEXT_SECRET_ID))
+        sealed = sealing.seal(encryption_key, secret, row[0], secret_id)
+        (created_at,) = one(
+            conn.execute(INSERT_SECRET, {"id": secret_id, "workflow_id": row[0], "sealed": sealed})
         )
     return {"id": secret_id, "secret": secret, "created_at": created_at.isoformat()}
 

@@ -16,7 +16,8 @@ import pytest
 
 from flowforge import apikeys
 from flowforge.migrate import migrate
-from tests.support.processes import Process, start_api, start_worker
+from flowforge.sealing import parse_key
+from tests.support.processes import TEST_ENCRYPTION_KEY, Process, start_api, start_worker
 from tests.support.services import find_postgres, find_rabbitmq
 from tests.support.target import Target
 
@@ -102,6 +103,7 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
         "FLOWFORGE_WORKER_CONCURRENCY": "4",
         "FLOWFORGE_LOG_LEVEL": "INFO",
+        "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
     }
 
 
@@ -146,7 +148,13 @@ def app_client(database_url: str) -> Iterator[Any]:
     from flowforge.api import create_app
     from flowforge.config import Settings
 
-    app = create_app(Settings(database_url=database_url, max_body_bytes=65_536))
+    app = create_app(
+        Settings(
+            database_url=database_url,
+            max_body_bytes=65_536,
+            encryption_key=parse_key(TEST_ENCRYPTION_KEY),
+        )
+    )
     app.extensions["flowforge.pool"].wait(timeout=10)
     yield app.test_client()
     app.extensions["flowforge.pool"].close()

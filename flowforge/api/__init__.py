@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import logging
 
-from flask import Flask
+from flask import Flask, Response, has_request_context, request
 
 from flowforge.api import executions, health, hooks, openapi, problems, workflows
 from flowforge.api.ratelimit import RateLimiter
+from flowforge.api.serve import new_request_id
 from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
@@ -30,6 +32,36 @@ def create_app(settings: Settings | None = None) -> Flask:
         rate = settings.webhook_rate
         app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
+    _install_request_ids(app)
     for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app
+
+
+class _RequestIdFilter(logging.Filter):
+    """Adds the current request's id to every log line written while serving it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if has_request_context() and not hasattr(record, "request_id"):
+            record.request_id = request.environ.get("flowforge.request_id")
+        return True
+
+
+def _install_request_ids(app: Flask) -> None:
+    """One id per request: in X-Request-Id, the access line (gunicorn reads it from the
+    WSGI environ) and the app's own log lines. Never taken from the client."""
+
+    @app.before_request
+    def _assign() -> None:
+        request.environ["flowforge.request_id"] = new_request_id()
+
+    @app.after_request
+    def _expose(response: Response) -> Response:
+        request_id = request.environ.get("flowforge.request_id")
+        if request_id:
+            response.headers["X-Request-Id"] = request_id
+        return response
+
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _RequestIdFilter) for f in handler.filters):
+            handler.addFilter(_RequestIdFilter())

@@ -70,7 +70,8 @@ def _accept(
     """Authenticate against the cached target, then accept; look again once when the cache
     is behind (a new secret, a new version, a revoked secret)."""
     for attempt in range(2):
-        target = TARGETS.get(conn, key, fresh=attempt > 0)
+        encryption_key = current_app.extensions["flowforge.settings"].encryption_key
+        target = TARGETS.get(conn, key, encryption_key, fresh=attempt > 0)
         try:
             secret_id = _signed_by(target, raw)
         except signatures.SignatureInvalid as exc:

@@ -40,7 +40,10 @@ PROBLEM_TEXT = {
     413: "Body larger than FLOWFORGE_MAX_BODY_BYTES",
     415: "Not identity-encoded application/json",
     422: "Invalid definition or request body; one entry in errors per problem",
-    503: "The database cannot be reached; retry after Retry-After seconds",
+    503: (
+        "The database cannot be reached (retry after Retry-After seconds), or signing "
+        "secrets cannot be opened (FLOWFORGE_ENCRYPTION_KEY missing or wrong)"
+    ),
 }
 
 

@@ -6,10 +6,12 @@ import logging
 from typing import Any
 
 from flask import Flask, Response, jsonify
+from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException
 
 from flowforge.definitions import DefinitionInvalid
 from flowforge.errors import Conflict, DatabaseUnavailable, FlowForgeError, NotFound
+from flowforge.sealing import EncryptionKeyMissing, SecretUnreadable
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +40,21 @@ class Problem(Exception):
         self.headers = headers or {}
 
 
+def problem_document(
+    status: int, title: str, detail: str, slug: str | None = None
+) -> dict[str, Any]:
+    """The RFC 9457 body; also written by gunicorn's worker for errors Flask never sees."""
+    return {
+        "type": f"urn:flowforge:problem:{slug or title.lower().replace(' ', '-')}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+
+
 def problem_response(problem: Problem) -> Response:
     """Render a Problem as application/problem+json."""
-    body: dict[str, Any] = {
-        "type": f"urn:flowforge:problem:{problem.slug}",
-        "title": problem.title,
-        "status": problem.status,
-        "detail": problem.detail,
-    }
+    body = problem_document(problem.status, problem.title, problem.detail, problem.slug)
     if problem.errors is not None:
         body["errors"] = problem.errors
     response = jsonify(body)
@@ -94,9 +103,45 @@ def install(app: Flask) -> None:
             )
         )
 
+    @app.errorhandler(EncryptionKeyMissing)
+    def _no_key(exc: EncryptionKeyMissing) -> Response:
+        # The operator's to fix, not the caller's: no Retry-After, it will not pass by itself.
+        logger.error("%s", exc)
+        return problem_response(
+            Problem(
+                503,
+                "Encryption key missing",
+                "signing secrets are unavailable: this server has no FLOWFORGE_ENCRYPTION_KEY",
+            )
+        )
+
+    @app.errorhandler(SecretUnreadable)
+    def _unreadable(exc: SecretUnreadable) -> Response:
+        logger.error("%s", exc)
+        return problem_response(
+            Problem(
+                503,
+                "Signing secret unreadable",
+                "a signing secret of this workflow cannot be decrypted; the operator was told",
+            )
+        )
+
     @app.errorhandler(FlowForgeError)
     def _refused(exc: FlowForgeError) -> Response:
         return problem_response(Problem(400, "Bad request", str(exc)))
+
+    @app.errorhandler(ParseException)
+    @app.errorhandler(NoMoreData)
+    def _framing(exc: Exception) -> Response:
+        # gunicorn reads a chunked body lazily, so broken framing surfaces in the view.
+        logger.info("malformed request body", extra={"error": type(exc).__name__})
+        return problem_response(
+            Problem(
+                400,
+                "Malformed request body",
+                "the body's framing is broken (chunked encoding or Content-Length)",
+            )
+        )
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify
 
 from flowforge import signatures, workflows
 from flowforge.api.auth import authorize, require_key
@@ -70,8 +70,9 @@ def show_version(key: str, version: int) -> Response:
 def create_secret(key: str) -> tuple[Response, int]:
     """Create a signing secret; its value is shown in this answer only."""
     authorize(_checked_key(key), write=True)
+    encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        created = workflows.create_secret(conn, key, signatures.new_secret())
+        created = workflows.create_secret(conn, key, signatures.new_secret(), encryption_key)
     return jsonify(created), 201
 
 

@@ -25,6 +25,7 @@ import requests
 
 from tests.support.api import Api
 from tests.support.problems import PROBLEM, assert_problem
+from tests.support.processes import TEST_ENCRYPTION_KEY
 
 FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
 
@@ -309,7 +310,11 @@ def cli(database_url: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
     done = subprocess.run(
         [str(FLOWFORGE), *args],
-        env={**env, "FLOWFORGE_DATABASE_URL": database_url},
+        env={
+            **env,
+            "FLOWFORGE_DATABASE_URL": database_url,
+            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+        },
         capture_output=True,
         text=True,
         timeout=30,

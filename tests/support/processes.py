@@ -15,6 +15,9 @@ from typing import Any
 import requests
 
 ROOT = Path(__file__).resolve().parents[2]
+# The key that seals webhook signing secrets in every test process (32 bytes, base64url).
+# Tests that need no key say so with FLOWFORGE_ENCRYPTION_KEY="".
+TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWVuY3J5cHRpb24ta2V5LTMyYnl0ZXM"
 
 
 def free_port() -> int:
@@ -86,6 +89,7 @@ class Process:
 def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple[Process, str]:
     """bin/api on a free loopback port; returns the process and its base URL."""
     port = free_port()
+    env = {"FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY, **env}
     proc = Process(
         [
             sys.executable,
