@@ -49,7 +49,7 @@ def _apikey_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
 def _workflow_publish(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     document = json.loads(Path(args.file).read_text(encoding="utf-8"))
     key = args.key or Path(args.file).stem.replace(".", "-").lower()
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise FlowForgeError(f"invalid workflow key {key!r}: use --key")
     published = workflows.publish(conn, key, document, parse_definition(document), None)
     print(f"published {published['workflow']} version {published['version']}")

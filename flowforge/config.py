@@ -55,11 +55,20 @@ class Settings:
     db_pool_size: int = 4
     webhook_rate: float = 0.0
     worker_id: str = ""
+    test_mode: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the environment; defaults work against local PostgreSQL and RabbitMQ."""
         env = os.environ if env is None else env
+        test_mode = env.get("FLOWFORGE_TEST_MODE", "") == "1"
+        if env.get("FLOWFORGE_FAULTS", "").strip() and not test_mode:
+            # Fault points kill or stall the process on purpose; outside the test suite
+            # that is an outage waiting in an environment file, so refuse to start.
+            raise ConfigError(
+                "FLOWFORGE_FAULTS is set but FLOWFORGE_TEST_MODE is not 1: fault injection "
+                "is for the test suite only; remove FLOWFORGE_FAULTS"
+            )
         return cls(
             database_url=env.get("FLOWFORGE_DATABASE_URL") or cls.database_url,
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
@@ -72,4 +81,5 @@ class Settings:
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
+            test_mode=test_mode,
         )

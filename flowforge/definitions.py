@@ -121,6 +121,11 @@ class Definition:
         return tuple(step.id for step in self.steps if not step.depends_on)
 
 
+def is_step_id(text: str) -> bool:
+    """Whether text is a whole step id (a full match: no trailing newline slips through)."""
+    return _STEP_ID.fullmatch(text) is not None
+
+
 def parse_definition(doc: Any) -> Definition:
     """Turn a client's JSON into a Definition, or report every problem in it at once."""
     parser = _Parser()

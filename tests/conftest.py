@@ -102,6 +102,8 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
         "FLOWFORGE_WORKER_CONCURRENCY": "4",
         "FLOWFORGE_LOG_LEVEL": "INFO",
+        # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
+        "FLOWFORGE_TEST_MODE": "1",
     }
 
 

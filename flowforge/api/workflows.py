@@ -15,7 +15,7 @@ bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
 
 def _checked_key(key: str) -> str:
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise Problem(404, "Not found", "workflow keys are 1-64 of a-z, 0-9, '-' and '_'")
     return key
 
@@ -23,7 +23,7 @@ def _checked_key(key: str) -> str:
 @bp.post("/<key>/versions")
 def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise Problem(
             422,
             "Invalid workflow key",
