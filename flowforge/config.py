@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from flowforge import secret_bindings
 from flowforge.errors import FlowForgeError
 
 
@@ -56,6 +57,8 @@ class Settings:
     webhook_rate: float = 0.0
     worker_id: str = ""
     test_mode: bool = False
+    # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
+    secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -69,6 +72,10 @@ class Settings:
                 "FLOWFORGE_FAULTS is set but FLOWFORGE_TEST_MODE is not 1: fault injection "
                 "is for the test suite only; remove FLOWFORGE_FAULTS"
             )
+        try:
+            bindings = secret_bindings.parse(env)
+        except secret_bindings.BindingInvalid as exc:
+            raise ConfigError(str(exc)) from None
         return cls(
             database_url=env.get("FLOWFORGE_DATABASE_URL") or cls.database_url,
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
@@ -82,4 +89,5 @@ class Settings:
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             test_mode=test_mode,
+            secret_bindings=bindings,
         )

@@ -528,6 +528,9 @@ class _Parser:
                 self.error(path, _SECRETS_MESSAGE)
             elif len(rest) != 1:
                 self.error(path, f"{dotted!r}: name one secret, as secrets.NAME")
+            elif rest[0].upper().endswith("_WORKFLOWS"):
+                # FLOWFORGE_SECRET_<NAME>_WORKFLOWS binds secret NAME to workflows.
+                self.error(path, f"{dotted!r}: secret names may not end in _workflows")
         elif head == "execution":
             if len(rest) != 1 or rest[0] not in EXECUTION_FIELDS:
                 self.error(path, f"{dotted!r}: execution has only {', '.join(EXECUTION_FIELDS)}")

@@ -109,7 +109,8 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
 
 @pytest.fixture
 def api_key(db: psycopg.Connection) -> str:
-    return apikeys.create(db, "tests")[1]
+    """A key with every permission, publishing definitions that use secrets included."""
+    return apikeys.create(db, "tests", publish_secrets=True)[1]
 
 
 @pytest.fixture

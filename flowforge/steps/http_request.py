@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowforge import netguard
+from flowforge import netguard, secret_bindings
 from flowforge.db import jsonb_storable
 from flowforge.definitions import Step
 from flowforge.templating import (
@@ -63,6 +63,10 @@ class SecretMissing(TemplateError):
     """A template names a secret the worker was not given."""
 
 
+class SecretNotBound(TemplateError):
+    """A template names a secret that its workflow may not use."""
+
+
 def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
     """A secret from FLOWFORGE_SECRET_<NAME> or systemd's $CREDENTIALS_DIRECTORY/<name>."""
     env = os.environ if env is None else env
@@ -80,21 +84,33 @@ def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
     )
 
 
-def _secrets_used(request: Mapping[str, Any]) -> dict[str, str]:
+def _secrets_used(
+    request: Mapping[str, Any], workflow: str, bindings: secret_bindings.Bindings
+) -> dict[str, str]:
+    """The values of the secrets a request names, each only if its workflow may use it."""
     names = {
         path.split(".")[1]
         for _, text in iter_template_strings(request)
         for path in find_placeholders(text)
         if path.startswith("secrets.") and path.count(".") >= 1
     }
+    for name in sorted(names):
+        if not secret_bindings.may_use(bindings, name, workflow):
+            raise SecretNotBound(
+                f"secret {name!r} is not bound to workflow {workflow!r}: list the workflow "
+                f"in {secret_bindings.variable(name)} to let it use the secret"
+            )
     return {name: read_secret(name) for name in sorted(names)}
 
 
-def render_request(step: Step, context: Mapping[str, Any]) -> Rendered:
-    """Resolve templates in the worker only; secrets never leave this object."""
+def render_request(
+    step: Step, context: Mapping[str, Any], bindings: secret_bindings.Bindings
+) -> Rendered:
+    """Resolve templates in the worker only; secrets never leave this object, and only
+    the secrets bound to the execution's workflow are read at all."""
     assert step.request is not None
     request = step.request
-    secrets = _secrets_used(request)
+    secrets = _secrets_used(request, context["execution"]["workflow"], bindings)
     ctx = {**context, "secrets": secrets}
     headers = {
         name: _header_text(name, render(value, ctx)) for name, value in request["headers"].items()
@@ -139,7 +155,7 @@ def _char_pattern(char: str) -> str:
     """Every way one character of a secret may come back: as itself in any letter case,
     JSON-escaped (\\uXXXX or \\n style, behind any number of backslashes, as JSON inside
     a JSON string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
-    alternatives = [re.escape(char)]
+    alternatives = []  # the longest spellings first: a '\\' must not stop at one backslash
     code = ord(char)
     if code > 0xFFFF:
         high, low = divmod(code - 0x10000, 0x400)
@@ -151,6 +167,7 @@ def _char_pattern(char: str) -> str:
     alternatives.append("".join(rf"(?:%|\\+u0025){byte:02x}" for byte in char.encode()))
     if char == " ":
         alternatives.append(r"\+")
+    alternatives.append(re.escape(char))
     return "(?:" + "|".join(alternatives) + ")"
 
 
