@@ -77,9 +77,9 @@ def definition(target: Target) -> dict[str, Any]:
             call("plain", f"{target.url}/plain"),
             call("truncated", f"{target.url}/truncated"),
             call("json", f"{target.url}/json"),
-            # The secret as the scheme: refused before any socket, and the message must
-            # not quote it (urlsplit lower-cases schemes, which hid it from the redactor).
-            call("scheme", f"{{{{ secrets.tok }}}}://127.0.0.1:{target.port}/x"),
+            # A secret as the scheme: refused before any socket, and the message must not
+            # quote it (urlsplit lower-cases schemes, which hid it from the redactor).
+            call("scheme", f"{{{{ secrets.scheme }}}}://127.0.0.1:{target.port}/x"),
         ],
     }
 
@@ -100,7 +100,13 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
     value: str,
 ) -> None:
     target.script = careless
-    worker = workers(FLOWFORGE_SECRET_TOK=value, FLOWFORGE_SECRET_TOK_WORKFLOWS=WORKFLOW)
+    scheme_value = "SuperSecret" + secrets.token_hex(8)  # a valid URL scheme
+    worker = workers(
+        FLOWFORGE_SECRET_TOK=value,
+        FLOWFORGE_SECRET_TOK_WORKFLOWS=WORKFLOW,
+        FLOWFORGE_SECRET_SCHEME=scheme_value,
+        FLOWFORGE_SECRET_SCHEME_WORKFLOWS=WORKFLOW,
+    )
     client = Api(api, api_key)
     client.publish(WORKFLOW, definition(target))
     done = client.wait(client.start(WORKFLOW, {"n": 1}))
@@ -140,3 +146,4 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
         for name, form in {"as sent": value, **spellings(value)}.items():
             assert form not in text, f"the secret ({name}) leaked into the {where}"
         assert value.lower() not in text.lower(), f"the secret leaked into the {where}"
+        assert scheme_value.lower() not in text.lower(), f"the scheme leaked into the {where}"
