@@ -175,13 +175,17 @@ def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
     """One pattern for all secrets, longest first so no shorter one splits a longer one.
     Upper and lower case are spelled out too: full case mapping is not one character to
     one ('ß'.upper() is 'SS'), which IGNORECASE alone would miss."""
-    cases = (str, str.upper, str.lower, str.casefold)
-    spelled = sorted({case(value) for value in values if value for case in cases}, key=len)
-    spelled.reverse()
+    spelled: dict[str, str] = {}  # spelling -> its pattern
+    for value in filter(None, values):
+        pattern = "".join(_char_pattern(char) for char in value)
+        spelled[value] = pattern
+        for other in (value.upper(), value.lower(), value.casefold()):
+            if other not in spelled and not re.fullmatch(pattern, other, re.IGNORECASE):
+                spelled[other] = "".join(_char_pattern(char) for char in other)
     if not spelled:
         return None
-    pattern = "|".join("".join(_char_pattern(char) for char in value) for value in spelled)
-    return re.compile(pattern, re.IGNORECASE)
+    longest_first = sorted(spelled, key=len, reverse=True)
+    return re.compile("|".join(spelled[form] for form in longest_first), re.IGNORECASE)
 
 
 def _header_text(name: str, value: Any) -> str:
