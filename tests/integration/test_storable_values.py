@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 
 from flowforge.db import NotStorable, loads_storable
 from flowforge.definitions import parse_instant
+from flowforge.workflows import is_key
 from tests.support.problems import assert_problem
 
 SETTINGS = settings(
@@ -209,6 +210,23 @@ def test_accepted_instants_load_back_in_every_time_zone(
         (loaded,) = pg.execute("SELECT at FROM instants").fetchone()
         assert loaded == parsed
     pg.execute("SET TIME ZONE 'UTC'")
+
+
+workflow_keys = st.one_of(
+    st.from_regex(r"[a-z0-9][a-z0-9_-]{0,63}", fullmatch=True),
+    st.from_regex(r"[a-z0-9][a-z0-9_-]{0,63}", fullmatch=True).map(lambda key: key + "\n"),
+    st.text(max_size=70),
+)
+
+
+@SETTINGS
+@given(workflow_keys)
+def test_accepted_workflow_keys_pass_the_database_check(db: psycopg.Connection, key: str) -> None:
+    """The key pattern and the CHECK on workflows.key agree: what is_key accepts inserts."""
+    if not is_key(key):
+        return
+    with db.transaction(force_rollback=True):
+        db.execute("INSERT INTO workflows (key) VALUES (%s)", (key,))
 
 
 # --- through the API: 400 (or 422) and nothing created ------------------------------------
