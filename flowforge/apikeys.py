@@ -15,12 +15,14 @@ from flowforge.errors import NotFound
 PREFIX = "ff_"
 
 INSERT_KEY = """
-INSERT INTO api_keys (name, key_hash, key_prefix, workflows, read_only)
-VALUES (%(name)s, %(key_hash)s, %(key_prefix)s, %(workflows)s, %(read_only)s)
+INSERT INTO api_keys (name, key_hash, key_prefix, workflows, read_only, publish_secrets)
+VALUES (%(name)s, %(key_hash)s, %(key_prefix)s, %(workflows)s, %(read_only)s,
+        %(publish_secrets)s)
 RETURNING id
 """
 LIST_KEYS = """
-SELECT id, name, key_prefix, workflows, read_only, created_at, last_used_at, revoked_at
+SELECT id, name, key_prefix, workflows, read_only, publish_secrets, created_at, last_used_at,
+       revoked_at
 FROM api_keys ORDER BY id
 """
 REVOKE_KEY = "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = %(id)s"
@@ -28,14 +30,14 @@ REVOKE_KEY = "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE
 # reads do not turn into a write per request.
 AUTHENTICATE = """
 WITH found AS (
-    SELECT id, name, workflows, read_only, last_used_at FROM api_keys
+    SELECT id, name, workflows, read_only, publish_secrets, last_used_at FROM api_keys
     WHERE key_hash = %(key_hash)s AND revoked_at IS NULL
 ), touched AS (
     UPDATE api_keys SET last_used_at = now()
     WHERE id = (SELECT id FROM found)
       AND (last_used_at IS NULL OR last_used_at < now() - interval '60 seconds')
 )
-SELECT id, name, workflows, read_only FROM found
+SELECT id, name, workflows, read_only, publish_secrets FROM found
 """
 
 
@@ -47,6 +49,7 @@ class ApiKey:
     name: str
     workflows: tuple[str, ...] | None
     read_only: bool
+    publish_secrets: bool = False  # may publish definitions that use {{ secrets.NAME }}
 
     def allows(self, workflow: str | None, *, write: bool) -> bool:
         """Whether this key may read (or write) the given workflow."""
@@ -64,6 +67,7 @@ def create(
     name: str,
     workflows: list[str] | None = None,
     read_only: bool = False,
+    publish_secrets: bool = False,
 ) -> tuple[int, str]:
     """Make a new key; the plain key exists only in the return value."""
     key = PREFIX + secrets.token_hex(32)
@@ -76,6 +80,7 @@ def create(
                 "key_prefix": key[:10],
                 "workflows": workflows,
                 "read_only": read_only,
+                "publish_secrets": publish_secrets,
             },
         )
     )
@@ -90,6 +95,7 @@ def list_keys(conn: psycopg.Connection) -> list[dict[str, Any]]:
         "prefix",
         "workflows",
         "read_only",
+        "publish_secrets",
         "created_at",
         "last_used_at",
         "revoked_at",
@@ -110,5 +116,6 @@ def authenticate(conn: psycopg.Connection, presented: str) -> ApiKey | None:
     row = conn.execute(AUTHENTICATE, {"key_hash": _hash(presented)}).fetchone()
     if row is None:
         return None
-    key_id, name, workflows, read_only = row
-    return ApiKey(key_id, name, tuple(workflows) if workflows is not None else None, read_only)
+    key_id, name, workflows, read_only, publish_secrets = row
+    scope = tuple(workflows) if workflows is not None else None
+    return ApiKey(key_id, name, scope, read_only, publish_secrets)

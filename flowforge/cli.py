@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions, apikeys, signatures, timeline, workflows
+from flowforge import actions, apikeys, secret_bindings, signatures, timeline, workflows
 from flowforge.config import Settings
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
@@ -24,7 +24,7 @@ def _print_json(value: Any) -> None:
 
 def _apikey_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     scope = args.workflow or None
-    key_id, key = apikeys.create(conn, args.name, scope, args.read_only)
+    key_id, key = apikeys.create(conn, args.name, scope, args.read_only, args.secrets)
     print(f"created API key {key_id} ({args.name}); it is shown only once:")
     print(key)
 
@@ -34,9 +34,10 @@ def _apikey_list(conn: psycopg.Connection, _args: argparse.Namespace) -> None:
         state = "revoked" if row["revoked_at"] else "active"
         scope = ",".join(row["workflows"]) if row["workflows"] else "*"
         mode = "read-only" if row["read_only"] else "read-write"
+        mode += "+secrets" if row["publish_secrets"] else ""
         used = row["last_used_at"].isoformat() if row["last_used_at"] else "never"
         print(
-            f"{row['id']:>4}  {row['prefix']}…  {state:<8} {mode:<10} {scope:<20} "
+            f"{row['id']:>4}  {row['prefix']}…  {state:<8} {mode:<18} {scope:<20} "
             f"last used {used}  {row['name']}"
         )
 
@@ -49,9 +50,12 @@ def _apikey_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
 def _workflow_publish(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     document = json.loads(Path(args.file).read_text(encoding="utf-8"))
     key = args.key or Path(args.file).stem.replace(".", "-").lower()
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise FlowForgeError(f"invalid workflow key {key!r}: use --key")
-    published = workflows.publish(conn, key, document, parse_definition(document), None)
+    definition = parse_definition(document)
+    bindings = Settings.from_env().secret_bindings
+    secret_bindings.check(secret_bindings.references(document), key, bindings)
+    published = workflows.publish(conn, key, document, definition, None)
     print(f"published {published['workflow']} version {published['version']}")
 
 
@@ -157,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--workflow", action="append", help="limit the key to this workflow (repeatable)"
     )
     create.add_argument("--read-only", action="store_true")
+    create.add_argument(
+        "--secrets",
+        action="store_true",
+        help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
+    )
     add(apikey, "list", _apikey_list, "list keys")
     add(apikey, "revoke", _apikey_revoke, "revoke a key").add_argument("id", type=int)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowforge import sealing
+from flowforge import sealing, secret_bindings
 from flowforge.errors import FlowForgeError
 
 
@@ -76,11 +76,26 @@ class Settings:
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
+    test_mode: bool = False
+    # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
+    secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the environment; defaults work against local PostgreSQL and RabbitMQ."""
         env = os.environ if env is None else env
+        test_mode = env.get("FLOWFORGE_TEST_MODE", "") == "1"
+        if env.get("FLOWFORGE_FAULTS", "").strip() and not test_mode:
+            # Fault points kill or stall the process on purpose; outside the test suite
+            # that is an outage waiting in an environment file, so refuse to start.
+            raise ConfigError(
+                "FLOWFORGE_FAULTS is set but FLOWFORGE_TEST_MODE is not 1: fault injection "
+                "is for the test suite only; remove FLOWFORGE_FAULTS"
+            )
+        try:
+            bindings = secret_bindings.parse(env)
+        except secret_bindings.BindingInvalid as exc:
+            raise ConfigError(str(exc)) from None
         return cls(
             database_url=env.get("FLOWFORGE_DATABASE_URL") or cls.database_url,
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
@@ -94,4 +109,6 @@ class Settings:
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             encryption_key=_encryption_key(env),
+            test_mode=test_mode,
+            secret_bindings=bindings,
         )

@@ -6,7 +6,7 @@ import heapq
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flowforge import templating
@@ -119,6 +119,11 @@ class Definition:
     def roots(self) -> tuple[str, ...]:
         """Name the steps that start as soon as an execution begins."""
         return tuple(step.id for step in self.steps if not step.depends_on)
+
+
+def is_step_id(text: str) -> bool:
+    """Whether text is a whole step id (a full match: no trailing newline slips through)."""
+    return _STEP_ID.fullmatch(text) is not None
 
 
 def parse_definition(doc: Any) -> Definition:
@@ -492,8 +497,11 @@ class _Parser:
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")
         elif "{{" in until or "}}" in until:
             self.templates(until, f"{path}.until", ancestors, secrets=False)
-        elif not _is_aware_timestamp(until):
-            self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
+        else:
+            try:
+                parse_instant(until)
+            except ValueError as exc:
+                self.error(f"{path}.until", str(exc))
         return duration_s, until
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
@@ -520,6 +528,9 @@ class _Parser:
                 self.error(path, _SECRETS_MESSAGE)
             elif len(rest) != 1:
                 self.error(path, f"{dotted!r}: name one secret, as secrets.NAME")
+            elif rest[0].upper().endswith("_WORKFLOWS"):
+                # FLOWFORGE_SECRET_<NAME>_WORKFLOWS binds secret NAME to workflows.
+                self.error(path, f"{dotted!r}: secret names may not end in _workflows")
         elif head == "execution":
             if len(rest) != 1 or rest[0] not in EXECUTION_FIELDS:
                 self.error(path, f"{dotted!r}: execution has only {', '.join(EXECUTION_FIELDS)}")
@@ -531,9 +542,23 @@ class _Parser:
             )
 
 
-def _is_aware_timestamp(text: str) -> bool:
-    """Accept only instants: a timestamp without a timezone means a different time per host."""
+# Instants PostgreSQL stores and psycopg loads back as a Python datetime in any session
+# time zone: Python stops at years 1 and 9999, so a day of margin keeps every offset in.
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 timestamp with a timezone, inside the range FlowForge can store and load.
+
+    A timestamp without a timezone means a different time per host; one past year 9999
+    once converted to UTC would be stored, then fail every load of its execution."""
     try:
-        return datetime.fromisoformat(text).tzinfo is not None
+        moment = datetime.fromisoformat(text)
     except ValueError:
-        return False
+        raise ValueError("until must be an ISO-8601 timestamp with a timezone") from None
+    if moment.tzinfo is None:
+        raise ValueError("until must be an ISO-8601 timestamp with a timezone")
+    if not EARLIEST_INSTANT <= moment <= LATEST_INSTANT:
+        raise ValueError("until must be between 0001-01-02 and 9999-12-30 (UTC)")
+    return moment

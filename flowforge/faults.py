@@ -2,7 +2,10 @@
 at an exact line.
 
 FLOWFORGE_FAULTS="after_http_response=kill,after_checkpoint_commit=sleep:5" arms points;
-actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`.
+actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`. They arm only
+beside FLOWFORGE_TEST_MODE=1: a stray FLOWFORGE_FAULTS in a production environment file
+must not make the worker kill itself. Settings.from_env refuses that combination at
+start-up, so the process says why instead of silently ignoring it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +31,14 @@ def _parse(text: str) -> dict[str, str]:
     return armed
 
 
-_ARMED = _parse(os.environ.get("FLOWFORGE_FAULTS", ""))
+def armed(env: Mapping[str, str]) -> dict[str, str]:
+    """The fault points an environment arms: none at all outside test mode."""
+    if env.get("FLOWFORGE_TEST_MODE") != "1":
+        return {}
+    return _parse(env.get("FLOWFORGE_FAULTS", ""))
+
+
+_ARMED = armed(os.environ)
 
 
 def hit(name: str) -> None:

@@ -19,7 +19,7 @@ from flowforge.errors import FlowForgeError
 logger = logging.getLogger(__name__)
 
 SQL_DIR = Path(os.environ.get("FLOWFORGE_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
-FILE_PATTERN = re.compile(r"^(\d{4}_[a-z0-9_]+)\.sql$")
+FILE_PATTERN = re.compile(r"(\d{4}_[a-z0-9_]+)\.sql")
 # Any constant works; it only has to be the same for every migrating process.
 ADVISORY_LOCK_KEY = 0x466C6F77  # "Flow"
 
@@ -54,7 +54,7 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
     """The migration files, ordered by their number."""
     found = []
     for path in sorted(sql_dir.iterdir()):
-        match = FILE_PATTERN.match(path.name)
+        match = FILE_PATTERN.fullmatch(path.name)
         if match:
             found.append(Migration(match.group(1), path))
     return found

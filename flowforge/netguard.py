@@ -207,10 +207,14 @@ class _Target:
     host: str
     port: int
     path: str
+    reveal: bool = True  # False when the URL holds a secret: name neither host nor scheme
 
     @property
     def where(self) -> str:
-        """Method and origin for error messages; the path is left out as it may carry secrets."""
+        """Method and origin for error messages; the path is left out as it may carry secrets,
+        and the origin too when the caller says the URL holds one."""
+        if not self.reveal:
+            return f"{self.method} to a URL that holds a secret"
         return f"{self.method} {self.scheme}://{self._bracketed}:{self.port}"
 
     @property
@@ -225,8 +229,9 @@ class _Target:
         return f"[{self.host}]" if ":" in self.host else self.host
 
 
-def _parse_target(method: str, url: str) -> _Target:
-    """Validate method and URL up front, so nothing malformed reaches a socket."""
+def _parse_target(method: str, url: str, reveal: bool = True) -> _Target:
+    """Validate method and URL up front, so nothing malformed reaches a socket. Only the
+    scheme is ever quoted, and not when the URL holds a secret."""
     if not _TOKEN.fullmatch(method):
         raise RequestInvalid("invalid HTTP method")
     if _UNSAFE_URL.search(url):
@@ -235,7 +240,8 @@ def _parse_target(method: str, url: str) -> _Target:
         parts = urlsplit(url)
         scheme = parts.scheme
         if scheme not in _DEFAULT_PORTS:
-            raise RequestInvalid(f"{method}: scheme {scheme!r} is not allowed; use http or https")
+            named = f"scheme {scheme!r}" if reveal else "the URL's scheme"
+            raise RequestInvalid(f"{method}: {named} is not allowed; use http or https")
         host = parts.hostname or ""
         port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
         host = host if host.isascii() else host.encode("idna").decode("ascii")
@@ -248,7 +254,7 @@ def _parse_target(method: str, url: str) -> _Target:
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not path.isascii():
         raise RequestInvalid(f"{method}: URL path must be ASCII; percent-encode it")
-    return _Target(method, scheme, host, port, path)
+    return _Target(method, scheme, host, port, path, reveal)
 
 
 def _check_headers(target: _Target, headers: Mapping[str, str]) -> None:
@@ -271,12 +277,14 @@ def _resolve(target: _Target) -> list[IPAddress]:
     return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
 
-def _why(exc: BaseException) -> str:
-    """Name a transport failure by its root cause; only OS/TLS text, never request data."""
+def _why(exc: BaseException, target: _Target) -> str:
+    """Name a transport failure by its root cause; only OS/TLS text, never request data.
+    TLS text names the host (certificate mismatches do), so not for a secret-holding URL."""
     while exc.__cause__ is not None:
         exc = exc.__cause__
     name = type(exc).__name__
-    return f"{name}: {exc}" if isinstance(exc, OSError) and str(exc) else name
+    detailed = isinstance(exc, OSError) and str(exc) and target.reveal
+    return f"{name}: {exc}" if detailed else name
 
 
 def _connect(target: _Target, addresses: list[IPAddress], timeout_s: float) -> HTTPConnection:
@@ -300,7 +308,7 @@ def _connect(target: _Target, addresses: list[IPAddress], timeout_s: float) -> H
             return conn
         except (OSError, ValueError, Urllib3Error) as exc:
             conn.close()
-            failure = f"connect to {address} failed: {_why(exc)}"
+            failure = f"connect to {address} failed: {_why(exc, target)}"
     raise NotSent(f"{target.where}: {failure}")
 
 
@@ -361,7 +369,7 @@ def _exchange(
             status = response.status
             found = {name.lower(): response.headers[name] for name in response.headers}
     except (OSError, ValueError, http.client.HTTPException, Urllib3Error) as exc:
-        reason = slow if time.monotonic() >= deadline else _why(exc)
+        reason = slow if time.monotonic() >= deadline else _why(exc, target)
         raise SentNoResponse(f"{target.where}: {reason}") from None
     finally:
         watchdog.cancel()
@@ -382,10 +390,14 @@ def send(
     allow: Allowlist,
     max_response_bytes: int = 262_144,
     connect_timeout_s: float = 5.0,
+    reveal_origin: bool = True,
 ) -> HttpResult:
-    """Send one request to a vetted address; a 3xx is returned unfollowed so each hop is vetted."""
+    """Send one request to a vetted address; a 3xx is returned unfollowed so each hop is vetted.
+
+    reveal_origin=False keeps the URL's scheme and host out of every error message, for a
+    URL rendered from a secret."""
     started = time.monotonic()
-    target = _parse_target(method, url)
+    target = _parse_target(method, url, reveal_origin)
     _check_headers(target, headers)
     addresses = _resolve(target)
     for address in addresses:

@@ -14,7 +14,8 @@ from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
 
-KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Always used with fullmatch: `$` would also match before a trailing newline.
+KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_ACTIVE_SECRETS = 2
 
 # Creates the workflow on first publish; otherwise bumps its version under the row lock
@@ -67,6 +68,11 @@ UPDATE webhook_secrets s SET revoked_at = coalesce(s.revoked_at, now())
 FROM workflows w WHERE w.id = s.workflow_id AND w.key = %(key)s AND s.id = %(id)s
 RETURNING s.id
 """
+
+
+def is_key(text: str) -> bool:
+    """Whether text is a whole workflow key, as the database's CHECK requires."""
+    return KEY_PATTERN.fullmatch(text) is not None
 
 
 def publish(

@@ -104,12 +104,15 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         "FLOWFORGE_WORKER_CONCURRENCY": "4",
         "FLOWFORGE_LOG_LEVEL": "INFO",
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+        # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
+        "FLOWFORGE_TEST_MODE": "1",
     }
 
 
 @pytest.fixture
 def api_key(db: psycopg.Connection) -> str:
-    return apikeys.create(db, "tests")[1]
+    """A key with every permission, publishing definitions that use secrets included."""
+    return apikeys.create(db, "tests", publish_secrets=True)[1]
 
 
 @pytest.fixture

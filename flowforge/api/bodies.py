@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-from flowforge.db import jsonb_storable
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+from flowforge.db import NotStorable, loads_storable
 
 
 def read_body() -> bytes:
@@ -43,7 +38,10 @@ def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
         # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
-        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        return loads_storable(raw.decode("utf-8"))
+    except NotStorable as exc:
+        # Valid JSON that PostgreSQL cannot store; formerly a 500 from the database.
+        raise Problem(400, "Unsupported JSON", str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
@@ -51,14 +49,6 @@ def parse_json(raw: bytes) -> Any:
         raise Problem(400, "Malformed JSON", f"the body is not valid JSON{where}") from None
     except RecursionError:
         raise Problem(400, "Malformed JSON", "the body nests too deeply") from None
-    if not jsonb_storable(value):
-        # Valid JSON that PostgreSQL cannot store; formerly a 500 from the database.
-        raise Problem(
-            400,
-            "Unsupported JSON",
-            "strings may not contain \\u0000 or unpaired surrogates, and numbers must be finite",
-        )
-    return value
 
 
 def json_body() -> Any:

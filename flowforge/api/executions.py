@@ -6,7 +6,7 @@ import uuid
 
 from flask import Blueprint, Response, jsonify, request
 
-from flowforge import actions, timeline, workflows
+from flowforge import actions, definitions, timeline, workflows
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -59,7 +59,7 @@ def list_page() -> Response:
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     workflow = args.get("workflow")
-    if workflow is not None and not workflows.KEY_PATTERN.match(workflow):
+    if workflow is not None and not workflows.is_key(workflow):
         # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
@@ -105,6 +105,8 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
     eid = _execution_id(execution_id)
     _authorize_execution(eid, write=True)
+    if not definitions.is_step_id(step_id):
+        raise Problem(404, "Not found", "no such step")
     body = json_body()
     # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
     if not isinstance(body, dict) or body.get("outcome") not in ("succeeded", "failed"):

@@ -22,8 +22,16 @@ TARGETS = intake.Targets()
 MAX_IDEMPOTENCY_KEY = 255
 
 
-def _idempotency_key() -> str | None:
-    key = request.headers.get("Idempotency-Key") or request.headers.get("webhook-id")
+def _idempotency_key(target: intake.Target) -> str | None:
+    """The identity of this webhook. For a signed workflow it is the signed `webhook-id`
+    alone: an `Idempotency-Key` header is not covered by the signature, so anyone who saw
+    one signed request could otherwise replay it as a new execution by adding one. For
+    auth "none" nothing is signed, and the sender's `Idempotency-Key` (else `webhook-id`)
+    is used."""
+    if target.webhook_auth == "signature":
+        key = request.headers.get("webhook-id")
+    else:
+        key = request.headers.get("Idempotency-Key") or request.headers.get("webhook-id")
     if key is None:
         return None
     if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
@@ -64,9 +72,7 @@ def _signed_by(target: intake.Target, raw: bytes) -> int | None:
     raise error or signatures.SignatureInvalid("no active signing secret")
 
 
-def _accept(
-    conn: psycopg.Connection, key: str, raw: bytes, idempotency_key: str | None
-) -> intake.Accepted:
+def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
     """Authenticate against the cached target, then accept; look again once when the cache
     is behind (a new secret, a new version, a revoked secret)."""
     for attempt in range(2):
@@ -81,7 +87,7 @@ def _accept(
             raise Problem(401, "Invalid signature", str(exc)) from None
         try:
             parse_json(raw)  # validates: 400 for what jsonb would refuse
-            return intake.accept(conn, target, raw, idempotency_key, secret_id)
+            return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
         except intake.StaleTarget:
             continue
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
@@ -90,7 +96,7 @@ def _accept(
 @bp.post("/hooks/<key>")
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise Problem(404, "Not found", f"no workflow {key!r}")
     limiter = current_app.extensions.get("flowforge.webhook_limit")
     if limiter is not None and (wait := limiter.retry_after(key)) is not None:
@@ -106,10 +112,9 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
             "Query string not accepted",
             "webhook URLs take no query parameters; put data in the JSON body",
         )
-    idempotency_key = _idempotency_key()
     raw = read_body()
     with connection() as conn:
-        accepted = _accept(conn, key, raw, idempotency_key)
+        accepted = _accept(conn, key, raw)
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"

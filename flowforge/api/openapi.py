@@ -332,7 +332,10 @@ WEBHOOK_HEADERS = [
     {
         "name": "Idempotency-Key",
         "in": "header",
-        "description": "Overrides webhook-id as the idempotency key",
+        "description": (
+            "The idempotency key of a workflow with auth none (else webhook-id is); ignored "
+            "for signed workflows, whose identity is the signed webhook-id alone"
+        ),
         "schema": {"type": "string", "minLength": 1, "maxLength": 255},
     },
 ]

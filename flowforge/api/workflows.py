@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from flowforge import signatures, workflows
+from flowforge import secret_bindings, signatures, workflows
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -15,7 +15,7 @@ bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
 
 def _checked_key(key: str) -> str:
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise Problem(404, "Not found", "workflow keys are 1-64 of a-z, 0-9, '-' and '_'")
     return key
 
@@ -23,7 +23,7 @@ def _checked_key(key: str) -> str:
 @bp.post("/<key>/versions")
 def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
-    if not workflows.KEY_PATTERN.match(key):
+    if not workflows.is_key(key):
         raise Problem(
             422,
             "Invalid workflow key",
@@ -33,6 +33,17 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     api_key = authorize(key, write=True)
     document = json_body()
     definition = parse_definition(document)
+    uses = list(secret_bindings.references(document))
+    if uses and not api_key.publish_secrets:
+        # Whoever publishes a request chooses where it goes, secrets included.
+        raise Problem(
+            403,
+            "Forbidden",
+            "this API key may not publish definitions that use secrets "
+            "(create one with `flowforge apikey create --secrets`)",
+        )
+    settings = current_app.extensions["flowforge.settings"]
+    secret_bindings.check(uses, key, settings.secret_bindings)
     with connection() as conn:
         published = workflows.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"

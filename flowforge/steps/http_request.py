@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, quote_plus
 
-from flowforge import netguard
+from flowforge import netguard, secret_bindings
 from flowforge.db import jsonb_storable
 from flowforge.definitions import Step
 from flowforge.templating import (
@@ -48,18 +48,23 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A request ready to leave, and the secret values that must never be stored."""
+    """A request ready to leave, and how to find the secrets in it that must never be stored."""
 
     method: str
     url: str
     headers: dict[str, str]
     body: bytes | None
     timeout_s: float
-    secret_values: tuple[str, ...]
+    redactor: re.Pattern[str] | None  # matches every spelling of every secret used
+    url_holds_secret: bool  # then no error message may name the URL's scheme or host
 
 
 class SecretMissing(TemplateError):
     """A template names a secret the worker was not given."""
+
+
+class SecretNotBound(TemplateError):
+    """A template names a secret that its workflow may not use."""
 
 
 def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
@@ -79,21 +84,33 @@ def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
     )
 
 
-def _secrets_used(request: Mapping[str, Any]) -> dict[str, str]:
+def _secrets_used(
+    request: Mapping[str, Any], workflow: str, bindings: secret_bindings.Bindings
+) -> dict[str, str]:
+    """The values of the secrets a request names, each only if its workflow may use it."""
     names = {
         path.split(".")[1]
         for _, text in iter_template_strings(request)
         for path in find_placeholders(text)
         if path.startswith("secrets.") and path.count(".") >= 1
     }
+    for name in sorted(names):
+        if not secret_bindings.may_use(bindings, name, workflow):
+            raise SecretNotBound(
+                f"secret {name!r} is not bound to workflow {workflow!r}: list the workflow "
+                f"in {secret_bindings.variable(name)} to let it use the secret"
+            )
     return {name: read_secret(name) for name in sorted(names)}
 
 
-def render_request(step: Step, context: Mapping[str, Any]) -> Rendered:
-    """Resolve templates in the worker only; secrets never leave this object."""
+def render_request(
+    step: Step, context: Mapping[str, Any], bindings: secret_bindings.Bindings
+) -> Rendered:
+    """Resolve templates in the worker only; secrets never leave this object, and only
+    the secrets bound to the execution's workflow are read at all."""
     assert step.request is not None
     request = step.request
-    secrets = _secrets_used(request)
+    secrets = _secrets_used(request, context["execution"]["workflow"], bindings)
     ctx = {**context, "secrets": secrets}
     headers = {
         name: _header_text(name, render(value, ctx)) for name, value in request["headers"].items()
@@ -114,20 +131,61 @@ def render_request(step: Step, context: Mapping[str, Any]) -> Rendered:
         headers=headers,
         body=body,
         timeout_s=float(request["timeout_s"]),
-        secret_values=_spellings(v for v in secrets.values() if v),
+        redactor=redactor(secrets.values()),
+        url_holds_secret=any(
+            path.startswith("secrets.") for path in find_placeholders(request["url"])
+        ),
     )
 
 
-def _spellings(values: Iterable[str]) -> tuple[str, ...]:
-    """Every form a server may echo a secret back in: as sent, %-encoded (as URLs carry it),
-    JSON-escaped ('/' as '\\/' too); longest first so no shorter form splits a longer one."""
-    forms: set[str] = set()
-    for value in values:
-        encoded = {value, quote(value, safe=""), quote_plus(value, safe="")}
-        for form in encoded:
-            for escaped in (json.dumps(form)[1:-1], json.dumps(form, ensure_ascii=False)[1:-1]):
-                forms |= {form, escaped, escaped.replace("/", "\\/")}
-    return tuple(sorted(forms, key=len, reverse=True))
+# JSON's two-character escapes, by the character they stand for.
+_SHORT_ESCAPES = {
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    "\b": "b",
+    "\f": "f",
+    "\n": "n",
+    "\r": "r",
+    "\t": "t",
+}
+
+
+def _char_pattern(char: str) -> str:
+    """Every way one character of a secret may come back: as itself in any letter case,
+    JSON-escaped (\\uXXXX or \\n style, behind any number of backslashes, as JSON inside
+    a JSON string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
+    alternatives = []  # the longest spellings first: a '\\' must not stop at one backslash
+    code = ord(char)
+    if code > 0xFFFF:
+        high, low = divmod(code - 0x10000, 0x400)
+        alternatives.append(rf"\\+u{0xD800 + high:04x}\\+u{0xDC00 + low:04x}")
+    else:
+        alternatives.append(rf"\\+u{code:04x}")
+    if char in _SHORT_ESCAPES:
+        alternatives.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
+    alternatives.append("".join(rf"(?:%|\\+u0025){byte:02x}" for byte in char.encode()))
+    if char == " ":
+        alternatives.append(r"\+")
+    alternatives.append(re.escape(char))
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern for all secrets, longest first so no shorter one splits a longer one.
+    Upper and lower case are spelled out too: full case mapping is not one character to
+    one ('ß'.upper() is 'SS'), which IGNORECASE alone would miss."""
+    spelled: dict[str, str] = {}  # spelling -> its pattern
+    for value in filter(None, values):
+        pattern = "".join(_char_pattern(char) for char in value)
+        spelled[value] = pattern
+        for other in (value.upper(), value.lower(), value.casefold()):
+            if other not in spelled and not re.fullmatch(pattern, other, re.IGNORECASE):
+                spelled[other] = "".join(_char_pattern(char) for char in other)
+    if not spelled:
+        return None
+    longest_first = sorted(spelled, key=len, reverse=True)
+    return re.compile("|".join(spelled[form] for form in longest_first), re.IGNORECASE)
 
 
 def _header_text(name: str, value: Any) -> str:
@@ -152,17 +210,18 @@ def perform(
             timeout_s=rendered.timeout_s,
             allow=allow,
             max_response_bytes=max_response_bytes,
+            reveal_origin=not rendered.url_holds_secret,
         )
     except (netguard.RequestRefused, netguard.RequestInvalid) as exc:
         # Deterministic: the same rendered request would be refused again.
-        return Outcome("failed", error=_redact(str(exc), rendered.secret_values))
+        return Outcome("failed", error=_redact(str(exc), rendered.redactor))
     except netguard.NotSent as exc:
         # Provably never left: repeating is safe whatever the method.
-        return Outcome("retry", error=_redact(f"not sent: {exc}", rendered.secret_values))
+        return Outcome("retry", error=_redact(f"not sent: {exc}", rendered.redactor))
     except netguard.SentNoResponse as exc:
-        error = _redact(f"no response: {exc}", rendered.secret_values)
+        error = _redact(f"no response: {exc}", rendered.redactor)
         return Outcome("retry" if safe else "unknown", error=error)
-    output = _output(result, rendered.secret_values)
+    output = _output(result, rendered.redactor)
     if 200 <= result.status < 300:
         return Outcome(
             "succeeded", output=output, http_status=result.status, duration_ms=result.duration_ms
@@ -179,15 +238,15 @@ def perform(
     )
 
 
-def _output(result: netguard.HttpResult, secret_values: tuple[str, ...]) -> dict[str, Any]:
+def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dict[str, Any]:
     # NUL cannot be stored in PostgreSQL text: a server sending one must not block the checkpoint.
-    text = _redact(result.body.decode("utf-8", errors="replace"), secret_values)
+    text = _redact(result.body.decode("utf-8", errors="replace"), secrets)
     text = text.replace("\x00", "\ufffd")
     body: Any = text
     if "json" in result.headers.get("content-type", "") and not result.truncated:
-        body = _parsed(text, secret_values)
+        body = _parsed(text, secrets)
     headers = {
-        name: _redact(result.headers[name], secret_values).replace("\x00", "\ufffd")
+        name: _redact(result.headers[name], secrets).replace("\x00", "\ufffd")
         for name in KEPT_HEADERS
         if name in result.headers
     }
@@ -199,35 +258,30 @@ def _output(result: netguard.HttpResult, secret_values: tuple[str, ...]) -> dict
     }
 
 
-def _parsed(text: str, secret_values: tuple[str, ...]) -> Any:
+def _parsed(text: str, secrets: re.Pattern[str] | None) -> Any:
     """The JSON body, redacted again after decoding (escapes such as \\u0074 hide a secret
     from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999, deep
     nesting) stays text, so a hostile server cannot make the checkpoint fail."""
     try:
-        value = _redact_json(json.loads(text), secret_values)
+        value = _redact_json(json.loads(text), secrets)
     except (ValueError, RecursionError):
         return text
     return value if jsonb_storable(value) else text
 
 
-def _redact_json(value: Any, secret_values: tuple[str, ...]) -> Any:
+def _redact_json(value: Any, secrets: re.Pattern[str] | None) -> Any:
     """Redact every string in a parsed JSON value, keys included."""
-    if not secret_values:
+    if secrets is None:
         return value
     if isinstance(value, str):
-        return _redact(value, secret_values)
+        return _redact(value, secrets)
     if isinstance(value, dict):
-        return {
-            _redact(key, secret_values): _redact_json(item, secret_values)
-            for key, item in value.items()
-        }
+        return {_redact(key, secrets): _redact_json(item, secrets) for key, item in value.items()}
     if isinstance(value, list):
-        return [_redact_json(item, secret_values) for item in value]
+        return [_redact_json(item, secrets) for item in value]
     return value
 
 
-def _redact(text: str, secret_values: tuple[str, ...]) -> str:
+def _redact(text: str, secrets: re.Pattern[str] | None) -> str:
     """Remove secret values a server echoed back before anything is stored or logged."""
-    for value in secret_values:
-        text = text.replace(value, REDACTED)
-    return text
+    return text if secrets is None else secrets.sub(REDACTED, text)

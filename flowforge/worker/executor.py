@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 
 import psycopg_pool
 
@@ -55,12 +56,14 @@ class Executor:
         worker_id: str,
         lease_s: float,
         allow: netguard.Allowlist,
+        secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
     ) -> None:
         self.pool = pool
         self.worker_id = worker_id
         self.lease_s = lease_s
         self.allow = allow
+        self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
         self.leases = Leases()
 
@@ -101,7 +104,7 @@ class Executor:
     def _attempt(self, run: Run, sid: str) -> Outcome:
         step = run.definition.step(sid)
         try:
-            rendered = render_request(step, run.context(sid))
+            rendered = render_request(step, run.context(sid), self.secret_bindings)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
         logger.info(

@@ -45,7 +45,11 @@ def main() -> int:
     stop = threading.Event()  # stops taking work
     background = threading.Event()  # stops the housekeeping threads, after the drain
     executor = Executor(
-        pool, worker_id=settings.worker_id, lease_s=settings.lease_seconds, allow=allow
+        pool,
+        worker_id=settings.worker_id,
+        lease_s=settings.lease_seconds,
+        allow=allow,
+        secret_bindings=settings.secret_bindings,
     )
     consumer = Consumer(executor, settings.amqp_url, topology, settings.worker_concurrency, stop)
     others = [

@@ -338,6 +338,28 @@ def test_resolve_body_is_checked_like_the_others(client: Any) -> None:
 # --- headers, query strings, routes -------------------------------------------------------
 
 
+@pytest.mark.parametrize("suffix", ["%0A", "%0D%0A", "%00", "%0A%0A"])
+def test_identifiers_with_a_trailing_newline_are_4xx(
+    client: Any, db: psycopg.Connection, suffix: str
+) -> None:
+    """`$` in a Python regex matches before a final newline; every identifier taken from a
+    request is a full match, so "open\n" is no workflow key (nor "open\x00")."""
+    published = client.post(f"/api/v1/workflows/new{suffix}/versions", json=OPEN)
+    assert_problem(published, 422)
+    assert_problem(client.post(f"/hooks/open{suffix}", json={"x": 1}), 404)
+    assert_problem(client.get(f"/api/v1/workflows/open{suffix}"), 404)
+    assert_problem(client.get(f"/api/v1/workflows/open{suffix}/versions/1"), 404)
+    assert_problem(client.post(f"/api/v1/workflows/open{suffix}/webhook-secrets"), 404)
+    assert_problem(client.get(f"/api/v1/executions?workflow=open{suffix}"), 400)
+    execution_id = client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    resolved = client.post(
+        f"/api/v1/executions/{execution_id}/steps/shape{suffix}/resolve",
+        json={"outcome": "failed"},
+    )
+    assert_problem(resolved, 404)
+    assert db.execute("SELECT count(*) FROM workflows").fetchone()[0] == 1
+
+
 def test_query_strings_on_webhooks_are_400(client: Any, db: psycopg.Connection) -> None:
     for query in ("a=1", "a=" + "x" * 100_000, "%00=%ff", "x" * 8000):
         assert_problem(client.post(f"/hooks/open?{query}", json={"x": 1}), 400)

@@ -78,8 +78,12 @@ def pg_dump(database_url: str) -> str:
     ).stdout
 
 
+# The secret `token` is usable by the workflow `uses-secret` only.
+BOUND = {"FLOWFORGE_SECRET_TOKEN_WORKFLOWS": "uses-secret"}
+
+
 def with_env(value: str, _tmp: Path) -> dict[str, str]:
-    return {"FLOWFORGE_SECRET_TOKEN": value}
+    return {"FLOWFORGE_SECRET_TOKEN": value, **BOUND}
 
 
 def with_credentials(value: str, tmp: Path) -> dict[str, str]:
@@ -88,7 +92,7 @@ def with_credentials(value: str, tmp: Path) -> dict[str, str]:
     directory.mkdir()
     (directory / "token").write_text(value + "\n", encoding="utf-8")
     (directory / "token").chmod(0o400)
-    return {"CREDENTIALS_DIRECTORY": str(directory)}
+    return {"CREDENTIALS_DIRECTORY": str(directory), **BOUND}
 
 
 @pytest.mark.parametrize("source", [with_env, with_credentials], ids=["env", "credentials"])
@@ -151,7 +155,7 @@ def test_secret_reaches_the_target_and_is_stored_nowhere(
 def test_missing_secret_fails_the_step_and_sends_nothing(
     api: str, api_key: str, workers: Callable[..., Process], target: Target
 ) -> None:
-    workers()
+    workers(**BOUND)
     client = Api(api, api_key)
     client.publish("uses-secret", definition(target))
     done = client.wait(client.start("uses-secret", {"order": "A1"}))
@@ -205,7 +209,7 @@ def test_secrets_echoed_in_escaped_or_encoded_form_are_redacted(
     """Real tokens hold '/', '+' and '=': the URL carries them %-encoded, JSON may escape them."""
     value = "tok/" + secrets.token_hex(12) + "+x=="
     target.script = escaping_echo
-    worker = workers(FLOWFORGE_SECRET_TOKEN=value)
+    worker = workers(FLOWFORGE_SECRET_TOKEN=value, **BOUND)
     client = Api(api, api_key)
     client.publish("uses-secret", definition(target))
     done = client.wait(client.start("uses-secret", {"order": "A1"}))

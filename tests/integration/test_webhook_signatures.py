@@ -295,6 +295,34 @@ def test_replayed_webhook_id_returns_the_same_execution(
     assert counts(db) == before
 
 
+def test_an_added_idempotency_key_cannot_turn_a_replay_into_a_new_execution(
+    hooks: Hooks, secret: str, db: psycopg.Connection
+) -> None:
+    """Idempotency-Key is not signed: for a signed workflow the signed webhook-id alone is
+    the identity, so a captured request resent with any Idempotency-Key is a replay."""
+    msg_id = f"msg_{uuid.uuid4().hex}"
+    captured = signed_headers(secret, BODY, msg_id)
+    first = hooks.post("orders", BODY, {**captured, "Idempotency-Key": "sender-1"})
+    assert first.status_code == 202
+    execution_id = first.get_json()["execution_id"]
+    before = counts(db)
+    for added in ("x1", "x2", "sender-1", "k" * 300, "\t"):
+        again = hooks.post("orders", BODY, {**captured, "Idempotency-Key": added})
+        assert again.status_code == 202, again.get_data(as_text=True)
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.get_json()["execution_id"] == execution_id
+    plain = hooks.post("orders", BODY, captured)
+    assert plain.headers["Idempotent-Replayed"] == "true"
+    assert plain.get_json()["execution_id"] == execution_id
+    # The same webhook-id with another (validly signed) body stays a conflict.
+    other = BODY.replace(b"A-1", b"B-2")
+    resigned = {**signed_headers(secret, other, msg_id), "Idempotency-Key": "fresh"}
+    assert_problem(hooks.post("orders", other, resigned), 409)
+    assert counts(db) == before
+    (stored,) = db.execute("SELECT key FROM idempotency_keys").fetchone()
+    assert stored == msg_id
+
+
 def test_unsigned_workflow_must_say_none_explicitly(hooks: Hooks, db: psycopg.Connection) -> None:
     hooks.publish("open", {**SIGNED, "trigger": {"webhook": {"auth": "none"}}})
     assert hooks.post("open", BODY, {"Content-Type": "application/json"}).status_code == 202

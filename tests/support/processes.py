@@ -49,9 +49,13 @@ class Process:
     def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(env)
+        if env.get("FLOWFORGE_FAULTS"):
+            # Fault points arm only in test mode (production refuses FLOWFORGE_FAULTS).
+            env.setdefault("FLOWFORGE_TEST_MODE", "1")
         self.popen = subprocess.Popen(
             argv,
-            env=dict(env),
+            env=env,
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

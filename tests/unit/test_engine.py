@@ -157,6 +157,16 @@ def test_delay_until_in_the_past_does_not_wait() -> None:
     assert run.steps["d"].status == "succeeded"
 
 
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"])
+def test_delay_until_an_instant_that_would_not_load_back_fails_the_step(at: str) -> None:
+    """Stored, such a wake_at would make every later load of the execution fail."""
+    run = make_run([{"id": "d", "type": "delay", "until": "{{ input.at }}"}], {"at": at})
+    run.advance()
+    assert run.steps["d"].status == "failed"
+    assert "between 0001-01-02 and 9999-12-30" in (run.steps["d"].error or "")
+    assert run.steps["d"].wake_at is None
+
+
 def test_retryable_failure_backs_off_then_fails_when_attempts_run_out() -> None:
     run = make_run([http("a", retry={"max_attempts": 2, "initial_interval_s": 10})])
     token = run.claim("a", "w").fencing_token

@@ -1,0 +1,149 @@
+"""A real worker against a careless 127.0.0.1 server that echoes a secret back in every
+spelling it can think of: the secret must not reach the API's answers, the worker's log,
+attempts.error, the event history or a pg_dump in any of them — and FlowForge's own error
+messages must not quote it either (a URL whose scheme is `{{ secrets.tok }}` once failed
+with `scheme 'tok…' is not allowed`, lower-cased past the redactor)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from tests.integration.test_secrets_never_persist import pg_dump
+from tests.support.api import Api, step
+from tests.support.processes import Process
+from tests.support.target import Received, Reply, Target
+
+WORKFLOW = "echoes"
+REDACTED = "[redacted]"
+
+
+def spellings(value: str) -> dict[str, str]:
+    """The forms a server may echo `value` in, each named for the failure message."""
+    escaped = "".join(f"\\u{ord(c):04x}" for c in value)
+    return {
+        "upper case": value.upper(),
+        "lower case": value.lower(),
+        "\\u escapes": escaped,
+        "\\U escapes upper hex": "".join(f"\\u{ord(c):04X}" for c in value),
+        "%-encoding, lower hex": "".join(f"%{b:02x}" for b in value.encode()),
+        "%-encoding, upper hex": "".join(f"%{b:02X}" for b in value.encode()),
+        "%-encoding of unsafe characters": quote(value, safe="").lower(),
+        "JSON in a JSON string": json.dumps(json.dumps({"t": escaped}))[1:-1],
+        "mixed": escaped[:12] + value[2:].swapcase(),
+    }
+
+
+def careless(request: Received) -> Reply:
+    """Repeats the token it was sent, in every spelling, in several kinds of body."""
+    token = request.headers.get("x-api-token", "")
+    forms = spellings(token)
+    if request.path.startswith("/plain"):
+        text = "\n".join(f"{name}: {form}" for name, form in forms.items())
+        return Reply(body=text.encode(), headers={"Content-Type": "text/plain"})
+    if request.path.startswith("/truncated"):
+        # Too long to keep whole, so it is stored as (cut) text, never parsed.
+        body = json.dumps({"forms": list(forms.values()), "pad": "x" * 300_000})
+        return Reply(
+            body=body.encode(), headers={"Content-Type": "application/json", "X-Request-Id": token}
+        )
+    inner = json.dumps({"forms": list(forms.values())})
+    return Reply(
+        json={"inner": inner, "forms": forms, "swapped": token.swapcase()},
+        headers={"Location": f"/next?t={forms['%-encoding, lower hex']}"},
+    )
+
+
+def call(step_id: str, url: str) -> dict[str, Any]:
+    return {
+        "id": step_id,
+        "type": "http_request",
+        "request": {"method": "GET", "url": url, "headers": {"X-Api-Token": "{{ secrets.tok }}"}},
+        "retry": {"max_attempts": 1},
+    }
+
+
+def definition(target: Target) -> dict[str, Any]:
+    return {
+        "name": "Echoes secrets",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [
+            call("plain", f"{target.url}/plain"),
+            call("truncated", f"{target.url}/truncated"),
+            call("json", f"{target.url}/json"),
+            # A secret as the scheme: refused before any socket, and the message must not
+            # quote it (urlsplit lower-cases schemes, which hid it from the redactor).
+            call("scheme", f"{{{{ secrets.scheme }}}}://127.0.0.1:{target.port}/x"),
+        ],
+    }
+
+
+@pytest.fixture
+def value() -> str:
+    # Mixed case, with the characters real tokens carry ('/', '+', '=').
+    return "Tok/" + secrets.token_hex(8).upper() + "+Ab=" + secrets.token_hex(8)
+
+
+def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    database_url: str,
+    tmp_path: Path,
+    value: str,
+) -> None:
+    target.script = careless
+    scheme_value = "SuperSecret" + secrets.token_hex(8)  # a valid URL scheme
+    worker = workers(
+        FLOWFORGE_SECRET_TOK=value,
+        FLOWFORGE_SECRET_TOK_WORKFLOWS=WORKFLOW,
+        FLOWFORGE_SECRET_SCHEME=scheme_value,
+        FLOWFORGE_SECRET_SCHEME_WORKFLOWS=WORKFLOW,
+    )
+    client = Api(api, api_key)
+    client.publish(WORKFLOW, definition(target))
+    done = client.wait(client.start(WORKFLOW, {"n": 1}))
+    assert done["status"] == "failed", done
+    for step_id in ("plain", "truncated", "json"):
+        assert step(done, step_id)["status"] == "succeeded", step(done, step_id)
+    assert len(target.received) == 3  # the scheme step sent nothing
+
+    scheme = step(done, "scheme")
+    assert scheme["status"] == "failed"
+    assert "is not allowed" in scheme["error"], scheme["error"]
+
+    plain = step(done, "plain")["output"]["body"]
+    assert plain.count(REDACTED) == len(spellings(value)), plain
+    truncated = step(done, "truncated")["output"]
+    assert truncated["truncated"] and truncated["headers"]["x-request-id"] == REDACTED
+    parsed = step(done, "json")["output"]
+    assert parsed["body"]["swapped"] == REDACTED
+    forms = parsed["body"]["forms"]
+    assert forms.pop("JSON in a JSON string") == '{\\"t\\": \\"[redacted]\\"}'
+    assert set(forms.values()) == {REDACTED}
+    inner = json.loads(parsed["body"]["inner"])["forms"]
+    assert inner.count(REDACTED) == len(spellings(value)) - 1
+
+    places = {
+        "API answers": "\n".join(
+            [
+                client.session.get(f"{api}/api/v1/executions/{done['id']}", timeout=10).text,
+                client.session.get(f"{api}/api/v1/executions", timeout=10).text,
+            ]
+        ),
+        "worker log": worker.log(),
+        "API log": (tmp_path / "api.log").read_text(errors="replace"),
+        "pg_dump": pg_dump(database_url),
+    }
+    for where, text in places.items():
+        for name, form in {"as sent": value, **spellings(value)}.items():
+            assert form not in text, f"the secret ({name}) leaked into the {where}"
+        assert value.lower() not in text.lower(), f"the secret leaked into the {where}"
+        assert scheme_value.lower() not in text.lower(), f"the scheme leaked into the {where}"

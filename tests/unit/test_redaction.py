@@ -1,0 +1,65 @@
+"""The redactor finds a secret in every spelling it promises, in any text."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote, quote_plus
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowforge import netguard
+from flowforge.steps.http_request import REDACTED, _redact, redactor
+
+ENCODINGS = {
+    "as is": lambda v: v,
+    "upper": str.upper,
+    "lower": str.lower,
+    "swapped": str.swapcase,
+    "json ascii": lambda v: json.dumps(v)[1:-1],
+    "json unicode": lambda v: json.dumps(v, ensure_ascii=False)[1:-1],
+    "all \\u escapes": lambda v: "".join(
+        f"\\u{ord(c):04x}" if ord(c) < 0x10000 else json.dumps(c)[1:-1] for c in v
+    ),
+    "upper \\U escapes": lambda v: json.dumps(v)[1:-1].upper(),
+    "json in json": lambda v: json.dumps(json.dumps(v)[1:-1])[1:-1],
+    "php slashes": lambda v: json.dumps(v)[1:-1].replace("/", "\\/"),
+    "quote": lambda v: quote(v, safe=""),
+    "quote lower hex": lambda v: quote(v, safe="").lower(),
+    "quote_plus": lambda v: quote_plus(v, safe=""),
+    "every byte %-encoded": lambda v: "".join(f"%{b:02x}" for b in v.encode()),
+}
+secret_values = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=6, max_size=30
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(secret_values, st.sampled_from(sorted(ENCODINGS)), st.text(max_size=10))
+def test_every_promised_spelling_is_redacted(value: str, encoding: str, around: str) -> None:
+    echoed = ENCODINGS[encoding](value)
+    text = f"{around}<{echoed}>{around}"
+    redacted = _redact(text, redactor([value]))
+    assert f"<{REDACTED}>" in redacted
+
+
+def test_no_secrets_means_no_redaction() -> None:
+    assert redactor([]) is None and redactor([""]) is None
+    assert _redact("text", None) == "text"
+
+
+@pytest.mark.parametrize("url", ["SuperSecret://example.com/", "SUPERSECRET://x"])
+def test_scheme_of_a_secret_holding_url_is_not_quoted(url: str) -> None:
+    with pytest.raises(netguard.RequestInvalid) as refused:
+        netguard.send(
+            "GET",
+            url,
+            headers={},
+            body=None,
+            timeout_s=1,
+            allow=netguard.Allowlist(),
+            reveal_origin=False,
+        )
+    assert "supersecret" not in str(refused.value).lower()
+    assert "is not allowed" in str(refused.value)
