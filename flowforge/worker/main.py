@@ -20,7 +20,7 @@ from flowforge import netguard
 from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
-from flowforge.worker.broker import Topology
+from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
 from flowforge.worker.reaper import Heartbeat, Reaper
@@ -36,6 +36,7 @@ def main() -> int:
     settings = Settings.from_env()
     allow = netguard.Allowlist.parse(settings.http_allow)
     topology = Topology(settings.amqp_prefix)
+    heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
     # Executors hold a connection only inside a transaction, never across a request.
     pool = create_pool(
         settings.database_url, max_size=settings.worker_concurrency + 4, name="worker", min_size=2
@@ -47,9 +48,11 @@ def main() -> int:
     executor = Executor(
         pool, worker_id=settings.worker_id, lease_s=settings.lease_seconds, allow=allow
     )
-    consumer = Consumer(executor, settings.amqp_url, topology, settings.worker_concurrency, stop)
+    consumer = Consumer(
+        executor, settings.amqp_url, topology, settings.worker_concurrency, stop, heartbeat_s
+    )
     others = [
-        Relay(pool, settings.database_url, settings.amqp_url, topology, background),
+        Relay(pool, settings.database_url, settings.amqp_url, topology, background, heartbeat_s),
         TimerScanner(pool, background),
         Reaper(
             pool,
