@@ -23,7 +23,8 @@ from flowforge.logs import configure_logging
 from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
-from flowforge.worker.reaper import Heartbeat, Reaper
+from flowforge.worker.leases import Heartbeat
+from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
 
@@ -60,7 +61,7 @@ def main() -> int:
             reconcile_s=settings.reconcile_seconds,
             stop=background,
         ),
-        Heartbeat(pool, executor.leases, settings.lease_seconds, background),
+        Heartbeat(pool, executor.leases, settings.worker_id, background),
     ]
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
