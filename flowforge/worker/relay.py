@@ -162,7 +162,7 @@ class Relay(threading.Thread):
         missed heartbeats, and the first publish after it would fail.
         """
         assert self._listener is not None and self._broker is not None
-        slice_s = min(POLL_SECONDS, self.heartbeat_s / 4)
+        slice_s = min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
         deadline = time.monotonic() + POLL_SECONDS
         notified = False
         while not notified and not self.stop.is_set():
