@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -32,7 +33,8 @@ LEASE_S = 2.0
 
 
 @pytest.fixture
-def pg_proxy(database_url: str) -> FaultProxy:
+def pg_proxy(database_url: str) -> Iterator[FaultProxy]:
+    """A FaultProxy in front of PostgreSQL, for the worker only (the API goes direct)."""
     info = psycopg.conninfo.conninfo_to_dict(database_url)
     proxy = FaultProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
     yield proxy
@@ -59,12 +61,15 @@ def test_a_claim_whose_commit_answer_is_lost_is_never_renewed_and_is_recovered(
     pg_proxy: FaultProxy,
     database_url: str,
 ) -> None:
-    client.publish("lookup", workflow(http("fetch", "GET", f"{target.url}/orders/1")))
+    retry = {"max_attempts": 5, "initial_interval_s": 0.1}
+    client.publish("lookup", workflow(http("fetch", "GET", f"{target.url}/orders/1", retry=retry)))
     target.script = lambda _r: Reply(json={"ok": True})
+    # Every claim pauses before its COMMIT (for less than half a lease, so its request
+    # may still leave): time for the test to arm the proxy.
     worker = workers(
         FLOWFORGE_WORKER_ID="worker-A",
         FLOWFORGE_DATABASE_URL=_through(pg_proxy, database_url),
-        FLOWFORGE_FAULTS="before_claim_commit=sleep:0.5",
+        FLOWFORGE_FAULTS="before_claim_commit=sleep:0.7",
     )
     eid = client.start("lookup", {})
     wait_logged(worker, "fault point reached")
@@ -76,11 +81,10 @@ def test_a_claim_whose_commit_answer_is_lost_is_never_renewed_and_is_recovered(
 
     done = client.wait(eid, timeout=30)
     assert done["status"] == "succeeded", done
-    fetch = step(done, "fetch")
-    assert [(a["worker"], a["outcome"]) for a in fetch["attempts"]] == [
-        ("worker-A", "lost_lease"),
-        ("worker-A", "succeeded"),
-    ]
+    outcomes = [a["outcome"] for a in step(done, "fetch")["attempts"]]
+    # Recovered when its unrenewed lease ran out (a later claim slowed past half a lease
+    # by a loaded machine may add a not-sent attempt in between; never a sent one).
+    assert outcomes[0] == "lost_lease" and outcomes[-1] == "succeeded", outcomes
     # The first claim's request never left: the worker did not know it held the step.
     assert len(target.requests_to("/orders/1")) == 1
 
@@ -171,8 +175,9 @@ def test_a_frozen_worker_holding_the_wakeup_in_its_prefetch_does_not_delay_the_t
     assert client.wait(busy, timeout=10)["status"] == "succeeded"
     assert logged(b, "recovering expired lease")
     print(f"takeover finished {taken_over_s:.1f} s after the freeze (lease {LEASE_S:g} s)")
-    # Within a few lease periods of the hang, not the reconcile interval (60 s here).
-    assert taken_over_s < 5 * LEASE_S
+    # Within a few lease periods of the hang, not the reconcile interval (60 s here) nor
+    # the 30 s the broker took with a fixed 10 s heartbeat.
+    assert taken_over_s < 6 * LEASE_S
 
 
 def _queued(db: psycopg.Connection, eid: str) -> bool:
