@@ -82,6 +82,7 @@ def main() -> int:
             "worker_id": settings.worker_id,
             "concurrency": settings.worker_concurrency,
             "prefix": settings.amqp_prefix,
+            "amqp_heartbeat_s": heartbeat_s,
         },
     )
     while not stop.wait(0.5):
