@@ -15,7 +15,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -391,11 +391,15 @@ def send(
     max_response_bytes: int = 262_144,
     connect_timeout_s: float = 5.0,
     reveal_origin: bool = True,
+    before_send: Callable[[], None] | None = None,
 ) -> HttpResult:
     """Send one request to a vetted address; a 3xx is returned unfollowed so each hop is vetted.
 
     reveal_origin=False keeps the URL's scheme and host out of every error message, for a
-    URL rendered from a secret."""
+    URL rendered from a secret. `before_send` is called once connected, right before the
+    first byte is written: the caller's last chance to keep the request home by raising
+    (NotSent, so it is safe to repeat); the connection is closed and nothing is sent.
+    """
     started = time.monotonic()
     target = _parse_target(method, url, reveal_origin)
     _check_headers(target, headers)
@@ -410,6 +414,12 @@ def send(
     if not any(name.lower() == "host" for name in headers):
         sent_headers["Host"] = target.host_header
     conn = _connect(target, addresses, connect_timeout_s)
+    if before_send is not None:
+        try:
+            before_send()
+        except BaseException:
+            conn.close()
+            raise
     status, found, data, truncated = _exchange(
         conn, target, sent_headers, body, timeout_s, max_response_bytes
     )

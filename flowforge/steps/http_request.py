@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,9 +197,17 @@ def _header_text(name: str, value: Any) -> str:
 
 
 def perform(
-    step: Step, rendered: Rendered, allow: netguard.Allowlist, max_response_bytes: int
+    step: Step,
+    rendered: Rendered,
+    allow: netguard.Allowlist,
+    max_response_bytes: int,
+    before_send: Callable[[], None] | None = None,
 ) -> Outcome:
-    """Send the request once and classify the result by what is known to have happened."""
+    """Send the request once and classify the result by what is known to have happened.
+
+    `before_send` runs once connected, right before the first byte is written; raising
+    `netguard.NotSent` from it keeps the request home (an outcome safe to retry).
+    """
     safe = step.repeat_safe
     try:
         result = netguard.send(
@@ -211,6 +219,7 @@ def perform(
             allow=allow,
             max_response_bytes=max_response_bytes,
             reveal_origin=not rendered.url_holds_secret,
+            before_send=before_send,
         )
     except (netguard.RequestRefused, netguard.RequestInvalid) as exc:
         # Deterministic: the same rendered request would be refused again.

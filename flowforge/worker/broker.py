@@ -9,10 +9,12 @@ exchange `<prefix>.dlx` into `<prefix>.dead`.
 from __future__ import annotations
 
 import json
+import math
 import random
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pika
 import pika.exceptions
@@ -21,6 +23,10 @@ from flowforge.errors import BrokerUnavailable
 
 ROUTING_KEY = "step"
 MAX_BACKOFF = 10.0
+# AMQP heartbeat timeout bounds: under 2 s a busy machine drops healthy connections, and
+# above 10 s a blackholed broker or a frozen worker goes unnoticed for too long.
+MIN_HEARTBEAT_S = 2
+MAX_HEARTBEAT_S = 10
 # Exceptions that mean "the broker or the connection is gone", not a bug of ours.
 BROKER_ERRORS: tuple[type[Exception], type[Exception]] = (pika.exceptions.AMQPError, OSError)
 
@@ -59,11 +65,31 @@ class Topology:
         channel.queue_bind(self.queue, self.exchange, routing_key=ROUTING_KEY)
 
 
-def connect(amqp_url: str, name: str) -> pika.BlockingConnection:
-    """Open a connection that identifies itself and keeps AMQP heartbeats short."""
+def heartbeat_seconds(amqp_url: str, lease_s: float) -> int:
+    """The AMQP heartbeat timeout: the URL's `heartbeat=` if it has one, else half a lease
+    within [2, 10] s.
+
+    A frozen worker (SIGSTOP, a stalled VM) keeps the wake-ups it prefetched until the
+    broker closes its connection for missed heartbeats, which RabbitMQ does two to three
+    timeouts after the last frame; only then are they delivered to a live worker. Tying
+    the timeout to the lease lets a takeover finish within a couple of lease periods.
+    """
+    given = parse_qs(urlsplit(amqp_url).query).get("heartbeat")
+    if given:
+        return int(given[-1])
+    return max(MIN_HEARTBEAT_S, min(MAX_HEARTBEAT_S, math.ceil(lease_s / 2)))
+
+
+def connect(
+    amqp_url: str, name: str, heartbeat_s: int = MAX_HEARTBEAT_S
+) -> pika.BlockingConnection:
+    """Open a connection that identifies itself and keeps AMQP heartbeats short.
+
+    The URL's own `heartbeat=` query parameter, when present, wins over `heartbeat_s`.
+    """
     params = pika.URLParameters(amqp_url)
-    # Short heartbeats: a blackholed broker is noticed in ~20 s, not a minute.
-    params.heartbeat = 10
+    if "heartbeat" not in parse_qs(urlsplit(amqp_url).query):
+        params.heartbeat = heartbeat_s
     params.blocked_connection_timeout = 30
     params.socket_timeout = 5
     params.connection_attempts = 1

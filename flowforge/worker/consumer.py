@@ -18,7 +18,14 @@ from typing import Any
 import pika
 
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.worker.broker import BROKER_ERRORS, Topology, Wakeup, connect, reconnect_delay
+from flowforge.worker.broker import (
+    BROKER_ERRORS,
+    MAX_HEARTBEAT_S,
+    Topology,
+    Wakeup,
+    connect,
+    reconnect_delay,
+)
 from flowforge.worker.executor import Executor
 
 logger = logging.getLogger(__name__)
@@ -38,10 +45,12 @@ class Consumer(threading.Thread):
         topology: Topology,
         concurrency: int,
         stop: threading.Event,
+        heartbeat_s: int = MAX_HEARTBEAT_S,
     ) -> None:
         super().__init__(name="consumer", daemon=True)
         self.executor = executor
         self.amqp_url = amqp_url
+        self.heartbeat_s = heartbeat_s
         self.topology = topology
         self.concurrency = concurrency
         self.stop = stop
@@ -73,7 +82,7 @@ class Consumer(threading.Thread):
                 self.stop.wait(reconnect_delay(failures))
 
     def _consume(self) -> None:
-        connection = connect(self.amqp_url, "flowforge-consumer")
+        connection = connect(self.amqp_url, "flowforge-consumer", self.heartbeat_s)
         try:
             channel = connection.channel()
             self.topology.declare(channel)

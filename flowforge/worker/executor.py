@@ -3,13 +3,15 @@
 Pure steps run inside the claiming transaction (no lease: the row lock is the lease).
 An http_request is claimed in one committed transaction (new fencing token, open attempt
 row) before the request leaves, sent with no transaction open, and checkpointed in a
-second transaction that writes nothing unless the step still holds our token.
+second transaction that writes nothing unless the step still holds our token. The lease
+is held (and renewed by the heartbeat) only from the claim's commit until the checkpoint,
+and the request leaves only while the lease is known to be ours (see `leases.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import time
 from collections.abc import Mapping
 
 import psycopg_pool
@@ -21,29 +23,9 @@ from flowforge.executions import load_run, save_run, unit_of_work
 from flowforge.steps.http_request import Outcome, perform, render_request
 from flowforge.templating import TemplateError
 from flowforge.worker.broker import Wakeup
+from flowforge.worker.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
-
-
-class Leases:
-    """The fencing tokens this process holds, for the heartbeat to renew."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[tuple[str, str], int] = {}
-
-    def hold(self, execution_id: str, step_id: str, token: int) -> None:
-        with self._lock:
-            self._held[(execution_id, step_id)] = token
-
-    def release(self, execution_id: str, step_id: str) -> None:
-        with self._lock:
-            self._held.pop((execution_id, step_id), None)
-
-    def snapshot(self) -> list[tuple[str, str, int]]:
-        """The leases held right now."""
-        with self._lock:
-            return [(eid, sid, token) for (eid, sid), token in self._held.items()]
 
 
 class Executor:
@@ -65,53 +47,69 @@ class Executor:
         self.allow = allow
         self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
-        self.leases = Leases()
+        self.leases = Leases(lease_s)
 
     def handle(self, wakeup: Wakeup) -> None:
         """Process one wake-up; stale and duplicate ones change nothing."""
         eid, sid = wakeup.execution_id, wakeup.step_id
         log = {"execution_id": eid, "step": sid}
-        with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
-            loaded = load_run(conn, eid)
-            if loaded is None:
-                logger.warning("wake-up for an unknown execution", extra=log)
-                return
-            run, _ = loaded
-            state = run.steps.get(sid)
-            if run.terminal or state is None or state.status != "ready":
-                logger.debug("stale wake-up ignored", extra=log)
-                return
-            run.started()
-            step = run.definition.step(sid)
-            claimed = None
-            if step.type in PURE_TYPES:
-                run.advance()
-            elif run.when_allows(sid):
-                claimed = run.claim(sid, self.worker_id)
-                self.leases.hold(eid, sid, claimed.fencing_token)
-            save_run(conn, run, lease_s=self.lease_s)
+        with wrap_exceptions(), self.pool.connection() as conn:
+            # No later than the transaction's now(), which sets the lease's expiry.
+            began = time.monotonic()
+            with unit_of_work(conn):
+                loaded = load_run(conn, eid)
+                if loaded is None:
+                    logger.warning("wake-up for an unknown execution", extra=log)
+                    return
+                run, _ = loaded
+                state = run.steps.get(sid)
+                if run.terminal or state is None or state.status != "ready":
+                    logger.debug("stale wake-up ignored", extra=log)
+                    return
+                run.started()
+                step = run.definition.step(sid)
+                claimed = None
+                if step.type in PURE_TYPES:
+                    run.advance()
+                elif run.when_allows(sid):
+                    claimed = run.claim(sid, self.worker_id)
+                save_run(conn, run, lease_s=self.lease_s)
+                if claimed is not None:
+                    faults.hit("before_claim_commit")
         if claimed is not None:
+            # The claim committed: only from here on does this worker hold the lease.
             token = claimed.fencing_token
-            faults.hit("after_claim_commit")
-            try:
-                outcome = self._attempt(run, sid)
+            with self.leases.holding(eid, sid, token, confirmed_at=began) as lease:
+                faults.hit("after_claim_commit")
+                outcome = self._attempt(run, sid, lease)
                 faults.hit("after_http_response")
                 self._checkpoint(eid, sid, token, outcome)
-            finally:
-                self.leases.release(eid, sid)
         faults.hit("before_ack")
 
-    def _attempt(self, run: Run, sid: str) -> Outcome:
+    def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
         step = run.definition.step(sid)
         try:
             rendered = render_request(step, run.context(sid), self.secret_bindings)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
-        logger.info(
-            "sending request",
-            extra={"execution_id": run.execution_id, "step": sid, "method": rendered.method},
-        )
-        return perform(step, rendered, self.allow, self.max_response_bytes)
+        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
+
+        def fence() -> None:
+            """Connected, nothing written yet: the last moment to keep the request home."""
+            faults.hit("before_request_send")
+            if not lease.still_ours():
+                logger.warning(
+                    "request not sent: this worker no longer knows its lease to be its own",
+                    extra={
+                        **log,
+                        "lease_lost": lease.lost,
+                        "since_confirmed_s": round(time.monotonic() - lease.confirmed_at, 3),
+                    },
+                )
+                raise netguard.NotSent("lease not confirmed in time; request kept back")
+
+        logger.info("sending request", extra={**log, "method": rendered.method})
+        return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
 
     def _checkpoint(self, eid: str, sid: str, token: int, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""

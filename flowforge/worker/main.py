@@ -20,10 +20,11 @@ from flowforge import netguard
 from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
-from flowforge.worker.broker import Topology
+from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
-from flowforge.worker.reaper import Heartbeat, Reaper
+from flowforge.worker.leases import Heartbeat
+from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
 
@@ -36,6 +37,7 @@ def main() -> int:
     settings = Settings.from_env()
     allow = netguard.Allowlist.parse(settings.http_allow)
     topology = Topology(settings.amqp_prefix)
+    heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
     # Executors hold a connection only inside a transaction, never across a request.
     pool = create_pool(
         settings.database_url, max_size=settings.worker_concurrency + 4, name="worker", min_size=2
@@ -51,9 +53,11 @@ def main() -> int:
         allow=allow,
         secret_bindings=settings.secret_bindings,
     )
-    consumer = Consumer(executor, settings.amqp_url, topology, settings.worker_concurrency, stop)
+    consumer = Consumer(
+        executor, settings.amqp_url, topology, settings.worker_concurrency, stop, heartbeat_s
+    )
     others = [
-        Relay(pool, settings.database_url, settings.amqp_url, topology, background),
+        Relay(pool, settings.database_url, settings.amqp_url, topology, background, heartbeat_s),
         TimerScanner(pool, background),
         Reaper(
             pool,
@@ -61,7 +65,7 @@ def main() -> int:
             reconcile_s=settings.reconcile_seconds,
             stop=background,
         ),
-        Heartbeat(pool, executor.leases, settings.lease_seconds, background),
+        Heartbeat(pool, executor.leases, settings.worker_id, background),
     ]
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -82,6 +86,7 @@ def main() -> int:
             "worker_id": settings.worker_id,
             "concurrency": settings.worker_concurrency,
             "prefix": settings.amqp_prefix,
+            "amqp_heartbeat_s": heartbeat_s,
         },
     )
     while not stop.wait(0.5):

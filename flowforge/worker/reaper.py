@@ -1,5 +1,6 @@
-"""Lease upkeep: the heartbeat renews our leases, the reaper recovers everybody else's,
-and the reconciler re-dispatches ready work whose wake-up message went missing.
+"""Lease upkeep: the reaper recovers expired leases (the heartbeat that renews our own
+lives in `leases.py`), and the reconciler re-dispatches ready work whose wake-up message
+went missing.
 """
 
 from __future__ import annotations
@@ -15,20 +16,9 @@ from flowforge.db import wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
 from flowforge.executions import load_run, save_run, unit_of_work
 from flowforge.outbox import NOTIFY_OUTBOX
-from flowforge.worker.executor import Leases
 
 logger = logging.getLogger(__name__)
 
-# Renews only leases that still carry our token; whatever is missing from the answer
-# was taken from us.
-RENEW = """
-UPDATE steps s SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
-FROM unnest(%(execution_ids)s::uuid[], %(step_ids)s::text[], %(tokens)s::bigint[])
-     AS held(execution_id, step_id, token)
-WHERE s.execution_id = held.execution_id AND s.step_id = held.step_id
-  AND s.fencing_token = held.token AND s.status = 'running'
-RETURNING s.execution_id, s.step_id
-"""
 EXPIRED = """
 SELECT execution_id, step_id FROM steps
 WHERE status = 'running' AND lease_expires_at < now()
@@ -57,61 +47,6 @@ DELETE FROM idempotency_keys
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
                        WHERE created_at < now() - interval '24 hours' LIMIT 10000))
 """
-
-
-class Heartbeat(threading.Thread):
-    """Renews the leases of steps this process is running, every third of a lease."""
-
-    def __init__(
-        self,
-        pool: psycopg_pool.ConnectionPool,
-        leases: Leases,
-        lease_s: float,
-        stop: threading.Event,
-    ) -> None:
-        super().__init__(name="heartbeat", daemon=True)
-        self.pool = pool
-        self.leases = leases
-        self.lease_s = lease_s
-        self.stop = stop
-
-    def run(self) -> None:
-        while not self.stop.wait(self.lease_s / 3):
-            try:
-                self.beat()
-            except Exception:
-                logger.exception("heartbeat crashed; retrying")
-
-    def beat(self) -> None:
-        """Renew every lease held; log the ones another worker took over."""
-        held = self.leases.snapshot()
-        if not held:
-            return
-        try:
-            with wrap_exceptions(), self.pool.connection() as conn:
-                renewed = {
-                    (str(e), s)
-                    for e, s in conn.execute(
-                        RENEW,
-                        {
-                            "lease_s": self.lease_s,
-                            "execution_ids": [h[0] for h in held],
-                            "step_ids": [h[1] for h in held],
-                            "tokens": [h[2] for h in held],
-                        },
-                    )
-                }
-        except DatabaseUnavailable as exc:
-            logger.warning("heartbeat failed", extra={"error": str(exc)[:200]})
-            return
-        still_held = set(self.leases.snapshot())
-        for eid, sid, token in held:
-            # A step that finished while we renewed is released, not lost.
-            if (eid, sid) not in renewed and (eid, sid, token) in still_held:
-                logger.warning(
-                    "lease lost: another worker owns the step now",
-                    extra={"execution_id": eid, "step": sid, "fencing_token": token},
-                )
 
 
 class Reaper(threading.Thread):

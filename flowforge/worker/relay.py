@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Any
 
 import pika
@@ -23,6 +24,7 @@ from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
 from flowforge.outbox import CLAIM_BATCH, DELETE_PUBLISHED, LISTEN_OUTBOX
 from flowforge.worker.broker import (
     BROKER_ERRORS,
+    MAX_HEARTBEAT_S,
     ROUTING_KEY,
     Topology,
     Wakeup,
@@ -47,8 +49,10 @@ class Relay(threading.Thread):
         amqp_url: str,
         topology: Topology,
         stop: threading.Event,
+        heartbeat_s: int = MAX_HEARTBEAT_S,
     ) -> None:
         super().__init__(name="relay", daemon=True)
+        self.heartbeat_s = heartbeat_s
         self.pool = pool
         self.database_url = database_url
         self.amqp_url = amqp_url
@@ -136,7 +140,7 @@ class Relay(threading.Thread):
         if self._channel is not None and self._channel.is_open:
             return
         self._close_broker()
-        self._broker = connect(self.amqp_url, "flowforge-relay")
+        self._broker = connect(self.amqp_url, "flowforge-relay", self.heartbeat_s)
         channel = self._broker.channel()
         self.topology.declare(channel)
         channel.add_on_return_callback(self._on_return)
@@ -151,9 +155,23 @@ class Relay(threading.Thread):
         self._listener.execute(LISTEN_OUTBOX)
 
     def _wait_for_notify(self) -> None:
-        assert self._listener is not None
-        for _ in self._listener.notifies(timeout=POLL_SECONDS, stop_after=1):
-            pass
+        """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile.
+
+        pika's BlockingConnection sends and checks heartbeats only inside its own calls; a
+        relay that sat in LISTEN through a quiet spell would be dropped by the broker for
+        missed heartbeats, and the first publish after it would fail.
+        """
+        assert self._listener is not None and self._broker is not None
+        slice_s = min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
+        deadline = time.monotonic() + POLL_SECONDS
+        notified = False
+        while not notified and not self.stop.is_set():
+            self._broker.process_data_events(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for _ in self._listener.notifies(timeout=min(slice_s, left), stop_after=1):
+                notified = True
         # Several commits may have notified while we published: one pass serves them all.
         for _ in self._listener.notifies(timeout=0):
             pass

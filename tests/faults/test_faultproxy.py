@@ -110,6 +110,23 @@ def test_blackhole_holds_bytes_until_restore(proxy: FaultProxy) -> None:
         assert s.recv(3) == b"two"  # the stream is intact, as after a healed partition
 
 
+def test_drop_replies_after_a_marker_discards_answers_instead_of_holding_them(
+    proxy: FaultProxy,
+) -> None:
+    with _connect(proxy) as s:
+        proxy.drop_replies(after=b"COMMIT")
+        s.sendall(b"BEGIN")
+        assert s.recv(5) == b"BEGIN"  # answers flow until the marker was sent
+        s.sendall(b"COMMIT")
+        s.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            s.recv(6)
+        proxy.restore()
+        s.sendall(b"kept")
+        s.settimeout(2)
+        assert s.recv(16) == b"kept"  # the echo of COMMIT is gone, not delivered late
+
+
 def test_url_points_at_the_proxy(proxy: FaultProxy) -> None:
     url = proxy.url("amqp://guest:guest@127.0.0.1:5672/%2F")
     assert url == f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"

@@ -9,7 +9,11 @@ network does:
 - blackhole: connections are accepted and kept open, but nothing is forwarded in either
   direction — a partition, where reads hang instead of failing;
 - restore: back to pass; bytes held by a blackhole are then delivered, like TCP does
-  when a partition heals, so the AMQP stream is intact.
+  when a partition heals, so the AMQP stream is intact;
+- drop_replies: client bytes still reach the server, but once a connection has sent a
+  chunk containing the given bytes (b"COMMIT", say) the server's answers on it are thrown
+  away — a link that fails right after a request got through; follow it with cut() to
+  make the client see the failure.
 
 Threads and the standard library only, so it runs wherever the tests do.
 """
@@ -31,6 +35,10 @@ def _reset(sock: socket.socket) -> None:
     """Close with RST instead of FIN, so the peer sees a hard failure at once."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    # A pump blocked in recv() keeps the socket alive past close(), and with it the RST:
+    # shutting the read side down (which sends nothing) wakes it first.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 
@@ -42,6 +50,7 @@ class _Link:
         self.client = client
         self.upstream: socket.socket | None = None
         self.closed = threading.Event()
+        self.deaf = False  # drop_replies: the server's answers are discarded
         self._lock = threading.Lock()
 
     def close(self, *, reset: bool = False) -> None:
@@ -67,6 +76,7 @@ class FaultProxy:
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.mode = "pass"
+        self._reply_marker: bytes | None = None
         self.accepted = 0
         self.refused = 0
         self.accept_errors = 0
@@ -120,10 +130,21 @@ class FaultProxy:
             self.mode = "blackhole"
             self._flowing.clear()
 
+    def drop_replies(self, after: bytes = b"") -> None:
+        """Until restore(), discard what the server answers on each connection from the
+        first chunk its client sends that contains `after` (any chunk when empty)."""
+        with self._lock:
+            self.mode = "drop_replies"
+            self._reply_marker = after
+            self._flowing.set()
+
     def restore(self) -> None:
         """Forward again; whatever a blackhole held back is delivered now."""
         with self._lock:
             self.mode = "pass"
+            self._reply_marker = None
+            for link in self._links:
+                link.deaf = False
             self._flowing.set()
 
     def close(self) -> None:
@@ -195,8 +216,12 @@ class FaultProxy:
                 return
             link.upstream = upstream
         pumps = [
-            threading.Thread(target=self._pump, args=(link, link.client, upstream), daemon=True),
-            threading.Thread(target=self._pump, args=(link, upstream, link.client), daemon=True),
+            threading.Thread(
+                target=self._pump, args=(link, link.client, upstream, False), daemon=True
+            ),
+            threading.Thread(
+                target=self._pump, args=(link, upstream, link.client, True), daemon=True
+            ),
         ]
         for pump in pumps:
             pump.start()
@@ -204,7 +229,7 @@ class FaultProxy:
             pump.join()
         self._forget(link)
 
-    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, link: _Link, source: socket.socket, sink: socket.socket, replies: bool) -> None:
         try:
             while True:
                 data = source.recv(CHUNK)
@@ -212,6 +237,11 @@ class FaultProxy:
                     break
                 if not self._wait_flowing(link):
                     return
+                marker = self._reply_marker
+                if not replies and marker is not None and marker in data:
+                    link.deaf = True  # before forwarding: the answer may come back at once
+                if replies and link.deaf:
+                    continue
                 sink.sendall(data)
         except OSError:
             pass

@@ -1,0 +1,174 @@
+"""The leases this worker holds, and the heartbeat that renews them (SPEC §7).
+
+A lease enters the set only after the claim transaction that created it committed, and
+only for as long as the code working on the step stays inside `Leases.holding()` — so
+the heartbeat never renews a lease that nobody works on, whatever went wrong around the
+claim. Each holder has a lease object of its own (two claims of one step by two threads,
+a stale one and a current one, never share or drop each other's entry).
+
+Every lease also knows, on this worker's monotonic clock, when its expiry was last set:
+the moment just before the claim or the renewal that set it was sent. PostgreSQL's
+now() in that statement is no earlier, so the database's expiry is at least a lease
+later. A request may leave only before half of that lease has passed (`still_ours`): the
+other half is the margin for clock-rate differences and a late heartbeat, and a worker
+frozen past it — reaped, perhaps retried or resolved by an operator meanwhile — does not
+send when it wakes up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg_pool
+
+from flowforge.db import wrap_exceptions
+from flowforge.errors import DatabaseUnavailable
+
+logger = logging.getLogger(__name__)
+
+# Share of a lease after its last confirmation during which a request may still be sent.
+SAFE_FRACTION = 0.5
+# Renewals per lease period; a beat can be late by a third of a lease before any
+# request is refused for want of a confirmation.
+BEATS_PER_LEASE = 6
+
+# Renews only leases that still carry our token and our name; whatever is missing from
+# the answer was taken from us.
+RENEW = """
+UPDATE steps s SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+FROM unnest(%(execution_ids)s::uuid[], %(step_ids)s::text[], %(tokens)s::bigint[])
+     AS held(execution_id, step_id, token)
+WHERE s.execution_id = held.execution_id AND s.step_id = held.step_id
+  AND s.fencing_token = held.token AND s.status = 'running' AND s.lease_owner = %(owner)s
+RETURNING s.execution_id, s.step_id, s.fencing_token
+"""
+
+
+class Lease:
+    """One committed claim of one step, held by the thread working on it."""
+
+    def __init__(
+        self, execution_id: str, step_id: str, token: int, lease_s: float, confirmed_at: float
+    ) -> None:
+        self.execution_id = execution_id
+        self.step_id = step_id
+        self.token = token
+        self.lease_s = lease_s
+        self.confirmed_at = confirmed_at
+        self.lost = False
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.execution_id, self.step_id, self.token)
+
+    def still_ours(self) -> bool:
+        """Whether this worker knows the lease is its own right now (safe to send)."""
+        return not self.lost and time.monotonic() < self.deadline
+
+    @property
+    def deadline(self) -> float:
+        """Monotonic time after which a request must not leave under this lease."""
+        return self.confirmed_at + SAFE_FRACTION * self.lease_s
+
+
+class Leases:
+    """The set of leases held by this process's executor threads."""
+
+    def __init__(self, lease_s: float) -> None:
+        self.lease_s = lease_s
+        self._lock = threading.Lock()
+        self._held: set[Lease] = set()
+
+    @contextmanager
+    def holding(
+        self, execution_id: str, step_id: str, token: int, confirmed_at: float
+    ) -> Iterator[Lease]:
+        """Hold the lease of a committed claim for the body of the block, and not longer.
+
+        `confirmed_at` is the monotonic time taken before the claim transaction began.
+        """
+        lease = Lease(execution_id, step_id, token, self.lease_s, confirmed_at)
+        with self._lock:
+            self._held.add(lease)
+        try:
+            yield lease
+        finally:
+            with self._lock:
+                self._held.discard(lease)  # this holder's entry only, never another's
+
+    def snapshot(self) -> list[Lease]:
+        """The leases held right now."""
+        with self._lock:
+            return list(self._held)
+
+    def is_held(self, lease: Lease) -> bool:
+        with self._lock:
+            return lease in self._held
+
+
+class Heartbeat(threading.Thread):
+    """Renews the leases held by this process, several times per lease period."""
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool,
+        leases: Leases,
+        worker_id: str,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.pool = pool
+        self.leases = leases
+        self.worker_id = worker_id
+        self.stop = stop
+
+    def run(self) -> None:
+        while not self.stop.wait(self.leases.lease_s / BEATS_PER_LEASE):
+            try:
+                self.beat()
+            except Exception:
+                logger.exception("heartbeat crashed; retrying")
+
+    def beat(self) -> None:
+        """Renew every lease still held; mark and log the ones another worker took over."""
+        held = [lease for lease in self.leases.snapshot() if not lease.lost]
+        if not held:
+            return
+        sent_at = time.monotonic()
+        try:
+            with wrap_exceptions(), self.pool.connection() as conn:
+                renewed = {
+                    (str(eid), sid, token)
+                    for eid, sid, token in conn.execute(
+                        RENEW,
+                        {
+                            "lease_s": self.leases.lease_s,
+                            "owner": self.worker_id,
+                            "execution_ids": [lease.execution_id for lease in held],
+                            "step_ids": [lease.step_id for lease in held],
+                            "tokens": [lease.token for lease in held],
+                        },
+                    )
+                }
+        except DatabaseUnavailable as exc:
+            logger.warning("heartbeat failed", extra={"error": str(exc)[:200]})
+            return
+        for lease in held:
+            if lease.key in renewed:
+                lease.confirmed_at = max(lease.confirmed_at, sent_at)
+            elif self.leases.is_held(lease):
+                # Still held but not renewed: taken over (a step that finished while we
+                # renewed is released, not lost).
+                lease.lost = True
+                logger.warning(
+                    "lease lost: another worker owns the step now",
+                    extra={
+                        "execution_id": lease.execution_id,
+                        "step": lease.step_id,
+                        "fencing_token": lease.token,
+                    },
+                )

@@ -1,0 +1,150 @@
+"""The lease set and its heartbeat in process, against the real database.
+
+Promises (SPEC §7): the heartbeat renews a lease only while a holder is inside
+`holding()` and only if the step still carries that holder's token *and* this worker's
+name; a holder leaving drops its own entry, never another holder's of the same step;
+a lease the heartbeat found taken, or not confirmed for half a lease, lets no request
+leave — and a request kept back is provably never sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import pytest
+
+from flowforge import netguard
+from flowforge.db import create_pool
+from flowforge.worker.leases import SAFE_FRACTION, Heartbeat, Leases
+from tests.support.target import Target
+
+LEASE_S = 60.0
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
+    pool = create_pool(database_url, max_size=2, name="test-leases")
+    pool.open(wait=True, timeout=10)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def running_step(app_client: Any, api_key: str, db: psycopg.Connection) -> str:
+    """An execution whose http_request step `fetch` is running, lease ending in 1 s."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    definition = {
+        "name": "leases",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [
+            {
+                "id": "fetch",
+                "type": "http_request",
+                "request": {"method": "GET", "url": "http://127.0.0.1:9/"},
+            }
+        ],
+    }
+    assert (
+        app_client.post(
+            "/api/v1/workflows/leases/versions", json=definition, headers=headers
+        ).status_code
+        == 201
+    )
+    answer = app_client.post(
+        "/hooks/leases", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 202
+    return str(answer.get_json()["execution_id"])
+
+
+def _run_as(db: psycopg.Connection, eid: str, owner: str, token: int) -> None:
+    db.execute(
+        "UPDATE steps SET status = 'running', fencing_token = %(token)s, lease_owner = %(owner)s,"
+        " lease_expires_at = now() + interval '1 second'"
+        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        {"eid": eid, "owner": owner, "token": token},
+    )
+
+
+def _seconds_left(db: psycopg.Connection, eid: str) -> float:
+    row = db.execute(
+        "SELECT extract(epoch FROM lease_expires_at - now()) FROM steps"
+        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        {"eid": eid},
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_renewal_needs_our_name_too_not_just_the_token(
+    pool: psycopg_pool.ConnectionPool, db: psycopg.Connection, running_step: str
+) -> None:
+    # Our claim with token 1 never committed; another worker claimed with the same number.
+    _run_as(db, running_step, "worker-B", 1)
+    leases = Leases(LEASE_S)
+    with leases.holding(running_step, "fetch", 1, confirmed_at=time.monotonic()) as lease:
+        Heartbeat(pool, leases, "worker-A", threading.Event()).beat()
+        assert _seconds_left(db, running_step) < 2  # B's lease runs out as B left it
+        assert lease.lost and not lease.still_ours()
+
+
+def test_a_stale_holder_leaving_keeps_the_current_holders_lease(
+    pool: psycopg_pool.ConnectionPool, db: psycopg.Connection, running_step: str
+) -> None:
+    _run_as(db, running_step, "worker-A", 2)
+    leases = Leases(LEASE_S)
+    heartbeat = Heartbeat(pool, leases, "worker-A", threading.Event())
+    with ExitStack() as stale_scope:
+        stale_scope.enter_context(leases.holding(running_step, "fetch", 1, time.monotonic()))
+        with leases.holding(running_step, "fetch", 2, time.monotonic() - 100) as current:
+            stale_scope.close()  # the thread with token 1 gives up its (lost) lease
+            heartbeat.beat()
+            assert _seconds_left(db, running_step) > LEASE_S - 5
+            assert current.still_ours()  # the renewal confirmed it afresh
+    assert leases.snapshot() == []
+
+
+def test_a_lease_outside_holding_is_never_renewed(
+    pool: psycopg_pool.ConnectionPool, db: psycopg.Connection, running_step: str
+) -> None:
+    _run_as(db, running_step, "worker-A", 1)
+    leases = Leases(LEASE_S)
+    with leases.holding(running_step, "fetch", 1, time.monotonic()):
+        pass  # the work ended (or failed) without a checkpoint
+    Heartbeat(pool, leases, "worker-A", threading.Event()).beat()
+    assert _seconds_left(db, running_step) < 2
+
+
+def test_a_lease_not_confirmed_for_half_its_length_is_not_ours_to_send_with() -> None:
+    leases = Leases(2.0)
+    now = time.monotonic()
+    with leases.holding("e", "s", 1, confirmed_at=now - SAFE_FRACTION * 2.0 + 0.5) as fresh:
+        assert fresh.still_ours()
+    with leases.holding("e", "s", 1, confirmed_at=now - SAFE_FRACTION * 2.0) as stale:
+        assert not stale.still_ours()
+
+
+def test_a_request_kept_back_before_sending_never_reaches_the_server(target: Target) -> None:
+    allow = netguard.Allowlist.parse("127.0.0.1")
+
+    def refuse() -> None:
+        raise netguard.NotSent("lease not confirmed in time")
+
+    with pytest.raises(netguard.NotSent):
+        netguard.send(
+            "POST",
+            f"{target.url}/charge",
+            headers={},
+            body=b"{}",
+            timeout_s=5,
+            allow=allow,
+            before_send=refuse,
+        )
+    time.sleep(0.2)
+    assert target.received == []
