@@ -72,6 +72,9 @@ def create_secret(key: str) -> tuple[Response, int]:
     authorize(_checked_key(key), write=True)
     with connection() as conn:
         created = workflows.create_secret(conn, key, signatures.new_secret())
+        warning = workflows.unsigned_warning(conn, key)
+    if warning:
+        created = {**created, "warning": warning}
     return jsonify(created), 201
 
 
