@@ -4,10 +4,9 @@ name the variable to set when the database is wrong."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ def test_a_signed_workflow_without_a_secret_says_it_has_none(app_client: Any, ap
     signed_by_nobody = {
         **headers,
         "webhook-id": "msg_1",
-        "webhook-timestamp": str(int(__import__("time").time())),
+        "webhook-timestamp": str(int(time.time())),
         "webhook-signature": "v1,AAAA",
     }
     r = app_client.post("/hooks/orders", data=b"{}", headers=signed_by_nobody)
@@ -160,6 +159,4 @@ def test_a_venv_without_the_dependencies_is_reported_with_what_to_run(tmp_path: 
         text=True,
     )
     assert result.returncode == 1
-    assert "python3 -m venv .venv && .venv/bin/pip install -e ." in result.stderr
-    assert json.dumps(str(checkout))[1:-1] in result.stderr
-    assert sys.executable != SYSTEM_PYTHON  # the suite itself runs in the venv
+    assert f"cd {checkout} && python3 -m venv .venv && .venv/bin/pip install -e ." in result.stderr
