@@ -6,6 +6,7 @@ the answer is always the same environment variable, so every command line tool s
 
 from __future__ import annotations
 
+import logging
 import re
 
 import psycopg
@@ -33,3 +34,15 @@ def database_hint(url: str) -> str:
         f"FLOWFORGE_DATABASE_URL is {shown_url(url)}: set it to the database to use "
         "(bin/migrate --create makes a missing one)"
     )
+
+
+def check_database_at_start(url: str, program: str) -> None:
+    """Say once, at start-up, which variable to change when the database cannot be reached.
+    The program starts anyway and keeps retrying: an outage is not a configuration error."""
+    try:
+        psycopg.connect(url, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        logging.getLogger(program).warning(
+            "cannot reach the database at start-up; retrying",
+            extra={"error": str(exc).strip(), "hint": database_hint(url)},
+        )

@@ -4,6 +4,7 @@ name the variable to set when the database is wrong."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from tests.support.problems import assert_problem
+from tests.support.processes import Process, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWFORGE = ROOT / ".venv" / "bin" / "flowforge"
@@ -160,3 +162,30 @@ def test_a_venv_without_the_dependencies_is_reported_with_what_to_run(tmp_path: 
     )
     assert result.returncode == 1
     assert f"cd {checkout} && python3 -m venv .venv && .venv/bin/pip install -e ." in result.stderr
+
+
+def test_a_worker_started_against_a_missing_database_names_the_variable(
+    missing_database_url: str, tmp_path: Path, amqp_url: str, amqp_prefix: str
+) -> None:
+    """It keeps running and retrying (an outage must not kill it), and says what to set."""
+    log = tmp_path / "worker.log"
+    worker = Process(
+        [SYSTEM_PYTHON, str(ROOT / "bin" / "worker")],
+        bare_env(
+            FLOWFORGE_DATABASE_URL=missing_database_url,
+            FLOWFORGE_AMQP_URL=amqp_url,
+            FLOWFORGE_AMQP_PREFIX=amqp_prefix,
+        ),
+        log,
+    )
+    try:
+        wait_for(
+            lambda: f"FLOWFORGE_DATABASE_URL is {missing_database_url}" in worker.log(),
+            timeout=20,
+            message="the worker's hint",
+        )
+        assert worker.popen.poll() is None
+        hint = next(json.loads(line) for line in worker.log().splitlines() if "hint" in line)
+        assert hint["level"] == "warning" and "does not exist" in hint["error"]
+    finally:
+        worker.stop()
