@@ -109,7 +109,10 @@ def create_database(database_url: str) -> str | None:
     with psycopg.connect(maintenance, autocommit=True) as conn:
         if conn.execute(DATABASE_EXISTS, {"name": name}).fetchone():
             return None
-        conn.execute(CREATE_DATABASE.format(sql.Identifier(str(name))))
+        try:
+            conn.execute(CREATE_DATABASE.format(sql.Identifier(str(name))))
+        except psycopg.errors.DuplicateDatabase:
+            return None  # another bin/migrate --create got there first
     return str(name)
 
 
