@@ -16,6 +16,7 @@ from flowforge import actions, apikeys, secret_bindings, signatures, timeline, w
 from flowforge.config import Settings
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
+from flowforge.hints import database_hint
 
 
 def _print_json(value: Any) -> None:
@@ -74,6 +75,8 @@ def _workflow_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
 def _secret_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     encryption_key = Settings.from_env().encryption_key
     created = workflows.create_secret(conn, args.key, signatures.new_secret(), encryption_key)
+    if warning := workflows.unsigned_warning(conn, args.key):
+        print(f"flowforge: warning: {warning}", file=sys.stderr)
     print(f"created webhook secret {created['id']} for {args.key}; it is shown only once:")
     print(created["secret"])
 
@@ -116,6 +119,8 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
             line += f" wakes {s['wake_at']}"
         if s["error"]:
             line += f" error: {s['error']}"
+        if s["skipped_because"]:
+            line += f" because {s['skipped_because']}"
         print(line)
         for a in s["attempts"]:
             extra = f" HTTP {a['http_status']}" if a["http_status"] else ""
@@ -219,6 +224,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in exc.errors:
             print(f"  {error['path']}: {error['message']}", file=sys.stderr)
         return 2
+    except psycopg.OperationalError as exc:
+        print(f"flowforge: {str(exc).strip()}", file=sys.stderr)
+        print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
+        return 1
+    except psycopg.errors.UndefinedTable as exc:
+        print(f"flowforge: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(
+            "flowforge: this database has no FlowForge schema yet: run bin/migrate", file=sys.stderr
+        )
+        print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
+        return 1
     except (FlowForgeError, psycopg.Error, OSError, ValueError) as exc:
         print(f"flowforge: {exc}", file=sys.stderr)
         return 1

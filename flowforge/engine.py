@@ -9,6 +9,7 @@ drive them without a database.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,6 +26,13 @@ FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 ACTIVE_STEP = frozenset({"ready", "running", "waiting"})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
 PURE_TYPES = frozenset({"transform", "delay"})
+
+
+def _describe(condition: dict[str, Any]) -> str:
+    """A `when` as one reads it: `shape.total gt 100`."""
+    if condition["op"] == "exists":
+        return f"{condition['path']} exists"
+    return f"{condition['path']} {condition['op']} {json.dumps(condition['value'])}"
 
 
 @dataclass
@@ -114,8 +122,10 @@ class Run:
 
     # ---- writing -------------------------------------------------------------------
 
-    def set_step(self, step_id: str, status: str, **fields: Any) -> None:
-        """Change a step and append the transition to the history."""
+    def set_step(
+        self, step_id: str, status: str, *, reason: str | None = None, **fields: Any
+    ) -> None:
+        """Change a step and append the transition (with `reason`, if given) to the history."""
         state = self.steps[step_id]
         previous = state.status
         state.status = status
@@ -127,6 +137,8 @@ class Run:
         detail: dict[str, Any] = {"from": previous, "to": status}
         if state.error and status in {"failed", "unknown", "waiting", "cancelled"}:
             detail["error"] = state.error
+        if reason is not None:
+            detail["reason"] = reason
         self.events.append((step_id, f"step.{status}", detail))
 
     def advance(self) -> None:
@@ -155,7 +167,7 @@ class Run:
         if not all(p.status in DONE_STEP for p in parents):
             return False
         if parents and all(p.status == "skipped" for p in parents):
-            self.set_step(step.id, "skipped")
+            self.set_step(step.id, "skipped", reason="every step it depends on was skipped")
             return True
         self.set_step(step.id, "ready")
         if step.type not in PURE_TYPES:
@@ -205,7 +217,7 @@ class Run:
             self.fail_step(step.id, f"when: {exc}")
             return False
         if not allowed:
-            self.set_step(step.id, "skipped")
+            self.set_step(step.id, "skipped", reason=f"when {_describe(step.when)} is false")
         return allowed
 
     def _delay_until(self, step: Step) -> datetime:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import os
@@ -11,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from flowforge import sealing
 from flowforge.config import Settings
 from flowforge.errors import FlowForgeError
+from flowforge.hints import database_hint
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +27,8 @@ FILE_PATTERN = re.compile(r"(\d{4}_[a-z0-9_]+)\.sql")
 ADVISORY_LOCK_KEY = 0x466C6F77  # "Flow"
 
 APPLIED = "SELECT version, checksum FROM schema_migrations"
+DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = %(name)s"
+CREATE_DATABASE = sql.SQL("CREATE DATABASE {}")
 RECORD_CHECKSUM = """
 UPDATE schema_migrations SET checksum = %(checksum)s
 WHERE version = %(version)s AND checksum IS NULL
@@ -95,14 +100,54 @@ def _applied(conn: psycopg.Connection) -> dict[str, str | None]:
     return {version: checksum for version, checksum in conn.execute(APPLIED)}
 
 
-def main() -> int:
+def create_database(database_url: str) -> str | None:
+    """Create the database the URL names unless it exists (through the `postgres` database,
+    as createdb does); its name if it was created."""
+    name = psycopg.conninfo.conninfo_to_dict(database_url).get("dbname")
+    if not name:
+        raise MigrationError("the database URL names no database")
+    maintenance = psycopg.conninfo.make_conninfo(database_url, dbname="postgres")
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        if conn.execute(DATABASE_EXISTS, {"name": name}).fetchone():
+            return None
+        try:
+            conn.execute(CREATE_DATABASE.format(sql.Identifier(str(name))))
+        except psycopg.errors.DuplicateDatabase:
+            return None  # another bin/migrate --create got there first
+    return str(name)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """bin/migrate's options."""
+    parser = argparse.ArgumentParser(
+        prog="bin/migrate",
+        description="Apply pending sql/NNNN_*.sql migrations, in order, to the database "
+        "FLOWFORGE_DATABASE_URL names (default postgresql://localhost/flowforge). "
+        "Safe to run again and from several hosts at once (advisory lock).",
+    )
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="create the database first if it does not exist (needs CREATEDB)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     """Entry point of bin/migrate."""
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         settings = Settings.from_env()
+        if args.create and (created := create_database(settings.database_url)):
+            print(f"migrate: created database {created}")
         done = migrate(settings.database_url)
-    except (FlowForgeError, psycopg.Error) as exc:
+    except FlowForgeError as exc:
         print(f"migrate: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.Error as exc:
+        print(f"migrate: {str(exc).strip()}", file=sys.stderr)
+        print(f"migrate: {database_hint(settings.database_url)}", file=sys.stderr)
         return 1
     print(f"migrate: applied {len(done)} migration(s)" + (f": {', '.join(done)}" if done else ""))
     # SQL cannot seal what 0004 left in clear (it has no key); this step can, on every run.

@@ -92,6 +92,11 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
                 "duration_ms": a["duration_ms"],
             }
         )
+    skipped_because = {
+        e["step_id"]: (e["detail"] or {}).get("reason")
+        for e in events
+        if e["kind"] == "step.skipped"
+    }
     return {
         "id": str(head["id"]),
         "workflow": head["workflow"],
@@ -118,6 +123,7 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
                 "finished_at": _iso(s["finished_at"]),
                 "output": s["output"],
                 "error": s["error"],
+                "skipped_because": skipped_because.get(s["step_id"]),
                 "attempts": by_step.get(s["step_id"], []),
             }
             for s in steps

@@ -164,6 +164,19 @@ def get_version(conn: psycopg.Connection, key: str, version: int) -> dict[str, A
     }
 
 
+def unsigned_warning(conn: psycopg.Connection, key: str) -> str | None:
+    """What to tell whoever adds a signing secret to a workflow that checks no signatures:
+    a secret there protects nothing until a version without `auth: none` is published."""
+    versions = get_workflow(conn, key)["versions"]
+    if not versions or versions[-1]["webhook_auth"] != "none":
+        return None
+    return (
+        f"workflow {key!r} accepts unsigned webhooks (its newest version has "
+        '"auth": "none"); this secret is checked only after you publish a version '
+        "without it"
+    )
+
+
 def create_secret(
     conn: psycopg.Connection, key: str, secret: str, encryption_key: bytes | None
 ) -> dict[str, Any]:

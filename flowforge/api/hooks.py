@@ -68,7 +68,14 @@ def _signed_by(target: intake.Target, raw: bytes) -> int | None:
             continue
         return secret_id
     if error is None:
-        check([])  # no active secret: still says what is wrong with the headers
+        # No active secret: nothing can pass. Say so, and what is wrong with the headers.
+        try:
+            check([])
+        except signatures.SignatureInvalid as exc:
+            error = signatures.SignatureInvalid(
+                "this workflow has no active signing secret: create one (flowforge secret "
+                f"create, or POST .../webhook-secrets) and sign with it; also: {exc}"
+            )
     raise error or signatures.SignatureInvalid("no active signing secret")
 
 

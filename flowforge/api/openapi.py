@@ -231,6 +231,11 @@ SCHEMAS: dict[str, Any] = {
             },
             "created_at": {"type": "string", "format": "date-time"},
             "revoked_at": {"type": ["string", "null"], "format": "date-time"},
+            "warning": {
+                "type": "string",
+                "description": "Only when created for a workflow whose newest version has "
+                "auth none, which checks no signature",
+            },
         },
     },
     "Accepted": {
@@ -267,6 +272,11 @@ SCHEMAS: dict[str, Any] = {
             "wake_at": {"type": ["string", "null"], "format": "date-time"},
             "output": {},
             "error": {"type": ["string", "null"]},
+            "skipped_because": {
+                "type": ["string", "null"],
+                "description": "For a skipped step: the `when` that was false, or that "
+                "every step it depends on was skipped",
+            },
             "attempts": {"type": "array", "items": _ref("Attempt")},
         },
     },

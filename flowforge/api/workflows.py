@@ -84,6 +84,9 @@ def create_secret(key: str) -> tuple[Response, int]:
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
         created = workflows.create_secret(conn, key, signatures.new_secret(), encryption_key)
+        warning = workflows.unsigned_warning(conn, key)
+    if warning:
+        created = {**created, "warning": warning}
     return jsonify(created), 201
 
 

@@ -1,0 +1,177 @@
+"""docs/nginx/: the buffering proxy that bin/api's sync workers belong behind.
+
+The shipped files are used as they are, with only the listen address and the upstream's
+port changed to free loopback ports. Debian's nginx is installed by .ci/run; a machine
+without it fails here with the command to run (a skipped test would prove nothing).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from flowforge.config import Settings
+from tests.support.processes import Process, free_port, start_api, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "docs" / "nginx" / "flowforge.conf"
+UPSTREAM = ROOT / "docs" / "nginx" / "flowforge-upstream.conf"
+SLOW_CLIENTS = 6  # three times the API's two sync workers
+
+
+def nginx_binary() -> str:
+    found = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    assert found, "nginx is missing: apt-get install -y nginx (as .ci/run does)"
+    return found
+
+
+def main_config(workdir: Path, listen_port: int, api_port: int) -> Path:
+    """An nginx.conf around the shipped site and upstream, in a private directory."""
+    site = SITE.read_text().replace("listen 80;", f"listen 127.0.0.1:{listen_port};")
+    upstream = UPSTREAM.read_text().replace("127.0.0.1:8000", f"127.0.0.1:{api_port}")
+    assert str(listen_port) in site and str(api_port) in upstream
+    (workdir / "site.conf").write_text(site)
+    (workdir / "upstream.conf").write_text(upstream)
+    temp = " ".join(
+        f"{kind}_temp_path {workdir};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    config = workdir / "nginx.conf"
+    config.write_text(
+        f"daemon off;\npid {workdir}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
+        f"http {{ access_log off; {temp}\n"
+        f"include {workdir}/site.conf;\ninclude {workdir}/upstream.conf;\n}}\n"
+    )
+    return config
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    # nginx's workers drop to an unprivileged user: they need a directory they may write.
+    path = Path(tempfile.mkdtemp(prefix="ff-nginx-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def api_behind_nginx(
+    env: dict[str, str], tmp_path: Path, workdir: Path
+) -> Iterator[tuple[str, str]]:
+    """(direct URL of bin/api, URL through nginx)."""
+    api, direct = start_api(env, tmp_path / "api.log", workers=2)
+    listen = free_port()
+    config = main_config(workdir, listen, int(direct.rsplit(":", 1)[1]))
+    nginx = Process(
+        [nginx_binary(), "-e", "stderr", "-p", str(workdir), "-c", str(config)],
+        env,
+        tmp_path / "nginx.log",
+    )
+    proxied = f"http://127.0.0.1:{listen}"
+
+    def answering() -> bool:
+        if nginx.popen.poll() is not None:
+            raise AssertionError(f"nginx exited:\n{nginx.log()}")
+        try:
+            return requests.get(f"{proxied}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(answering, timeout=15, message="nginx to answer /healthz")
+    yield direct, proxied
+    nginx.stop()
+    api.stop()
+
+
+def test_the_shipped_configuration_passes_nginx_t_and_matches_the_body_limit(
+    workdir: Path,
+) -> None:
+    config = main_config(workdir, free_port(), free_port())
+    check = subprocess.run(
+        [nginx_binary(), "-e", "stderr", "-t", "-p", str(workdir), "-c", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    site = SITE.read_text()
+    assert re.search(r"^\s*proxy_request_buffering on;", site, re.MULTILINE)
+    (limit,) = re.findall(r"^\s*client_max_body_size (\d+)m;", site, re.MULTILINE)
+    assert int(limit) * 1024 * 1024 == Settings().max_body_bytes
+    assert f"{Settings().max_body_bytes} bytes" in site  # the 413 problem's detail
+
+
+HALF_HEADERS = b"POST /hooks/orders HTTP/1.1\r\nHost: x\r\nContent-Type: applica"
+HALF_BODY = (
+    b"POST /hooks/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 100\r\n\r\n{"order": '
+)
+
+
+def slow_clients(base: str, count: int) -> list[socket.socket]:
+    """Connections that have sent half a request — half of them all their headers and the
+    start of a body — and then go quiet."""
+    host, port = base.removeprefix("http://").split(":")
+    held = []
+    for n in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.sendall(HALF_BODY if n % 2 else HALF_HEADERS)
+        held.append(sock)
+    return held
+
+
+def healthz_answers(base: str, timeout: float) -> bool:
+    try:
+        return requests.get(f"{base}/healthz", timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_slow_clients_starve_bare_gunicorn_but_not_the_api_behind_nginx(
+    api_behind_nginx: tuple[str, str],
+) -> None:
+    direct, proxied = api_behind_nginx
+    held = slow_clients(proxied, SLOW_CLIENTS)
+    try:
+        time.sleep(0.5)  # let nginx accept them all
+        # Well inside client_body_timeout (10 s): the slow clients still hold their sockets.
+        assert healthz_answers(proxied, timeout=5)
+        # The proxy answers webhooks too, while the slow clients still hold their sockets.
+        hook = requests.post(f"{proxied}/hooks/nope", json={}, timeout=5)
+        assert hook.status_code == 404 and hook.headers["Content-Type"].startswith(
+            "application/problem+json"
+        )
+    finally:
+        for sock in held:
+            sock.close()
+    # The premise: the same clients straight at gunicorn hold both sync workers.
+    held = slow_clients(direct, SLOW_CLIENTS)
+    try:
+        assert not healthz_answers(direct, timeout=3)
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: healthz_answers(direct, timeout=1), timeout=15, message="gunicorn back")
+
+
+def test_what_nginx_refuses_itself_is_problem_details(api_behind_nginx: tuple[str, str]) -> None:
+    _direct, proxied = api_behind_nginx
+    too_big = requests.post(
+        f"{proxied}/hooks/orders",
+        data=b"[" + b"0," * Settings().max_body_bytes + b"0]",
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    huge_header = requests.get(f"{proxied}/healthz", headers={"X-Big": "a" * 9000}, timeout=10)
+    for answer, status in ((too_big, 413), (huge_header, 431)):
+        assert answer.status_code == status
+        assert answer.headers["Content-Type"] == "application/problem+json"
+        assert answer.json()["status"] == status
