@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.support.problems import assert_problem
-from tests.support.processes import Process, wait_for
+from tests.support.processes import TEST_ENCRYPTION_KEY, Process, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWFORGE = ROOT / ".venv" / "bin" / "flowforge"
@@ -68,7 +68,9 @@ def test_a_secret_for_an_unsigned_workflow_comes_with_a_warning(
     strict = app_client.post("/api/v1/workflows/strict/webhook-secrets", headers=auth)
     assert strict.status_code == 201 and "warning" not in strict.get_json()
 
-    env = bare_env(FLOWFORGE_DATABASE_URL=database_url)
+    env = bare_env(
+        FLOWFORGE_DATABASE_URL=database_url, FLOWFORGE_ENCRYPTION_KEY=TEST_ENCRYPTION_KEY
+    )
     cli = subprocess.run(
         [str(FLOWFORGE), "secret", "create", "loose"], env=env, capture_output=True, text=True
     )
