@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     detail.add_argument("--json", action="store_true")
 
     add(sub, "cancel", _cancel, "cancel an execution").add_argument("id")
-    add(sub, "retry", _retry, "re-run failed and unknown steps").add_argument("id")
+    add(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument("id")
     resolve = add(sub, "resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("id")
     resolve.add_argument("step")

@@ -495,7 +495,7 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/executions/{id}/retry": {
         "post": _operation(
-            "Re-run failed and unknown steps, reusing every completed checkpoint",
+            "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
             {
                 "202": _json(_ref("ActionResult"), "Queued again"),
                 **_problems(403, 404, 409, *AUTHENTICATED),
