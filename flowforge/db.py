@@ -11,9 +11,12 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import psycopg.abc
+import psycopg.adapt
 import psycopg_pool
 
 from flowforge.errors import DatabaseUnavailable
@@ -46,6 +49,40 @@ def _check(conn: psycopg.Connection[Any]) -> None:
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
     if readable or returned is None or time.monotonic() - returned > CHECK_IDLE_SECONDS:
         psycopg_pool.ConnectionPool.check_connection(conn)
+
+
+_TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
+_exact_loader = psycopg.adapters.get_loader(_TIMESTAMPTZ, psycopg.pq.Format.TEXT)
+assert _exact_loader is not None
+_TimestamptzText: type[psycopg.abc.Loader] = _exact_loader
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+class InstantLoader(psycopg.adapt.Loader):
+    """timestamptz → datetime, where PostgreSQL's wider range maps to datetime's ends.
+
+    PostgreSQL holds 'infinity' and years up to 294276; Python's datetime only 1 to 9999.
+    FlowForge never stores such an instant (delays are checked before they are saved), but
+    a row written before that check, or by hand, must not make an execution unreadable:
+    reading it as the nearest end keeps GET, cancel and recovery working.
+    """
+
+    def __init__(self, oid: int, context: psycopg.abc.AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        self._exact = _TimestamptzText(oid, context)
+
+    def load(self, data: psycopg.abc.Buffer) -> datetime:
+        try:
+            moment: datetime = self._exact.load(data)
+            return moment
+        except psycopg.DataError:
+            text = bytes(data)
+            return EARLIEST if text.startswith(b"-") or text.endswith(b"BC") else LATEST
+
+
+# Every connection of the process (pools, the relay's listener, the CLI) reads this way.
+psycopg.adapters.register_loader("timestamptz", InstantLoader)
 
 
 def create_pool(

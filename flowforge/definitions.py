@@ -6,7 +6,7 @@ import heapq
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from flowforge import templating
@@ -492,8 +492,12 @@ class _Parser:
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")
         elif "{{" in until or "}}" in until:
             self.templates(until, f"{path}.until", ancestors, secrets=False)
-        elif not _is_aware_timestamp(until):
-            self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
+        else:
+            # Checked again at run time for templates; a literal is known now.
+            try:
+                parse_until(until)
+            except ValueError as exc:
+                self.error(f"{path}.until", f"{exc}; until must be an instant with a timezone")
         return duration_s, until
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
@@ -531,9 +535,30 @@ class _Parser:
             )
 
 
-def _is_aware_timestamp(text: str) -> bool:
-    """Accept only instants: a timestamp without a timezone means a different time per host."""
+# Instants every part of FlowForge can store and load again. PostgreSQL holds timestamps
+# up to the year 294276, Python's datetime only years 1 to 9999 — in whatever time zone a
+# session reads them, so a day of margin at each end.
+EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def parse_until(text: str) -> datetime:
+    """A delay's `until` as an aware instant FlowForge can store; ValueError saying why not."""
     try:
-        return datetime.fromisoformat(text).tzinfo is not None
+        moment = datetime.fromisoformat(text)
     except ValueError:
-        return False
+        raise ValueError(
+            f"until {text!r} is not an ISO-8601 timestamp (years 0001 to 9999)"
+        ) from None
+    if moment.tzinfo is None:
+        raise ValueError(f"until {text!r} has no timezone")
+    try:
+        in_utc = moment.astimezone(UTC)
+    except OverflowError:
+        in_utc = None
+    if in_utc is None or not EARLIEST_INSTANT <= in_utc <= LATEST_INSTANT:
+        raise ValueError(
+            f"until {text!r} is outside the instants FlowForge can store "
+            f"({EARLIEST_INSTANT.date()} to {LATEST_INSTANT.date()} UTC)"
+        )
+    return moment

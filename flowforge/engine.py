@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowforge.definitions import Definition, RetryPolicy, Step
+from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
 from flowforge.steps.http_request import Outcome
 from flowforge.templating import TemplateError, evaluate_condition, render
 
@@ -237,10 +237,7 @@ class Run:
         rendered = render(step.until, self.context(step.id))
         if not isinstance(rendered, str):
             raise ValueError("until must render to an ISO-8601 timestamp string")
-        moment = datetime.fromisoformat(rendered)
-        if moment.tzinfo is None:
-            raise ValueError(f"until {rendered!r} has no timezone")
-        return moment
+        return parse_until(rendered)
 
     def _record_pure_attempt(self, step_id: str, outcome: str, error: str | None = None) -> None:
         state = self.steps[step_id]
