@@ -68,10 +68,14 @@ WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
   AND lease_expires_at < now()
 """
 HOUSEKEEPING_SECONDS = 60.0
+HOUSEKEEPING_BUDGET_S = 5.0
+FORGET_BATCH = 10_000
+# One batch of keys past their 24 hours, oldest first through idempotency_keys_by_age.
 FORGET_IDEMPOTENCY_KEYS = """
 DELETE FROM idempotency_keys
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
-                       WHERE created_at < now() - interval '24 hours' LIMIT 10000))
+                       WHERE created_at < now() - interval '24 hours'
+                       ORDER BY created_at LIMIT %(limit)s))
 """
 
 
@@ -220,10 +224,28 @@ class Reaper(threading.Thread):
                 )
         return int(count)
 
-    def housekeep(self) -> None:
-        """Idempotency keys are kept 24 hours, then forgotten in batches, once a minute."""
+    def housekeep(self) -> int:
+        """Forget idempotency keys older than 24 hours, once a minute, until caught up.
+
+        One batch per statement keeps each delete's locks short; batches follow each other
+        until one comes back short, so cleanup keeps up with any intake rate the database
+        can delete at. A pass spends at most HOUSEKEEPING_BUDGET_S on it, so that reaping
+        never waits long behind a backlog; an unfinished backlog goes on in the next pass.
+        Returns how many keys were forgotten.
+        """
         if time.monotonic() - self._housekept_at < HOUSEKEEPING_SECONDS:
-            return
-        self._housekept_at = time.monotonic()
+            return 0
+        started = time.monotonic()
+        forgotten = 0
         with wrap_exceptions(), self.pool.connection() as conn:
-            conn.execute(FORGET_IDEMPOTENCY_KEYS)
+            while not self.stop.is_set():
+                deleted = conn.execute(FORGET_IDEMPOTENCY_KEYS, {"limit": FORGET_BATCH}).rowcount
+                forgotten += deleted
+                if deleted < FORGET_BATCH:
+                    self._housekept_at = time.monotonic()  # caught up
+                    break
+                if time.monotonic() - started > HOUSEKEEPING_BUDGET_S:
+                    break
+        if forgotten:
+            logger.info("forgot old idempotency keys", extra={"count": forgotten})
+        return forgotten

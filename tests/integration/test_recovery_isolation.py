@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -173,3 +174,28 @@ def test_a_wake_up_that_keeps_failing_is_re_dispatched_ever_more_rarely(
     assert db.execute("SELECT min(redispatches) FROM steps WHERE status = 'ready'").fetchone() == (
         3,
     )
+
+
+OLD_KEYS = 35_000  # more than three batches
+AGED_KEYS = """
+INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id, created_at)
+SELECT 1, %(prefix)s || n, '\\x00', gen_random_uuid(), now() - %(age)s::interval
+FROM generate_series(1, %(n)s) AS n
+"""
+
+
+def test_housekeeping_forgets_every_expired_idempotency_key_in_one_pass(
+    db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
+) -> None:
+    db.execute(AGED_KEYS, {"prefix": "old-", "age": "25 hours", "n": OLD_KEYS})
+    db.execute(AGED_KEYS, {"prefix": "young-", "age": "23 hours", "n": 100})
+    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
+    started = time.monotonic()
+    forgotten = reaper.housekeep()
+    elapsed = time.monotonic() - started
+    assert db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE key LIKE 'young-%%') FROM idempotency_keys"
+    ).fetchone() == (100, 100)
+    assert forgotten == OLD_KEYS
+    print(f"forgot {forgotten} idempotency keys in {elapsed:.2f} s ({forgotten / elapsed:,.0f}/s)")
+    assert reaper.housekeep() == 0  # caught up: the next pass waits its minute
