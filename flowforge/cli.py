@@ -14,6 +14,7 @@ import psycopg
 
 from flowforge import actions, apikeys, signatures, timeline, workflows
 from flowforge.config import Settings
+from flowforge.db import conninfo
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
 
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings.from_env()
     try:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        with psycopg.connect(conninfo(settings.database_url), autocommit=True) as conn:
             args.handler(conn, args)
     except DefinitionInvalid as exc:
         print("flowforge: invalid definition:", file=sys.stderr)

@@ -18,7 +18,7 @@ from types import FrameType
 
 from flowforge import netguard
 from flowforge.config import Settings
-from flowforge.db import create_pool
+from flowforge.db import conninfo, create_pool
 from flowforge.logs import configure_logging
 from flowforge.worker.broker import Topology
 from flowforge.worker.consumer import Consumer
@@ -38,7 +38,11 @@ def main() -> int:
     topology = Topology(settings.amqp_prefix)
     # Executors hold a connection only inside a transaction, never across a request.
     pool = create_pool(
-        settings.database_url, max_size=settings.worker_concurrency + 4, name="worker", min_size=2
+        settings.database_url,
+        max_size=settings.worker_concurrency + 4,
+        name="worker",
+        min_size=2,
+        timeout_s=settings.db_timeout_seconds,
     )
     pool.open(wait=False)
 
@@ -49,7 +53,7 @@ def main() -> int:
     )
     consumer = Consumer(executor, settings.amqp_url, topology, settings.worker_concurrency, stop)
     others = [
-        Relay(pool, settings.database_url, settings.amqp_url, topology, background),
+        Relay(pool, conninfo(settings.database_url), settings.amqp_url, topology, background),
         TimerScanner(pool, background),
         Reaper(
             pool,
