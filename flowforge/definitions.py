@@ -492,12 +492,10 @@ class _Parser:
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")
         elif "{{" in until or "}}" in until:
             self.templates(until, f"{path}.until", ancestors, secrets=False)
-        else:
-            # Checked again at run time for templates; a literal is known now.
-            try:
-                parse_until(until)
-            except ValueError as exc:
-                self.error(f"{path}.until", f"{exc}; until must be an instant with a timezone")
+        elif not _is_aware_timestamp(until):
+            # Only the syntax: whether the instant can be stored is checked when the delay
+            # starts (parse_until), so a stricter rule never makes a stored version unloadable.
+            self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
         return duration_s, until
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
@@ -540,6 +538,14 @@ class _Parser:
 # session reads them, so a day of margin at each end.
 EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def _is_aware_timestamp(text: str) -> bool:
+    """Accept only instants: a timestamp without a timezone means a different time per host."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def parse_until(text: str) -> datetime:

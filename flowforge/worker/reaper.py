@@ -227,14 +227,26 @@ class Reaper(threading.Thread):
     def housekeep(self) -> int:
         """Forget idempotency keys older than 24 hours, once a minute, until caught up.
 
-        One batch per statement keeps each delete's locks short; batches follow each other
-        until one comes back short, so cleanup keeps up with any intake rate the database
-        can delete at. A pass spends at most HOUSEKEEPING_BUDGET_S on it, so that reaping
-        never waits long behind a backlog; an unfinished backlog goes on in the next pass.
-        Returns how many keys were forgotten.
+        An unfinished backlog (see forget_expired_keys) goes on in the next pass instead
+        of waiting a minute. Returns how many keys were forgotten.
         """
         if time.monotonic() - self._housekept_at < HOUSEKEEPING_SECONDS:
             return 0
+        forgotten, caught_up = self.forget_expired_keys()
+        if caught_up:
+            self._housekept_at = time.monotonic()
+        if forgotten:
+            logger.info("forgot old idempotency keys", extra={"count": forgotten})
+        return forgotten
+
+    def forget_expired_keys(self) -> tuple[int, bool]:
+        """Delete expired keys batch after batch; returns how many and whether caught up.
+
+        One batch per statement keeps each delete's locks short; batches follow each other
+        until one comes back short, so cleanup keeps up with any intake rate the database
+        can delete at. At most HOUSEKEEPING_BUDGET_S per call, so reaping never waits long
+        behind a backlog.
+        """
         started = time.monotonic()
         forgotten = 0
         with wrap_exceptions(), self.pool.connection() as conn:
@@ -242,10 +254,7 @@ class Reaper(threading.Thread):
                 deleted = conn.execute(FORGET_IDEMPOTENCY_KEYS, {"limit": FORGET_BATCH}).rowcount
                 forgotten += deleted
                 if deleted < FORGET_BATCH:
-                    self._housekept_at = time.monotonic()  # caught up
-                    break
+                    return forgotten, True
                 if time.monotonic() - started > HOUSEKEEPING_BUDGET_S:
                     break
-        if forgotten:
-            logger.info("forgot old idempotency keys", extra={"count": forgotten})
-        return forgotten
+        return forgotten, False

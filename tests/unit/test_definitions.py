@@ -511,8 +511,6 @@ def test_until_accepts_a_template() -> None:
         ({"duration_s": "5"}, "$.steps[0].duration_s", "31536000"),
         ({"until": "2030-01-01T00:00:00"}, "$.steps[0].until", "timezone"),
         ({"until": "tomorrow"}, "$.steps[0].until", "ISO-8601"),
-        ({"until": "9999-12-31T23:59:59-23:00"}, "$.steps[0].until", "can store"),
-        ({"until": "0001-01-01T00:00:00+05:00"}, "$.steps[0].until", "can store"),
         ({"until": "294276-01-01T00:00:00Z"}, "$.steps[0].until", "ISO-8601"),
         ({"until": 1700000000}, "$.steps[0].until", "ISO-8601"),
         ({"until": "{{ nope }}"}, "$.steps[0].until", "'nope'"),

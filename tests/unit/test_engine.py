@@ -302,3 +302,14 @@ def test_backoff_is_jittered_within_half_to_full_capped_interval(attempts: int) 
     full = min(60, 2 ** (attempts - 1))
     for _ in range(50):
         assert full / 2 <= backoff_seconds(policy, attempts) <= full
+
+
+@pytest.mark.parametrize(
+    "until", ["9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+05:00", "9999-12-31T00:00:00Z"]
+)
+def test_a_literal_until_that_cannot_be_stored_fails_the_delay_when_it_starts(until: str) -> None:
+    run = make_run([{"id": "d", "type": "delay", "until": until}])  # it publishes
+    run.advance()
+    assert run.steps["d"].status == "failed"
+    assert run.steps["d"].wake_at is None
+    assert "can store" in (run.steps["d"].error or "")
