@@ -455,7 +455,13 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "string", "pattern": KEY_PATTERN},
                 },
-                {"name": "status", "in": "query", "schema": {"type": "string", "enum": STATUSES}},
+                {
+                    "name": "status",
+                    "in": "query",
+                    "schema": {"type": "string", "enum": STATUSES},
+                    "description": "needs_attention lists every execution with a step whose "
+                    "outcome is unknown, whatever the execution's own status",
+                },
                 {
                     "name": "limit",
                     "in": "query",
