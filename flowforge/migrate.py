@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 
 from flowforge.config import Settings
+from flowforge.db import conninfo
 from flowforge.errors import FlowForgeError
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
 def migrate(database_url: str, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply what is pending under an advisory lock; return the versions applied."""
     applied_now = []
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(conninfo(database_url), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
         try:
             applied = _applied(conn)
