@@ -199,6 +199,21 @@ def wrap_exceptions() -> Iterator[None]:
         ) from exc
 
 
+# PostgreSQL's numeric (and so jsonb's numbers) holds at most this many digits after the
+# decimal point; a JSON literal such as 1e-20000, which Python reads as 0.0, needs more.
+_NUMERIC_MAX_SCALE = 16_383
+_JSON_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:[eE]([+-]?\d+))?")
+
+
+def numeric_storable(literal: str) -> bool:
+    """Whether jsonb can hold a JSON number literal as written (intake stores the raw text)."""
+    match = _JSON_NUMBER.fullmatch(literal)
+    if match is None:
+        return False
+    fraction, exponent = match.group(1) or "", int(match.group(2) or 0)
+    return len(fraction) - exponent <= _NUMERIC_MAX_SCALE
+
+
 def jsonb_storable(value: Any) -> bool:
     """Whether jsonb can hold a parsed JSON value: no NUL, lone surrogate or non-finite number
     anywhere, keys included. Iterative, since hostile nesting can be deep."""

@@ -8,11 +8,26 @@ from typing import Any
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-from flowforge.db import jsonb_storable
+from flowforge.db import jsonb_storable, numeric_storable
+
+UNSUPPORTED = (
+    "strings may not contain \\u0000 or unpaired surrogates, and numbers must be finite "
+    "with at most 16383 digits after the decimal point"
+)
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+class _Unstorable(Exception):
+    """A JSON number jsonb cannot hold as written."""
+
+
+def _parse_float(literal: str) -> float:
+    if not numeric_storable(literal):
+        raise _Unstorable
+    return float(literal)
 
 
 def read_body() -> bytes:
@@ -43,7 +58,11 @@ def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
         # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
-        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        value = json.loads(
+            raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_parse_float
+        )
+    except _Unstorable:
+        raise Problem(400, "Unsupported JSON", UNSUPPORTED) from None
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
@@ -53,11 +72,7 @@ def parse_json(raw: bytes) -> Any:
         raise Problem(400, "Malformed JSON", "the body nests too deeply") from None
     if not jsonb_storable(value):
         # Valid JSON that PostgreSQL cannot store; formerly a 500 from the database.
-        raise Problem(
-            400,
-            "Unsupported JSON",
-            "strings may not contain \\u0000 or unpaired surrogates, and numbers must be finite",
-        )
+        raise Problem(400, "Unsupported JSON", UNSUPPORTED)
     return value
 
 

@@ -158,6 +158,25 @@ def test_keyset_pagination_walks_every_execution_once(app_client: Any, api_key: 
     assert none["items"] == []
 
 
+def test_a_number_jsonb_cannot_hold_is_a_400_and_every_stored_one_loads_again(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    # Python reads both as 0.0; PostgreSQL's numeric holds 16383 digits after the point.
+    for body in (b'{"n": 1e-20000}', b'{"n": 0.' + b"0" * 16_383 + b"1}"):
+        r = hook(app_client, "chain", body)
+        assert r.status_code == 400, r.get_data(as_text=True)
+        assert r.get_json()["title"] == "Unsupported JSON"
+    assert counts(db)["executions"] == 0
+    edge = hook(app_client, "chain", b'{"n": 1e-16383, "big": 1e308, "long": 0.5e-16382}')
+    assert edge.status_code == 202, edge.get_data(as_text=True)
+    shown = app_client.get(
+        f"/api/v1/executions/{edge.get_json()['execution_id']}", headers=auth(api_key)
+    )
+    assert shown.status_code == 200, shown.get_data(as_text=True)
+    assert shown.get_json()["input"]["big"] == 10**308
+
+
 def test_needs_attention_lists_every_unknown_step_through_its_partial_index(
     app_client: Any, api_key: str, db: psycopg.Connection
 ) -> None:
