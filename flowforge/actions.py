@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.engine import Run
+from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
 from flowforge.executions import load_run, save_run, unit_of_work
 
@@ -33,13 +33,22 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
 
 
 def retry(conn: psycopg.Connection, execution_id: str) -> str:
-    """Re-run failed, unknown and cancelled steps of a finished execution."""
+    """Re-run the failed and cancelled steps of a finished execution.
+
+    Steps whose outcome is unknown are not re-sent: the operator resolves them first.
+    """
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         if run.status not in {"failed", "cancelled", "needs_attention"}:
             raise Conflict(
                 f"execution is {run.status}; only failed, cancelled or needs_attention "
                 "executions can be retried"
+            )
+        unknown = [sid for sid, state in run.steps.items() if state.status == "unknown"]
+        if unknown and not any(s.status in RETRIED_STEP for s in run.steps.values()):
+            raise Conflict(
+                f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
+                "(as failed, then retry, to send it again)"
             )
         run.retry()
         save_run(conn, run, lease_s=NO_LEASE)

@@ -14,6 +14,7 @@ import psycopg
 
 from flowforge import actions, apikeys, secret_bindings, signatures, timeline, workflows
 from flowforge.config import Settings
+from flowforge.db import conninfo
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
 from flowforge.hints import database_hint
@@ -203,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     detail.add_argument("--json", action="store_true")
 
     add(sub, "cancel", _cancel, "cancel an execution").add_argument("id")
-    add(sub, "retry", _retry, "re-run failed and unknown steps").add_argument("id")
+    add(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument("id")
     resolve = add(sub, "resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("id")
     resolve.add_argument("step")
@@ -217,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = Settings.from_env()
     try:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        with psycopg.connect(conninfo(settings.database_url), autocommit=True) as conn:
             args.handler(conn, args)
     except DefinitionInvalid as exc:
         print("flowforge: invalid definition:", file=sys.stderr)

@@ -72,6 +72,9 @@ class Settings:
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0
     db_pool_size: int = 4
+    # Server-side statement and idle-transaction timeout of pooled connections; a reply
+    # is awaited this long plus a margin, a free pool connection this long.
+    db_timeout_seconds: float = 15.0
     webhook_rate: float = 0.0
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/sealing.py); never printed.
@@ -106,6 +109,7 @@ class Settings:
             max_body_bytes=_int(env, "FLOWFORGE_MAX_BODY_BYTES", cls.max_body_bytes),
             reconcile_seconds=_float(env, "FLOWFORGE_RECONCILE_SECONDS", cls.reconcile_seconds),
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),
+            db_timeout_seconds=_float(env, "FLOWFORGE_DB_TIMEOUT_SECONDS", cls.db_timeout_seconds),
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             encryption_key=_encryption_key(env),

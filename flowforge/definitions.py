@@ -497,11 +497,10 @@ class _Parser:
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")
         elif "{{" in until or "}}" in until:
             self.templates(until, f"{path}.until", ancestors, secrets=False)
-        else:
-            try:
-                parse_instant(until)
-            except ValueError as exc:
-                self.error(f"{path}.until", str(exc))
+        elif not _is_aware_timestamp(until):
+            # Only the syntax: whether the instant can be stored is checked when the delay
+            # starts (parse_until), so a stricter rule never makes a stored version unloadable.
+            self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
         return duration_s, until
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
@@ -542,23 +541,38 @@ class _Parser:
             )
 
 
-# Instants PostgreSQL stores and psycopg loads back as a Python datetime in any session
-# time zone: Python stops at years 1 and 9999, so a day of margin keeps every offset in.
+# Instants every part of FlowForge can store and load again. PostgreSQL holds timestamps
+# up to the year 294276, Python's datetime only years 1 to 9999 — in whatever time zone a
+# session reads them, so a day of margin at each end.
 EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
 
 
-def parse_instant(text: str) -> datetime:
-    """An ISO-8601 timestamp with a timezone, inside the range FlowForge can store and load.
+def _is_aware_timestamp(text: str) -> bool:
+    """Accept only instants: a timestamp without a timezone means a different time per host."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
-    A timestamp without a timezone means a different time per host; one past year 9999
-    once converted to UTC would be stored, then fail every load of its execution."""
+
+def parse_until(text: str) -> datetime:
+    """A delay's `until` as an aware instant FlowForge can store; ValueError saying why not."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError("until must be an ISO-8601 timestamp with a timezone") from None
+        raise ValueError(
+            f"until {text!r} is not an ISO-8601 timestamp (years 0001 to 9999)"
+        ) from None
     if moment.tzinfo is None:
-        raise ValueError("until must be an ISO-8601 timestamp with a timezone")
-    if not EARLIEST_INSTANT <= moment <= LATEST_INSTANT:
-        raise ValueError("until must be between 0001-01-02 and 9999-12-30 (UTC)")
+        raise ValueError(f"until {text!r} has no timezone")
+    try:
+        in_utc = moment.astimezone(UTC)
+    except OverflowError:
+        in_utc = None
+    if in_utc is None or not EARLIEST_INSTANT <= in_utc <= LATEST_INSTANT:
+        raise ValueError(
+            f"until {text!r} is outside the instants FlowForge can store "
+            f"({EARLIEST_INSTANT.date()} to {LATEST_INSTANT.date()} UTC)"
+        )
     return moment

@@ -5,6 +5,24 @@ under the execution row lock, change a `Run` in memory, save what changed in the
 transaction. Keeping the rules here, free of SQL and I/O, lets the worker, the reaper,
 the timer scanner and operator actions share one set of transitions, and lets unit tests
 drive them without a database.
+
+What operator actions do to steps (SPEC §7: no operator action silently repeats an
+unsafe request):
+
+- A `succeeded` step stays `succeeded`, and an `unknown` step stays `unknown` until an
+  operator resolves it, whatever happens to the execution: cancel and retry never touch
+  either.
+- Cancel stops `pending`, `ready` and `waiting` steps at once (`cancelled`). A `running`
+  step is left to finish: its attempt is recorded as it ends — a success makes the step
+  `succeeded` (the remote effect happened and is kept), an unknown result makes it
+  `unknown`, a failure makes it `cancelled` with no retry scheduled. When its worker dies
+  instead, the reaper recovers it as for any lost lease, except that a safe request is not
+  tried again: `cancelled` when repeating is safe, `unknown` when it is not. The
+  execution is `cancelled` once nothing runs, even when a step is left `unknown`; the
+  `needs_attention` listing still finds it.
+- Retry re-runs `failed` and `cancelled` steps only. An `unknown` step is re-sent only
+  after an operator resolved it as failed (a human said it did not happen) and then asked
+  for a retry.
 """
 
 from __future__ import annotations
@@ -15,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowforge.definitions import Definition, RetryPolicy, Step, parse_instant
+from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
 from flowforge.steps.http_request import Outcome
 from flowforge.templating import TemplateError, evaluate_condition, render
 
@@ -24,6 +42,10 @@ DONE_STEP = frozenset({"succeeded", "skipped"})
 FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
 # Steps that may still change without an operator: they keep an execution alive.
 ACTIVE_STEP = frozenset({"ready", "running", "waiting"})
+# Cancel stops these at once; `running` steps stop at their next boundary.
+CANCELLABLE_STEP = frozenset({"pending", "ready", "waiting"})
+# An operator retry re-runs these; `succeeded` and `unknown` are never reset.
+RETRIED_STEP = frozenset({"failed", "cancelled"})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
 PURE_TYPES = frozenset({"transform", "delay"})
 
@@ -227,7 +249,7 @@ class Run:
         rendered = render(step.until, self.context(step.id))
         if not isinstance(rendered, str):
             raise ValueError("until must render to an ISO-8601 timestamp string")
-        return parse_instant(rendered)
+        return parse_until(rendered)
 
     def _record_pure_attempt(self, step_id: str, outcome: str, error: str | None = None) -> None:
         state = self.steps[step_id]
@@ -318,13 +340,11 @@ class Run:
             )
 
     def succeed(self, step_id: str, output: Any) -> None:
-        """Record a step's result; a cancelled run keeps the step cancelled but stores it."""
-        if self.cancel_requested:
-            self.set_step(
-                step_id, "cancelled", output=output, error="execution cancelled", lease_owner=None
-            )
-        else:
-            self.set_step(step_id, "succeeded", output=output, lease_owner=None)
+        """Record a step's result, cancelled run or not: what happened remotely stays true.
+
+        After a cancel, advance() starts nothing downstream of it.
+        """
+        self.set_step(step_id, "succeeded", output=output, lease_owner=None)
         self.advance()
 
     def retry_later(
@@ -353,33 +373,40 @@ class Run:
         self.derive_status()
 
     def cancel(self) -> None:
-        """Stop queued and waiting work now; running steps stop at their next boundary."""
+        """Stop queued and waiting work now; running steps stop at their next boundary.
+
+        `unknown` steps are left alone: cancelling does not settle what a remote system did.
+        """
         self.cancel_requested = True
         self.status_changed = True  # cancel_requested_at must be saved even if status holds
         for step in self.definition.steps:
-            if self.steps[step.id].status in {"pending", "ready", "waiting", "unknown"}:
+            if self.steps[step.id].status in CANCELLABLE_STEP:
                 self.set_step(step.id, "cancelled", error="execution cancelled")
         self.derive_status()
 
-    def retry(self) -> None:
-        """Re-run failed, unknown and cancelled steps, keeping every succeeded checkpoint."""
+    def retry(self) -> list[str]:
+        """Re-run failed and cancelled steps, keeping every succeeded checkpoint; returns them.
+
+        `unknown` steps keep their status: re-sending a request whose effect is unknown is
+        a decision an operator makes by resolving the step first.
+        """
         self.cancel_requested = False
-        for step in self.definition.steps:
-            state = self.steps[step.id]
-            if state.status in {"failed", "unknown", "cancelled"}:
-                self.set_step(
-                    step.id,
-                    "pending",
-                    attempts=0,
-                    error=None,
-                    wake_at=None,
-                    output=None,
-                    finished_at=None,
-                )
+        rerun = [s.id for s in self.definition.steps if self.steps[s.id].status in RETRIED_STEP]
+        for step_id in rerun:
+            self.set_step(
+                step_id,
+                "pending",
+                attempts=0,
+                error=None,
+                wake_at=None,
+                output=None,
+                finished_at=None,
+            )
         self.status = "running"
         self.status_changed = True
-        self.events.append((None, "execution.retried", {}))
+        self.events.append((None, "execution.retried", {"steps": rerun}))
         self.advance()
+        return rerun
 
     def resolve(self, step_id: str, outcome: str, output: Any) -> None:
         """An operator's verdict on a step whose remote effect was unknown."""

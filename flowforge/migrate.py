@@ -16,6 +16,7 @@ from psycopg import sql
 
 from flowforge import sealing
 from flowforge.config import Settings
+from flowforge.db import conninfo
 from flowforge.errors import FlowForgeError
 from flowforge.hints import database_hint
 
@@ -68,7 +69,7 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
 def migrate(database_url: str, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply what is pending under an advisory lock; return the versions applied."""
     applied_now = []
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(conninfo(database_url), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (ADVISORY_LOCK_KEY,))
         try:
             applied = _applied(conn)

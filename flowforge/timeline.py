@@ -48,6 +48,24 @@ WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
 ORDER BY e.id DESC
 LIMIT %(limit)s
 """
+# `needs_attention` means "has a step whose outcome is unknown", whatever the execution's
+# own status: a cancelled execution can keep one, and an operator must still find it. The
+# partial index steps_unknown holds only such steps (every needs_attention execution has
+# one), so this never scans the steps table.
+NEEDS_ATTENTION_PAGE = """
+SELECT e.id, w.key AS workflow, v.version, e.status, e.created_at, e.started_at,
+       e.finished_at
+FROM executions e
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.id IN (SELECT s.execution_id FROM steps s
+               WHERE s.status = 'unknown'
+                 AND (%(after)s::uuid IS NULL OR s.execution_id < %(after)s))
+  AND (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
+  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
+ORDER BY e.id DESC
+LIMIT %(limit)s
+"""
 WORKFLOW_OF = """
 SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.id = %(id)s
 """
@@ -144,11 +162,14 @@ def list_executions(
     limit: int,
     cursor: str | None,
 ) -> dict[str, Any]:
-    """One page of executions, newest first, and the cursor of the next page."""
+    """One page of executions, newest first, and the cursor of the next page.
+
+    `status="needs_attention"` lists every execution with an unknown step.
+    """
     after = decode_cursor(cursor) if cursor else None
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            PAGE,
+            NEEDS_ATTENTION_PAGE if status == "needs_attention" else PAGE,
             {
                 "workflow": workflow,
                 "workflows": list(workflows) if workflows is not None else None,

@@ -22,7 +22,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask("flowforge")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    pool = create_pool(settings.database_url, max_size=settings.db_pool_size, name="api")
+    pool = create_pool(
+        settings.database_url,
+        max_size=settings.db_pool_size,
+        name="api",
+        timeout_s=settings.db_timeout_seconds,
+    )
     # Do not wait for the database: the API must start (and answer 503) while it is down.
     pool.open(wait=False)
     atexit.register(pool.close)

@@ -92,7 +92,7 @@ def cancel(execution_id: str) -> tuple[Response, int]:
 
 @bp.post("/<execution_id>/retry")
 def retry(execution_id: str) -> tuple[Response, int]:
-    """Re-run failed and unknown steps, reusing every completed checkpoint."""
+    """Re-run failed and cancelled steps, reusing every checkpoint; unknown ones stay unknown."""
     eid = _execution_id(execution_id)
     _authorize_execution(eid, write=True)
     with connection() as conn:

@@ -471,7 +471,13 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "schema": {"type": "string", "pattern": KEY_PATTERN},
                 },
-                {"name": "status", "in": "query", "schema": {"type": "string", "enum": STATUSES}},
+                {
+                    "name": "status",
+                    "in": "query",
+                    "schema": {"type": "string", "enum": STATUSES},
+                    "description": "needs_attention lists every execution with a step whose "
+                    "outcome is unknown, whatever the execution's own status",
+                },
                 {
                     "name": "limit",
                     "in": "query",
@@ -511,7 +517,7 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/executions/{id}/retry": {
         "post": _operation(
-            "Re-run failed and unknown steps, reusing every completed checkpoint",
+            "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
             {
                 "202": _json(_ref("ActionResult"), "Queued again"),
                 **_problems(403, 404, 409, *AUTHENTICATED),

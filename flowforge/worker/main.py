@@ -18,7 +18,7 @@ from types import FrameType
 
 from flowforge import netguard
 from flowforge.config import Settings
-from flowforge.db import create_pool
+from flowforge.db import conninfo, create_pool
 from flowforge.logs import configure_logging
 from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
@@ -40,7 +40,11 @@ def main() -> int:
     heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
     # Executors hold a connection only inside a transaction, never across a request.
     pool = create_pool(
-        settings.database_url, max_size=settings.worker_concurrency + 4, name="worker", min_size=2
+        settings.database_url,
+        max_size=settings.worker_concurrency + 4,
+        name="worker",
+        min_size=2,
+        timeout_s=settings.db_timeout_seconds,
     )
     pool.open(wait=False)
 
@@ -57,7 +61,14 @@ def main() -> int:
         executor, settings.amqp_url, topology, settings.worker_concurrency, stop, heartbeat_s
     )
     others = [
-        Relay(pool, settings.database_url, settings.amqp_url, topology, background, heartbeat_s),
+        Relay(
+            pool,
+            conninfo(settings.database_url),
+            settings.amqp_url,
+            topology,
+            background,
+            heartbeat_s,
+        ),
         TimerScanner(pool, background),
         Reaper(
             pool,

@@ -54,8 +54,11 @@ WITH due AS (
 SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('{CHANNEL}', '') END FROM woken
 """
 # How long the scanner may sleep: until the next wake_at, found through the index.
+# Epochs, not an interval: a wake_at of 'infinity' (written by hand) has an epoch but no
+# interval to now().
 NEXT_DUE = """
-SELECT extract(epoch FROM min(wake_at) - now()) FROM steps WHERE status = 'waiting'
+SELECT extract(epoch FROM min(wake_at)) - extract(epoch FROM now())
+FROM steps WHERE status = 'waiting'
 """
 
 

@@ -77,7 +77,7 @@ def test_cancel_stops_queued_and_waiting_work_at_once(
 
 
 def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
-    client: Api, workers: StartWorker, target: Target
+    client: Api, env: dict[str, str], workers: StartWorker, target: Target
 ) -> None:
     client.publish(
         "pay",
@@ -86,7 +86,11 @@ def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
             http("notify", "GET", f"{target.url}/notify", after=("charge",)),
         ),
     )
-    target.script = lambda r: Reply(json={"id": "ch_1"}, delay_s=3.0 if r.path == "/charge" else 0)
+    target.script = lambda r: Reply(
+        status=201 if r.path == "/charge" else 200,
+        json={"id": "ch_1"},
+        delay_s=3.0 if r.path == "/charge" else 0,
+    )
     workers()
     eid = client.start("pay", {})
     wait_for(lambda: target.requests_to("/charge"), message="the charge to be in flight")
@@ -95,11 +99,78 @@ def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
     assert step(client.execution(eid), "notify")["status"] == "cancelled"
     done = client.wait(eid, "cancelled", timeout=30)
     charge = step(done, "charge")
-    assert charge["status"] == "cancelled"
-    assert charge["output"]["body"] == {"id": "ch_1"}  # what happened remotely is kept
+    # The charge went through: a cancel around it does not make that less true.
+    assert charge["status"] == "succeeded"
+    assert charge["output"]["body"] == {"id": "ch_1"}
     assert [a["outcome"] for a in charge["attempts"]] == ["succeeded"]
     assert target.requests_to("/notify") == []
     assert _cancel(client, eid) == (200, "cancelled")
+
+    # A retry carries on from the charge instead of charging again.
+    result = cli(env, "retry", eid)
+    assert result.returncode == 0, result.stderr
+    again = client.wait(eid, "succeeded", timeout=30)
+    assert len(target.requests_to("/charge")) == 1
+    assert len(target.requests_to("/notify")) == 1
+    assert step(again, "charge")["attempts"] == charge["attempts"]
+
+
+def test_an_unknown_step_survives_cancel_and_retry_and_is_listed_as_needing_attention(
+    client: Api, env: dict[str, str], workers: StartWorker, target: Target
+) -> None:
+    client.publish(
+        "pay",
+        workflow(
+            http("charge", "POST", f"{target.url}/charge", json={}),
+            http("notify", "GET", f"{target.url}/notify", after=("charge",)),
+        ),
+    )
+    client.publish("other", workflow(http("ping", "GET", f"{target.url}/ping")))
+    target.script = lambda r: Reply(json={"id": "ch_1"}, delay_s=5.0 if r.path == "/charge" else 0)
+    doomed = workers(FLOWFORGE_WORKER_ID="doomed")
+    eid = client.start("pay", {})
+    wait_for(lambda: target.requests_to("/charge"), message="the charge to be in flight")
+    assert _cancel(client, eid) == (202, "running")
+    doomed.kill()  # mid-POST: nobody will ever read the answer
+
+    workers(FLOWFORGE_WORKER_ID="successor")  # its reaper recovers the dead worker's lease
+    done = client.wait(eid, "cancelled", timeout=30)
+    assert step(done, "charge")["status"] == "unknown"
+    assert [a["outcome"] for a in step(done, "charge")["attempts"]] == ["unknown"]
+    fine = client.start("other", {})
+    assert client.wait(fine, timeout=30)["status"] == "succeeded"
+
+    # The operator's inbox finds it, whatever the execution's own status (API and CLI).
+    r = client.session.get(f"{client.base}/api/v1/executions?status=needs_attention", timeout=10)
+    assert r.status_code == 200, r.text
+    assert [(i["id"], i["status"]) for i in r.json()["items"]] == [(eid, "cancelled")]
+    listed = cli(env, "executions", "list", "--status", "needs_attention")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == [eid]
+
+    # Cancel again and retry settle nothing and send nothing: the retry brings back the
+    # cancelled `notify`, which waits behind the charge nobody has settled yet.
+    assert _cancel(client, eid) == (200, "cancelled")
+    r = client.post(f"/api/v1/executions/{eid}/retry")
+    assert (r.status_code, r.json()["status"]) == (202, "needs_attention"), r.text
+    r = client.post(f"/api/v1/executions/{eid}/retry")
+    assert r.status_code == 409, r.text
+    assert "resolve" in r.json()["detail"]
+    time.sleep(3.0)  # longer than a lease and a reconcile interval
+    after = client.execution(eid)
+    assert step(after, "charge")["status"] == "unknown"
+    assert step(after, "notify")["status"] == "pending"
+    assert len(target.requests_to("/charge")) == 1
+
+    # Resolved as failed by a human, then retried: now, and only now, it is sent again.
+    result = cli(env, "resolve", eid, "charge", "failed")
+    assert result.returncode == 0, result.stderr
+    result = cli(env, "retry", eid)
+    assert result.returncode == 0, result.stderr
+    assert client.wait(eid, "succeeded", timeout=30)["status"] == "succeeded"
+    assert len(target.requests_to("/charge")) == 2
+    r = client.session.get(f"{client.base}/api/v1/executions?status=needs_attention", timeout=10)
+    assert r.json()["items"] == []
 
 
 def test_a_late_worker_never_flips_a_cancelled_execution(

@@ -158,6 +158,67 @@ def test_keyset_pagination_walks_every_execution_once(app_client: Any, api_key: 
     assert none["items"] == []
 
 
+def test_a_number_jsonb_cannot_hold_is_a_400_and_every_stored_one_loads_again(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published(app_client, api_key)
+    # Python reads both as 0.0; PostgreSQL's numeric holds 16383 digits after the point.
+    for body in (b'{"n": 1e-20000}', b'{"n": 0.' + b"0" * 16_383 + b"1}"):
+        r = hook(app_client, "chain", body)
+        assert r.status_code == 400, r.get_data(as_text=True)
+        assert r.get_json()["title"] == "Unsupported JSON"
+    assert counts(db)["executions"] == 0
+    edge = hook(app_client, "chain", b'{"n": 1e-16383, "big": 1e308, "long": 0.5e-16382}')
+    assert edge.status_code == 202, edge.get_data(as_text=True)
+    shown = app_client.get(
+        f"/api/v1/executions/{edge.get_json()['execution_id']}", headers=auth(api_key)
+    )
+    assert shown.status_code == 200, shown.get_data(as_text=True)
+    assert shown.get_json()["input"]["big"] == 10**308
+
+
+def test_needs_attention_lists_every_unknown_step_through_its_partial_index(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    from flowforge.timeline import NEEDS_ATTENTION_PAGE
+
+    published(app_client, api_key)
+    ids = [hook(app_client, "chain", b"{}").get_json()["execution_id"] for _ in range(5)]
+    # As the worker leaves them: one needs_attention, one cancelled around an unknown step,
+    # one running with an unknown branch; the others hold no unknown step.
+    for eid, status in zip(ids[:3], ("needs_attention", "cancelled", "running"), strict=True):
+        db.execute("UPDATE executions SET status = %s WHERE id = %s", (status, eid))
+        db.execute(
+            "UPDATE steps SET status = 'unknown' WHERE execution_id = %s AND step_id = 'c'", (eid,)
+        )
+    db.execute("UPDATE executions SET status = 'cancelled' WHERE id = %s", (ids[3],))
+
+    pages, cursor = [], None
+    while True:
+        query = "/api/v1/executions?status=needs_attention&limit=2"
+        page = app_client.get(
+            query + (f"&cursor={cursor}" if cursor else ""), headers=auth(api_key)
+        ).get_json()
+        pages.append([(i["id"], i["status"]) for i in page["items"]])
+        if not (cursor := page["next_cursor"]):
+            break
+    listed = [item for page in pages for item in page]
+    assert listed == [(ids[2], "running"), (ids[1], "cancelled"), (ids[0], "needs_attention")]
+
+    # Index-backed: even with sequential scans priced out, the plan reaches the steps
+    # through steps_unknown and never reads the whole table.
+    db.execute("SET enable_seqscan = off")
+    plan = "\n".join(
+        row[0]
+        for row in db.execute(
+            "EXPLAIN " + NEEDS_ATTENTION_PAGE,
+            {"workflow": None, "workflows": None, "after": None, "limit": 50},
+        )
+    )
+    assert "steps_unknown" in plan, plan
+    assert "Seq Scan on steps" not in plan, plan
+
+
 def test_twenty_identical_requests_racing_through_gunicorn_create_one_execution(
     api: str, api_key: str, db: psycopg.Connection
 ) -> None:

@@ -182,6 +182,46 @@ def test_delays_wait_in_the_database_then_continue(client: Api, db: psycopg.Conn
     assert step(done, "until")["finished_at"] >= until
 
 
+@pytest.mark.parametrize(
+    "at",
+    [
+        "9999-12-31T23:59:59-23:00",  # Python holds it; in UTC it is year 10000
+        "0001-01-01T00:00:00+05:00",  # in UTC it is 1 BC
+        "10000-01-01T00:00:00Z",
+        "294276-01-01T00:00:00Z",  # PostgreSQL's last year: it would store it
+        "9999-12-31T23:59:59 tomorrow",
+    ],
+)
+def test_a_delay_until_beyond_what_can_be_stored_fails_its_step_and_nothing_else(
+    at: str, client: Api, target: Target
+) -> None:
+    client.publish(
+        "far",
+        none_auth(
+            [
+                {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
+                {
+                    "id": "ping",
+                    "type": "http_request",
+                    "request": {"method": "GET", "url": f"{target.url}/ping"},
+                },
+            ]
+        ),
+    )
+    eid = client.start("far", {"at": at})
+    done = client.wait(eid, timeout=30)
+    assert done["status"] == "failed", done
+    sleep = step(done, "sleep")
+    assert sleep["status"] == "failed"
+    assert sleep["wake_at"] is None
+    assert "until" in sleep["error"] and at in sleep["error"], sleep["error"]
+    r = client.post(f"/api/v1/executions/{eid}/cancel")
+    assert (r.status_code, r.json()["status"]) == (200, "failed"), r.text
+    # The worker goes on with everything else.
+    fine = client.start("far", {"at": "2000-01-01T00:00:00Z"})
+    assert client.wait(fine, timeout=30)["status"] == "succeeded"
+
+
 def test_retries_back_off_and_record_every_attempt(client: Api, target: Target) -> None:
     answers = iter([Reply(status=503), Reply(status=503), Reply(json={"fine": True})])
     target.script = lambda r: next(answers)

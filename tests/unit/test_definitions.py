@@ -511,6 +511,7 @@ def test_until_accepts_a_template() -> None:
         ({"duration_s": "5"}, "$.steps[0].duration_s", "31536000"),
         ({"until": "2030-01-01T00:00:00"}, "$.steps[0].until", "timezone"),
         ({"until": "tomorrow"}, "$.steps[0].until", "ISO-8601"),
+        ({"until": "294276-01-01T00:00:00Z"}, "$.steps[0].until", "ISO-8601"),
         ({"until": 1700000000}, "$.steps[0].until", "ISO-8601"),
         ({"until": "{{ nope }}"}, "$.steps[0].until", "'nope'"),
         ({"until": "{{ input | date }}"}, "$.steps[0].until", "dotted path"),

@@ -234,9 +234,54 @@ def test_cancel_stops_waiting_work_at_once_and_running_work_at_its_boundary() ->
     assert run.steps["d"].status == "cancelled"
     assert run.status == "running"  # the request in flight has not come back yet
     run.record_outcome("slow", token, Outcome("succeeded", output={"status": 200}))
-    assert run.steps["slow"].status == "cancelled"
+    assert run.steps["slow"].status == "succeeded"  # it happened: cancel does not undo that
     assert run.steps["slow"].output == {"status": 200}
     assert run.steps["after"].status == "cancelled"
+    assert run.status == "cancelled"
+
+
+def test_cancel_and_retry_never_touch_succeeded_or_unknown_steps() -> None:
+    run = make_run(
+        [
+            http("paid", method="POST"),
+            http("sent", method="POST"),
+            http("lost", method="POST"),
+            http("next", depends_on=["paid", "sent", "lost"]),
+        ]
+    )
+    tokens = {sid: run.claim(sid, "w").fencing_token for sid in ("paid", "sent", "lost")}
+    run.record_outcome("paid", tokens["paid"], Outcome("succeeded", output={"id": 1}))
+    run.recover_lease("lost")  # the worker died mid-POST
+    assert statuses(run)["lost"] == "unknown"
+    run.cancel()
+    assert statuses(run) == {
+        "paid": "succeeded",
+        "sent": "running",
+        "lost": "unknown",
+        "next": "cancelled",
+    }
+    run.record_outcome("sent", tokens["sent"], Outcome("unknown", error="no response"))
+    assert run.status == "cancelled"
+    assert statuses(run)["sent"] == "unknown"
+
+    run.dispatch.clear()
+    assert run.retry() == ["next"]
+    assert statuses(run) == {
+        "paid": "succeeded",
+        "sent": "unknown",
+        "lost": "unknown",
+        "next": "pending",
+    }
+    assert run.dispatch == []  # nothing is sent again
+    assert run.status == "needs_attention"
+
+
+def test_a_step_that_fails_after_cancel_is_cancelled_and_not_retried_until_asked() -> None:
+    run = make_run([http("a", retry={"max_attempts": 5})])
+    token = run.claim("a", "w").fencing_token
+    run.cancel()
+    run.record_outcome("a", token, Outcome("retry", error="HTTP 503", http_status=503))
+    assert statuses(run) == {"a": "cancelled"}
     assert run.status == "cancelled"
 
 
@@ -267,3 +312,14 @@ def test_backoff_is_jittered_within_half_to_full_capped_interval(attempts: int) 
     full = min(60, 2 ** (attempts - 1))
     for _ in range(50):
         assert full / 2 <= backoff_seconds(policy, attempts) <= full
+
+
+@pytest.mark.parametrize(
+    "until", ["9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+05:00", "9999-12-31T00:00:00Z"]
+)
+def test_a_literal_until_that_cannot_be_stored_fails_the_delay_when_it_starts(until: str) -> None:
+    run = make_run([{"id": "d", "type": "delay", "until": until}])  # it publishes
+    run.advance()
+    assert run.steps["d"].status == "failed"
+    assert run.steps["d"].wake_at is None
+    assert "can store" in (run.steps["d"].error or "")

@@ -1,0 +1,201 @@
+"""One bad execution never stops recovery of the others (SPEC §7).
+
+Driven in-process against the real database (as dramatiq's tests drive their workers): a
+real Reaper thread, rows written the way the worker and intake leave them, and a few
+written the way no correct code path can — an instant beyond Python's datetime stored by
+an older release, a step the definition does not know — to stand for "a bad execution".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import pytest
+
+from flowforge.db import create_pool
+from flowforge.worker.reaper import Reaper
+from tests.support.processes import wait_for
+
+PAY = {
+    "name": "pay",
+    "trigger": {"webhook": {"auth": "none"}},
+    "steps": [
+        {
+            "id": "charge",
+            "type": "http_request",
+            "request": {"method": "POST", "url": "http://127.0.0.1:9/charge"},
+        },
+        {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
+    ],
+}
+# The worker's claim, as it commits it: running, an open attempt, a lease — here already
+# expired, as when the worker died. `order` keeps the bad ones first in the reaper's queue.
+CLAIMED_AND_DIED = """
+WITH s AS (
+    UPDATE steps SET status = 'running', fencing_token = 1, attempts = 1, lease_owner = 'dead',
+                     started_at = now(),
+                     lease_expires_at = now() - make_interval(secs => 60 - %(order)s)
+    WHERE execution_id = %(id)s AND step_id = 'charge'
+)
+INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker)
+VALUES (%(id)s, 'charge', 1, 1, 'dead')
+"""
+
+
+@pytest.fixture
+def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
+    pool = create_pool(database_url, max_size=4, name="test-reaper")
+    pool.open(wait=True, timeout=10)
+    yield pool
+    pool.close()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def start(app_client: Any, at: str) -> str:
+    r = app_client.post("/hooks/pay", json={"at": at})
+    assert r.status_code == 202, r.get_data(as_text=True)
+    return str(r.get_json()["execution_id"])
+
+
+def charge_status(db: psycopg.Connection, eid: str) -> str:
+    row = db.execute(
+        "SELECT status FROM steps WHERE execution_id = %s AND step_id = 'charge'", (eid,)
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_poisoned_execution_neither_stops_the_reaper_nor_answers_500(
+    app_client: Any,
+    api_key: str,
+    db: psycopg.Connection,
+    pool: psycopg_pool.ConnectionPool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    r = app_client.post("/api/v1/workflows/pay/versions", json=PAY, headers=auth(api_key))
+    assert r.status_code == 201, r.get_data(as_text=True)
+    poisoned, ghostly, good = (start(app_client, "2030-01-01T00:00:00Z") for _ in range(3))
+    for order, eid in enumerate((poisoned, ghostly, good)):
+        db.execute(CLAIMED_AND_DIED, {"id": eid, "order": order})
+    # Stored before delays were checked: PostgreSQL holds the year 10000, Python cannot.
+    db.execute(
+        "UPDATE steps SET status = 'waiting', wake_at = '10000-01-01T00:00:00Z' "
+        "WHERE execution_id = %s AND step_id = 'sleep'",
+        (poisoned,),
+    )
+    # A running step its definition does not know: recovering it is a bug, not an outage.
+    db.execute(
+        "INSERT INTO steps (execution_id, step_id, type, position, status, fencing_token, "
+        "lease_owner, lease_expires_at) VALUES (%s, 'ghost', 'http_request', 9, 'running', 1, "
+        "'dead', now() - interval '2 minutes')",
+        (ghostly,),
+    )
+    # A ready step whose wake-up was lost, and an idempotency key past its 24 hours.
+    db.execute("DELETE FROM outbox")
+    db.execute("UPDATE steps SET ready_at = now() - interval '1 minute' WHERE status = 'ready'")
+    db.execute(
+        "INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id, created_at) "
+        "SELECT workflow_id, 'old', '\\x00', id, now() - interval '25 hours' FROM executions "
+        "WHERE id = %s",
+        (good,),
+    )
+
+    stop = threading.Event()
+    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=stop)
+    with caplog.at_level(logging.WARNING, logger="flowforge.worker.reaper"):
+        reaper.start()
+        try:
+            wait_for(lambda: charge_status(db, good) == "unknown", timeout=15, message="reaped")
+            wait_for(
+                lambda: db.execute("SELECT count(*) FROM outbox").fetchone()[0] > 0,
+                timeout=15,
+                message="lost wake-ups re-dispatched",
+            )
+            wait_for(
+                lambda: db.execute("SELECT count(*) FROM idempotency_keys").fetchone()[0] == 0,
+                timeout=15,
+                message="the old idempotency key forgotten",
+            )
+        finally:
+            stop.set()
+            reaper.join(timeout=10)
+
+    assert charge_status(db, poisoned) == "unknown"  # readable again, and recovered
+    # The ghost is logged once and set aside, not retried (and logged) every pass.
+    failures = [r for r in caplog.records if "recovery failed" in r.getMessage()]
+    assert [r.step for r in failures] == ["ghost"]  # type: ignore[attr-defined]
+    assert db.execute(
+        "SELECT lease_expires_at > now() + interval '1 minute' FROM steps "
+        "WHERE execution_id = %s AND step_id = 'ghost'",
+        (ghostly,),
+    ).fetchone() == (True,)
+
+    # The operator can still read and cancel the poisoned execution.
+    shown = app_client.get(f"/api/v1/executions/{poisoned}", headers=auth(api_key))
+    assert shown.status_code == 200, shown.get_data(as_text=True)
+    sleep = next(s for s in shown.get_json()["steps"] if s["id"] == "sleep")
+    assert sleep["wake_at"].startswith("9999-12-31")
+    cancelled = app_client.post(f"/api/v1/executions/{poisoned}/cancel", headers=auth(api_key))
+    assert cancelled.status_code in {200, 202}, cancelled.get_data(as_text=True)
+    assert cancelled.get_json()["status"] == "cancelled"
+
+
+def test_a_wake_up_that_keeps_failing_is_re_dispatched_ever_more_rarely(
+    app_client: Any, api_key: str, db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
+) -> None:
+    r = app_client.post("/api/v1/workflows/pay/versions", json=PAY, headers=auth(api_key))
+    assert r.status_code == 201, r.get_data(as_text=True)
+    start(app_client, "2030-01-01T00:00:00Z")  # two ready roots: charge and sleep
+    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
+
+    def dead_lettered_after(seconds: int) -> int:
+        """The wake-up went to the dead-letter queue; `seconds` later the reconciler looks."""
+        db.execute("DELETE FROM outbox")
+        db.execute(
+            "UPDATE steps SET ready_at = now() - make_interval(secs => %s) WHERE status = 'ready'",
+            (seconds,),
+        )
+        return reaper.reconcile()
+
+    assert dead_lettered_after(3) == 2  # lost once: sent again after one interval (2 s)
+    assert dead_lettered_after(3) == 0  # lost again: now it waits two intervals
+    assert dead_lettered_after(5) == 2
+    assert dead_lettered_after(7) == 0  # then four
+    assert dead_lettered_after(9) == 2
+    assert db.execute("SELECT min(redispatches) FROM steps WHERE status = 'ready'").fetchone() == (
+        3,
+    )
+
+
+OLD_KEYS = 35_000  # more than three batches
+AGED_KEYS = """
+INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id, created_at)
+SELECT 1, %(prefix)s || n, '\\x00', gen_random_uuid(), now() - %(age)s::interval
+FROM generate_series(1, %(n)s) AS n
+"""
+
+
+def test_housekeeping_forgets_every_expired_idempotency_key_in_one_pass(
+    db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
+) -> None:
+    db.execute(AGED_KEYS, {"prefix": "old-", "age": "25 hours", "n": OLD_KEYS})
+    db.execute(AGED_KEYS, {"prefix": "young-", "age": "23 hours", "n": 100})
+    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
+    started = time.monotonic()
+    forgotten = reaper.housekeep()
+    elapsed = time.monotonic() - started
+    assert db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE key LIKE 'young-%%') FROM idempotency_keys"
+    ).fetchone() == (100, 100)
+    assert forgotten == OLD_KEYS
+    print(f"forgot {forgotten} idempotency keys in {elapsed:.2f} s ({forgotten / elapsed:,.0f}/s)")
+    assert reaper.housekeep() == 0  # caught up: the next pass waits its minute
