@@ -126,9 +126,14 @@ def is_step_id(text: str) -> bool:
     return _STEP_ID.fullmatch(text) is not None
 
 
-def parse_definition(doc: Any) -> Definition:
-    """Turn a client's JSON into a Definition, or report every problem in it at once."""
-    parser = _Parser()
+def parse_definition(doc: Any, *, stored: bool = False) -> Definition:
+    """Turn a client's JSON into a Definition, or report every problem in it at once.
+
+    `stored` parses a version that was published already: rules added since it was
+    published (such as the range of a literal `until`) must not make it unloadable, so
+    they apply to new versions only and are checked again at run time.
+    """
+    parser = _Parser(stored)
     definition = parser.parse(doc)
     if parser.errors or definition is None:
         raise DefinitionInvalid(parser.errors)
@@ -196,8 +201,9 @@ def _is_number(value: Any) -> bool:
 class _Parser:
     """Walks one definition, recording every problem with its JSON path."""
 
-    def __init__(self) -> None:
+    def __init__(self, stored: bool) -> None:
         self.errors: list[dict[str, str]] = []
+        self.stored = stored
 
     def error(self, path: str, message: str) -> None:
         """Record a problem and carry on, so the author sees them all in one reply."""
@@ -498,9 +504,12 @@ class _Parser:
         elif "{{" in until or "}}" in until:
             self.templates(until, f"{path}.until", ancestors, secrets=False)
         elif not _is_aware_timestamp(until):
-            # Only the syntax: whether the instant can be stored is checked when the delay
-            # starts (parse_until), so a stricter rule never makes a stored version unloadable.
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp with a timezone")
+        elif not self.stored:
+            try:
+                parse_until(until)
+            except ValueError as exc:
+                self.error(f"{path}.until", str(exc))
         return duration_s, until
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
@@ -572,7 +581,7 @@ def parse_until(text: str) -> datetime:
         in_utc = None
     if in_utc is None or not EARLIEST_INSTANT <= in_utc <= LATEST_INSTANT:
         raise ValueError(
-            f"until {text!r} is outside the instants FlowForge can store "
-            f"({EARLIEST_INSTANT.date()} to {LATEST_INSTANT.date()} UTC)"
+            f"until {text!r} is outside the instants FlowForge can store: it must be "
+            f"between {EARLIEST_INSTANT.date()} and {LATEST_INSTANT.date()} (UTC)"
         )
     return moment

@@ -110,7 +110,7 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
     if cached is not None:
         return cached
     row = one(conn.execute(LOAD_DEFINITION, {"id": version_id}))
-    definition = parse_definition(row[0])
+    definition = parse_definition(row[0], stored=True)
     with _definitions_lock:
         if len(_definitions) >= DEFINITION_CACHE_SIZE:
             _definitions.clear()

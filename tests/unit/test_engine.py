@@ -14,8 +14,8 @@ from flowforge.steps.http_request import Outcome
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
-def make_run(steps: list[dict[str, Any]], payload: Any = None) -> Run:
-    definition = parse_definition({"name": "t", "steps": steps})
+def make_run(steps: list[dict[str, Any]], payload: Any = None, *, stored: bool = False) -> Run:
+    definition = parse_definition({"name": "t", "steps": steps}, stored=stored)
     roots = set(definition.roots())
     return Run(
         execution_id="00000000-0000-0000-0000-000000000001",
@@ -318,7 +318,8 @@ def test_backoff_is_jittered_within_half_to_full_capped_interval(attempts: int) 
     "until", ["9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+05:00", "9999-12-31T00:00:00Z"]
 )
 def test_a_literal_until_that_cannot_be_stored_fails_the_delay_when_it_starts(until: str) -> None:
-    run = make_run([{"id": "d", "type": "delay", "until": until}])  # it publishes
+    """A version published before the range rule still loads, and its delay fails."""
+    run = make_run([{"id": "d", "type": "delay", "until": until}], stored=True)
     run.advance()
     assert run.steps["d"].status == "failed"
     assert run.steps["d"].wake_at is None
