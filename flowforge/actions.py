@@ -32,6 +32,27 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
     return run.status, False
 
 
+def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None:
+    """Stop an execution for flow control, by the cancel rules, recording `reason`:
+    `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
+    status, or None when it had already ended or been stopped (nothing is changed then)."""
+    with unit_of_work(conn):
+        loaded = load_run(conn, execution_id)
+        if loaded is None:
+            return None
+        run = loaded[0]
+        if run.terminal or run.cancel_requested:
+            return None
+        if reason == "deadline":
+            run.pass_deadline()
+        elif reason == "expired":
+            run.expire()
+        else:
+            run.stop(reason, f"execution cancelled: {reason}")
+        save_run(conn, run, lease_s=NO_LEASE)
+    return run.status
+
+
 def retry(conn: psycopg.Connection, execution_id: str) -> str:
     """Re-run the failed and cancelled steps of a finished execution.
 

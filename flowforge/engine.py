@@ -20,6 +20,9 @@ unsafe request):
   tried again: `cancelled` when repeating is safe, `unknown` when it is not. The
   execution is `cancelled` once nothing runs, even when a step is left `unknown`; the
   `needs_attention` listing still finds it.
+- A deadline (SPEC §8) stops the execution like a cancel, except that it ends `failed`
+  with reason `deadline`; a queue expiry (`start_within_s`) and `cancel_oldest` end it
+  `cancelled` with reason `expired` and `concurrency`. Each reason is in the history.
 - Retry re-runs `failed` and `cancelled` steps only. An `unknown` step is re-sent only
   after an operator resolved it as failed (a human said it did not happen) and then asked
   for a retry.
@@ -113,6 +116,14 @@ class Run:
     steps: dict[str, StepState]
     now: datetime
     cancel_requested: bool = False
+    # Flow control (SPEC §8): why a stop was asked, the execution's concurrency key and
+    # whether it held a slot when loaded (a slot frees when it ends or is asked to stop).
+    stop_reason: str | None = None
+    workflow_id: int = 0
+    concurrency_key: str | None = None
+    held_slot: bool = False
+    deadline_passed: bool = False
+    expired: bool = False
     events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
     dispatch: list[str] = field(default_factory=list)
     new_attempts: list[NewAttempt] = field(default_factory=list)
@@ -141,6 +152,28 @@ class Run:
     def terminal(self) -> bool:
         """Whether the execution has finished for good."""
         return self.status in TERMINAL_EXECUTION
+
+    @property
+    def releases_slot(self) -> bool:
+        """Whether this unit of work freed the concurrency slot the execution held."""
+        return self.held_slot and (self.terminal or self.cancel_requested)
+
+    def budget_left(self, step_id: str) -> float | None:
+        """Seconds left of a step's `budget_s`, counted from its first attempt; None: no budget."""
+        budget = self.definition.step(step_id).budget_s
+        state = self.steps[step_id]
+        if budget is None:
+            return None
+        started = state.started_at or self.now
+        return (started + timedelta(seconds=budget) - self.now).total_seconds()
+
+    def attempt_timeout(self, step_id: str, timeout_s: float) -> float:
+        """An attempt's timeout, shrunk to what is left of the step's budget."""
+        left = self.budget_left(step_id)
+        if left is None:
+            return timeout_s
+        # Never zero: a claimed attempt still gets a moment to fail cleanly.
+        return max(min(timeout_s, left), 0.1)
 
     # ---- writing -------------------------------------------------------------------
 
@@ -357,6 +390,10 @@ class Run:
         delay = backoff_seconds(policy, state.attempts)
         if retry_after_s is not None:
             delay = min(max(delay, retry_after_s), policy.max_interval_s)
+        spent = self._budget_spent(step_id, delay, retry_after_s)
+        if spent is not None:
+            self.fail_step(step_id, f"{error}; {spent}")
+            return True
         self.set_step(
             step_id,
             "waiting",
@@ -366,6 +403,24 @@ class Run:
         )
         self.derive_status()
         return True
+
+    def _budget_spent(self, step_id: str, delay: float, retry_after_s: float | None) -> str | None:
+        """Why no retry may be scheduled within the step's budget_s, or None."""
+        left = self.budget_left(step_id)
+        if left is None:
+            return None
+        budget = self.definition.step(step_id).budget_s
+        if retry_after_s is not None and retry_after_s > left:
+            return (
+                f"not retried: Retry-After {retry_after_s:g} s is beyond what is left of "
+                f"budget_s {budget:g} ({max(left, 0):.1f} s)"
+            )
+        if delay >= left:
+            return (
+                f"not retried: the next try ({delay:.1f} s from now) would start after "
+                f"budget_s {budget:g} ran out ({max(left, 0):.1f} s left)"
+            )
+        return None
 
     def mark_unknown(self, step_id: str, error: str) -> None:
         """The remote effect cannot be known: an operator has to decide."""
@@ -377,12 +432,39 @@ class Run:
 
         `unknown` steps are left alone: cancelling does not settle what a remote system did.
         """
+        self.stop(None, "execution cancelled")
+
+    def stop(self, reason: str | None, error: str) -> None:
+        """Cancel with a reason (`concurrency`, `deadline`, `expired`) kept in the history."""
         self.cancel_requested = True
+        self.stop_reason = reason
         self.status_changed = True  # cancel_requested_at must be saved even if status holds
         for step in self.definition.steps:
             if self.steps[step.id].status in CANCELLABLE_STEP:
-                self.set_step(step.id, "cancelled", error="execution cancelled")
+                self.set_step(step.id, "cancelled", error=error, reason=reason)
         self.derive_status()
+
+    def pass_deadline(self) -> None:
+        """deadline_s passed: nothing new starts, queued and waiting work stops, a request in
+        flight finishes and is recorded; the execution ends `failed` (reason `deadline`)."""
+        limit = self.definition.deadline_s
+        self.events.append((None, "execution.deadline_passed", {"deadline_s": limit}))
+        self.stop("deadline", f"not run: the execution's deadline_s {limit:g} passed")
+
+    def expire(self) -> None:
+        """start_within_s passed while still queued: the execution ends `cancelled` (expired)."""
+        limit = self.definition.start_within_s
+        self.stop("expired", f"not run: not started within start_within_s {limit:g}")
+
+    def enforce_time_limits(self) -> None:
+        """Apply a deadline or queue expiry that is due and not applied yet (the timer
+        scanner applies them too; this keeps a worker from starting work past them)."""
+        if self.terminal or self.cancel_requested:
+            return
+        if self.deadline_passed:
+            self.pass_deadline()
+        elif self.expired and self.status == "queued":
+            self.expire()
 
     def retry(self) -> list[str]:
         """Re-run failed and cancelled steps, keeping every succeeded checkpoint; returns them.
@@ -391,6 +473,7 @@ class Run:
         a decision an operator makes by resolving the step first.
         """
         self.cancel_requested = False
+        self.stop_reason = None
         rerun = [s.id for s in self.definition.steps if self.steps[s.id].status in RETRIED_STEP]
         for step_id in rerun:
             self.set_step(
@@ -400,6 +483,7 @@ class Run:
                 error=None,
                 wake_at=None,
                 output=None,
+                started_at=None,  # budget_s counts from the first attempt of this run
                 finished_at=None,
             )
         self.status = "running"
@@ -423,7 +507,8 @@ class Run:
         """Set the execution status from its steps (SPEC §6)."""
         statuses = {state.status for state in self.steps.values()}
         if self.cancel_requested:
-            status = "running" if "running" in statuses else "cancelled"
+            ended = "failed" if self.stop_reason == "deadline" else "cancelled"
+            status = "running" if "running" in statuses else ended
         elif statuses & {"ready", "running"}:
             status = "running" if self.status != "queued" or "running" in statuses else "queued"
         elif "waiting" in statuses:
@@ -437,7 +522,10 @@ class Run:
         else:
             status = "failed"
         if status != self.status:
-            self.events.append((None, f"execution.{status}", {"from": self.status, "to": status}))
+            detail: dict[str, Any] = {"from": self.status, "to": status}
+            if self.stop_reason is not None and status in TERMINAL_EXECUTION:
+                detail["reason"] = self.stop_reason
+            self.events.append((None, f"execution.{status}", detail))
             self.status = status
             self.status_changed = True
 

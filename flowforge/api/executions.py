@@ -6,7 +6,7 @@ import uuid
 
 from flask import Blueprint, Response, jsonify, request
 
-from flowforge import actions, definitions, timeline, workflows
+from flowforge import actions, definitions, flowcontrol, timeline, workflows
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -41,7 +41,9 @@ def show(execution_id: str) -> Response:
     eid = _execution_id(execution_id)
     _authorize_execution(eid, write=False)
     with connection() as conn:
-        return jsonify(timeline.execution_detail(conn, eid))
+        detail = timeline.execution_detail(conn, eid)
+        detail["flow_control"] = flowcontrol.flow_state(conn, eid)
+        return jsonify(detail)
 
 
 @bp.get("")

@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import intake, signatures, workflows
+from flowforge import flowcontrol, intake, signatures, workflows
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -97,6 +97,17 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
             return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
         except intake.StaleTarget:
             continue
+        except flowcontrol.QueueFull as exc:
+            # Decided in PostgreSQL: every API process gives the same answer.
+            raise Problem(
+                429,
+                "Queue full",
+                str(exc),
+                slug="queue-full",
+                headers={"Retry-After": str(exc.retry_after_s)},
+            ) from None
+        except flowcontrol.KeyUnresolved as exc:
+            raise Problem(422, "Concurrency key unresolved", str(exc)) from None
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
 
 

@@ -10,6 +10,7 @@ and the request leaves only while the lease is known to be ours (see `leases.py`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -62,8 +63,13 @@ class Executor:
                     logger.warning("wake-up for an unknown execution", extra=log)
                     return
                 run, _ = loaded
+                # Nothing new starts past a deadline or queue expiry, even in the moment
+                # before the timer scanner applies it.
+                run.enforce_time_limits()
                 state = run.steps.get(sid)
                 if run.terminal or state is None or state.status != "ready":
+                    if run.status_changed:
+                        save_run(conn, run, lease_s=self.lease_s)
                     logger.debug("stale wake-up ignored", extra=log)
                     return
                 run.started()
@@ -92,6 +98,10 @@ class Executor:
             rendered = render_request(step, run.context(sid), self.secret_bindings)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
+        # budget_s: the attempt may take no longer than what is left of the step's budget.
+        rendered = dataclasses.replace(
+            rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s)
+        )
         log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
 
         def fence() -> None:

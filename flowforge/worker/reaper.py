@@ -12,6 +12,7 @@ import time
 import psycopg
 import psycopg_pool
 
+from flowforge import flowcontrol
 from flowforge.db import one, wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
 from flowforge.executions import load_run, save_run, unit_of_work
@@ -144,7 +145,12 @@ class Reaper(threading.Thread):
             save_run(conn, run, lease_s=self.lease_s)
 
     def reconcile(self) -> int:
-        """Re-dispatch ready steps whose message went missing."""
+        """Re-dispatch ready steps whose message went missing; hand on free slots that a
+        transaction could not (a queued row it had to skip)."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            started = flowcontrol.fill_all(conn)
+        if started:
+            logger.warning("started queued executions on free slots", extra={"count": started})
         with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
             count, again = one(
                 conn.execute(
