@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge import flowcontrol
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
 from flowforge.executions import load_run, save_run, unit_of_work
@@ -48,7 +49,7 @@ def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None
         elif reason == "expired":
             run.expire()
         else:
-            run.stop(reason, f"execution cancelled: {reason}")
+            run.stop(reason, "execution cancelled: a newer one took its slot (cancel_oldest)")
         save_run(conn, run, lease_s=NO_LEASE)
     return run.status
 
@@ -70,6 +71,10 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
             raise Conflict(
                 f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
                 "(as failed, then retry, to send it again)"
+            )
+        if run.concurrency_key is not None and not run.held_slot:
+            flowcontrol.take_slot_for_retry(
+                conn, run.workflow_id, run.concurrency_key, run.execution_id
             )
         run.retry()
         save_run(conn, run, lease_s=NO_LEASE)

@@ -26,7 +26,7 @@ import psycopg
 
 from flowforge.db import one
 from flowforge.definitions import Definition
-from flowforge.errors import FlowForgeError
+from flowforge.errors import Conflict, FlowForgeError
 from flowforge.outbox import CHANNEL
 from flowforge.templating import TemplateError, render
 
@@ -191,6 +191,27 @@ WITH head AS (
 )
 SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('{CHANNEL}', '') END FROM granted
 """
+# An operator retry takes a slot like any start, under SLOT_LOCK: the slots other
+# executions of its key hold, and its own limit (from the version it pins).
+RETRY_SLOT = f"""
+SELECT (v.definition->'concurrency'->>'limit')::int,
+       (SELECT count(*) FROM executions h
+        WHERE h.workflow_id = e.workflow_id AND h.concurrency_key = e.concurrency_key
+          AND h.id <> e.id AND {HOLDS_SLOT})
+FROM executions e JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.id = %(id)s
+"""
+TAKE_SLOT = "UPDATE executions SET slot_at = now() WHERE id = %(id)s"
+# Per workflow: executions waiting for a slot and executions holding one (metrics).
+SLOT_GAUGES = f"""
+SELECT w.key,
+       count(*) FILTER (WHERE e.slot_at IS NULL AND e.status = 'queued'),
+       count(*) FILTER (WHERE e.{HOLDS_SLOT.replace(" AND ", " AND e.")})
+FROM executions e JOIN workflows w ON w.id = e.workflow_id
+WHERE e.concurrency_key IS NOT NULL
+  AND e.status IN ('queued', 'running', 'waiting', 'needs_attention')
+GROUP BY w.key ORDER BY w.key
+"""
 # Keys with a queue: the reconciler fills their free slots, which catches any slot freed
 # by a transaction that could not hand it on.
 QUEUED_KEYS = f"""
@@ -318,6 +339,34 @@ def fill_slots(conn: psycopg.Connection, workflow_id: int, key: str) -> int:
     conn.execute(SLOT_LOCK, params)
     (granted, _) = one(conn.execute(FILL_SLOTS, params))
     return int(granted)
+
+
+def take_slot_for_retry(conn: psycopg.Connection, workflow_id: int, key: str, eid: str) -> None:
+    """Give an execution an operator is retrying a slot of its key, or refuse (Conflict)
+    while the key's slots are all held: a retry never runs past the limit."""
+    conn.execute(SLOT_LOCK, {"workflow_id": workflow_id, "ckey": key})
+    limit, held = one(conn.execute(RETRY_SLOT, {"id": eid}))
+    if limit is not None and held >= limit:
+        raise Conflict(
+            f"all {limit} concurrency slots of key {key!r} are held; retry it when one frees"
+        )
+    conn.execute(TAKE_SLOT, {"id": eid})
+
+
+def metric_lines(conn: psycopg.Connection) -> list[str]:
+    """Prometheus gauges: per workflow, how many wait for a slot and how many hold one."""
+    rows = conn.execute(SLOT_GAUGES).fetchall()
+    lines = [
+        "# HELP flowforge_slot_queue Executions queued for a concurrency slot, by workflow.",
+        "# TYPE flowforge_slot_queue gauge",
+    ]
+    lines += [f'flowforge_slot_queue{{workflow="{key}"}} {queued}' for key, queued, _ in rows]
+    lines += [
+        "# HELP flowforge_slot_holders Executions holding a concurrency slot, by workflow.",
+        "# TYPE flowforge_slot_holders gauge",
+    ]
+    lines += [f'flowforge_slot_holders{{workflow="{key}"}} {held}' for key, _, held in rows]
+    return lines
 
 
 def fill_all(conn: psycopg.Connection) -> int:

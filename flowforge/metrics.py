@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from flowforge import flowcontrol
 from flowforge.db import one
 
 EXECUTIONS_BY_STATUS = "SELECT status, count(*) FROM executions GROUP BY status"
@@ -42,5 +43,6 @@ def render(conn: psycopg.Connection) -> str:
         "# HELP flowforge_expired_leases Running steps whose lease ran out (reaper pending).",
         "# TYPE flowforge_expired_leases gauge",
         f"flowforge_expired_leases {expired}",
+        *flowcontrol.metric_lines(conn),
     ]
     return "\n".join(lines) + "\n"

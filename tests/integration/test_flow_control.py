@@ -88,6 +88,9 @@ def test_a_limit_holds_at_the_target_through_a_worker_sigkill_and_nothing_is_str
     waiting = queued["flow_control"]["waiting_for_slot"]
     assert waiting["key"] == "" and waiting["limit"] == 2
     assert waiting["ahead"] == 9 and len(waiting["held_by"]) == 2
+    metrics = requests.get(f"{client.base}/metrics", timeout=10).text
+    assert 'flowforge_slot_queue{workflow="limited"} 10' in metrics
+    assert 'flowforge_slot_holders{workflow="limited"} 2' in metrics
     victim = workers()
     workers()
     wait_for(lambda: len(target.received) >= 4, timeout=20, message="4 requests")
@@ -160,9 +163,15 @@ def test_drop_new_records_the_new_execution_cancelled_with_reason_concurrency(
     assert dropped["flow_control"]["stop_reason"] == "concurrency"
     assert events(dropped, "execution.cancelled")[0]["detail"]["reason"] == "concurrency"
     assert step(dropped, "call")["status"] == "cancelled"
+    # An operator retry takes a slot like any start: refused while the slot is held.
+    retry = client.post(f"/api/v1/executions/{dropped['id']}/retry")
+    assert retry.status_code == 409, retry.text
     gauge.release.set()
     assert client.wait(first)["status"] == "succeeded"
     assert len(target.received) == 1
+    assert client.post(f"/api/v1/executions/{dropped['id']}/retry").status_code == 202
+    assert client.wait(dropped["id"])["status"] == "succeeded"
+    assert len(target.received) == 2
 
 
 def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_and_starts_the_new_one(
