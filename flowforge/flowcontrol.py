@@ -56,8 +56,10 @@ QUEUE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(workflow_id)s::tex
 # steps, wake-ups, history, NOTIFY), plus the decision: `start` (a free slot and nobody
 # ahead in its key's queue: roots ready now), `queue` (steps pending until a slot frees),
 # `drop` (on_full drop_new: recorded cancelled, reason concurrency), `replace` (on_full
-# cancel_oldest: starts now; the caller then cancels the oldest holder it returns) or
-# `refuse` (max_queued reached: nothing is written at all).
+# cancel_oldest: starts now; the caller then cancels the oldest holders it returns, as
+# many as bring the key back to its limit — so two racing intakes that both saw the same
+# oldest holder still end at the limit) or `refuse` (max_queued reached: nothing is
+# written at all).
 GATED_INTAKE = f"""
 WITH current AS (
     SELECT 1 FROM workflows w
@@ -137,9 +139,11 @@ WITH current AS (
 )
 SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
        (SELECT mode FROM decision),
-       (SELECT id FROM executions
-        WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s::text AND {HOLDS_SLOT}
-        ORDER BY slot_at, id LIMIT 1),
+       ARRAY(SELECT id::text FROM executions
+             WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s::text
+               AND {HOLDS_SLOT}
+             ORDER BY slot_at, id
+             LIMIT (SELECT greatest(holders.n + 1 - %(limit)s::int, 0) FROM holders)),
        (SELECT pg_notify('{CHANNEL}', '') FROM accepted WHERE mode IN ('start', 'replace'))
 """
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
@@ -255,12 +259,12 @@ class KeyUnresolved(FlowForgeError):
 @dataclass(frozen=True)
 class Decision:
     """What the gated intake did: whether the target was current, whether it created the
-    execution, its mode, and (for `replace`) the holder the caller must now cancel."""
+    execution, its mode, and (for `replace`) the holders the caller must now cancel."""
 
     current: bool
     created: bool
     mode: str
-    oldest_holder: str | None
+    replaced: tuple[str, ...]
 
 
 def is_controlled(definition: Definition) -> bool:
@@ -315,7 +319,8 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
         current, created, mode, oldest, _ = one(conn.execute(GATED_INTAKE, params))
         if mode == "refuse" and current:
             (started,) = one(conn.execute(DRAIN_RATE, params))
-    decision = Decision(bool(current), bool(created), mode, str(oldest) if oldest else None)
+    replaced = tuple(oldest) if mode == "replace" else ()
+    decision = Decision(bool(current), bool(created), mode, replaced)
     if mode == "refuse" and current:
         raise QueueFull(
             f"the workflow already has {params['max_queued']} queued executions "

@@ -242,11 +242,12 @@ def accept(
         if not current:
             raise StaleTarget(f"workflow {target.workflow_id} changed since it was cached")
         if created:
-            if controlled and decision.mode == "replace" and decision.oldest_holder:
+            if controlled:
                 # on_full cancel_oldest: the new execution holds a slot already; the oldest
-                # holder is cancelled as an operator cancel would, in its own transaction
-                # (its row lock is never waited for under the slot lock).
-                actions.stop(conn, decision.oldest_holder, "concurrency")
+                # holders are cancelled as an operator cancel would, each in its own
+                # transaction (a row lock is never waited for under the slot lock).
+                for holder in decision.replaced:
+                    actions.stop(conn, holder, "concurrency")
             return Accepted(execution_id, replayed=False)
         existing = conn.execute(EXISTING_KEY, params).fetchone() if idempotency_key else None
         if existing is None and refused is not None:

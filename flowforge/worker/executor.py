@@ -144,6 +144,8 @@ class Executor:
                     },
                 )
                 return
+            # A deadline that passed while the request was out: record it, start nothing.
+            run.enforce_time_limits()
             run.record_outcome(sid, token, outcome)
             save_run(conn, run, lease_s=self.lease_s)
         logger.info(

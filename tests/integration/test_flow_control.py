@@ -390,3 +390,44 @@ def test_budget_shrinks_the_timeout_of_the_last_attempt(
     )
     # The first try had its whole timeout; the second only what was left of budget_s.
     assert first.total_seconds() >= 1.9 and last.total_seconds() < 1.5, attempts
+
+
+def test_racing_cancel_oldest_webhooks_end_with_the_key_at_its_limit(
+    client: Api, target: Target, workers: Callable[..., Process], db: psycopg.Connection
+) -> None:
+    gauge = Gauge(hold_s=20.0)
+    target.script = gauge
+    client.publish(
+        "racing",
+        flow([get(f"{target.url}/sync/x")], concurrency={"limit": 2, "on_full": "cancel_oldest"}),
+    )
+    answers: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(client.hook("racing", {}).status_code))
+        for _ in range(10)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [202] * 10
+    (held,) = db.execute(
+        "SELECT count(*) FROM executions WHERE slot_at IS NOT NULL"
+        " AND cancel_requested_at IS NULL AND status NOT IN ('succeeded', 'failed', 'cancelled')"
+    ).fetchone()
+    assert held == 2
+    (replaced,) = db.execute(
+        "SELECT count(*) FROM executions WHERE stop_reason = 'concurrency'"
+    ).fetchone()
+    assert replaced == 8
+    workers()
+    gauge.release.set()
+    wait_for(
+        lambda: (
+            db.execute("SELECT count(*) FROM executions WHERE status = 'succeeded'").fetchone()[0]
+            == 2
+        ),
+        timeout=20,
+        message="the two holders to succeed",
+    )
+    assert len(target.received) == 2
