@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -113,3 +114,33 @@ def test_blackhole_holds_bytes_until_restore(proxy: FaultProxy) -> None:
 def test_url_points_at_the_proxy(proxy: FaultProxy) -> None:
     url = proxy.url("amqp://guest:guest@127.0.0.1:5672/%2F")
     assert url == f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+
+
+def test_cut_ends_both_sides_even_when_neither_is_talking() -> None:
+    """A PostgreSQL session idle in a transaction sends nothing: a cut must still end it
+    on the server side (or it keeps its locks), and the client must see it without
+    writing first."""
+    server = socket.create_server(("127.0.0.1", 0))
+    ended = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError):
+            while conn.recv(4096):
+                pass
+        ended.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = FaultProxy(*server.getsockname())
+    try:
+        with _connect(proxy) as s:
+            s.sendall(b"BEGIN")
+            time.sleep(0.3)  # both pumps are now blocked in recv
+            proxy.cut()
+            assert ended.wait(3), "the upstream never saw the cut"
+            s.settimeout(3)
+            with contextlib.suppress(OSError):
+                assert s.recv(1) == b""
+    finally:
+        proxy.close()
+        server.close()

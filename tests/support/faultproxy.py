@@ -28,9 +28,17 @@ POLL = 0.05
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with RST instead of FIN, so the peer sees a hard failure at once."""
+    """Close with RST instead of FIN, so the peer sees a hard failure at once.
+
+    shutdown(SHUT_RD) first: it sends nothing, but wakes a pump blocked in recv() on this
+    socket. Without it close() only drops our file descriptor, the blocked recv keeps the
+    socket alive, and a peer that is not talking (PostgreSQL idle in a transaction) never
+    hears of the reset and keeps its locks.
+    """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 
@@ -102,6 +110,17 @@ class FaultProxy:
         """How many client connections are currently open through the proxy."""
         with self._lock:
             return len(self._links)
+
+    def upstream_ports(self) -> set[int]:
+        """Local ports of the open upstream connections: what the server sees as each
+        client's port (PostgreSQL's pg_stat_activity.client_port), to tell whose it is."""
+        with self._lock:
+            links = list(self._links)
+        ports = set()
+        for link in links:
+            with contextlib.suppress(OSError, AttributeError):
+                ports.add(link.upstream.getsockname()[1])  # type: ignore[union-attr]
+        return ports
 
     # ---- modes ---------------------------------------------------------------------
 
