@@ -144,3 +144,22 @@ def test_cut_ends_both_sides_even_when_neither_is_talking() -> None:
     finally:
         proxy.close()
         server.close()
+
+
+def test_strand_silences_current_connections_for_good_but_not_new_ones(
+    proxy: FaultProxy,
+) -> None:
+    with _connect(proxy) as old:
+        old.sendall(b"one")
+        assert old.recv(3) == b"one"
+        proxy.strand()
+        old.sendall(b"lost")
+        old.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            old.recv(4)
+        with _connect(proxy) as new:
+            new.sendall(b"new")
+            assert new.recv(3) == b"new"
+        proxy.restore()
+        with pytest.raises(TimeoutError):
+            old.recv(4)

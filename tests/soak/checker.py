@@ -2,9 +2,12 @@
 database, and lists every broken promise of SPEC §7 with enough detail to debug it.
 
 Categories (each violation names one):
-- duplicate_unsafe_request: a POST without Idempotency-Key reached the target more often
-  than once plus the operator retries that asked for it (a retry accepted while the step
-  was `failed` or `unknown` asks to send it again; one while it was `cancelled` does not);
+- duplicate_unsafe_request: a POST without Idempotency-Key reached the target twice where
+  no operator asked for it. The operator log splits each step's timeline: a retry
+  accepted while the step was `failed` or `unknown` allows one more send from the moment
+  the operator looked (a retry while it was `cancelled` or `succeeded` allows none); a
+  resolve allows none until the next such retry. So a send by a worker that lost its
+  lease after the step was settled counts too, even when the total looks right;
 - step_succeeded_twice: two attempts of one step with outcome succeeded;
 - success_without_request: a succeeded HTTP attempt the target never saw;
 - keyed_request_changed_key: one step's retries carried different Idempotency-Keys;
@@ -16,6 +19,7 @@ Categories (each violation names one):
 - running_without_owner: a step still `running` whose owner is gone, whose lease has
   expired, or whose attempt has been in flight longer than any request can take;
 - worker_not_recovered: a worker that was not consuming again soon after the faults healed;
+- drain_stuck: a worker that did not finish its SIGTERM drain in time at the very end;
 - api_5xx / api_no_answer: an API answer of 500 or more, or none at all (the API processes
   are never faulted).
 """
@@ -31,7 +35,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from tests.soak.cluster import Cluster
-from tests.soak.history import History, RecordingClient
+from tests.soak.history import History, OperatorAction, RecordingClient
 from tests.soak.workload import HANG_S, REQUEST_TIMEOUT_S, TargetPath, Workload
 from tests.support.target import Target
 
@@ -139,6 +143,31 @@ class Checker:
     def when(self, wall: float) -> float:
         return round(wall - self.history.wall_started, 2)
 
+    def unasked_sends(self, execution_id: str, step_id: str, times: list[float]) -> list[float]:
+        """The sends (run-relative times, sorted) beyond what the operator log allows."""
+
+        def opens(a: OperatorAction) -> bool:
+            if a.execution_id != execution_id:
+                return False
+            if a.action == "retry":
+                return a.status == 202 and a.steps_before.get(step_id) in RESEND_ASKED
+            return a.action == "resolve" and a.status == 200 and a.step_id == step_id
+
+        # (when, sends allowed from then on): a retry allows one, a resolve none.
+        boundaries = sorted(
+            (self.when(a.wall), 1 if a.action == "retry" else 0)
+            for a in self.history.actions
+            if opens(a)
+        )
+        allowed, used, extra = 1, 0, []
+        for t in times:
+            while boundaries and boundaries[0][0] <= t:
+                allowed, used = boundaries.pop(0)[1], 0
+            used += 1
+            if used > allowed:
+                extra.append(t)
+        return extra
+
     # ---- the checks ----------------------------------------------------------------
 
     def check_requests(self) -> None:
@@ -154,20 +183,13 @@ class Checker:
             if key is not None:
                 keys.setdefault(at, set()).add(key)
         for (eid, sid), times in sorted(unsafe.items()):
-            asked = sum(
-                1
-                for a in self.history.actions
-                if a.action == "retry"
-                and a.status == 202
-                and a.execution_id == eid
-                and a.steps_before.get(sid) in RESEND_ASKED
-            )
-            if len(times) > 1 + asked:
+            extra = self.unasked_sends(eid, sid, sorted(times))
+            if extra:
                 self.fail(
                     "duplicate_unsafe_request",
-                    f"execution {eid} step {sid}: sent {len(times)} times at t={times}, "
-                    f"operator asked for {asked} re-send(s); attempts: "
-                    f"{self.attempts_of(eid, sid)}; operator: {self.operator_on(eid)}",
+                    f"execution {eid} step {sid}: sent at t={sorted(times)}, not asked for at "
+                    f"t={extra}; attempts: {self.attempts_of(eid, sid)}; "
+                    f"operator: {self.operator_on(eid)}",
                 )
         for (eid, sid), seen in sorted(keys.items()):
             if len(seen) > 1:
@@ -300,7 +322,7 @@ class Checker:
                 )
 
     def run(self, unhealthy: list[str]) -> list[Violation]:
-        """Every check; the violations in category order."""
+        """Every check on what was read; the violations in category order."""
         for worker in unhealthy:
             self.fail("worker_not_recovered", f"{worker} was not consuming after the heal")
         self.check_requests()
@@ -340,6 +362,7 @@ class Checker:
             "target_requests": len(self.requests),
             "webhook_keys": len(self.workload.deliveries),
             "duplicate_deliveries": self.workload.duplicate_deliveries,
+            "poisoned_delays": self.workload.poisoned,
             "api_calls": len(self.history.calls),
             "faults": dict(Counter(f.op for f in self.history.faults)),
             "operator_actions": dict(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -183,6 +184,24 @@ class Cluster:
             if not self.wait_consuming(slot, max(deadline - time.monotonic(), 0.5)):
                 unhealthy.append(slot.worker_id)
         return unhealthy
+
+    def drain(self, timeout: float) -> dict[str, int | None]:
+        """SIGTERM every live worker at once; each one's exit status, None when it was
+        still draining after `timeout` (it is SIGKILLed then)."""
+        live = [slot for slot in self.slots if slot.alive]
+        for slot in live:
+            slot.signal_group(signal.SIGCONT)
+            slot.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for slot in live:
+            assert slot.proc is not None
+            try:
+                codes[slot.worker_id] = slot.proc.popen.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                codes[slot.worker_id] = None
+                slot.proc.kill()
+        return codes
 
     def live_worker_ids(self) -> set[str]:
         return {slot.worker_id for slot in self.slots if slot.alive}

@@ -35,6 +35,9 @@ class OperatorAction:
     """A cancel, retry or resolve the nemesis issued, with what it saw just before."""
 
     at: float
+    # time.time() before the snapshot below was read: from here on the step was settled,
+    # so no request for it was legitimately in flight (compared with the target's log).
+    wall: float
     action: str
     execution_id: str
     status: int | None

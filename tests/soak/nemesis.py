@@ -40,7 +40,7 @@ def _loop(
     stop: threading.Event,
     rng: random.Random,
     interval: tuple[float, float],
-    operations: dict[str, int],
+    operations: dict[str, float],
     perform: Callable[[str, float, float, float], bool],
     between: Callable[[], None],
 ) -> None:
@@ -184,6 +184,22 @@ class Nemesis:
     def pg_blackhole(self, pick: float, duration: float, coin: float) -> bool:
         return self._link_fault("pg", "blackhole", pick, duration, coin)
 
+    def _strand(self, link: str, pick: float) -> bool:
+        """Silence the link's current connections for good (no heal: only a client that
+        notices on its own, or the death of the process, ends them)."""
+        slot = self._slot(pick, lambda s: s.alive)
+        if slot is None:
+            return False
+        (slot.pg if link == "pg" else slot.amqp).strand()
+        self.history.fault(f"{link}_strand", slot.worker_id)
+        return True
+
+    def pg_strand(self, pick: float, duration: float, coin: float) -> bool:
+        return self._strand("pg", pick)
+
+    def amqp_strand(self, pick: float, duration: float, coin: float) -> bool:
+        return self._strand("amqp", pick)
+
     def amqp_reset(self, pick: float, duration: float, coin: float) -> bool:
         return self._link_fault("amqp", "reset", pick, duration, coin)
 
@@ -210,6 +226,9 @@ class Operator:
         self.history = history
         self.rng = rng
         self.interval = interval
+        # What this operator cancelled, newest last: people change their minds, and a
+        # retry soon after a cancel is where re-sent requests hide.
+        self.cancelled: list[str] = []
 
     def run(self, stop: threading.Event) -> None:
         _loop(
@@ -244,11 +263,13 @@ class Operator:
     def _act(
         self, action: str, base: str, execution_id: str, path: str, body: Any = None, **extra: Any
     ) -> None:
+        at, wall = self.history.now(), time.time()
         before = self._steps(base, execution_id) or {}
         r = self.client.request("operator", "POST", f"{base}{path}", json=body)
         self.history.action(
             OperatorAction(
-                self.history.now(),
+                at,
+                wall,
                 action,
                 execution_id,
                 r.status_code if r is not None else None,
@@ -258,22 +279,29 @@ class Operator:
         )
 
     def cancel(self, pick: float, duration: float, coin: float) -> bool:
-        """Cancel a running (preferably) or waiting execution."""
+        """Cancel a running execution (mostly), or a waiting, queued or needs_attention one."""
         base = self._api(coin)
-        live = self._executions(base, ["running"] if duration < 0.7 else ["waiting", "queued"])
+        statuses = ["running"] if duration < 0.7 else ["waiting", "queued", "needs_attention"]
+        live = self._executions(base, statuses)
         if not live:
             return False
         eid = live[int(pick * len(live))]
         self._act("cancel", base, eid, f"/api/v1/executions/{eid}/cancel")
+        self.cancelled.append(eid)
         return True
 
     def retry(self, pick: float, duration: float, coin: float) -> bool:
-        """Retry a cancelled, failed or needs_attention execution."""
+        """Retry one of the last executions this operator cancelled (half the time), or
+        any cancelled, failed or needs_attention execution."""
         base = self._api(coin)
-        done = self._executions(base, ["cancelled", "needs_attention", "failed"])
-        if not done:
-            return False
-        eid = done[int(pick * len(done))]
+        if duration < 0.5 and self.cancelled:
+            recent = self.cancelled[-5:]
+            eid = recent[int(pick * len(recent))]
+        else:
+            done = self._executions(base, ["cancelled", "needs_attention", "failed"])
+            if not done:
+                return False
+            eid = done[int(pick * len(done))]
         self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
         return True
 

@@ -63,6 +63,8 @@ from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
 from tests.support.target import Target
 
 HEAL_TIMEOUT_S = 30.0
+# A drain waits for running steps; none can take longer than its request timeout.
+DRAIN_TIMEOUT_S = 15.0
 
 
 @dataclass
@@ -73,7 +75,7 @@ class Options:
     workers: int = 3
     rate: float = 4.0
     duplicates: float = 0.15
-    poison: float = 0.02
+    poison: float = 0.04
     interval: tuple[float, float] = (0.3, 1.5)
     lease: float = 2.0
     reconcile: float = 5.0
@@ -185,6 +187,12 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         history.fault("check", "all", f"settled in {settled_s}s")
         checker = Checker(cluster, client, history, workload, target)
         violations = checker.run(unhealthy)
+        for worker, code in cluster.drain(DRAIN_TIMEOUT_S).items():
+            if code != 0:
+                how = "still draining" if code is None else f"exited {code}"
+                violations.append(
+                    Violation("drain_stuck", f"{worker}: {how} {DRAIN_TIMEOUT_S:g}s after SIGTERM")
+                )
         figures = {
             "seed": seed,
             **checker.figures(),

@@ -223,6 +223,7 @@ class Workload:
         self.poison = poison
         self.deliveries: dict[str, Delivery] = {}
         self.duplicate_deliveries = 0
+        self.poisoned = 0
         self.reads = 0
         self._lock = threading.Lock()
 
@@ -257,7 +258,9 @@ class Workload:
             body["big"] = rng.random() < 0.5
         else:
             until = datetime.now(UTC) + timedelta(seconds=rng.uniform(0.2, 3.0))
-            body["until"] = POISONED_UNTIL if rng.random() < self.poison else until.isoformat()
+            poisoned = rng.random() < self.poison
+            self.poisoned += poisoned
+            body["until"] = POISONED_UNTIL if poisoned else until.isoformat()
         key = f"soak-{n}"
         with self._lock:
             self.deliveries[key] = Delivery(workflow, body)

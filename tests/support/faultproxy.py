@@ -9,7 +9,10 @@ network does:
 - blackhole: connections are accepted and kept open, but nothing is forwarded in either
   direction — a partition, where reads hang instead of failing;
 - restore: back to pass; bytes held by a blackhole are then delivered, like TCP does
-  when a partition heals, so the AMQP stream is intact.
+  when a partition heals, so the AMQP stream is intact;
+- strand: every current connection goes silent for good (a middlebox lost its state and
+  drops their packets without a reset) while new connections pass — only a client that
+  notices on its own (keepalive, timeouts) gets out of it.
 
 Threads and the standard library only, so it runs wherever the tests do.
 """
@@ -50,6 +53,7 @@ class _Link:
         self.client = client
         self.upstream: socket.socket | None = None
         self.closed = threading.Event()
+        self.stranded = False
         self._lock = threading.Lock()
 
     def close(self, *, reset: bool = False) -> None:
@@ -139,6 +143,13 @@ class FaultProxy:
             self.mode = "blackhole"
             self._flowing.clear()
 
+    def strand(self) -> None:
+        """Silence every current connection for good; new ones are not affected."""
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.stranded = True
+
     def restore(self) -> None:
         """Forward again; whatever a blackhole held back is delivered now."""
         with self._lock:
@@ -188,10 +199,12 @@ class FaultProxy:
             ).start()
 
     def _wait_flowing(self, link: _Link) -> bool:
-        """Block while blackholed; False once the link or the proxy is closed."""
-        while not self._flowing.wait(POLL):
+        """Block while blackholed or stranded; False once the link or the proxy is closed."""
+        while not self._flowing.wait(POLL) or link.stranded:
             if link.closed.is_set() or self._stopped.is_set():
                 return False
+            if link.stranded:
+                time.sleep(POLL)
         return not link.closed.is_set()
 
     def _open_upstream(self, link: _Link) -> None:
