@@ -275,6 +275,14 @@ class Checker:
                     f"operator: {self.operator_on(s['execution_id'])}",
                 )
 
+    def check_readable(self) -> None:
+        """GET every execution once, across both APIs: everything stored must load again
+        (an answer of 500 here is reported by check_api)."""
+        bases = self.cluster.api_bases
+        for index, e in enumerate(self.executions):
+            base = bases[index % len(bases)]
+            self.client.request("checker", "GET", f"{base}/api/v1/executions/{e['id']}")
+
     def check_running(self) -> None:
         live = self.cluster.live_worker_ids()
         # No request can take longer than its hang plus its timeout plus a lease or two.
@@ -330,6 +338,7 @@ class Checker:
         self.check_settled()
         self.check_unknown_visible()
         self.check_running()
+        self.check_readable()
         self.check_api()
         return self.violations
 

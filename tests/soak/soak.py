@@ -87,9 +87,13 @@ class Options:
     logs: Path | None = None
 
     def replay_flags(self) -> str:
+        """The command-line flags that give these options back."""
         return (
             f"--duration {self.duration:g} --workers {self.workers} --rate {self.rate:g} "
-            f"--lease {self.lease:g} --reconcile {self.reconcile:g} --settle {self.settle:g}"
+            f"--duplicates {self.duplicates:g} --poison {self.poison:g} "
+            f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
+            f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
+            f"--settle {self.settle:g}"
         )
 
 

@@ -25,8 +25,9 @@ from tests.support.target import Received, Reply, Target
 # Seconds an http_request waits for an answer; a hang lasts longer, so it times out.
 REQUEST_TIMEOUT_S = 2
 HANG_S = 5.0
-# A value Python can parse but not load back once PostgreSQL has stored it (year 10000 UTC).
-POISONED_UNTIL = "9999-12-31T23:59:59-14:00"
+# Values Python parses but cannot load back once PostgreSQL has stored them: in UTC they
+# fall in year 0 (already due) and year 10000 (never due).
+POISONED_UNTIL = ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00")
 
 
 def _url(target: Target, workflow: str, step: str) -> str:
@@ -259,8 +260,10 @@ class Workload:
         else:
             until = datetime.now(UTC) + timedelta(seconds=rng.uniform(0.2, 3.0))
             poisoned = rng.random() < self.poison
-            self.poisoned += poisoned
-            body["until"] = POISONED_UNTIL if poisoned else until.isoformat()
+            body["until"] = until.isoformat()
+            if poisoned:
+                self.poisoned += 1
+                body["until"] = POISONED_UNTIL[rng.randrange(len(POISONED_UNTIL))]
         key = f"soak-{n}"
         with self._lock:
             self.deliveries[key] = Delivery(workflow, body)
