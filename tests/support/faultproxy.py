@@ -129,10 +129,11 @@ class FaultProxy:
     # ---- modes ---------------------------------------------------------------------
 
     def cut(self) -> None:
-        """Reset every current connection and every new one until restore()."""
+        """Reset every current connection (but stranded ones: they are out of reach) and
+        every new one until restore()."""
         with self._lock:
             self.mode = "cut"
-            links = list(self._links)
+            links = [link for link in self._links if not link.stranded]
         self._flowing.set()  # let blocked pumps notice the reset and exit
         for link in links:
             link.close(reset=True)
