@@ -17,7 +17,7 @@ import pytest
 from tests.soak.soak import Options, run_one
 
 SEEDS = (1, 2, 3)
-SHORT = Options(duration=30.0, settle=30.0, interval=(0.3, 1.2))
+SHORT = Options(duration=30.0, interval=(0.3, 1.2))
 
 
 @pytest.mark.randomized

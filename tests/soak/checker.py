@@ -55,8 +55,19 @@ SELECT execution_id::text AS execution_id, step_id, attempt, fencing_token, work
        error, http_status, extract(epoch FROM now() - started_at) AS age_s
 FROM attempts ORDER BY id
 """
+# Seconds from recovering a lost lease to the next attempt of the step: how long a takeover
+# took once the reaper saw the lease run out (a figure, not a verdict).
+TAKEOVERS = """
+SELECT extract(epoch FROM n.started_at - a.finished_at)::float AS s
+FROM attempts a
+JOIN LATERAL (SELECT started_at FROM attempts n
+              WHERE n.execution_id = a.execution_id AND n.step_id = a.step_id AND n.id > a.id
+              ORDER BY n.id LIMIT 1) n ON true
+WHERE a.outcome = 'lost_lease'
+ORDER BY 1
+"""
 EXECUTIONS = """
-SELECT e.id::text AS id, e.idempotency_key, e.status, w.key AS workflow
+SELECT e.id::text AS id, e.idempotency_key, e.status, e.input::text AS input, w.key AS workflow
 FROM executions e JOIN workflows w ON w.id = e.workflow_id
 """
 # Sessions whose transaction has been open a while: who holds the locks everyone waits on.
@@ -116,6 +127,7 @@ class Checker:
             self.attempts: list[dict[str, Any]] = conn.execute(ATTEMPTS).fetchall()  # type: ignore[assignment]
             self.executions: list[dict[str, Any]] = conn.execute(EXECUTIONS).fetchall()  # type: ignore[assignment]
             self.sessions: list[dict[str, Any]] = conn.execute(LONG_TRANSACTIONS).fetchall()  # type: ignore[assignment]
+            self.takeovers = [float(r["s"]) for r in conn.execute(TAKEOVERS)]  # type: ignore[call-overload]
         self.requests = [(TargetPath.parse(r.path), r) for r in list(self.target.received)]
 
     def fail(self, category: str, detail: str) -> None:
@@ -246,7 +258,7 @@ class Checker:
             if e["status"] not in SETTLED:
                 self.fail(
                     "not_settled",
-                    f"{e['workflow']} execution {e['id']} is {e['status']}; steps "
+                    f"{e['workflow']} execution {e['id']} is {e['status']}; input {e['input']}; steps "
                     f"{steps_by_execution.get(e['id'])}; operator: {self.operator_on(e['id'])}",
                 )
 
@@ -326,7 +338,7 @@ class Checker:
                 self.fail(
                     "api_5xx",
                     f"t={call.at} {call.who} {call.method} {call.url} -> {call.status}: "
-                    f"{(call.body or '')[:300]}",
+                    f"{(call.body or '').strip()[:300]}",
                 )
 
     def run(self, unhealthy: list[str]) -> list[Violation]:
@@ -358,6 +370,7 @@ class Checker:
 
     def figures(self) -> dict[str, Any]:
         """What the run covered, and how noisy the workers' logs were."""
+        takeovers = self.takeovers
         levels: Counter[str] = Counter()
         for log in self.cluster.logs.glob("worker-*.log"):
             for line in log.read_text(errors="replace").splitlines():
@@ -378,6 +391,13 @@ class Checker:
                 Counter(f"{a.action} {a.status}" for a in self.history.actions)
             ),
             "worker_log_lines": dict(levels),
+            "takeover_s": {
+                "count": len(self.takeovers),
+                "median": round(self.takeovers[len(self.takeovers) // 2], 1)
+                if self.takeovers
+                else None,
+                "max": round(self.takeovers[-1], 1) if self.takeovers else None,
+            },
         }
 
 

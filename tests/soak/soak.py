@@ -78,7 +78,8 @@ class Options:
     poison: float = 0.04
     interval: tuple[float, float] = (0.3, 1.5)
     lease: float = 2.0
-    reconcile: float = 5.0
+    # The product's default: a harness that shortens it hides takeovers that wait for it.
+    reconcile: float = 30.0
     concurrency: int = 4
     settle: float = 45.0
     slow: float = 0.15
