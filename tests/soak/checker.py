@@ -258,8 +258,9 @@ class Checker:
             if e["status"] not in SETTLED:
                 self.fail(
                     "not_settled",
-                    f"{e['workflow']} execution {e['id']} is {e['status']}; input {e['input']}; steps "
-                    f"{steps_by_execution.get(e['id'])}; operator: {self.operator_on(e['id'])}",
+                    f"{e['workflow']} execution {e['id']} is {e['status']}; input {e['input']}; "
+                    f"steps {steps_by_execution.get(e['id'])}; "
+                    f"operator: {self.operator_on(e['id'])}",
                 )
 
     def check_unknown_visible(self) -> None:
@@ -392,11 +393,9 @@ class Checker:
             ),
             "worker_log_lines": dict(levels),
             "takeover_s": {
-                "count": len(self.takeovers),
-                "median": round(self.takeovers[len(self.takeovers) // 2], 1)
-                if self.takeovers
-                else None,
-                "max": round(self.takeovers[-1], 1) if self.takeovers else None,
+                "count": len(takeovers),
+                "median": round(takeovers[len(takeovers) // 2], 1) if takeovers else None,
+                "max": round(takeovers[-1], 1) if takeovers else None,
             },
         }
 
