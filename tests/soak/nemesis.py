@@ -1,7 +1,7 @@
-"""The nemesis: at moments drawn from a seeded RNG it SIGKILLs (then restarts) and
-SIGSTOPs/SIGCONTs workers, resets and blackholes their PostgreSQL and RabbitMQ links
-through their proxies, and acts as an operator — cancel, retry, resolve — on live
-executions through the API.
+"""The nemesis and the operator. At moments drawn from a seeded RNG the nemesis SIGKILLs
+(then restarts) and SIGSTOPs/SIGCONTs workers, and resets, blackholes and strands their
+PostgreSQL and RabbitMQ links through their proxies; the operator, on a thread of its
+own, cancels, retries and resolves live executions through the API.
 
 Faults overlap: each one schedules its own heal, and one thread runs faults and heals in
 time order, so the order of decisions follows the seed (what they hit depends on timing).
@@ -42,7 +42,7 @@ def _loop(
     rng: random.Random,
     interval: tuple[float, float],
     operations: dict[str, float],
-    perform: Callable[[str, float, float, float], bool],
+    perform: Callable[[str, float, float, float], None],
     between: Callable[[], None],
 ) -> None:
     """Draw an operation at random moments until `stop`; `between` runs while waiting."""
@@ -113,11 +113,11 @@ class Nemesis:
 
     # ---- process faults ------------------------------------------------------------
 
-    def kill(self, pick: float, duration: float, coin: float) -> bool:
+    def kill(self, pick: float, duration: float, coin: float) -> None:
         """SIGKILL a worker; its successor starts 0.5-4 s later."""
         slot = self._slot(pick, lambda s: s.alive)
         if slot is None:
-            return False
+            return
         self.history.fault("kill", slot.worker_id)
         assert slot.proc is not None
         slot.proc.kill()
@@ -127,13 +127,12 @@ class Nemesis:
             self.history.fault("restart", slot.worker_id)
 
         self.later(0.5 + 3.5 * duration, restart)
-        return True
 
-    def pause(self, pick: float, duration: float, coin: float) -> bool:
+    def pause(self, pick: float, duration: float, coin: float) -> None:
         """SIGSTOP a worker for 0.5-4 leases, then SIGCONT."""
         slot = self._slot(pick, lambda s: s.alive and not s.paused)
         if slot is None:
-            return False
+            return
         seconds = self.lease_s * (0.5 + 3.5 * duration)
         self.history.fault("pause", slot.worker_id, f"{seconds:.1f}s")
         slot.signal_group(signal.SIGSTOP)
@@ -147,14 +146,13 @@ class Nemesis:
                 self.history.fault("resume", slot.worker_id)
 
         self.later(seconds, resume)
-        return True
 
     # ---- network faults ------------------------------------------------------------
 
-    def _link_fault(self, link: str, mode: str, pick: float, duration: float, coin: float) -> bool:
+    def _link_fault(self, link: str, mode: str, pick: float, duration: float, coin: float) -> None:
         slot = self._slot(pick, lambda s: f"{s.index}:{link}" not in self._faulted)
         if slot is None:
-            return False
+            return
         proxy = slot.pg if link == "pg" else slot.amqp
         name = f"{slot.index}:{link}"
         self._faulted.add(name)
@@ -177,15 +175,14 @@ class Nemesis:
             self.history.fault(f"{link}_heal", slot.worker_id, "reset" if reset_at_end else "")
 
         self.later(seconds, heal)
-        return True
 
-    def pg_reset(self, pick: float, duration: float, coin: float) -> bool:
-        return self._link_fault("pg", "reset", pick, duration, coin)
+    def pg_reset(self, pick: float, duration: float, coin: float) -> None:
+        self._link_fault("pg", "reset", pick, duration, coin)
 
-    def pg_blackhole(self, pick: float, duration: float, coin: float) -> bool:
-        return self._link_fault("pg", "blackhole", pick, duration, coin)
+    def pg_blackhole(self, pick: float, duration: float, coin: float) -> None:
+        self._link_fault("pg", "blackhole", pick, duration, coin)
 
-    def amqp_strand(self, pick: float, duration: float, coin: float) -> bool:
+    def amqp_strand(self, pick: float, duration: float, coin: float) -> None:
         """Silence a worker's broker connections for good: no heal, only the worker's own
         AMQP heartbeat (or its death) gets it out.
 
@@ -195,16 +192,15 @@ class Nemesis:
         correct worker would hang here while it would not on a real network."""
         slot = self._slot(pick, lambda s: s.alive)
         if slot is None:
-            return False
+            return
         slot.amqp.strand()
         self.history.fault("amqp_strand", slot.worker_id)
-        return True
 
-    def amqp_reset(self, pick: float, duration: float, coin: float) -> bool:
-        return self._link_fault("amqp", "reset", pick, duration, coin)
+    def amqp_reset(self, pick: float, duration: float, coin: float) -> None:
+        self._link_fault("amqp", "reset", pick, duration, coin)
 
-    def amqp_blackhole(self, pick: float, duration: float, coin: float) -> bool:
-        return self._link_fault("amqp", "blackhole", pick, duration, coin)
+    def amqp_blackhole(self, pick: float, duration: float, coin: float) -> None:
+        self._link_fault("amqp", "blackhole", pick, duration, coin)
 
 
 class Operator:
@@ -248,14 +244,14 @@ class Operator:
         found: list[str] = []
         for status in statuses:
             r = self.client.request(
-                "nemesis", "GET", f"{base}/api/v1/executions?status={status}&limit=100"
+                "operator", "GET", f"{base}/api/v1/executions?status={status}&limit=100"
             )
             if r is not None and r.status_code == 200:
                 found.extend(item["id"] for item in r.json()["items"])
         return sorted(found)
 
     def _steps(self, base: str, execution_id: str) -> dict[str, str] | None:
-        r = self.client.request("nemesis", "GET", f"{base}/api/v1/executions/{execution_id}")
+        r = self.client.request("operator", "GET", f"{base}/api/v1/executions/{execution_id}")
         if r is None or r.status_code != 200:
             return None
         return {s["id"]: s["status"] for s in r.json()["steps"]}
@@ -278,19 +274,18 @@ class Operator:
             )
         )
 
-    def cancel(self, pick: float, duration: float, coin: float) -> bool:
+    def cancel(self, pick: float, duration: float, coin: float) -> None:
         """Cancel a running execution (mostly), or a waiting, queued or needs_attention one."""
         base = self._api(coin)
         statuses = ["running"] if duration < 0.7 else ["waiting", "queued", "needs_attention"]
         live = self._executions(base, statuses)
         if not live:
-            return False
+            return
         eid = live[int(pick * len(live))]
         self._act("cancel", base, eid, f"/api/v1/executions/{eid}/cancel")
         self.cancelled.append(eid)
-        return True
 
-    def retry(self, pick: float, duration: float, coin: float) -> bool:
+    def retry(self, pick: float, duration: float, coin: float) -> None:
         """Retry one of the last executions this operator cancelled (half the time), or
         any cancelled, failed or needs_attention execution."""
         base = self._api(coin)
@@ -300,22 +295,21 @@ class Operator:
         else:
             done = self._executions(base, ["cancelled", "needs_attention", "failed"])
             if not done:
-                return False
+                return
             eid = done[int(pick * len(done))]
         self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
-        return True
 
-    def resolve(self, pick: float, duration: float, coin: float) -> bool:
+    def resolve(self, pick: float, duration: float, coin: float) -> None:
         """Settle an unknown step as succeeded (with an output) or failed."""
         base = self._api(coin)
         waiting = self._executions(base, ["needs_attention"])
         if not waiting:
-            return False
+            return
         eid = waiting[int(pick * len(waiting))]
         steps = self._steps(base, eid) or {}
         unknown = sorted(sid for sid, status in steps.items() if status == "unknown")
         if not unknown:
-            return False
+            return
         sid = unknown[int(duration * len(unknown))]
         outcome = "succeeded" if duration < 0.6 else "failed"
         body: dict[str, Any] = {"outcome": outcome}
@@ -330,4 +324,3 @@ class Operator:
             step_id=sid,
             outcome=outcome,
         )
-        return True

@@ -218,9 +218,11 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             )
         return outcome
     finally:
-        cluster.close()
-        target.close()
-        history.close()
+        try:
+            cluster.close()
+        finally:
+            target.close()
+            history.close()
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Options]:
