@@ -8,6 +8,9 @@ Categories (each violation names one):
   the operator looked (a retry while it was `cancelled` or `succeeded` allows none); a
   resolve allows none until the next such retry. So a send by a worker that lost its
   lease after the step was settled counts too, even when the total looks right;
+- stale_send: a request reached the target after the attempt it belonged to had ended
+  (its lease recovered by a reaper, or its result written): a worker sent it without
+  owning the step any more — nothing fenced the request itself;
 - step_succeeded_twice: two attempts of one step with outcome succeeded;
 - success_without_request: a succeeded HTTP attempt the target never saw;
 - keyed_request_changed_key: one step's retries carried different Idempotency-Keys;
@@ -52,7 +55,9 @@ FROM steps s JOIN executions e ON e.id = s.execution_id JOIN workflows w ON w.id
 """
 ATTEMPTS = """
 SELECT execution_id::text AS execution_id, step_id, attempt, fencing_token, worker, outcome,
-       error, http_status, extract(epoch FROM now() - started_at) AS age_s
+       error, http_status, extract(epoch FROM now() - started_at) AS age_s,
+       extract(epoch FROM started_at)::float AS started,
+       extract(epoch FROM finished_at)::float AS finished
 FROM attempts ORDER BY id
 """
 # Seconds from recovering a lost lease to the next attempt of the step: how long a takeover
@@ -209,6 +214,7 @@ class Checker:
                     "keyed_request_changed_key",
                     f"execution {eid} step {sid}: keys {sorted(seen)}",
                 )
+        self.check_stale_sends()
         sent = {(where.execution_id, where.step) for where, _ in self.requests if where}
         succeeded = Counter(
             (a["execution_id"], a["step_id"]) for a in self.attempts if a["outcome"] == "succeeded"
@@ -228,6 +234,36 @@ class Checker:
                     "success_without_request",
                     f"execution {eid} step {sid}: {self.attempts_of(eid, sid)}",
                 )
+
+    def check_stale_sends(self) -> None:
+        """Every request must fall inside its attempt: after the claim that started it
+        (attempts.started_at) and before that attempt ended (finished_at, which is written
+        only after the response came back, or when a reaper recovered the lease)."""
+        by_step: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for a in self.attempts:
+            by_step.setdefault((a["execution_id"], a["step_id"]), []).append(a)
+        for where, req in self.requests:
+            if where is None:
+                continue
+            attempts = by_step.get((where.execution_id, where.step), [])
+            current = [a for a in attempts if a["started"] <= req.at]
+            if not current:
+                problem = "before any attempt of the step had started"
+            elif current[-1]["finished"] is not None and current[-1]["finished"] < req.at:
+                a = current[-1]
+                problem = (
+                    f"{req.at - a['finished']:.2f}s after attempt #{a['attempt']} (token "
+                    f"{a['fencing_token']}, {a['worker']}) had ended as {a['outcome']}"
+                )
+            else:
+                continue
+            self.fail(
+                "stale_send",
+                f"{req.method} execution {where.execution_id} step {where.step} arrived at "
+                f"t={self.when(req.at)}, {problem}; attempts: "
+                f"{self.attempts_of(where.execution_id, where.step)}; "
+                f"operator: {self.operator_on(where.execution_id)}",
+            )
 
     def check_webhooks(self) -> None:
         by_key: dict[str, list[str]] = {}
