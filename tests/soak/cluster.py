@@ -149,12 +149,16 @@ class Cluster:
         slot.proc = Process([sys.executable, str(ROOT / "bin" / "worker")], self.env(slot), log)
 
     def consuming(self, slot: WorkerSlot) -> bool:
-        """Alive, consuming, and holding connections through both of its proxies."""
+        """Alive, consuming, holding connections through both of its proxies, and given up
+        on every stranded broker connection (a worker notices those by its own heartbeat)."""
         if not slot.alive or slot.paused:
             return False
         assert slot.proc is not None
         return (
-            '"consuming"' in slot.proc.log() and slot.pg.open_links > 0 and slot.amqp.open_links > 0
+            '"consuming"' in slot.proc.log()
+            and slot.pg.open_links > 0
+            and slot.amqp.open_links > 0
+            and slot.amqp.stranded_links == 0
         )
 
     def wait_consuming(self, slot: WorkerSlot, timeout: float) -> bool:

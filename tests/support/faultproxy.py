@@ -115,6 +115,12 @@ class FaultProxy:
         with self._lock:
             return len(self._links)
 
+    @property
+    def stranded_links(self) -> int:
+        """Stranded connections their client has not given up on yet."""
+        with self._lock:
+            return sum(1 for link in self._links if link.stranded)
+
     def upstream_ports(self) -> set[int]:
         """Local ports of the open upstream connections: what the server sees as each
         client's port (PostgreSQL's pg_stat_activity.client_port), to tell whose it is."""
