@@ -138,15 +138,17 @@ class Cluster:
                 assert slot.proc is not None
                 raise RuntimeError(f"{slot.worker_id} did not start:\n{slot.proc.log()[-3000:]}")
 
-    def spawn(self, slot: WorkerSlot) -> None:
+    def spawn(self, slot: WorkerSlot, faults: str = "") -> None:
         """Start the slot's next generation without waiting for it (the nemesis must not
-        block on a worker whose proxies it is blackholing)."""
+        block on a worker whose proxies it is blackholing); `faults` arms fault points
+        (FLOWFORGE_FAULTS, see flowforge/faults.py)."""
         if slot.proc is not None:
             slot.retired.append(slot.proc)
         slot.generation += 1
         slot.paused = False
         log = self.logs / f"worker-{slot.index}.{slot.generation}.log"
-        slot.proc = Process([sys.executable, str(ROOT / "bin" / "worker")], self.env(slot), log)
+        env = {**self.env(slot), "FLOWFORGE_FAULTS": faults}
+        slot.proc = Process([sys.executable, str(ROOT / "bin" / "worker")], env, log)
 
     def consuming(self, slot: WorkerSlot) -> bool:
         """Alive, consuming, holding connections through both of its proxies, and given up

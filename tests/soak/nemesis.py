@@ -114,17 +114,21 @@ class Nemesis:
     # ---- process faults ------------------------------------------------------------
 
     def kill(self, pick: float, duration: float, coin: float) -> None:
-        """SIGKILL a worker; its successor starts 0.5-4 s later."""
+        """SIGKILL a worker; its successor starts 0.5-4 s later, and one in three is a slow
+        sender: it stalls 0.5-1.8 s between its claim commit and the request (less than a
+        lease, so alone it loses nothing). A pause or a cut database link that lands in
+        such a stall is what a fence before the send is for."""
         slot = self._slot(pick, lambda s: s.alive)
         if slot is None:
             return
         self.history.fault("kill", slot.worker_id)
         assert slot.proc is not None
         slot.proc.kill()
+        stall = f"after_claim_commit=sleep:{0.5 + 1.3 * coin / 0.35:.1f}" if coin < 0.35 else ""
 
         def restart() -> None:
-            self.cluster.spawn(slot)
-            self.history.fault("restart", slot.worker_id)
+            self.cluster.spawn(slot, faults=stall)
+            self.history.fault("restart", slot.worker_id, stall)
 
         self.later(0.5 + 3.5 * duration, restart)
 
@@ -258,7 +262,8 @@ class Operator:
 
     def _act(
         self, action: str, base: str, execution_id: str, path: str, body: Any = None, **extra: Any
-    ) -> None:
+    ) -> int | None:
+        """Look at the execution, act on it, record both; the API's status code."""
         at, wall = self.history.now(), time.time()
         before = self._steps(base, execution_id) or {}
         r = self.client.request("operator", "POST", f"{base}{path}", json=body)
@@ -273,6 +278,7 @@ class Operator:
                 **extra,
             )
         )
+        return r.status_code if r is not None else None
 
     def cancel(self, pick: float, duration: float, coin: float) -> None:
         """Cancel a running execution (mostly), or a waiting, queued or needs_attention one."""
@@ -282,8 +288,8 @@ class Operator:
         if not live:
             return
         eid = live[int(pick * len(live))]
-        self._act("cancel", base, eid, f"/api/v1/executions/{eid}/cancel")
-        self.cancelled.append(eid)
+        if self._act("cancel", base, eid, f"/api/v1/executions/{eid}/cancel") in (200, 202):
+            self.cancelled.append(eid)
 
     def retry(self, pick: float, duration: float, coin: float) -> None:
         """Retry one of the last executions this operator cancelled (half the time), or
