@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.faultproxy import FaultProxy
+from tests.support.processes import wait_for
 
 
 @pytest.fixture
@@ -163,3 +164,14 @@ def test_strand_silences_current_connections_for_good_but_not_new_ones(
         proxy.restore()
         with pytest.raises(TimeoutError):
             old.recv(4)
+
+
+def test_a_stranded_connection_ends_when_its_client_gives_up(proxy: FaultProxy) -> None:
+    old = _connect(proxy)
+    old.sendall(b"one")
+    assert old.recv(3) == b"one"
+    proxy.strand()
+    old.sendall(b"dropped")
+    assert proxy.stranded_links == 1
+    old.close()
+    wait_for(lambda: proxy.open_links == 0, timeout=3, message="the proxy to forget the link")

@@ -12,7 +12,7 @@ network does:
   when a partition heals, so the AMQP stream is intact;
 - strand: every current connection goes silent for good (a middlebox lost its state and
   drops their packets without a reset) while new connections pass — only a client that
-  notices on its own (keepalive, timeouts) gets out of it.
+  notices on its own (heartbeats, timeouts) gets out of it, by closing its end.
 
 Threads and the standard library only, so it runs wherever the tests do.
 """
@@ -206,12 +206,10 @@ class FaultProxy:
             ).start()
 
     def _wait_flowing(self, link: _Link) -> bool:
-        """Block while blackholed or stranded; False once the link or the proxy is closed."""
-        while not self._flowing.wait(POLL) or link.stranded:
+        """Block while blackholed; False once the link or the proxy is closed."""
+        while not self._flowing.wait(POLL):
             if link.closed.is_set() or self._stopped.is_set():
                 return False
-            if link.stranded:
-                time.sleep(POLL)
         return not link.closed.is_set()
 
     def _open_upstream(self, link: _Link) -> None:
@@ -251,6 +249,8 @@ class FaultProxy:
                     break
                 if not self._wait_flowing(link):
                     return
+                if link.stranded:
+                    continue  # dropped, like the packets of a flow a middlebox forgot
                 sink.sendall(data)
         except OSError:
             pass
