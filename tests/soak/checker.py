@@ -378,10 +378,10 @@ class Checker:
                     f"{(call.body or '').strip()[:300]}",
                 )
 
-    def run(self, unhealthy: list[str]) -> list[Violation]:
+    def run(self, unhealthy: dict[str, str]) -> list[Violation]:
         """Every check on what was read; the violations in category order."""
-        for worker in unhealthy:
-            self.fail("worker_not_recovered", f"{worker} was not consuming after the heal")
+        for worker, reason in unhealthy.items():
+            self.fail("worker_not_recovered", f"{worker} after the heal: {reason}")
         self.check_requests()
         self.check_webhooks()
         self.check_settled()

@@ -134,7 +134,7 @@ class Cluster:
         for slot in self.slots:
             self.spawn(slot)
         for slot in self.slots:
-            if not self.wait_consuming(slot, timeout=30):
+            if self.wait_healthy(slot, timeout=30) is not None:
                 assert slot.proc is not None
                 raise RuntimeError(f"{slot.worker_id} did not start:\n{slot.proc.log()[-3000:]}")
 
@@ -150,32 +150,37 @@ class Cluster:
         env = {**self.env(slot), "FLOWFORGE_FAULTS": faults}
         slot.proc = Process([sys.executable, str(ROOT / "bin" / "worker")], env, log)
 
-    def consuming(self, slot: WorkerSlot) -> bool:
-        """Alive, consuming, holding connections through both of its proxies, and given up
-        on every stranded broker connection (a worker notices those by its own heartbeat)."""
-        if not slot.alive or slot.paused:
-            return False
+    def unhealthy(self, slot: WorkerSlot) -> str | None:
+        """Why the worker is not fully back (None when it is): alive, consuming, holding
+        connections through both of its proxies, and given up on every stranded broker
+        connection (a worker notices those by its own heartbeats)."""
+        if not slot.alive:
+            return "not running"
+        if slot.paused:
+            return "stopped"
         assert slot.proc is not None
-        return (
-            '"consuming"' in slot.proc.log()
-            and slot.pg.open_links > 0
-            and slot.amqp.open_links > 0
-            and slot.amqp.stranded_links == 0
-        )
+        if '"consuming"' not in slot.proc.log():
+            return "never logged consuming"
+        if slot.pg.open_links == 0:
+            return "no database connection"
+        if slot.amqp.open_links == 0:
+            return "no broker connection"
+        if slot.amqp.stranded_links:
+            return f"still holds {slot.amqp.stranded_links} stranded broker connection(s)"
+        return None
 
-    def wait_consuming(self, slot: WorkerSlot, timeout: float) -> bool:
+    def wait_healthy(self, slot: WorkerSlot, timeout: float) -> str | None:
+        """Wait until the worker is fully back; why it is not, when `timeout` passed."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.consuming(slot):
-                return True
-            if not slot.alive:
-                return False
+        while (reason := self.unhealthy(slot)) is not None and slot.alive:
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.2)
-        return False
+        return reason
 
-    def heal(self, timeout: float) -> list[str]:
+    def heal(self, timeout: float) -> dict[str, str]:
         """The quiet period begins: every proxy passes, every worker runs and consumes.
-        Returns the workers that did not get back to consuming within `timeout`."""
+        Returns the workers that were not fully back within `timeout`, and why."""
         for slot in self.slots:
             slot.pg.restore()
             slot.amqp.restore()
@@ -185,10 +190,11 @@ class Cluster:
             else:
                 self.spawn(slot)
         deadline = time.monotonic() + timeout
-        unhealthy = []
+        unhealthy = {}
         for slot in self.slots:
-            if not self.wait_consuming(slot, max(deadline - time.monotonic(), 0.5)):
-                unhealthy.append(slot.worker_id)
+            reason = self.wait_healthy(slot, max(deadline - time.monotonic(), 0.5))
+            if reason is not None:
+                unhealthy[slot.worker_id] = reason
         return unhealthy
 
     def drain(self, timeout: float) -> dict[str, int | None]:
