@@ -109,6 +109,33 @@ def settle(database_url: str, bound_s: float) -> float | None:
     return None
 
 
+def unasked_sends(
+    actions: list[OperatorAction], execution_id: str, step_id: str, sends: list[float]
+) -> list[float]:
+    """The sends of one unsafe step (wall-clock times, sorted) beyond what the operator
+    asked for. Before any operator action one send is allowed; a retry accepted while the
+    step was failed or unknown allows one more from the moment the operator looked; a
+    resolve allows none until the next such retry."""
+
+    def opens(a: OperatorAction) -> bool:
+        if a.execution_id != execution_id:
+            return False
+        if a.action == "retry":
+            return a.status == 202 and a.steps_before.get(step_id) in RESEND_ASKED
+        return a.action == "resolve" and a.status == 200 and a.step_id == step_id
+
+    # (from when, sends allowed from then on)
+    boundaries = sorted((a.wall, 1 if a.action == "retry" else 0) for a in actions if opens(a))
+    allowed, used, extra = 1, 0, []
+    for sent in sends:
+        while boundaries and boundaries[0][0] <= sent:
+            allowed, used = boundaries.pop(0)[1], 0
+        used += 1
+        if used > allowed:
+            extra.append(sent)
+    return extra
+
+
 class Checker:
     """Reads everything once, then runs each check over what it read."""
 
@@ -126,13 +153,12 @@ class Checker:
         self.workload = workload
         self.target = target
         self.violations: list[Violation] = []
-        with psycopg.connect(cluster.database_url, autocommit=True) as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
-            self.steps: list[dict[str, Any]] = conn.execute(STEPS).fetchall()  # type: ignore[assignment]
-            self.attempts: list[dict[str, Any]] = conn.execute(ATTEMPTS).fetchall()  # type: ignore[assignment]
-            self.executions: list[dict[str, Any]] = conn.execute(EXECUTIONS).fetchall()  # type: ignore[assignment]
-            self.sessions: list[dict[str, Any]] = conn.execute(LONG_TRANSACTIONS).fetchall()  # type: ignore[assignment]
-            self.takeovers = [float(r["s"]) for r in conn.execute(TAKEOVERS)]  # type: ignore[call-overload]
+        with psycopg.connect(cluster.database_url, autocommit=True, row_factory=dict_row) as conn:
+            self.steps = conn.execute(STEPS).fetchall()
+            self.attempts = conn.execute(ATTEMPTS).fetchall()
+            self.executions = conn.execute(EXECUTIONS).fetchall()
+            self.sessions = conn.execute(LONG_TRANSACTIONS).fetchall()
+            self.takeovers = [float(r["s"]) for r in conn.execute(TAKEOVERS)]
         self.requests = [(TargetPath.parse(r.path), r) for r in list(self.target.received)]
 
     def fail(self, category: str, detail: str) -> None:
@@ -160,61 +186,39 @@ class Checker:
     def when(self, wall: float) -> float:
         return round(wall - self.history.wall_started, 2)
 
-    def unasked_sends(self, execution_id: str, step_id: str, times: list[float]) -> list[float]:
-        """The sends (run-relative times, sorted) beyond what the operator log allows."""
-
-        def opens(a: OperatorAction) -> bool:
-            if a.execution_id != execution_id:
-                return False
-            if a.action == "retry":
-                return a.status == 202 and a.steps_before.get(step_id) in RESEND_ASKED
-            return a.action == "resolve" and a.status == 200 and a.step_id == step_id
-
-        # (when, sends allowed from then on): a retry allows one, a resolve none.
-        boundaries = sorted(
-            (self.when(a.wall), 1 if a.action == "retry" else 0)
-            for a in self.history.actions
-            if opens(a)
-        )
-        allowed, used, extra = 1, 0, []
-        for t in times:
-            while boundaries and boundaries[0][0] <= t:
-                allowed, used = boundaries.pop(0)[1], 0
-            used += 1
-            if used > allowed:
-                extra.append(t)
-        return extra
-
     # ---- the checks ----------------------------------------------------------------
 
-    def check_requests(self) -> None:
+    def check_unsafe_requests(self) -> None:
+        """No POST without an Idempotency-Key reached the target unless someone asked."""
         unsafe: dict[tuple[str, str], list[float]] = {}
-        keys: dict[tuple[str, str], set[str]] = {}
         for where, req in self.requests:
-            if where is None:
-                continue
-            at = (where.execution_id, where.step)
-            key = req.headers.get("idempotency-key")
-            if req.method == "POST" and key is None:
-                unsafe.setdefault(at, []).append(self.when(req.at))
-            if key is not None:
-                keys.setdefault(at, set()).add(key)
-        for (eid, sid), times in sorted(unsafe.items()):
-            extra = self.unasked_sends(eid, sid, sorted(times))
+            if where and req.method == "POST" and "idempotency-key" not in req.headers:
+                unsafe.setdefault((where.execution_id, where.step), []).append(req.at)
+        for (eid, sid), sends in sorted(unsafe.items()):
+            extra = unasked_sends(self.history.actions, eid, sid, sorted(sends))
             if extra:
                 self.fail(
                     "duplicate_unsafe_request",
-                    f"execution {eid} step {sid}: sent at t={sorted(times)}, not asked for at "
-                    f"t={extra}; attempts: {self.attempts_of(eid, sid)}; "
-                    f"operator: {self.operator_on(eid)}",
+                    f"execution {eid} step {sid}: sent at t={[self.when(t) for t in sorted(sends)]}"
+                    f", not asked for at t={[self.when(t) for t in extra]}; attempts: "
+                    f"{self.attempts_of(eid, sid)}; operator: {self.operator_on(eid)}",
                 )
+
+    def check_keyed_requests(self) -> None:
+        """Every try of a keyed request carried the same Idempotency-Key."""
+        keys: dict[tuple[str, str], set[str]] = {}
+        for where, req in self.requests:
+            key = req.headers.get("idempotency-key")
+            if where and key is not None:
+                keys.setdefault((where.execution_id, where.step), set()).add(key)
         for (eid, sid), seen in sorted(keys.items()):
             if len(seen) > 1:
                 self.fail(
-                    "keyed_request_changed_key",
-                    f"execution {eid} step {sid}: keys {sorted(seen)}",
+                    "keyed_request_changed_key", f"execution {eid} step {sid}: {sorted(seen)}"
                 )
-        self.check_stale_sends()
+
+    def check_successes(self) -> None:
+        """At most one succeeded attempt per step, and the target saw every HTTP one."""
         sent = {(where.execution_id, where.step) for where, _ in self.requests if where}
         succeeded = Counter(
             (a["execution_id"], a["step_id"]) for a in self.attempts if a["outcome"] == "succeeded"
@@ -382,7 +386,10 @@ class Checker:
         """Every check on what was read; the violations in category order."""
         for worker, reason in unhealthy.items():
             self.fail("worker_not_recovered", f"{worker} after the heal: {reason}")
-        self.check_requests()
+        self.check_unsafe_requests()
+        self.check_stale_sends()
+        self.check_keyed_requests()
+        self.check_successes()
         self.check_webhooks()
         self.check_settled()
         self.check_unknown_visible()
