@@ -1,18 +1,26 @@
 """The randomized fault run: a nemesis and a checker in the spirit of Jepsen, against real
 bin/api and bin/worker processes on the local PostgreSQL and RabbitMQ.
 
-Several workers (each reaching PostgreSQL and RabbitMQ through its own fault proxy) and
-two API processes run three workflows (unsafe POSTs, keyed POSTs, GETs, a PUT, delays, a
-join of parallel branches, `when` conditions) against a recording target on 127.0.0.1
-that is sometimes slow, failing (503) or hanging past the request timeout. Webhooks go
-through both APIs with an Idempotency-Key, some delivered twice (in parallel or later).
-Meanwhile the nemesis (tests/soak/nemesis.py) SIGKILLs and restarts workers, SIGSTOPs and
-SIGCONTs them, resets and blackholes their database and broker links, and cancels,
-retries and resolves live executions through the API. Then a quiet period: the nemesis
-stops, every proxy passes, every worker runs and consumes again, and the run waits until
-everything settled (or a bound passed). The checker (tests/soak/checker.py, which lists
-the invariants) then reads the target's log, the recorded history and the database and
-prints every violation.
+Three workers (--workers; each reaches PostgreSQL and RabbitMQ through its own fault
+proxy, lease 2 s) and two API processes run three workflows (unsafe POSTs, keyed POSTs,
+GETs, a PUT, delays, a join of parallel branches, `when` conditions; a few delays wait
+until a time from the webhook body that PostgreSQL stores but Python cannot load) against
+a recording target on 127.0.0.1 that is sometimes slow, failing (503) or hanging past
+the request timeout. Webhooks go through both APIs with an Idempotency-Key, some
+delivered twice (in parallel or later), and reads of executions go along.
+
+Meanwhile the nemesis (tests/soak/nemesis.py) SIGKILLs and restarts workers (some
+restarted ones stall between claim and send), SIGSTOPs and SIGCONTs them, resets and
+blackholes their database and broker links and strands broker links for good; the
+operator, on its own thread, cancels, retries and resolves live executions through the
+API. Every fault, operator action and API answer goes to history.jsonl.
+
+Then a quiet period: nemesis and operator stop, every proxy passes, every worker runs
+and is consuming again, and the run waits until everything settled (or --settle passed).
+The checker (tests/soak/checker.py lists the invariants) reads the target's log, the
+history and the database and prints every violation with the attempts, the operator
+actions and the long-open database sessions needed to debug it; last, every worker must
+drain on SIGTERM.
 
 Nothing here stops the shared services: every fault goes through a per-worker proxy.
 Each run creates and drops its own database and RabbitMQ names (on the local services, or
