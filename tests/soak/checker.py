@@ -61,15 +61,16 @@ SELECT execution_id::text AS execution_id, step_id, attempt, fencing_token, work
 FROM attempts ORDER BY id
 """
 # Seconds from recovering a lost lease to the next attempt of the step: how long a takeover
-# took once the reaper saw the lease run out (a figure, not a verdict).
+# took once the reaper saw the lease run out (a figure, not a verdict; back-off included).
 TAKEOVERS = """
-SELECT extract(epoch FROM n.started_at - a.finished_at)::float AS s
+SELECT a.execution_id::text AS execution_id,
+       extract(epoch FROM n.started_at - a.finished_at)::float AS s
 FROM attempts a
 JOIN LATERAL (SELECT started_at FROM attempts n
               WHERE n.execution_id = a.execution_id AND n.step_id = a.step_id AND n.id > a.id
               ORDER BY n.id LIMIT 1) n ON true
 WHERE a.outcome = 'lost_lease'
-ORDER BY 1
+ORDER BY s
 """
 EXECUTIONS = """
 SELECT e.id::text AS id, e.idempotency_key, e.status, e.input::text AS input, w.key AS workflow
@@ -158,7 +159,10 @@ class Checker:
             self.attempts = conn.execute(ATTEMPTS).fetchall()
             self.executions = conn.execute(EXECUTIONS).fetchall()
             self.sessions = conn.execute(LONG_TRANSACTIONS).fetchall()
-            self.takeovers = [float(r["s"]) for r in conn.execute(TAKEOVERS)]
+            takeovers = conn.execute(TAKEOVERS).fetchall()
+        # An operator's cancel and later retry is no takeover: leave those executions out.
+        touched = {a.execution_id for a in history.actions}
+        self.takeovers = [float(t["s"]) for t in takeovers if t["execution_id"] not in touched]
         self.requests = [(TargetPath.parse(r.path), r) for r in list(self.target.received)]
 
     def fail(self, category: str, detail: str) -> None:
