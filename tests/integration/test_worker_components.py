@@ -244,3 +244,28 @@ def test_a_scan_turns_due_waiting_steps_ready_with_their_wake_ups(
     assert {s[0] for s in steps(db, later).values()} == {"waiting"}
     assert outbox(db, later) == []
     assert worker.timers.scan()[0] == 0
+
+
+def test_a_batch_the_broker_cannot_route_stays_in_the_outbox_until_it_can(
+    worker: InProcessWorker, app_client: Any, api_key: str, db: psycopg.Connection, amqp_url: str
+) -> None:
+    publish(app_client, api_key, CALLS)
+    worker.relay.step()  # connected and declared, nothing to publish yet
+    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    try:
+        conn.channel().queue_delete(worker.topology.queue)  # no queue: nothing routable
+        eid = start(app_client, "calls", {})
+
+        assert worker.relay.publish_batch() == 2  # claimed, returned, kept
+        assert sorted(outbox(db, eid)) == ["charge", "fetch"]
+        assert worker.relay.published == 0
+
+        assert worker.relay.publish_batch() == 2  # the queue is declared again: delivered
+        assert outbox(db, eid) == []
+        assert worker.relay.published == 2
+        assert (
+            conn.channel().queue_declare(worker.topology.queue, passive=True).method.message_count
+            == 2
+        )
+    finally:
+        conn.close()
