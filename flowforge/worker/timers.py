@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 
-import psycopg
 import psycopg_pool
 
 from flowforge.db import one, wrap_exceptions
-from flowforge.errors import DatabaseUnavailable
 from flowforge.outbox import CHANNEL
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -62,27 +61,18 @@ FROM steps WHERE status = 'waiting'
 """
 
 
-class TimerScanner(threading.Thread):
+class TimerScanner(Loop):
     """Moves due delays and retry back-offs to `ready`."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
-        super().__init__(name="timers", daemon=True)
-        self.pool = pool
-        self.stop = stop
+    interval = MAX_SLEEP
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                woken, pause = self.scan()
-            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
-                logger.warning("timer scan failed; retrying", extra={"error": str(exc)[:200]})
-                woken, pause = 0, MAX_SLEEP
-            except Exception:
-                # A bug must not silently end the thread that wakes every delay.
-                logger.exception("timer scan crashed; retrying")
-                woken, pause = 0, MAX_SLEEP
-            if woken < BATCH:
-                self.stop.wait(pause)
+    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
+        super().__init__("timers", stop)
+        self.pool = pool
+
+    def step(self) -> float:
+        woken, pause = self.scan()
+        return 0.0 if woken >= BATCH else pause
 
     def scan(self) -> tuple[int, float]:
         """Wake one batch; returns how many woke and how long to sleep next."""
