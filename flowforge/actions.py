@@ -8,7 +8,7 @@ import psycopg
 
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
-from flowforge.executions import load_run, save_run, unit_of_work
+from flowforge.runs import load_run, save_run, unit_of_work
 
 # Leases are only taken by workers; operator actions never create running steps.
 NO_LEASE = 0.0

@@ -22,8 +22,8 @@ from flowforge import sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.executions import definition_for
 from flowforge.outbox import CHANNEL
+from flowforge.runs import definition_for
 
 # The newest published version and the active signing secrets (ids and sealed values;
 # a secret still in clear from before migration 0004 is unusable until bin/migrate seals it).

@@ -1,6 +1,6 @@
 """The transactional outbox: wake-ups written with the change that causes them.
 
-Writers insert rows in their own transaction (see executions.save_run and intake); the
+Writers insert rows in their own transaction (see runs.save_run and intake); the
 relay claims rows with FOR UPDATE SKIP LOCKED, publishes them, waits for the broker's
 confirmation and deletes them in that same transaction. A relay that dies mid-batch
 rolls back and releases its rows, so another relay publishes them again: a benign

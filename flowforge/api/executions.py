@@ -6,7 +6,7 @@ import uuid
 
 from flask import Blueprint, Response, jsonify, request
 
-from flowforge import actions, definitions, timeline, workflows
+from flowforge import actions, catalog, definitions, timeline
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -59,7 +59,7 @@ def list_page() -> Response:
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     workflow = args.get("workflow")
-    if workflow is not None and not workflows.is_key(workflow):
+    if workflow is not None and not catalog.is_key(workflow):
         # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):

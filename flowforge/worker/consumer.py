@@ -1,9 +1,9 @@
-"""The queue consumer: owns its pika connection and feeds the executor pool.
+"""The queue consumer: owns its pika connection and feeds the executor threads.
 
 Only this thread touches the channel. Executor threads hand their acks back with
 `add_callback_threadsafe`, and a delivery is acked only after the database commit that
-made its effect durable. Prefetch equals the pool size, so RabbitMQ — not an unbounded
-in-process queue — holds the backlog.
+made its effect durable. Prefetch equals the number of executor threads, so RabbitMQ — not
+an unbounded in-process queue — holds the backlog.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ NACK_DELAY = 1.0
 
 
 class Consumer(threading.Thread):
-    """RabbitMQ → executor pool, with reconnects and a dead-letter path for poison."""
+    """RabbitMQ → executor threads, with reconnects and a dead-letter path for poison."""
 
     def __init__(
         self,
@@ -54,7 +54,7 @@ class Consumer(threading.Thread):
         self.topology = topology
         self.concurrency = concurrency
         self.stop = stop
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="executor")
+        self.executor_threads = ThreadPoolExecutor(concurrency, thread_name_prefix="executor")
         self._in_flight = 0
         self._lock = threading.Lock()
         self.connected = threading.Event()
@@ -132,7 +132,7 @@ class Consumer(threading.Thread):
             return
         with self._lock:
             self._in_flight += 1
-        future = self.pool.submit(self.executor.handle, wakeup)
+        future = self.executor_threads.submit(self.executor.handle, wakeup)
         future.add_done_callback(
             partial(
                 self._settle, connection, channel, method.delivery_tag, method.redelivered, wakeup
@@ -181,6 +181,6 @@ class Consumer(threading.Thread):
         with self._lock:
             self._in_flight -= 1
 
-    def join_pool(self) -> None:
+    def join_executor_threads(self) -> None:
         """Wait for running steps; called after the consumer stopped taking messages."""
-        self.pool.shutdown(wait=True)
+        self.executor_threads.shutdown(wait=True)

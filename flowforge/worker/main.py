@@ -103,7 +103,7 @@ def main() -> int:
     while not stop.wait(0.5):
         pass
     consumer.join()
-    consumer.join_pool()
+    consumer.join_executor_threads()
     background.set()
     for thread in others:
         thread.join(timeout=10)

@@ -14,8 +14,8 @@ import psycopg_pool
 
 from flowforge.db import one, wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
-from flowforge.executions import load_run, save_run, unit_of_work
 from flowforge.outbox import NOTIFY_OUTBOX
+from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
