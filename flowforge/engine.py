@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
-from flowforge.http_step import Outcome
+from flowforge.model import Outcome
 from flowforge.templating import TemplateError, evaluate_condition, render
 
 TERMINAL_EXECUTION = frozenset({"succeeded", "failed", "cancelled"})

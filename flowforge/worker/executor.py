@@ -19,7 +19,8 @@ import psycopg_pool
 from flowforge import faults, netguard
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
-from flowforge.http_step import Outcome, perform, render_request
+from flowforge.http_step import perform, render_request
+from flowforge.model import Outcome
 from flowforge.runs import load_run, save_run, unit_of_work
 from flowforge.templating import TemplateError
 from flowforge.worker.broker import Wakeup

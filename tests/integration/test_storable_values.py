@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from flowforge.catalog import is_key
-from flowforge.db import NotStorable, loads_storable
 from flowforge.definitions import parse_until
+from flowforge.jsonvalues import NotStorable, loads_storable
 from tests.support.problems import assert_problem
 
 SETTINGS = settings(
