@@ -18,6 +18,7 @@ from flowforge.db import conninfo
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
 from flowforge.hints import database_hint
+from flowforge.model import RESOLUTIONS, StepStatus
 
 
 def _print_json(value: Any) -> None:
@@ -116,7 +117,7 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
     print(f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}")
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
-        if s["wake_at"] and s["status"] == "waiting":
+        if s["wake_at"] and s["status"] == StepStatus.WAITING:
             line += f" wakes {s['wake_at']}"
         if s["error"]:
             line += f" error: {s['error']}"
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve = add(sub, "resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("id")
     resolve.add_argument("step")
-    resolve.add_argument("outcome", choices=["succeeded", "failed"])
+    resolve.add_argument("outcome", choices=RESOLUTIONS)
     resolve.add_argument("--output", help="the step's output as JSON (with succeeded)")
     return parser
 

@@ -22,6 +22,7 @@ from flowforge import sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
+from flowforge.model import ExecutionStatus
 from flowforge.outbox import CHANNEL
 from flowforge.runs import definition_for
 
@@ -196,7 +197,7 @@ def _find_target(conn: psycopg.Connection, key: str, encryption_key: bytes | Non
             "types": "{" + ",".join(s.type for s in steps) + "}",
             "roots": "{" + ",".join("t" if s.id in roots else "f" for s in steps) + "}",
             "root_ids": "{" + ",".join(s.id for s in steps if s.id in roots) + "}",
-            "event": json.dumps({"to": "queued", "version": version}),
+            "event": json.dumps({"to": ExecutionStatus.QUEUED.value, "version": version}),
         },
     )
 

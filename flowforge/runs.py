@@ -19,7 +19,8 @@ from psycopg.types.json import Jsonb
 
 from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
-from flowforge.engine import TERMINAL_EXECUTION, Run, StepState
+from flowforge.engine import Run, StepState
+from flowforge.model import TERMINAL_EXECUTION, StepStatus
 from flowforge.outbox import NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
                     for step_id, kind, detail in run.events
                 ],
             )
-        dispatch = [s for s in run.dispatch if run.steps[s].status == "ready"]
+        dispatch = [s for s in run.dispatch if run.steps[s].status == StepStatus.READY]
         if dispatch:
             cur.executemany(INSERT_OUTBOX, [{"execution_id": eid, "step_id": s} for s in dispatch])
             cur.execute(NOTIFY_OUTBOX)

@@ -11,10 +11,11 @@ from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.model import RESOLUTIONS, ExecutionStatus
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
-STATUSES = ("queued", "running", "waiting", "needs_attention", "succeeded", "failed", "cancelled")
+STATUSES = tuple(status.value for status in ExecutionStatus)
 MAX_PAGE = 200
 
 
@@ -109,7 +110,7 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
         raise Problem(404, "Not found", "no such step")
     body = json_body()
     # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
-    if not isinstance(body, dict) or body.get("outcome") not in ("succeeded", "failed"):
+    if not isinstance(body, dict) or body.get("outcome") not in RESOLUTIONS:
         raise Problem(
             422,
             "Invalid resolution",

@@ -13,6 +13,7 @@ from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.errors import Conflict
+from flowforge.model import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -125,5 +126,5 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
-    body = {"execution_id": accepted.execution_id, "status": "queued"}
+    body = {"execution_id": accepted.execution_id, "status": ExecutionStatus.QUEUED.value}
     return jsonify(body), 202, headers

@@ -20,7 +20,7 @@ from flowforge import faults, netguard
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import perform, render_request
-from flowforge.model import Outcome
+from flowforge.model import Outcome, StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
 from flowforge.templating import TemplateError
 from flowforge.worker.broker import Wakeup
@@ -64,7 +64,7 @@ class Executor:
                     return
                 run, _ = loaded
                 state = run.steps.get(sid)
-                if run.terminal or state is None or state.status != "ready":
+                if run.terminal or state is None or state.status != StepStatus.READY:
                     logger.debug("stale wake-up ignored", extra=log)
                     return
                 run.started()
@@ -122,7 +122,7 @@ class Executor:
             if (
                 run is None
                 or state is None
-                or state.status != "running"
+                or state.status != StepStatus.RUNNING
                 or state.fencing_token != token
             ):
                 logger.warning(

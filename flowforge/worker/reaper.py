@@ -14,6 +14,7 @@ import psycopg_pool
 
 from flowforge.db import one, wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
+from flowforge.model import StepStatus
 from flowforge.outbox import NOTIFY_OUTBOX
 from flowforge.runs import load_run, save_run, unit_of_work
 
@@ -134,7 +135,7 @@ class Reaper(threading.Thread):
                 return
             run, lapsed = loaded
             state = run.steps[step_id]
-            if step_id not in lapsed or state.status != "running":
+            if step_id not in lapsed or state.status != StepStatus.RUNNING:
                 return  # renewed or finished since we looked
             logger.warning(
                 "recovering expired lease",
