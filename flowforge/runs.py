@@ -21,7 +21,7 @@ from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import Run, StepState
 from flowforge.model import TERMINAL_EXECUTION, StepStatus
-from flowforge.outbox import NOTIFY_OUTBOX
+from flowforge.outbox import INSERT_WAKEUP, NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,6 @@ INSERT_EVENT = """
 INSERT INTO execution_events (execution_id, step_id, kind, detail)
 VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
 """
-INSERT_OUTBOX = "INSERT INTO outbox (execution_id, step_id) VALUES (%(execution_id)s, %(step_id)s)"
 SAVE_EXECUTION = """
 UPDATE executions SET
     status = %(status)s, updated_at = now(),
@@ -168,7 +167,7 @@ def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
             )
         dispatch = [s for s in run.dispatch if run.steps[s].status == StepStatus.READY]
         if dispatch:
-            cur.executemany(INSERT_OUTBOX, [{"execution_id": eid, "step_id": s} for s in dispatch])
+            cur.executemany(INSERT_WAKEUP, [{"execution_id": eid, "step_id": s} for s in dispatch])
             cur.execute(NOTIFY_OUTBOX)
         if run.status_changed:
             cur.execute(
