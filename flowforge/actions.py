@@ -15,15 +15,13 @@ from flowforge.runs import load_run, save_run, unit_of_work
 RETRIED_EXECUTION = frozenset(
     {ExecutionStatus.FAILED, ExecutionStatus.CANCELLED, ExecutionStatus.NEEDS_ATTENTION}
 )
-# Leases are only taken by workers; operator actions never create running steps.
-NO_LEASE = 0.0
 
 
 def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
-    loaded = load_run(conn, execution_id)
-    if loaded is None:
+    run = load_run(conn, execution_id)
+    if run is None:
         raise NotFound(f"execution {execution_id} does not exist")
-    return loaded[0]
+    return run
 
 
 def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
@@ -33,7 +31,7 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
         if run.terminal:
             return run.status, True
         run.cancel()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status, False
 
 
@@ -56,7 +54,7 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
                 "(as failed, then retry, to send it again)"
             )
         run.retry()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -72,5 +70,5 @@ def resolve(
         if state.status != StepStatus.UNKNOWN:
             raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
         run.resolve(step_id, outcome, output)
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status

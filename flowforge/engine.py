@@ -35,6 +35,7 @@ from typing import Any
 
 from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
 from flowforge.model import (
+    DEFAULT_LEASE_S,
     TERMINAL_EXECUTION,
     AttemptOutcome,
     EventKind,
@@ -68,7 +69,8 @@ def _describe(condition: dict[str, Any]) -> str:
 
 @dataclass
 class StepState:
-    """One row of `steps` as loaded, plus whether this unit of work changed it."""
+    """One row of `steps` as loaded; `lease_expired` says whether a running step's lease had
+    run out by the transaction's now() when it was loaded (what the reaper acts on)."""
 
     step_id: str
     type: str
@@ -81,7 +83,7 @@ class StepState:
     lease_owner: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    changed: bool = False
+    lease_expired: bool = False
 
 
 @dataclass
@@ -110,8 +112,30 @@ class FinishedAttempt:
 
 
 @dataclass
+class Changes:
+    """What one unit of work changed: everything `runs.save_run` writes, as a value the
+    engine hands over (Run.take_changes), so saving never reaches back into the run."""
+
+    execution_id: str
+    events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
+    dispatch: list[str] = field(default_factory=list)
+    new_attempts: list[NewAttempt] = field(default_factory=list)
+    finished_attempts: list[FinishedAttempt] = field(default_factory=list)
+    # The changed steps, by id, and the lease (seconds) of each one claimed.
+    steps: dict[str, StepState] = field(default_factory=dict)
+    leases: dict[str, float] = field(default_factory=dict)
+    # Whether the execution row changed, and what it is now (set by take_changes).
+    execution_changed: bool = False
+    status: str = ""
+    cancel_requested: bool = False
+
+
+@dataclass
 class Run:
-    """An execution under its row lock: the state every transition reads and changes."""
+    """An execution under its row lock: the state every transition reads and changes.
+
+    What changed is logged in `changes` until take_changes() hands it over for saving.
+    """
 
     execution_id: str
     workflow: str
@@ -122,11 +146,39 @@ class Run:
     steps: dict[str, StepState]
     now: datetime
     cancel_requested: bool = False
-    events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
-    dispatch: list[str] = field(default_factory=list)
-    new_attempts: list[NewAttempt] = field(default_factory=list)
-    finished_attempts: list[FinishedAttempt] = field(default_factory=list)
-    status_changed: bool = False
+    changes: Changes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changes = Changes(self.execution_id)
+
+    # ---- the change log ------------------------------------------------------------
+
+    @property
+    def events(self) -> list[tuple[str | None, str, dict[str, Any]]]:
+        """History entries to append: (step id or None, kind, detail)."""
+        return self.changes.events
+
+    @property
+    def dispatch(self) -> list[str]:
+        """Steps made ready that need a wake-up message."""
+        return self.changes.dispatch
+
+    @property
+    def new_attempts(self) -> list[NewAttempt]:
+        """Attempt rows to insert."""
+        return self.changes.new_attempts
+
+    @property
+    def finished_attempts(self) -> list[FinishedAttempt]:
+        """In-flight attempt rows to close."""
+        return self.changes.finished_attempts
+
+    def take_changes(self) -> Changes:
+        """Hand over what changed since the last call, and start an empty change log."""
+        changes, self.changes = self.changes, Changes(self.execution_id)
+        changes.status = self.status
+        changes.cancel_requested = self.cancel_requested
+        return changes
 
     # ---- reading -------------------------------------------------------------------
 
@@ -164,7 +216,7 @@ class Run:
             setattr(state, name, value)
         if status in FINAL_STEP | {S.UNKNOWN} and state.finished_at is None:
             state.finished_at = self.now
-        state.changed = True
+        self.changes.steps[step_id] = state
         detail = transition(previous, status)
         if state.error and status in {S.FAILED, S.UNKNOWN, S.WAITING, S.CANCELLED}:
             detail["error"] = state.error
@@ -309,9 +361,11 @@ class Run:
         else:
             self.fail_step(step_id, outcome.error or "failed")
 
-    def claim(self, step_id: str, worker: str) -> StepState:
-        """Take a ready step: new fencing token, new attempt row (committed before any I/O)."""
+    def claim(self, step_id: str, worker: str, lease_s: float = DEFAULT_LEASE_S) -> StepState:
+        """Take a ready step for `lease_s` seconds: new fencing token, new attempt row
+        (committed before any I/O)."""
         state = self.steps[step_id]
+        self.changes.leases[step_id] = lease_s
         state.fencing_token += 1
         state.attempts += 1
         self.set_step(
@@ -389,7 +443,8 @@ class Run:
         `unknown` steps are left alone: cancelling does not settle what a remote system did.
         """
         self.cancel_requested = True
-        self.status_changed = True  # cancel_requested_at must be saved even if status holds
+        # cancel_requested_at must be saved even if the status holds.
+        self.changes.execution_changed = True
         for step in self.definition.steps:
             if self.steps[step.id].status in CANCELLABLE_STEP:
                 self.set_step(step.id, S.CANCELLED, error="execution cancelled")
@@ -414,7 +469,7 @@ class Run:
                 finished_at=None,
             )
         self.status = E.RUNNING
-        self.status_changed = True
+        self.changes.execution_changed = True
         self.events.append((None, EventKind.EXECUTION_RETRIED, {"steps": rerun}))
         self.advance()
         return rerun
@@ -450,14 +505,14 @@ class Run:
         if status != self.status:
             self.events.append((None, execution_event(status), transition(self.status, status)))
             self.status = status
-            self.status_changed = True
+            self.changes.execution_changed = True
 
     def started(self) -> None:
         """Leave `queued` when a worker first touches the execution."""
         if self.status == E.QUEUED:
             self.events.append((None, execution_event(E.RUNNING), transition(E.QUEUED, E.RUNNING)))
             self.status = E.RUNNING
-            self.status_changed = True
+            self.changes.execution_changed = True
 
 
 def backoff_seconds(policy: RetryPolicy, attempts_used: int) -> float:

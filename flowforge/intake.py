@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from flowforge import sealing
+from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
@@ -126,8 +126,9 @@ class Targets:
     MAX_ENTRIES = 4096
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cached: dict[tuple[str, str, bytes | None], Target] = {}
+        self._cached: BoundedCache[tuple[str, str, bytes | None], Target] = BoundedCache(
+            self.MAX_ENTRIES
+        )
 
     def get(
         self,
@@ -143,15 +144,11 @@ class Targets:
         # (the test suite does), and secrets opened with one key must not serve another.
         slot = (conn.info.dbname, key, encryption_key)
         if not fresh:
-            with self._lock:
-                cached = self._cached.get(slot)
+            cached = self._cached.get(slot)
             if cached is not None:
                 return cached
         target = _find_target(conn, key, encryption_key)
-        with self._lock:
-            if len(self._cached) >= self.MAX_ENTRIES:
-                self._cached.clear()
-            self._cached[slot] = target
+        self._cached.put(slot, target)
         return target
 
 

@@ -72,6 +72,8 @@ def transition(previous: str, status: str) -> dict[str, Any]:
     return {"from": str(previous), "to": str(status)}
 
 
+# How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
+DEFAULT_LEASE_S = 60.0
 TERMINAL_EXECUTION = frozenset(
     {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )

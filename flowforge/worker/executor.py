@@ -58,11 +58,10 @@ class Executor:
             # No later than the transaction's now(), which sets the lease's expiry.
             began = time.monotonic()
             with unit_of_work(conn):
-                loaded = load_run(conn, eid)
-                if loaded is None:
+                run = load_run(conn, eid)
+                if run is None:
                     logger.warning("wake-up for an unknown execution", extra=log)
                     return
-                run, _ = loaded
                 state = run.steps.get(sid)
                 if run.terminal or state is None or state.status != StepStatus.READY:
                     logger.debug("stale wake-up ignored", extra=log)
@@ -73,8 +72,8 @@ class Executor:
                 if step.type in PURE_TYPES:
                     run.advance()
                 elif run.when_allows(sid):
-                    claimed = run.claim(sid, self.worker_id)
-                save_run(conn, run, lease_s=self.lease_s)
+                    claimed = run.claim(sid, self.worker_id, self.lease_s)
+                save_run(conn, run.take_changes())
                 if claimed is not None:
                     faults.hit("before_claim_commit")
         if claimed is not None:
@@ -116,8 +115,7 @@ class Executor:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
-            loaded = load_run(conn, eid)
-            run = loaded[0] if loaded else None
+            run = load_run(conn, eid)
             state = run.steps.get(sid) if run else None
             if (
                 run is None
@@ -136,7 +134,7 @@ class Executor:
                 )
                 return
             run.record_outcome(sid, token, outcome)
-            save_run(conn, run, lease_s=self.lease_s)
+            save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},

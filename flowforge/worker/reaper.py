@@ -130,19 +130,18 @@ class Reaper(threading.Thread):
 
     def _recover(self, conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
         with unit_of_work(conn):
-            loaded = load_run(conn, execution_id)
-            if loaded is None:
+            run = load_run(conn, execution_id)
+            if run is None:
                 return
-            run, lapsed = loaded
             state = run.steps[step_id]
-            if step_id not in lapsed or state.status != StepStatus.RUNNING:
+            if not state.lease_expired or state.status != StepStatus.RUNNING:
                 return  # renewed or finished since we looked
             logger.warning(
                 "recovering expired lease",
                 extra={"execution_id": execution_id, "step": step_id, "owner": state.lease_owner},
             )
             run.recover_lease(step_id)
-            save_run(conn, run, lease_s=self.lease_s)
+            save_run(conn, run.take_changes())
 
     def reconcile(self) -> int:
         """Re-dispatch ready steps whose message went missing."""

@@ -59,9 +59,9 @@ def execution(db: psycopg.Connection) -> Iterator[str]:
 
 def loaded(conn: psycopg.Connection, execution_id: str) -> Run:
     with unit_of_work(conn):
-        result = load_run(conn, execution_id)
-    assert result is not None
-    return result[0]
+        run = load_run(conn, execution_id)
+    assert run is not None
+    return run
 
 
 def assert_engine_agrees(run: Run) -> None:
@@ -98,15 +98,14 @@ def test_timer_scan_writes_the_engines_transitions(db: psycopg.Connection, execu
     # Through the engine: both roots run, `fetch` fails and waits for a retry, `other`
     # succeeds; the execution is then `waiting`.
     with unit_of_work(db):
-        result = load_run(db, execution)
-        assert result is not None
-        run = result[0]
+        run = load_run(db, execution)
+        assert run is not None
         run.started()
         for sid in ("fetch", "other"):
             state = run.claim(sid, "test-worker")
             kind = "retry" if sid == "fetch" else "succeeded"
             run.record_outcome(sid, state.fencing_token, Outcome(kind, error="HTTP 503"))
-        save_run(db, run, lease_s=30.0)
+        save_run(db, run.take_changes())
     assert run.status == ExecutionStatus.WAITING
     db.execute("UPDATE steps SET wake_at = now() - interval '1 second' WHERE status = 'waiting'")
     db.execute("DELETE FROM outbox")
