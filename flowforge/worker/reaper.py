@@ -31,7 +31,7 @@ class Reaper(Loop):
     ) -> None:
         super().__init__("reaper", stop)
         self.interval = max(0.2, min(lease_s, reconcile_s) / 4)
-        self.recovery = LeaseRecovery(pool, lease_s=lease_s)
+        self.recovery = LeaseRecovery(pool)
         self.reconciler = Reconciler(pool, reconcile_s=reconcile_s)
         self.housekeeping = Housekeeping(pool, stop)
 

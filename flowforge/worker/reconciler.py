@@ -12,7 +12,7 @@ import logging
 import psycopg_pool
 
 from flowforge.db import one, wrap_exceptions
-from flowforge.outbox import NOTIFY_OUTBOX
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 # twice as long (up to 2**MAX_DOUBLINGS intervals), since a step re-dispatched without any
 # progress is a wake-up that keeps failing, and the dead-letter queue should get it
 # rarely, not every interval forever. Returns how many had been re-dispatched before.
-REDISPATCH = """
+REDISPATCH = f"""
 WITH stale AS (
     SELECT s.execution_id, s.step_id, s.redispatches FROM steps s
     WHERE s.status = 'ready'
@@ -36,7 +36,7 @@ WITH stale AS (
     UPDATE steps s SET ready_at = now(), redispatches = s.redispatches + 1 FROM stale
     WHERE s.execution_id = stale.execution_id AND s.step_id = stale.step_id
 ), sent AS (
-    INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM stale
+    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM stale
 )
 SELECT count(*), count(*) FILTER (WHERE redispatches > 0) FROM stale
 """

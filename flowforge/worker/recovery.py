@@ -14,7 +14,8 @@ import psycopg_pool
 
 from flowforge.db import wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
-from flowforge.executions import load_run, save_run, unit_of_work
+from flowforge.model import StepStatus
+from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +37,8 @@ WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
 class LeaseRecovery:
     """Recovers the expired leases of workers that died or froze."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, *, lease_s: float) -> None:
+    def __init__(self, pool: psycopg_pool.ConnectionPool) -> None:
         self.pool = pool
-        self.lease_s = lease_s
 
     def reap(self) -> int:
         """Recover every expired lease, one execution per transaction.
@@ -66,16 +66,15 @@ class LeaseRecovery:
 
     def _recover(self, conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
         with unit_of_work(conn):
-            loaded = load_run(conn, execution_id)
-            if loaded is None:
+            run = load_run(conn, execution_id)
+            if run is None:
                 return
-            run, lapsed = loaded
             state = run.steps[step_id]
-            if step_id not in lapsed or state.status != "running":
+            if not state.lease_expired or state.status != StepStatus.RUNNING:
                 return  # renewed or finished since we looked
             logger.warning(
                 "recovering expired lease",
                 extra={"execution_id": execution_id, "step": step_id, "owner": state.lease_owner},
             )
             run.recover_lease(step_id)
-            save_run(conn, run, lease_s=self.lease_s)
+            save_run(conn, run.take_changes())
