@@ -9,17 +9,20 @@ import psycopg
 from flowforge import flowcontrol
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
-from flowforge.executions import load_run, save_run, unit_of_work
+from flowforge.model import ExecutionStatus, StepStatus
+from flowforge.runs import load_run, save_run, unit_of_work
 
-# Leases are only taken by workers; operator actions never create running steps.
-NO_LEASE = 0.0
+# An operator retry restarts these; a running or succeeded execution is left alone.
+RETRIED_EXECUTION = frozenset(
+    {ExecutionStatus.FAILED, ExecutionStatus.CANCELLED, ExecutionStatus.NEEDS_ATTENTION}
+)
 
 
 def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
-    loaded = load_run(conn, execution_id)
-    if loaded is None:
+    run = load_run(conn, execution_id)
+    if run is None:
         raise NotFound(f"execution {execution_id} does not exist")
-    return loaded[0]
+    return run
 
 
 def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
@@ -29,7 +32,7 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
         if run.terminal:
             return run.status, True
         run.cancel()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status, False
 
 
@@ -38,10 +41,9 @@ def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None
     `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
     status, or None when it had already ended or been stopped (nothing is changed then)."""
     with unit_of_work(conn):
-        loaded = load_run(conn, execution_id)
-        if loaded is None:
+        run = load_run(conn, execution_id)
+        if run is None:
             return None
-        run = loaded[0]
         if run.terminal or run.cancel_requested:
             return None
         if reason == "deadline":
@@ -50,7 +52,7 @@ def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None
             run.expire()
         else:
             run.stop(reason, "execution cancelled: a newer one took its slot (cancel_oldest)")
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -61,12 +63,12 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
     """
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
-        if run.status not in {"failed", "cancelled", "needs_attention"}:
+        if run.status not in RETRIED_EXECUTION:
             raise Conflict(
                 f"execution is {run.status}; only failed, cancelled or needs_attention "
                 "executions can be retried"
             )
-        unknown = [sid for sid, state in run.steps.items() if state.status == "unknown"]
+        unknown = [sid for sid, state in run.steps.items() if state.status == StepStatus.UNKNOWN]
         if unknown and not any(s.status in RETRIED_STEP for s in run.steps.values()):
             raise Conflict(
                 f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
@@ -77,7 +79,7 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
                 conn, run.workflow_id, run.concurrency_key, run.execution_id
             )
         run.retry()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -90,8 +92,8 @@ def resolve(
         state = run.steps.get(step_id)
         if state is None:
             raise NotFound(f"execution {execution_id} has no step {step_id!r}")
-        if state.status != "unknown":
+        if state.status != StepStatus.UNKNOWN:
             raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
         run.resolve(step_id, outcome, output)
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status

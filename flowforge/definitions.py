@@ -11,6 +11,7 @@ from typing import Any
 
 from flowforge import templating
 from flowforge.errors import FlowForgeError
+from flowforge.jsonvalues import is_number
 
 MAX_DEFINITION_BYTES = 262_144
 MAX_STEPS = 100
@@ -218,11 +219,6 @@ def _is_whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
-    """Tell JSON numbers from booleans, which Python counts as ints."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 class _Parser:
     """Walks one definition, recording every problem with its JSON path."""
 
@@ -325,7 +321,7 @@ class _Parser:
         if name not in doc:
             return None
         value = doc[name]
-        if not _is_number(value) or not 0 < value <= MAX_TIME_LIMIT_S:
+        if not is_number(value) or not 0 < value <= MAX_TIME_LIMIT_S:
             self.error(f"$.{name}", f"{name} must be seconds in (0, {MAX_TIME_LIMIT_S}]")
             return None
         return float(value)
@@ -487,11 +483,11 @@ class _Parser:
         if "budget_s" not in raw:
             return None
         budget = raw["budget_s"]
-        if not _is_number(budget) or not 0 < budget <= MAX_TIME_LIMIT_S:
+        if not is_number(budget) or not 0 < budget <= MAX_TIME_LIMIT_S:
             self.error(f"{path}.budget_s", f"budget_s must be a number in (0, {MAX_TIME_LIMIT_S}]")
             return None
         timeout = request["timeout_s"] if request is not None else None
-        if _is_number(timeout) and budget < timeout:
+        if is_number(timeout) and budget < timeout:
             self.error(
                 f"{path}.budget_s",
                 f"budget_s {budget} is shorter than one attempt's timeout_s {timeout}",
@@ -523,7 +519,7 @@ class _Parser:
         elif op == "in" and not isinstance(when["value"], list):
             self.error(f"{path}.value", "value must be an array for op 'in'")
         elif op in ("gt", "gte", "lt", "lte") and not (
-            _is_number(when["value"]) or isinstance(when["value"], str)
+            is_number(when["value"]) or isinstance(when["value"], str)
         ):
             self.error(f"{path}.value", f"value must be a number or a string for op {op!r}")
         return when
@@ -550,7 +546,7 @@ class _Parser:
         if "body" in request and not isinstance(request["body"], str):
             self.error(f"{path}.body", "body must be a string (use json for JSON payloads)")
         timeout_s = request.get("timeout_s", 30)
-        if not _is_number(timeout_s) or not 0 < timeout_s <= 300:
+        if not is_number(timeout_s) or not 0 < timeout_s <= 300:
             self.error(f"{path}.timeout_s", "timeout_s must be a number with 0 < timeout_s <= 300")
         key = request.get("idempotency_key")
         if "idempotency_key" in request and (not isinstance(key, str) or not key):
@@ -586,15 +582,15 @@ class _Parser:
         if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 20:
             self.error(f"{path}.max_attempts", "max_attempts must be an integer from 1 to 20")
         initial = retry.get("initial_interval_s", default.initial_interval_s)
-        if not _is_number(initial) or not 0 < initial <= 3600:
+        if not is_number(initial) or not 0 < initial <= 3600:
             self.error(f"{path}.initial_interval_s", "initial_interval_s must be in (0, 3600]")
         coefficient = retry.get("backoff_coefficient", default.backoff_coefficient)
-        if not _is_number(coefficient) or not 1 <= coefficient <= 10:
+        if not is_number(coefficient) or not 1 <= coefficient <= 10:
             self.error(f"{path}.backoff_coefficient", "backoff_coefficient must be in [1, 10]")
         maximum = retry.get("max_interval_s", default.max_interval_s)
-        if not _is_number(maximum) or not maximum <= 86_400:
+        if not is_number(maximum) or not maximum <= 86_400:
             self.error(f"{path}.max_interval_s", "max_interval_s must be a number up to 86400")
-        elif _is_number(initial) and maximum < initial:
+        elif is_number(initial) and maximum < initial:
             self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
         return RetryPolicy(attempts, initial, coefficient, maximum)
 
@@ -607,7 +603,7 @@ class _Parser:
         if ("duration_s" in raw) == ("until" in raw):
             self.error(path, "a delay needs exactly one of duration_s and until")
         elif "duration_s" in raw:
-            if not _is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
+            if not is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
                 self.error(
                     f"{path}.duration_s", "duration_s must be a number from 0 to 31536000 (a year)"
                 )

@@ -27,7 +27,8 @@ import psycopg
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError
-from flowforge.outbox import CHANNEL
+from flowforge.model import EventKind
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.templating import TemplateError, render
 
 logger = logging.getLogger(__name__)
@@ -123,14 +124,14 @@ WITH current AS (
          unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
          WITH ORDINALITY AS s(step_id, type, root, position)
 ), wakeups AS (
-    INSERT INTO outbox (execution_id, step_id)
+    {INSERT_WAKEUPS}
     SELECT %(id)s, root FROM accepted, unnest(%(root_ids)s::text[]) AS root
     WHERE mode IN ('start', 'replace')
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
     SELECT %(id)s, 'execution.queued', %(event)s::jsonb FROM accepted
     UNION ALL
-    SELECT %(id)s, 'execution.slot_granted', jsonb_build_object('key', %(ckey)s::text)
+    SELECT %(id)s, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', %(ckey)s::text)
     FROM accepted WHERE mode IN ('start', 'replace') AND %(ckey)s::text IS NOT NULL
     UNION ALL
     SELECT %(id)s, 'execution.cancelled',
@@ -144,7 +145,7 @@ SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
                AND {HOLDS_SLOT}
              ORDER BY slot_at, id
              LIMIT (SELECT greatest(holders.n + 1 - %(limit)s::int, 0) FROM holders)),
-       (SELECT pg_notify('{CHANNEL}', '') FROM accepted WHERE mode IN ('start', 'replace'))
+       (SELECT {NOTIFY} FROM accepted WHERE mode IN ('start', 'replace'))
 """
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
 # make their root steps ready (roots read from the pinned definition) with their
@@ -184,16 +185,16 @@ WITH head AS (
       AND s.status = 'pending'
     RETURNING s.execution_id, s.step_id
 ), wakeups AS (
-    INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM ready
+    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM ready
 ), history AS (
     INSERT INTO execution_events (execution_id, step_id, kind, detail)
-    SELECT id, NULL, 'execution.slot_granted', jsonb_build_object('key', %(ckey)s::text)
+    SELECT id, NULL, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', %(ckey)s::text)
     FROM granted
     UNION ALL
     SELECT execution_id, step_id, 'step.ready', '{{"from": "pending", "to": "ready"}}'::jsonb
     FROM ready
 )
-SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('{CHANNEL}', '') END FROM granted
+SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END FROM granted
 """
 # An operator retry takes a slot like any start, under SLOT_LOCK: the slots other
 # executions of its key hold, and its own limit (from the version it pins).

@@ -11,7 +11,7 @@ import pytest
 from flowforge.definitions import Concurrency, DefinitionInvalid, parse_definition
 from flowforge.engine import Run, StepState
 from flowforge.flowcontrol import KeyUnresolved, concurrency_key, retry_after
-from flowforge.steps.http_request import Outcome
+from flowforge.model import Outcome
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 GET = {"method": "GET", "url": "https://example.com/x", "timeout_s": 10}
