@@ -21,7 +21,7 @@ import psycopg.adapt
 import psycopg.conninfo
 import psycopg_pool
 
-from flowforge.errors import DatabaseUnavailable, FlowForgeError
+from flowforge.errors import ClientError, DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,10 @@ _UNSTORABLE_NUMBER = (
 _UNSTORABLE_STRING = "strings may not contain \\u0000 or unpaired surrogates"
 
 
-class NotStorable(FlowForgeError):
+class NotStorable(ClientError):
     """Valid JSON that PostgreSQL cannot store, or that FlowForge could not load again."""
+
+    title = "Unsupported JSON"
 
 
 def numeric_storable(lexeme: str) -> bool:

@@ -10,15 +10,18 @@ import re
 from collections.abc import Sequence
 from secrets import token_bytes
 
-from flowforge.errors import FlowForgeError
+from flowforge.errors import ClientError
 
 TOLERANCE_S = 300
 _PREFIX = "whsec_"
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 
-class SignatureInvalid(FlowForgeError):
+class SignatureInvalid(ClientError):
     """The webhook is not provably from a secret holder; the message is safe to return."""
+
+    status = 401
+    title = "Invalid signature"
 
 
 def new_secret() -> str:

@@ -64,18 +64,15 @@ def list_page() -> Response:
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
         raise Problem(403, "Forbidden", "this API key may not read this workflow")
-    try:
-        with connection() as conn:
-            page = timeline.list_executions(
-                conn,
-                workflow=workflow,
-                workflows=key.workflows,
-                status=status,
-                limit=limit,
-                cursor=args.get("cursor"),
-            )
-    except timeline.BadCursor:
-        raise Problem(400, "Invalid cursor", "pass back a next_cursor this API returned") from None
+    with connection() as conn:
+        page = timeline.list_executions(
+            conn,
+            workflow=workflow,
+            workflows=key.workflows,
+            status=status,
+            limit=limit,
+            cursor=args.get("cursor"),
+        )
     return jsonify(page)
 
 

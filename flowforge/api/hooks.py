@@ -91,7 +91,7 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
             if attempt == 0:
                 continue
             logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
-            raise Problem(401, "Invalid signature", str(exc)) from None
+            raise
         try:
             parse_json(raw)  # validates: 400 for what jsonb would refuse
             return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
