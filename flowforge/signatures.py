@@ -59,8 +59,9 @@ def verify(
     signature_header: str | None,
     body: bytes,
     now: float,
-) -> None:
-    """Accept the raw body only if any active secret signed it recently (rotation, no replay)."""
+) -> str:
+    """Accept the raw body only if any active secret signed it recently (rotation, no replay);
+    the secret that signed it is returned, so the caller can record which one it was."""
     if not msg_id:
         raise SignatureInvalid("missing webhook-id header")
     if not timestamp:
@@ -76,5 +77,5 @@ def verify(
     for secret in secrets:
         expected = hmac.new(_key(secret), content, hashlib.sha256).digest()
         if any(hmac.compare_digest(expected, candidate) for candidate in candidates):
-            return
+            return secret
     raise SignatureInvalid("no matching signature")
