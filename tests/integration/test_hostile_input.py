@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.support.api import Api, step
-from tests.support.problems import PROBLEM
+from tests.support.problems import PROBLEM, assert_problem
 from tests.support.processes import Process
 from tests.support.target import Target
 
@@ -28,21 +28,6 @@ OPEN = {
     "trigger": {"webhook": {"auth": "none"}},
     "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
 }
-
-
-def assert_problem(response: Any, status: int | tuple[int, ...]) -> dict[str, Any]:
-    """RFC 9457 with the expected status; no stack trace, no server internals."""
-    statuses = (status,) if isinstance(status, int) else status
-    text = response.get_data(as_text=True)
-    assert response.status_code in statuses, text
-    assert response.mimetype == PROBLEM, (response.mimetype, text[:200])
-    body = response.get_json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == response.status_code
-    assert body["type"].startswith("urn:flowforge:problem:")
-    for leak in ("Traceback", 'File "', "psycopg", "werkzeug", "/work/"):
-        assert leak not in text
-    return body
 
 
 @pytest.fixture
