@@ -12,12 +12,7 @@ from typing import Any
 import psycopg
 
 from flowforge import apikeys
-
-OPEN = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
+from tests.support.definitions import OPEN
 
 
 def checkouts(client: Any, method: str, path: str, key: str, **kwargs: Any) -> int:
