@@ -13,7 +13,7 @@ import logging
 import pytest
 from flask import Flask
 
-from flowforge import db, definitions, signatures, timeline
+from flowforge import definitions, jsonvalues, signatures, timeline
 from flowforge.api import problems
 from flowforge.errors import (
     BrokerUnavailable,
@@ -94,7 +94,7 @@ def test_a_fault_only_the_operator_can_fix_is_a_503_without_retry_after(
             422,
             "invalid-definition",
         ),
-        (db.NotStorable("strings may not contain \\u0000"), 400, "unsupported-json"),
+        (jsonvalues.NotStorable("strings may not contain \\u0000"), 400, "unsupported-json"),
         (signatures.SignatureInvalid("no matching signature"), 401, "invalid-signature"),
         (timeline.BadCursor("pass back a next_cursor"), 400, "invalid-cursor"),
     ],
