@@ -26,7 +26,7 @@ import psycopg
 
 from flowforge.db import one
 from flowforge.definitions import Definition
-from flowforge.errors import Conflict, FlowForgeError
+from flowforge.errors import ClientError, Conflict
 from flowforge.model import EventKind
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.templating import TemplateError, render
@@ -245,16 +245,25 @@ WHERE e.id = %(id)s AND e.status = 'queued' AND e.slot_at IS NULL
 """
 
 
-class QueueFull(FlowForgeError):
-    """The workflow already has `max_queued` queued executions; nothing was created."""
+class QueueFull(ClientError):
+    """The workflow already has `max_queued` queued executions; nothing was created.
+
+    The webhook answers it with a Retry-After (api/hooks.py), which the class mapping of
+    ClientError does not carry."""
+
+    status = 429
+    title = "Queue full"
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
 
-class KeyUnresolved(FlowForgeError):
+class KeyUnresolved(ClientError):
     """The concurrency key template does not resolve against this webhook's body."""
+
+    status = 422
+    title = "Concurrency key unresolved"
 
 
 @dataclass(frozen=True)

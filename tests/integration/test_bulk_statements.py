@@ -18,7 +18,7 @@ from flowforge.definitions import parse_definition
 from flowforge.engine import Run
 from flowforge.model import ExecutionStatus, Outcome, StepStatus, execution_event
 from flowforge.runs import load_run, save_run, unit_of_work
-from flowforge.worker.reaper import MAX_DOUBLINGS, REDISPATCH
+from flowforge.worker.reconciler import MAX_DOUBLINGS, REDISPATCH
 from flowforge.worker.timers import WAKE_DUE, WAKE_PARAMS
 
 # Two roots and a step after both: http steps only, so no step runs inside a transaction.

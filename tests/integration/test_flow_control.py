@@ -112,10 +112,16 @@ def test_per_key_limits_serialise_each_key_while_keys_run_in_parallel(
             concurrency={"limit": 1, "key": "{{ input.customer }}"},
         ),
     )
+    # A body the key cannot be rendered from is refused, creating nothing.
+    refused = client.hook("per-key", {"name": "no customer"})
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["Content-Type"] == "application/problem+json"
+    assert "input.customer" in refused.json()["detail"]
     workers()
     ids = [client.start("per-key", {"customer": c}) for _ in range(5) for c in ("a", "b", "c")]
     for eid in ids:
         assert client.wait(eid, timeout=40)["status"] == "succeeded"
+    assert len(target.received) == 15
     assert dict(gauge.peak) == {"a": 1, "b": 1, "c": 1}
     assert gauge.overall_peak >= 2
 
