@@ -17,6 +17,7 @@ from typing import Any
 
 import requests
 
+from flowforge import flowcontrol
 from tests.bench.figures import ExecutionRun, executions
 from tests.bench.infra import BenchError
 from tests.bench.session import CHAIN3, Session
@@ -75,8 +76,11 @@ def quiet_key_latency(session: Session, backlog: int = BACKLOG) -> dict[str, Any
     session.reset()
     session.stats_dirty = True
     queue_backlog(session, backlog)
-    # The reconciler hands the busy key's free slot to its queue's head within a pass;
-    # from then on the busy key drains one execution at a time.
+    # Hand the busy key's free slot to its queue's head, as the reconciler would within a
+    # pass; from then on the busy key drains one execution at a time, each handing its
+    # slot on as it ends.
+    with session.conn.transaction():
+        flowcontrol.fill_slots(session.conn, fair.workflow_id, "busy")
     url = session.hook_url("fair")
     tag = uuid.uuid4().hex[:6]
     ids: list[str] = []
