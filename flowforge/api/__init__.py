@@ -14,6 +14,11 @@ from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
 
+# A request waits for the database at most this long (plus db.REPLY_MARGIN_S), so a stalled
+# database is a 503 problem well before gunicorn's worker timeout (15 s, api/serve.py)
+# kills the sync worker and the client sees a reset instead.
+API_DB_TIMEOUT_S = 5.0
+
 
 def create_app(settings: Settings | None = None) -> Flask:
     """Build the app; the pool is opened here, in each worker process, never at import."""
@@ -26,7 +31,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         settings.database_url,
         max_size=settings.db_pool_size,
         name="api",
-        timeout_s=settings.db_timeout_seconds,
+        timeout_s=min(settings.db_timeout_seconds, API_DB_TIMEOUT_S),
     )
     # Do not wait for the database: the API must start (and answer 503) while it is down.
     connections.open(wait=False)
