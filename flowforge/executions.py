@@ -21,6 +21,7 @@ from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import TERMINAL_EXECUTION, Run, StepState
 from flowforge.outbox import NOTIFY_OUTBOX
+from flowforge.waits import APPLY_RESUME, PENDING_RESUMES
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +139,10 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> tuple[Run, set[str]
         now=head["now"],
         cancel_requested=head["cancel_requested"],
     )
+    if definition.wait_steps():
+        # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
+        resumes = conn.execute(PENDING_RESUMES, {"id": execution_id}).fetchall()
+        run.early_resumes = {step_id: body for step_id, body in resumes}
     return run, expired
 
 
@@ -165,6 +170,11 @@ def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
                     for step_id, kind, detail in run.events
                 ],
             )
+        if run.applied_resumes:
+            cur.executemany(
+                APPLY_RESUME,
+                [{"execution_id": eid, "step_id": s} for s in run.applied_resumes],
+            )
         dispatch = [s for s in run.dispatch if run.steps[s].status == "ready"]
         if dispatch:
             cur.executemany(INSERT_OUTBOX, [{"execution_id": eid, "step_id": s} for s in dispatch])
@@ -185,6 +195,7 @@ def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
     run.dispatch.clear()
     run.new_attempts.clear()
     run.finished_attempts.clear()
+    run.applied_resumes.clear()
     run.status_changed = False
 
 

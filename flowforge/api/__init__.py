@@ -7,7 +7,7 @@ import logging
 
 from flask import Flask, Response, has_request_context, request
 
-from flowforge.api import executions, health, hooks, openapi, problems, workflows
+from flowforge.api import executions, health, hooks, openapi, problems, resume, workflows
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.config import Settings
@@ -38,7 +38,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
     _install_request_ids(app)
-    for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
+    for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge import actions, definitions, timeline, workflows
 from flowforge.api.auth import authorize, require_key
@@ -128,4 +129,41 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
         )
     with connection() as conn:
         status = actions.resolve(conn, eid, step_id, body["outcome"], body.get("output"))
+    return jsonify({"execution_id": eid, "status": status}), 200
+
+
+def _actor() -> dict[str, Any]:
+    """Who acts, for the history: the API key that authenticated this request."""
+    return {"kind": "api_key", "id": g.api_key.id, "name": g.api_key.name}
+
+
+@bp.post("/<execution_id>/steps/<step_id>/complete")
+def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
+    """End a waiting wait step as a resume would: {"output": ...} becomes its output."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=True)
+    if not definitions.is_step_id(step_id):
+        raise Problem(404, "Not found", "no such step")
+    body = json_body()
+    if not isinstance(body, dict) or set(body) - {"output"}:
+        raise Problem(
+            422,
+            "Invalid completion",
+            'send {"output": <any JSON>} (output may be left out: null)',
+            errors=[{"path": "$", "message": "an object with only output"}],
+        )
+    with connection() as conn:
+        status = actions.complete_wait(conn, eid, step_id, body.get("output"), _actor())
+    return jsonify({"execution_id": eid, "status": status}), 200
+
+
+@bp.post("/<execution_id>/steps/<step_id>/fail")
+def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
+    """Fail a waiting wait step: the answer is no, and the execution fails."""
+    eid = _execution_id(execution_id)
+    _authorize_execution(eid, write=True)
+    if not definitions.is_step_id(step_id):
+        raise Problem(404, "Not found", "no such step")
+    with connection() as conn:
+        status = actions.fail_wait(conn, eid, step_id, _actor())
     return jsonify({"execution_id": eid, "status": status}), 200

@@ -16,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from flowforge import netguard
+from flowforge import netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
 from flowforge.logs import configure_logging
@@ -56,6 +56,7 @@ def main() -> int:
         lease_s=settings.lease_seconds,
         allow=allow,
         secret_bindings=settings.secret_bindings,
+        resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
     )
     consumer = Consumer(
         executor, settings.amqp_url, topology, settings.worker_concurrency, stop, heartbeat_s
