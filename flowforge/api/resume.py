@@ -12,7 +12,7 @@ import time
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import resumes, signatures
+from flowforge import resumes, signatures, waits
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -43,12 +43,12 @@ def resume(token: str) -> tuple[Response, int, dict[str, str]]:
     """Succeed the wait step the token names, with the JSON body as its output."""
     settings = current_app.extensions["flowforge.settings"]
     if settings.resume_key is None:
-        logger.error("a resume arrived but FLOWFORGE_RESUME_KEY is not set")
-        raise Problem(
-            503,
-            "Resume key missing",
-            "resume URLs cannot be checked: this server has no FLOWFORGE_RESUME_KEY",
-        )
+        # Without the key no token is genuine here. The same 404 as for a forged token
+        # (a deployment without wait steps needs no key), and a word for the operator
+        # when the token looks like one a worker made.
+        if token.startswith(waits.PREFIX):
+            logger.error("a resume was refused: FLOWFORGE_RESUME_KEY is not set on this API")
+        raise Problem(404, "Not found", "no such resume URL")
     if request.query_string:
         raise Problem(
             400,

@@ -12,20 +12,14 @@ from __future__ import annotations
 import time
 
 import psycopg
-import pytest
 
 from tests.faults.helpers import StartWorker, scalar
-from tests.integration.test_wait_step import RESUME_KEY, approval, post, resume_url
+from tests.integration.test_wait_step import approval, post, resume_url
 from tests.support.api import Api, step
 from tests.support.faultproxy import FaultProxy
 from tests.support.target import Target
 
 NEXT_STEP_WAKEUPS = "SELECT count(*) FROM outbox WHERE step_id = 'ship'"
-
-
-@pytest.fixture
-def env(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "FLOWFORGE_RESUME_KEY": RESUME_KEY}
 
 
 def test_a_worker_killed_after_the_resume_committed_loses_nothing(

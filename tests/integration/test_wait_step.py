@@ -23,14 +23,6 @@ from tests.support.api import Api, step
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
-# The resume key of every process in these tests (32 bytes, base64url).
-RESUME_KEY = base64.urlsafe_b64encode(b"resume-key-for-tests-only-32byte").decode().rstrip("=")
-
-
-@pytest.fixture
-def env(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "FLOWFORGE_RESUME_KEY": RESUME_KEY}
-
 
 @pytest.fixture
 def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
