@@ -9,17 +9,20 @@ import psycopg
 
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
-from flowforge.executions import load_run, save_run, unit_of_work
+from flowforge.model import ExecutionStatus, StepStatus
+from flowforge.runs import load_run, save_run, unit_of_work
 
-# Leases are only taken by workers; operator actions never create running steps.
-NO_LEASE = 0.0
+# An operator retry restarts these; a running or succeeded execution is left alone.
+RETRIED_EXECUTION = frozenset(
+    {ExecutionStatus.FAILED, ExecutionStatus.CANCELLED, ExecutionStatus.NEEDS_ATTENTION}
+)
 
 
 def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
-    loaded = load_run(conn, execution_id)
-    if loaded is None:
+    run = load_run(conn, execution_id)
+    if run is None:
         raise NotFound(f"execution {execution_id} does not exist")
-    return loaded[0]
+    return run
 
 
 def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
@@ -29,7 +32,7 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
         if run.terminal:
             return run.status, True
         run.cancel()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status, False
 
 
@@ -40,19 +43,19 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
     """
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
-        if run.status not in {"failed", "cancelled", "needs_attention"}:
+        if run.status not in RETRIED_EXECUTION:
             raise Conflict(
                 f"execution is {run.status}; only failed, cancelled or needs_attention "
                 "executions can be retried"
             )
-        unknown = [sid for sid, state in run.steps.items() if state.status == "unknown"]
+        unknown = [sid for sid, state in run.steps.items() if state.status == StepStatus.UNKNOWN]
         if unknown and not any(s.status in RETRIED_STEP for s in run.steps.values()):
             raise Conflict(
                 f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
                 "(as failed, then retry, to send it again)"
             )
         run.retry()
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -65,10 +68,10 @@ def resolve(
         state = run.steps.get(step_id)
         if state is None:
             raise NotFound(f"execution {execution_id} has no step {step_id!r}")
-        if state.status != "unknown":
+        if state.status != StepStatus.UNKNOWN:
             raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
         run.resolve(step_id, outcome, output)
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -94,7 +97,7 @@ def complete_wait(
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
         run.resume(step_id, output, actor=actor)
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status
 
 
@@ -106,5 +109,5 @@ def fail_wait(
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
         run.fail_wait(step_id, actor)
-        save_run(conn, run, lease_s=NO_LEASE)
+        save_run(conn, run.take_changes())
     return run.status

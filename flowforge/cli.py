@@ -13,12 +13,13 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions, apikeys, secret_bindings, signatures, timeline, workflows
+from flowforge import actions, apikeys, catalog, secret_bindings, signatures, timeline
 from flowforge.config import Settings
 from flowforge.db import conninfo
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from flowforge.errors import FlowForgeError
 from flowforge.hints import database_hint
+from flowforge.model import RESOLUTIONS, StepStatus
 
 
 def _print_json(value: Any) -> None:
@@ -53,38 +54,38 @@ def _apikey_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
 def _workflow_publish(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     document = json.loads(Path(args.file).read_text(encoding="utf-8"))
     key = args.key or Path(args.file).stem.replace(".", "-").lower()
-    if not workflows.is_key(key):
+    if not catalog.is_key(key):
         raise FlowForgeError(f"invalid workflow key {key!r}: use --key")
     definition = parse_definition(document)
     bindings = Settings.from_env().secret_bindings
     secret_bindings.check(secret_bindings.references(document), key, bindings)
-    published = workflows.publish(conn, key, document, definition, None)
+    published = catalog.publish(conn, key, document, definition, None)
     print(f"published {published['workflow']} version {published['version']}")
 
 
 def _workflow_list(conn: psycopg.Connection, _args: argparse.Namespace) -> None:
-    for w in workflows.list_workflows(conn, None):
+    for w in catalog.list_workflows(conn, None):
         print(f"{w['workflow']:<24} v{w['latest_version']:<4} {w['webhook_auth']:<9} {w['name']}")
 
 
 def _workflow_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     if args.version:
-        _print_json(workflows.get_version(conn, args.key, args.version))
+        _print_json(catalog.get_version(conn, args.key, args.version))
     else:
-        _print_json(workflows.get_workflow(conn, args.key))
+        _print_json(catalog.get_workflow(conn, args.key))
 
 
 def _secret_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     encryption_key = Settings.from_env().encryption_key
-    created = workflows.create_secret(conn, args.key, signatures.new_secret(), encryption_key)
-    if warning := workflows.unsigned_warning(conn, args.key):
+    created = catalog.create_secret(conn, args.key, signatures.new_secret(), encryption_key)
+    if warning := catalog.unsigned_warning(conn, args.key):
         print(f"flowforge: warning: {warning}", file=sys.stderr)
     print(f"created webhook secret {created['id']} for {args.key}; it is shown only once:")
     print(created["secret"])
 
 
 def _secret_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    workflows.revoke_secret(conn, args.key, args.id)
+    catalog.revoke_secret(conn, args.key, args.id)
     print(f"revoked webhook secret {args.id} of {args.key}")
 
 
@@ -117,7 +118,7 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
     print(f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}")
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
-        if s["wake_at"] and s["status"] == "waiting":
+        if s["wake_at"] and s["status"] == StepStatus.WAITING:
             line += f" wakes {s['wake_at']}"
         if s["error"]:
             line += f" error: {s['error']}"
@@ -225,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve = add(sub, "resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("id")
     resolve.add_argument("step")
-    resolve.add_argument("outcome", choices=["succeeded", "failed"])
+    resolve.add_argument("outcome", choices=RESOLUTIONS)
     resolve.add_argument("--output", help="the step's output as JSON (with succeeded)")
     complete = add(sub, "complete", _complete, "end a waiting wait step as a resume would")
     complete.add_argument("id")

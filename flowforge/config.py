@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from flowforge import sealing, secret_bindings
 from flowforge.errors import FlowForgeError
+from flowforge.model import DEFAULT_LEASE_S
 
 
 class ConfigError(FlowForgeError):
@@ -93,7 +94,7 @@ class Settings:
     amqp_url: str = "amqp://guest:guest@localhost:5672/%2F"
     amqp_prefix: str = "flowforge"
     worker_concurrency: int = 8
-    lease_seconds: float = 60.0
+    lease_seconds: float = DEFAULT_LEASE_S
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0

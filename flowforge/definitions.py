@@ -11,6 +11,7 @@ from typing import Any
 
 from flowforge import templating
 from flowforge.errors import FlowForgeError
+from flowforge.jsonvalues import is_number
 
 MAX_DEFINITION_BYTES = 262_144
 MAX_STEPS = 100
@@ -208,11 +209,6 @@ def _cycles(parents: dict[str, list[str]], ordered: set[str]) -> list[list[str]]
             cycles.append(loop[first:] + loop[:first])
         walked.update(trail)
     return cycles
-
-
-def _is_number(value: Any) -> bool:
-    """Tell JSON numbers from booleans, which Python counts as ints."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class _Parser:
@@ -443,7 +439,7 @@ class _Parser:
         elif op == "in" and not isinstance(when["value"], list):
             self.error(f"{path}.value", "value must be an array for op 'in'")
         elif op in ("gt", "gte", "lt", "lte") and not (
-            _is_number(when["value"]) or isinstance(when["value"], str)
+            is_number(when["value"]) or isinstance(when["value"], str)
         ):
             self.error(f"{path}.value", f"value must be a number or a string for op {op!r}")
         return when
@@ -470,7 +466,7 @@ class _Parser:
         if "body" in request and not isinstance(request["body"], str):
             self.error(f"{path}.body", "body must be a string (use json for JSON payloads)")
         timeout_s = request.get("timeout_s", 30)
-        if not _is_number(timeout_s) or not 0 < timeout_s <= 300:
+        if not is_number(timeout_s) or not 0 < timeout_s <= 300:
             self.error(f"{path}.timeout_s", "timeout_s must be a number with 0 < timeout_s <= 300")
         key = request.get("idempotency_key")
         if "idempotency_key" in request and (not isinstance(key, str) or not key):
@@ -506,15 +502,15 @@ class _Parser:
         if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 20:
             self.error(f"{path}.max_attempts", "max_attempts must be an integer from 1 to 20")
         initial = retry.get("initial_interval_s", default.initial_interval_s)
-        if not _is_number(initial) or not 0 < initial <= 3600:
+        if not is_number(initial) or not 0 < initial <= 3600:
             self.error(f"{path}.initial_interval_s", "initial_interval_s must be in (0, 3600]")
         coefficient = retry.get("backoff_coefficient", default.backoff_coefficient)
-        if not _is_number(coefficient) or not 1 <= coefficient <= 10:
+        if not is_number(coefficient) or not 1 <= coefficient <= 10:
             self.error(f"{path}.backoff_coefficient", "backoff_coefficient must be in [1, 10]")
         maximum = retry.get("max_interval_s", default.max_interval_s)
-        if not _is_number(maximum) or not maximum <= 86_400:
+        if not is_number(maximum) or not maximum <= 86_400:
             self.error(f"{path}.max_interval_s", "max_interval_s must be a number up to 86400")
-        elif _is_number(initial) and maximum < initial:
+        elif is_number(initial) and maximum < initial:
             self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
         return RetryPolicy(attempts, initial, coefficient, maximum)
 
@@ -527,7 +523,7 @@ class _Parser:
         if ("duration_s" in raw) == ("until" in raw):
             self.error(path, "a delay needs exactly one of duration_s and until")
         elif "duration_s" in raw:
-            if not _is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
+            if not is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
                 self.error(
                     f"{path}.duration_s", "duration_s must be a number from 0 to 31536000 (a year)"
                 )
@@ -548,7 +544,7 @@ class _Parser:
         """Check a wait step: a bounded timeout, what the timeout does, how resumes prove
         themselves."""
         timeout_s: Any = raw.get("timeout_s")
-        if not _is_number(timeout_s) or not 0 < timeout_s <= MAX_WAIT_S:
+        if not is_number(timeout_s) or not 0 < timeout_s <= MAX_WAIT_S:
             self.error(
                 f"{path}.timeout_s",
                 f"timeout_s is required: a number of seconds with 0 < timeout_s <= {MAX_WAIT_S}",

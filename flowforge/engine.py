@@ -38,18 +38,28 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
-from flowforge.steps.http_request import Outcome
+from flowforge.model import (
+    DEFAULT_LEASE_S,
+    TERMINAL_EXECUTION,
+    AttemptOutcome,
+    EventKind,
+    Outcome,
+    execution_event,
+    step_event,
+    transition,
+)
+from flowforge.model import ExecutionStatus as E
+from flowforge.model import StepStatus as S
 from flowforge.templating import TemplateError, evaluate_condition, render
 
-TERMINAL_EXECUTION = frozenset({"succeeded", "failed", "cancelled"})
-DONE_STEP = frozenset({"succeeded", "skipped"})
-FINAL_STEP = frozenset({"succeeded", "failed", "skipped", "cancelled"})
+DONE_STEP = frozenset({S.SUCCEEDED, S.SKIPPED})
+FINAL_STEP = frozenset({S.SUCCEEDED, S.FAILED, S.SKIPPED, S.CANCELLED})
 # Steps that may still change without an operator: they keep an execution alive.
-ACTIVE_STEP = frozenset({"ready", "running", "waiting"})
+ACTIVE_STEP = frozenset({S.READY, S.RUNNING, S.WAITING})
 # Cancel stops these at once; `running` steps stop at their next boundary.
-CANCELLABLE_STEP = frozenset({"pending", "ready", "waiting"})
+CANCELLABLE_STEP = frozenset({S.PENDING, S.READY, S.WAITING})
 # An operator retry re-runs these; `succeeded` and `unknown` are never reset.
-RETRIED_STEP = frozenset({"failed", "cancelled"})
+RETRIED_STEP = frozenset({S.FAILED, S.CANCELLED})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
 PURE_TYPES = frozenset({"transform", "delay", "wait"})
 
@@ -63,7 +73,8 @@ def _describe(condition: dict[str, Any]) -> str:
 
 @dataclass
 class StepState:
-    """One row of `steps` as loaded, plus whether this unit of work changed it."""
+    """One row of `steps` as loaded; `lease_expired` says whether a running step's lease had
+    run out by the transaction's now() when it was loaded (what the reaper acts on)."""
 
     step_id: str
     type: str
@@ -76,7 +87,7 @@ class StepState:
     lease_owner: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    changed: bool = False
+    lease_expired: bool = False
 
 
 @dataclass
@@ -105,8 +116,32 @@ class FinishedAttempt:
 
 
 @dataclass
+class Changes:
+    """What one unit of work changed: everything `runs.save_run` writes, as a value the
+    engine hands over (Run.take_changes), so saving never reaches back into the run."""
+
+    execution_id: str
+    events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
+    dispatch: list[str] = field(default_factory=list)
+    new_attempts: list[NewAttempt] = field(default_factory=list)
+    finished_attempts: list[FinishedAttempt] = field(default_factory=list)
+    # The changed steps, by id, and the lease (seconds) of each one claimed.
+    steps: dict[str, StepState] = field(default_factory=dict)
+    leases: dict[str, float] = field(default_factory=dict)
+    # Whether the execution row changed, and what it is now (set by take_changes).
+    execution_changed: bool = False
+    status: str = ""
+    cancel_requested: bool = False
+    # Wait steps that took their early resume: saving marks those resumes applied.
+    applied_resumes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Run:
-    """An execution under its row lock: the state every transition reads and changes."""
+    """An execution under its row lock: the state every transition reads and changes.
+
+    What changed is logged in `changes` until take_changes() hands it over for saving.
+    """
 
     execution_id: str
     workflow: str
@@ -117,15 +152,42 @@ class Run:
     steps: dict[str, StepState]
     now: datetime
     cancel_requested: bool = False
-    events: list[tuple[str | None, str, dict[str, Any]]] = field(default_factory=list)
-    dispatch: list[str] = field(default_factory=list)
-    new_attempts: list[NewAttempt] = field(default_factory=list)
-    finished_attempts: list[FinishedAttempt] = field(default_factory=list)
-    status_changed: bool = False
-    # Resumes recorded before their wait step was ready (step id -> body), and the ones
-    # this unit of work used, so saving marks them applied.
+    # Resumes recorded before their wait step was ready (step id -> body); loaded only for
+    # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
-    applied_resumes: list[str] = field(default_factory=list)
+    changes: Changes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changes = Changes(self.execution_id)
+
+    # ---- the change log ------------------------------------------------------------
+
+    @property
+    def events(self) -> list[tuple[str | None, str, dict[str, Any]]]:
+        """History entries to append: (step id or None, kind, detail)."""
+        return self.changes.events
+
+    @property
+    def dispatch(self) -> list[str]:
+        """Steps made ready that need a wake-up message."""
+        return self.changes.dispatch
+
+    @property
+    def new_attempts(self) -> list[NewAttempt]:
+        """Attempt rows to insert."""
+        return self.changes.new_attempts
+
+    @property
+    def finished_attempts(self) -> list[FinishedAttempt]:
+        """In-flight attempt rows to close."""
+        return self.changes.finished_attempts
+
+    def take_changes(self) -> Changes:
+        """Hand over what changed since the last call, and start an empty change log."""
+        changes, self.changes = self.changes, Changes(self.execution_id)
+        changes.status = self.status
+        changes.cancel_requested = self.cancel_requested
+        return changes
 
     # ---- reading -------------------------------------------------------------------
 
@@ -141,7 +203,7 @@ class Run:
         }
         for ancestor in self.definition.ancestors(step_id):
             state = self.steps[ancestor]
-            if state.status == "succeeded":
+            if state.status == S.SUCCEEDED:
                 ctx[ancestor] = state.output
         return ctx
 
@@ -161,15 +223,15 @@ class Run:
         state.status = status
         for name, value in fields.items():
             setattr(state, name, value)
-        if status in FINAL_STEP | {"unknown"} and state.finished_at is None:
+        if status in FINAL_STEP | {S.UNKNOWN} and state.finished_at is None:
             state.finished_at = self.now
-        state.changed = True
-        detail: dict[str, Any] = {"from": previous, "to": status}
-        if state.error and status in {"failed", "unknown", "waiting", "cancelled"}:
+        self.changes.steps[step_id] = state
+        detail = transition(previous, status)
+        if state.error and status in {S.FAILED, S.UNKNOWN, S.WAITING, S.CANCELLED}:
             detail["error"] = state.error
         if reason is not None:
             detail["reason"] = reason
-        self.events.append((step_id, f"step.{status}", detail))
+        self.events.append((step_id, step_event(status), detail))
 
     def advance(self) -> None:
         """Promote steps whose parents are done and run pure steps until nothing moves.
@@ -185,9 +247,9 @@ class Run:
             moved = False
             for step in self.definition.steps:
                 state = self.steps[step.id]
-                if state.status == "pending" and self._promote(step):
+                if state.status == S.PENDING and self._promote(step):
                     moved = True
-                if self.steps[step.id].status == "ready" and step.type in PURE_TYPES:
+                if self.steps[step.id].status == S.READY and step.type in PURE_TYPES:
                     self._run_pure(step)
                     moved = True
         self.derive_status()
@@ -196,10 +258,10 @@ class Run:
         parents = [self.steps[p] for p in step.depends_on]
         if not all(p.status in DONE_STEP for p in parents):
             return False
-        if parents and all(p.status == "skipped" for p in parents):
-            self.set_step(step.id, "skipped", reason="every step it depends on was skipped")
+        if parents and all(p.status == S.SKIPPED for p in parents):
+            self.set_step(step.id, S.SKIPPED, reason="every step it depends on was skipped")
             return True
-        self.set_step(step.id, "ready")
+        self.set_step(step.id, S.READY)
         if step.type not in PURE_TYPES:
             self.dispatch.append(step.id)
         return True
@@ -215,11 +277,11 @@ class Run:
             try:
                 output = render(step.output, self.context(step.id))
             except TemplateError as exc:
-                self._record_pure_attempt(step.id, "failed", str(exc))
+                self._record_pure_attempt(step.id, AttemptOutcome.FAILED, str(exc))
                 self.fail_step(step.id, str(exc))
                 return
-            self._record_pure_attempt(step.id, "succeeded")
-            self.set_step(step.id, "succeeded", output=output, started_at=self.now)
+            self._record_pure_attempt(step.id, AttemptOutcome.SUCCEEDED)
+            self.set_step(step.id, S.SUCCEEDED, output=output, started_at=self.now)
         elif state.wake_at is None:
             try:
                 wake_at = self._delay_until(step)
@@ -229,16 +291,16 @@ class Run:
             if wake_at <= self.now:
                 self.set_step(
                     step.id,
-                    "succeeded",
+                    S.SUCCEEDED,
                     wake_at=wake_at,
                     started_at=self.now,
                     output={"waited_until": wake_at.isoformat()},
                 )
             else:
-                self.set_step(step.id, "waiting", wake_at=wake_at, started_at=self.now)
+                self.set_step(step.id, S.WAITING, wake_at=wake_at, started_at=self.now)
         else:
             # The timer scanner made it ready: the wait is over.
-            self.set_step(step.id, "succeeded", output={"waited_until": state.wake_at.isoformat()})
+            self.set_step(step.id, S.SUCCEEDED, output={"waited_until": state.wake_at.isoformat()})
 
     def _run_wait(self, step: Step) -> None:
         """Start a wait (or take the resume that came early), or end it: its timeout is due."""
@@ -246,11 +308,11 @@ class Run:
         if state.wake_at is not None:
             self.time_out(step.id)
         elif step.id in self.early_resumes:
-            self.applied_resumes.append(step.id)
-            self.events.append((step.id, "wait.resumed", {"early": True}))
+            self.changes.applied_resumes.append(step.id)
+            self.events.append((step.id, EventKind.WAIT_RESUMED, {"early": True}))
             self.set_step(
                 step.id,
-                "succeeded",
+                S.SUCCEEDED,
                 output=self.early_resumes.pop(step.id),
                 started_at=self.now,
                 reason="resumed before the wait began",
@@ -259,7 +321,7 @@ class Run:
             assert step.timeout_s is not None
             self.set_step(
                 step.id,
-                "waiting",
+                S.WAITING,
                 wake_at=self.now + timedelta(seconds=step.timeout_s),
                 started_at=self.now,
                 reason=f"waiting for a resume, at most {step.timeout_s:g} s",
@@ -271,7 +333,7 @@ class Run:
         return (
             not self.terminal
             and not self.cancel_requested
-            and state.status == "waiting"
+            and state.status == S.WAITING
             and state.wake_at is not None
             and state.wake_at > self.now
         )
@@ -282,31 +344,31 @@ class Run:
         return (
             not self.terminal
             and not self.cancel_requested
-            and state.status in {"pending", "ready"}
+            and state.status in {S.PENDING, S.READY}
             and state.wake_at is None
         )
 
     def resume(self, step_id: str, body: Any, *, actor: dict[str, Any] | None = None) -> None:
         """End an open wait with `body` as its output; the execution goes on."""
         if actor is None:
-            self.events.append((step_id, "wait.resumed", {}))
+            self.events.append((step_id, EventKind.WAIT_RESUMED, {}))
         else:
-            self.events.append((step_id, "wait.completed", {"actor": actor}))
-        self.set_step(step_id, "succeeded", output=body, wake_at=None, error=None)
+            self.events.append((step_id, EventKind.WAIT_COMPLETED, {"actor": actor}))
+        self.set_step(step_id, S.SUCCEEDED, output=body, wake_at=None, error=None)
         self.advance()
 
     def fail_wait(self, step_id: str, actor: dict[str, Any]) -> None:
         """An operator says the awaited answer is no: the step fails, and so does the run."""
-        self.events.append((step_id, "wait.failed", {"actor": actor}))
+        self.events.append((step_id, EventKind.WAIT_FAILED, {"actor": actor}))
         self.fail_step(step_id, f"failed by {actor.get('name', 'an operator')}")
 
     def time_out(self, step_id: str) -> None:
         """No resume came in time: `on_timeout` decides (`continue` succeeds with null)."""
         step = self.definition.step(step_id)
         reason = f"no resume within {step.timeout_s:g} s"
-        self.events.append((step_id, "wait.timed_out", {"on_timeout": step.on_timeout}))
+        self.events.append((step_id, EventKind.WAIT_TIMED_OUT, {"on_timeout": step.on_timeout}))
         if step.on_timeout == "continue":
-            self.set_step(step_id, "succeeded", output=None, reason=f"{reason}; continuing")
+            self.set_step(step_id, S.SUCCEEDED, output=None, reason=f"{reason}; continuing")
             self.advance()
         else:
             self.fail_step(step_id, f"timed out: {reason}")
@@ -320,7 +382,7 @@ class Run:
             self.fail_step(step.id, f"when: {exc}")
             return False
         if not allowed:
-            self.set_step(step.id, "skipped", reason=f"when {_describe(step.when)} is false")
+            self.set_step(step.id, S.SKIPPED, reason=f"when {_describe(step.when)} is false")
         return allowed
 
     def _delay_until(self, step: Step) -> datetime:
@@ -346,11 +408,11 @@ class Run:
 
     def fail_step(self, step_id: str, error: str) -> None:
         """Fail a step and stop everything that has not started: a failure fails the run."""
-        self.set_step(step_id, "failed", error=error, lease_owner=None)
+        self.set_step(step_id, S.FAILED, error=error, lease_owner=None)
         for other in self.definition.steps:
             state = self.steps[other.id]
-            if state.status in {"pending", "ready", "waiting"}:
-                self.set_step(other.id, "cancelled", error=f"not run: step {step_id} failed")
+            if state.status in CANCELLABLE_STEP:
+                self.set_step(other.id, S.CANCELLED, error=f"not run: step {step_id} failed")
         self.derive_status()
 
     def record_outcome(self, step_id: str, token: int, outcome: Outcome) -> None:
@@ -372,7 +434,7 @@ class Run:
         elif outcome.kind == "unknown":
             self.mark_unknown(step_id, outcome.error or "remote effect unknown")
         elif self.cancel_requested:
-            self.set_step(step_id, "cancelled", error=outcome.error, lease_owner=None)
+            self.set_step(step_id, S.CANCELLED, error=outcome.error, lease_owner=None)
             self.derive_status()
         elif outcome.kind == "retry" and self.retry_later(
             step_id, policy, outcome.error or "failed", outcome.retry_after_s
@@ -381,13 +443,15 @@ class Run:
         else:
             self.fail_step(step_id, outcome.error or "failed")
 
-    def claim(self, step_id: str, worker: str) -> StepState:
-        """Take a ready step: new fencing token, new attempt row (committed before any I/O)."""
+    def claim(self, step_id: str, worker: str, lease_s: float = DEFAULT_LEASE_S) -> StepState:
+        """Take a ready step for `lease_s` seconds: new fencing token, new attempt row
+        (committed before any I/O)."""
         state = self.steps[step_id]
+        self.changes.leases[step_id] = lease_s
         state.fencing_token += 1
         state.attempts += 1
         self.set_step(
-            step_id, "running", lease_owner=worker, started_at=state.started_at or self.now
+            step_id, S.RUNNING, lease_owner=worker, started_at=state.started_at or self.now
         )
         self.new_attempts.append(NewAttempt(step_id, state.fencing_token, worker))
         self.derive_status()
@@ -403,9 +467,11 @@ class Run:
         step = self.definition.step(step_id)
         error = f"lease of {state.lease_owner or 'a worker'} expired mid-attempt"
         if step.repeat_safe:
-            self.finish_attempt(step_id, state.fencing_token, "lost_lease", error=error)
+            self.finish_attempt(
+                step_id, state.fencing_token, AttemptOutcome.LOST_LEASE, error=error
+            )
             if self.cancel_requested:
-                self.set_step(step_id, "cancelled", error=error, lease_owner=None)
+                self.set_step(step_id, S.CANCELLED, error=error, lease_owner=None)
                 self.derive_status()
             elif not self.retry_later(step_id, step.retry, error):
                 self.fail_step(step_id, error)
@@ -413,7 +479,7 @@ class Run:
             self.finish_attempt(
                 step_id,
                 state.fencing_token,
-                "unknown",
+                AttemptOutcome.UNKNOWN,
                 error=f"{error}; the request may have been sent",
             )
             self.mark_unknown(
@@ -425,7 +491,7 @@ class Run:
 
         After a cancel, advance() starts nothing downstream of it.
         """
-        self.set_step(step_id, "succeeded", output=output, lease_owner=None)
+        self.set_step(step_id, S.SUCCEEDED, output=output, lease_owner=None)
         self.advance()
 
     def retry_later(
@@ -440,7 +506,7 @@ class Run:
             delay = min(max(delay, retry_after_s), policy.max_interval_s)
         self.set_step(
             step_id,
-            "waiting",
+            S.WAITING,
             wake_at=self.now + timedelta(seconds=delay),
             error=error,
             lease_owner=None,
@@ -450,7 +516,7 @@ class Run:
 
     def mark_unknown(self, step_id: str, error: str) -> None:
         """The remote effect cannot be known: an operator has to decide."""
-        self.set_step(step_id, "unknown", error=error, lease_owner=None)
+        self.set_step(step_id, S.UNKNOWN, error=error, lease_owner=None)
         self.derive_status()
 
     def cancel(self) -> None:
@@ -459,10 +525,11 @@ class Run:
         `unknown` steps are left alone: cancelling does not settle what a remote system did.
         """
         self.cancel_requested = True
-        self.status_changed = True  # cancel_requested_at must be saved even if status holds
+        # cancel_requested_at must be saved even if the status holds.
+        self.changes.execution_changed = True
         for step in self.definition.steps:
             if self.steps[step.id].status in CANCELLABLE_STEP:
-                self.set_step(step.id, "cancelled", error="execution cancelled")
+                self.set_step(step.id, S.CANCELLED, error="execution cancelled")
         self.derive_status()
 
     def retry(self) -> list[str]:
@@ -476,27 +543,27 @@ class Run:
         for step_id in rerun:
             self.set_step(
                 step_id,
-                "pending",
+                S.PENDING,
                 attempts=0,
                 error=None,
                 wake_at=None,
                 output=None,
                 finished_at=None,
             )
-        self.status = "running"
-        self.status_changed = True
-        self.events.append((None, "execution.retried", {"steps": rerun}))
+        self.status = E.RUNNING
+        self.changes.execution_changed = True
+        self.events.append((None, EventKind.EXECUTION_RETRIED, {"steps": rerun}))
         self.advance()
         return rerun
 
     def resolve(self, step_id: str, outcome: str, output: Any) -> None:
         """An operator's verdict on a step whose remote effect was unknown."""
-        if outcome == "succeeded":
-            self.set_step(step_id, "succeeded", output=output, error=None)
-            self.events.append((step_id, "step.resolved", {"outcome": outcome}))
+        if outcome == AttemptOutcome.SUCCEEDED:
+            self.set_step(step_id, S.SUCCEEDED, output=output, error=None)
+            self.events.append((step_id, EventKind.STEP_RESOLVED, {"outcome": outcome}))
             self.advance()
         else:
-            self.events.append((step_id, "step.resolved", {"outcome": outcome}))
+            self.events.append((step_id, EventKind.STEP_RESOLVED, {"outcome": outcome}))
             self.fail_step(step_id, "resolved as failed by an operator")
             self.derive_status()
 
@@ -504,30 +571,30 @@ class Run:
         """Set the execution status from its steps (SPEC §6)."""
         statuses = {state.status for state in self.steps.values()}
         if self.cancel_requested:
-            status = "running" if "running" in statuses else "cancelled"
-        elif statuses & {"ready", "running"}:
-            status = "running" if self.status != "queued" or "running" in statuses else "queued"
-        elif "waiting" in statuses:
-            status = "waiting"
-        elif "unknown" in statuses:
-            status = "needs_attention"
-        elif "failed" in statuses:
-            status = "failed"
+            status = E.RUNNING if S.RUNNING in statuses else E.CANCELLED
+        elif statuses & {S.READY, S.RUNNING}:
+            status = E.RUNNING if self.status != E.QUEUED or S.RUNNING in statuses else E.QUEUED
+        elif S.WAITING in statuses:
+            status = E.WAITING
+        elif S.UNKNOWN in statuses:
+            status = E.NEEDS_ATTENTION
+        elif S.FAILED in statuses:
+            status = E.FAILED
         elif statuses <= DONE_STEP:
-            status = "succeeded"
+            status = E.SUCCEEDED
         else:
-            status = "failed"
+            status = E.FAILED
         if status != self.status:
-            self.events.append((None, f"execution.{status}", {"from": self.status, "to": status}))
+            self.events.append((None, execution_event(status), transition(self.status, status)))
             self.status = status
-            self.status_changed = True
+            self.changes.execution_changed = True
 
     def started(self) -> None:
         """Leave `queued` when a worker first touches the execution."""
-        if self.status == "queued":
-            self.events.append((None, "execution.running", {"from": "queued", "to": "running"}))
-            self.status = "running"
-            self.status_changed = True
+        if self.status == E.QUEUED:
+            self.events.append((None, execution_event(E.RUNNING), transition(E.QUEUED, E.RUNNING)))
+            self.status = E.RUNNING
+            self.changes.execution_changed = True
 
 
 def backoff_seconds(policy: RetryPolicy, attempts_used: int) -> float:

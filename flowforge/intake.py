@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,11 +18,13 @@ from dataclasses import dataclass, field
 import psycopg
 
 from flowforge import sealing
+from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.executions import definition_for
-from flowforge.outbox import CHANNEL
+from flowforge.model import ExecutionStatus, StepStatus, execution_event
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.runs import definition_for
 
 # The newest published version and the active signing secrets (ids and sealed values;
 # a secret still in clear from before migration 0004 is unusable until bin/migrate seals it).
@@ -46,7 +47,9 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # idempotency key (race-safe: of concurrent inserts of one key exactly one wins, the
 # others wait for it and get no row) and, only if it was claimed or there is none, write
 # the execution, its steps (roots ready), the root wake-ups, the first event and a NOTIFY
-# for the relay, delivered at commit.
+# for the relay, delivered at commit. The statuses and the event kind written are the
+# engine's (model.py), passed as parameters (INTAKE_PARAMS): an execution `queued`, its
+# root steps `ready`, the others `pending` — what Run.advance would make of them.
 CREATE_EXECUTION = f"""
 WITH current AS (
     SELECT 1 FROM workflows w
@@ -64,26 +67,32 @@ WITH current AS (
     UNION ALL SELECT 1 FROM claim
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key)
-    SELECT %(id)s, %(workflow_id)s, %(version_id)s, 'queued', %(input)s::jsonb, %(key)s
+    SELECT %(id)s, %(workflow_id)s, %(version_id)s, %(queued)s, %(input)s::jsonb, %(key)s
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at)
     SELECT %(id)s, s.step_id, s.type, s.position,
-           CASE WHEN s.root THEN 'ready' ELSE 'pending' END,
+           CASE WHEN s.root THEN %(ready)s ELSE %(pending)s END,
            CASE WHEN s.root THEN now() END
     FROM accepted,
          unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
          WITH ORDINALITY AS s(step_id, type, root, position)
 ), wakeups AS (
-    INSERT INTO outbox (execution_id, step_id)
+    {INSERT_WAKEUPS}
     SELECT %(id)s, root FROM accepted, unnest(%(root_ids)s::text[]) AS root
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
-    SELECT %(id)s, 'execution.queued', %(event)s::jsonb FROM accepted
+    SELECT %(id)s, %(queued_kind)s, %(event)s::jsonb FROM accepted
 )
 SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
-       (SELECT pg_notify('{CHANNEL}', '') FROM accepted)
+       (SELECT {NOTIFY} FROM accepted)
 """
+INTAKE_PARAMS = {
+    "queued": ExecutionStatus.QUEUED.value,
+    "queued_kind": execution_event(ExecutionStatus.QUEUED),
+    "ready": StepStatus.READY.value,
+    "pending": StepStatus.PENDING.value,
+}
 EXISTING_KEY = """
 SELECT body_sha256, execution_id FROM idempotency_keys
 WHERE workflow_id = %(workflow_id)s AND key = %(key)s
@@ -117,8 +126,9 @@ class Targets:
     MAX_ENTRIES = 4096
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cached: dict[tuple[str, str, bytes | None], Target] = {}
+        self._cached: BoundedCache[tuple[str, str, bytes | None], Target] = BoundedCache(
+            self.MAX_ENTRIES
+        )
 
     def get(
         self,
@@ -134,15 +144,11 @@ class Targets:
         # (the test suite does), and secrets opened with one key must not serve another.
         slot = (conn.info.dbname, key, encryption_key)
         if not fresh:
-            with self._lock:
-                cached = self._cached.get(slot)
+            cached = self._cached.get(slot)
             if cached is not None:
                 return cached
         target = _find_target(conn, key, encryption_key)
-        with self._lock:
-            if len(self._cached) >= self.MAX_ENTRIES:
-                self._cached.clear()
-            self._cached[slot] = target
+        self._cached.put(slot, target)
         return target
 
 
@@ -196,7 +202,7 @@ def _find_target(conn: psycopg.Connection, key: str, encryption_key: bytes | Non
             "types": "{" + ",".join(s.type for s in steps) + "}",
             "roots": "{" + ",".join("t" if s.id in roots else "f" for s in steps) + "}",
             "root_ids": "{" + ",".join(s.id for s in steps if s.id in roots) + "}",
-            "event": json.dumps({"to": "queued", "version": version}),
+            "event": json.dumps({"to": ExecutionStatus.QUEUED.value, "version": version}),
         },
     )
 
@@ -223,6 +229,7 @@ def accept(
         "input": body.decode(),
         "key": idempotency_key,
         "body_sha256": body_sha256,
+        **INTAKE_PARAMS,
         **target.steps,
     }
     # Twice at most: a key forgotten by housekeeping between the two statements is free.

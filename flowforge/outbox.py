@@ -1,6 +1,7 @@
 """The transactional outbox: wake-ups written with the change that causes them.
 
-Writers insert rows in their own transaction (see executions.save_run and intake); the
+Writers insert rows in their own transaction (runs.save_run, the intake, the timer
+scanner, the reconciler; each builds its inserts and NOTIFY from the fragments here); the
 relay claims rows with FOR UPDATE SKIP LOCKED, publishes them, waits for the broker's
 confirmation and deletes them in that same transaction. A relay that dies mid-batch
 rolls back and releases its rows, so another relay publishes them again: a benign
@@ -10,9 +11,17 @@ duplicate, never a loss, and an old claimant can never mark rows it no longer ho
 from __future__ import annotations
 
 CHANNEL = "flowforge_outbox"
+# The wake-up of the relay, as an SQL expression for statements that send it themselves.
 # Delivered at commit; collapsed by PostgreSQL when one transaction sends it twice.
-NOTIFY_OUTBOX = f"SELECT pg_notify('{CHANNEL}', '')"
+NOTIFY = f"pg_notify('{CHANNEL}', '')"
+NOTIFY_OUTBOX = f"SELECT {NOTIFY}"
 LISTEN_OUTBOX = f"LISTEN {CHANNEL}"
+
+# One wake-up (runs.save_run) ...
+INSERT_WAKEUP = "INSERT INTO outbox (execution_id, step_id) VALUES (%(execution_id)s, %(step_id)s)"
+# ... or a set of them, for set-based statements: followed by a SELECT of
+# (execution_id, step_id), as in `wakeups AS ({INSERT_WAKEUPS} SELECT ... FROM woken)`.
+INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 
 # Oldest first; rows locked by another relay are skipped, not waited for.
 CLAIM_BATCH = """

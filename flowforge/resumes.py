@@ -17,12 +17,10 @@ import psycopg
 
 from flowforge import sealing, waits
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.executions import load_run, save_run, unit_of_work
+from flowforge.model import StepStatus
+from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
-
-# Only workers take leases; a resume never creates a running step.
-NO_LEASE = 0.0
 
 
 class Gone(FlowForgeError):
@@ -62,11 +60,10 @@ def resume(
     log = {"execution_id": execution_id, "step": step_id}
     sha = waits.body_sha256(raw)
     with unit_of_work(conn):
-        loaded = load_run(conn, execution_id)
-        if loaded is None:
+        run = load_run(conn, execution_id)
+        if run is None:
             # A genuine token whose execution was deleted by retention.
             raise Gone("this wait's execution no longer exists")
-        run, _ = loaded
         state = run.steps.get(step_id)
         if state is None or run.definition.step(step_id).type != "wait":
             raise Gone("this execution's version has no such wait step")
@@ -94,7 +91,7 @@ def resume(
         if run.wait_open(step_id):
             conn.execute(waits.INSERT_RESUME, {**params, "applied": True})
             run.resume(step_id, body)
-            save_run(conn, run, lease_s=NO_LEASE)
+            save_run(conn, run.take_changes())
             logger.info("wait resumed", extra=log)
             return Resumed(execution_id, step_id, replayed=False, kept=False)
         if run.wait_not_started(step_id):
@@ -103,12 +100,12 @@ def resume(
             return Resumed(execution_id, step_id, replayed=False, kept=True)
         if (
             not run.terminal
-            and state.status in {"waiting", "ready"}
+            and state.status in {StepStatus.WAITING, StepStatus.READY}
             and state.wake_at is not None
             and state.wake_at <= run.now
         ):
             # Its timeout is due and the timer scanner has not got to it: apply it here, so
             # the history says why this resume was refused.
             run.time_out(step_id)
-            save_run(conn, run, lease_s=NO_LEASE)
+            save_run(conn, run.take_changes())
     raise Gone(f"step {step_id!r} is {run.steps[step_id].status}: the wait is over")

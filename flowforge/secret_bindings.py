@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from flowforge import templating, workflows
+from flowforge import catalog, templating
 from flowforge.definitions import DefinitionInvalid
 
 _PREFIX = "FLOWFORGE_SECRET_"
@@ -46,7 +46,7 @@ def parse(env: Mapping[str, str]) -> dict[str, frozenset[str]]:
         if match is None:
             continue
         keys = frozenset(part.strip() for part in raw.split(",") if part.strip())
-        bad = sorted(k for k in keys if not workflows.is_key(k))
+        bad = sorted(k for k in keys if not catalog.is_key(k))
         if bad:
             raise BindingInvalid(
                 f"{key} must be a comma list of workflow keys; {len(bad)} entries are not"

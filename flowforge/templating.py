@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote
 
 from flowforge.errors import FlowForgeError
+from flowforge.jsonvalues import is_number
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _PATH = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
@@ -169,11 +170,6 @@ def render_url(template: str, context: Mapping[str, Any]) -> str:
     return "".join(pieces)
 
 
-def _is_number(value: Any) -> bool:
-    """Tell numbers from booleans, which Python counts as ints but JSON does not."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _json_equal(left: Any, right: Any) -> bool:
     """Compare as JSON does, where true is not 1 (Python's == says it is)."""
     if isinstance(left, bool) or isinstance(right, bool):
@@ -202,7 +198,7 @@ def evaluate_condition(condition: Mapping[str, Any], context: Mapping[str, Any])
     if op == "in":
         return any(_json_equal(actual, item) for item in expected)
     if op in _ORDERING:
-        comparable = (_is_number(actual) and _is_number(expected)) or (
+        comparable = (is_number(actual) and is_number(expected)) or (
             isinstance(actual, str) and isinstance(expected, str)
         )
         return comparable and _ORDERING[op](actual, expected)

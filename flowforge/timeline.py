@@ -12,6 +12,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from flowforge.errors import NotFound
+from flowforge.model import ExecutionStatus
 
 EXECUTION = """
 SELECT e.id, w.key AS workflow, v.version, e.status, e.input, e.trigger, e.idempotency_key,
@@ -169,7 +170,7 @@ def list_executions(
     after = decode_cursor(cursor) if cursor else None
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            NEEDS_ATTENTION_PAGE if status == "needs_attention" else PAGE,
+            NEEDS_ATTENTION_PAGE if status == ExecutionStatus.NEEDS_ATTENTION else PAGE,
             {
                 "workflow": workflow,
                 "workflows": list(workflows) if workflows is not None else None,

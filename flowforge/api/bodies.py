@@ -7,7 +7,7 @@ from typing import Any
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-from flowforge.db import NotStorable, loads_storable
+from flowforge.jsonvalues import NotStorable, loads_storable
 
 
 def read_body() -> bytes:

@@ -7,15 +7,16 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge import actions, definitions, timeline, workflows
+from flowforge import actions, catalog, definitions, timeline
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.model import RESOLUTIONS, ExecutionStatus
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
-STATUSES = ("queued", "running", "waiting", "needs_attention", "succeeded", "failed", "cancelled")
+STATUSES = tuple(status.value for status in ExecutionStatus)
 MAX_PAGE = 200
 
 
@@ -60,7 +61,7 @@ def list_page() -> Response:
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     workflow = args.get("workflow")
-    if workflow is not None and not workflows.is_key(workflow):
+    if workflow is not None and not catalog.is_key(workflow):
         # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
@@ -110,7 +111,7 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
         raise Problem(404, "Not found", "no such step")
     body = json_body()
     # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
-    if not isinstance(body, dict) or body.get("outcome") not in ("succeeded", "failed"):
+    if not isinstance(body, dict) or body.get("outcome") not in RESOLUTIONS:
         raise Problem(
             422,
             "Invalid resolution",

@@ -8,11 +8,12 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import intake, signatures, workflows
+from flowforge import catalog, intake, signatures
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.errors import Conflict
+from flowforge.model import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
 @bp.post("/hooks/<key>")
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
-    if not workflows.is_key(key):
+    if not catalog.is_key(key):
         raise Problem(404, "Not found", f"no workflow {key!r}")
     limiter = current_app.extensions.get("flowforge.webhook_limit")
     if limiter is not None and (wait := limiter.retry_after(key)) is not None:
@@ -125,5 +126,5 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
-    body = {"execution_id": accepted.execution_id, "status": "queued"}
+    body = {"execution_id": accepted.execution_id, "status": ExecutionStatus.QUEUED.value}
     return jsonify(body), 202, headers

@@ -12,23 +12,16 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge.model import RESOLUTIONS, AttemptOutcome, ExecutionStatus, StepStatus
+
 bp = Blueprint("openapi", __name__)
 
 KEY_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$"
 STEP_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 OPS = ["exists", "eq", "ne", "gt", "gte", "lt", "lte", "in"]
-STATUSES = ["queued", "running", "waiting", "needs_attention", "succeeded", "failed", "cancelled"]
-STEP_STATUSES = [
-    "pending",
-    "ready",
-    "running",
-    "waiting",
-    "succeeded",
-    "failed",
-    "skipped",
-    "unknown",
-    "cancelled",
-]
+STATUSES = [status.value for status in ExecutionStatus]
+STEP_STATUSES = [status.value for status in StepStatus]
+OUTCOMES = [outcome.value for outcome in AttemptOutcome]
 
 PROBLEM_TEXT = {
     400: "Malformed JSON or an invalid parameter",
@@ -263,7 +256,7 @@ SCHEMAS: dict[str, Any] = {
             "finished_at": {"type": ["string", "null"], "format": "date-time"},
             "outcome": {
                 "type": ["string", "null"],
-                "enum": ["succeeded", "failed", "unknown", "lost_lease", None],
+                "enum": [*OUTCOMES, None],
             },
             "error": {"type": ["string", "null"]},
             "http_status": {"type": ["integer", "null"]},
@@ -340,7 +333,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["outcome"],
         "additionalProperties": False,
         "properties": {
-            "outcome": {"type": "string", "enum": ["succeeded", "failed"]},
+            "outcome": {"type": "string", "enum": list(RESOLUTIONS)},
             "output": {"description": "the step's output, with succeeded"},
         },
     },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from flowforge import secret_bindings, signatures, workflows
+from flowforge import catalog, secret_bindings, signatures
 from flowforge.api.auth import authorize, require_key
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -15,7 +15,7 @@ bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
 
 def _checked_key(key: str) -> str:
-    if not workflows.is_key(key):
+    if not catalog.is_key(key):
         raise Problem(404, "Not found", "workflow keys are 1-64 of a-z, 0-9, '-' and '_'")
     return key
 
@@ -23,7 +23,7 @@ def _checked_key(key: str) -> str:
 @bp.post("/<key>/versions")
 def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
-    if not workflows.is_key(key):
+    if not catalog.is_key(key):
         raise Problem(
             422,
             "Invalid workflow key",
@@ -45,7 +45,7 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     settings = current_app.extensions["flowforge.settings"]
     secret_bindings.check(uses, key, settings.secret_bindings)
     with connection() as conn:
-        published = workflows.publish(conn, key, document, definition, api_key.id)
+        published = catalog.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"
     return jsonify(published), 201, {"Location": location}
 
@@ -55,7 +55,7 @@ def list_all() -> Response:
     """Workflows the key may see, each with its newest version."""
     api_key = require_key()
     with connection() as conn:
-        items = workflows.list_workflows(
+        items = catalog.list_workflows(
             conn, list(api_key.workflows) if api_key.workflows is not None else None
         )
     return jsonify({"items": items})
@@ -66,7 +66,7 @@ def show(key: str) -> Response:
     """One workflow and its versions."""
     authorize(_checked_key(key), write=False)
     with connection() as conn:
-        return jsonify(workflows.get_workflow(conn, key))
+        return jsonify(catalog.get_workflow(conn, key))
 
 
 @bp.get("/<key>/versions/<int:version>")
@@ -74,7 +74,7 @@ def show_version(key: str, version: int) -> Response:
     """One immutable version, with its definition."""
     authorize(_checked_key(key), write=False)
     with connection() as conn:
-        return jsonify(workflows.get_version(conn, key, version))
+        return jsonify(catalog.get_version(conn, key, version))
 
 
 @bp.post("/<key>/webhook-secrets")
@@ -83,8 +83,8 @@ def create_secret(key: str) -> tuple[Response, int]:
     authorize(_checked_key(key), write=True)
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        created = workflows.create_secret(conn, key, signatures.new_secret(), encryption_key)
-        warning = workflows.unsigned_warning(conn, key)
+        created = catalog.create_secret(conn, key, signatures.new_secret(), encryption_key)
+        warning = catalog.unsigned_warning(conn, key)
     if warning:
         created = {**created, "warning": warning}
     return jsonify(created), 201
@@ -95,7 +95,7 @@ def list_secrets(key: str) -> Response:
     """The workflow's secrets, without their values."""
     authorize(_checked_key(key), write=False)
     with connection() as conn:
-        return jsonify({"items": workflows.list_secrets(conn, key)})
+        return jsonify({"items": catalog.list_secrets(conn, key)})
 
 
 @bp.delete("/<key>/webhook-secrets/<int:secret_id>")
@@ -103,5 +103,5 @@ def revoke_secret(key: str, secret_id: int) -> tuple[str, int]:
     """Revoke a signing secret."""
     authorize(_checked_key(key), write=True)
     with connection() as conn:
-        workflows.revoke_secret(conn, key, secret_id)
+        catalog.revoke_secret(conn, key, secret_id)
     return "", 204

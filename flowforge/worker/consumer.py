@@ -1,23 +1,25 @@
-"""The queue consumer: owns its pika connection and feeds the executor pool.
+"""The queue consumer: owns its pika connection and feeds the Worker's executor threads.
 
 Only this thread touches the channel. Executor threads hand their acks back with
 `add_callback_threadsafe`, and a delivery is acked only after the database commit that
-made its effect durable. Prefetch equals the pool size, so RabbitMQ — not an unbounded
-in-process queue — holds the backlog.
+made its effect durable. Prefetch equals the number of executor threads, so RabbitMQ —
+not an unbounded in-process queue — holds the backlog.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor as Threads
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
 import pika
 
-from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
+from flowforge.errors import DatabaseUnavailable
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
@@ -27,6 +29,7 @@ from flowforge.worker.broker import (
     reconnect_delay,
 )
 from flowforge.worker.executor import Executor
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -35,51 +38,61 @@ logger = logging.getLogger(__name__)
 NACK_DELAY = 1.0
 
 
-class Consumer(threading.Thread):
-    """RabbitMQ → executor pool, with reconnects and a dead-letter path for poison."""
+class Settlement(enum.Enum):
+    """What becomes of a delivery once its wake-up was handled."""
+
+    ACK = "ack"
+    REQUEUE = "requeue"
+    DEAD_LETTER = "dead-letter"
+
+
+def settlement(error: BaseException | None, redelivered: bool) -> Settlement:
+    """Ack after success. An outage is retried for as long as it lasts; any other error
+    twice in a row dead-letters the message. The database still holds the work either
+    way, and the reconciler re-dispatches ready steps whose message is gone."""
+    if error is None:
+        return Settlement.ACK
+    if isinstance(error, DatabaseUnavailable) or not redelivered:
+        return Settlement.REQUEUE
+    return Settlement.DEAD_LETTER
+
+
+class Consumer(Loop):
+    """RabbitMQ → executor threads, with reconnects and a dead-letter path for poison.
+
+    The threads belong to the Worker; the consumer only submits to them and counts what
+    is in flight, so it can keep serving acks until every running step has settled.
+    """
+
+    outage_log = "broker connection lost; %(name)s will reconnect"
 
     def __init__(
         self,
         executor: Executor,
         amqp_url: str,
         topology: Topology,
+        threads: Threads,
         concurrency: int,
         stop: threading.Event,
         heartbeat_s: int = MAX_HEARTBEAT_S,
     ) -> None:
-        super().__init__(name="consumer", daemon=True)
+        super().__init__("consumer", stop)
         self.executor = executor
         self.amqp_url = amqp_url
         self.heartbeat_s = heartbeat_s
         self.topology = topology
+        self.threads = threads
         self.concurrency = concurrency
-        self.stop = stop
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="executor")
         self._in_flight = 0
         self._lock = threading.Lock()
         self.connected = threading.Event()
 
-    def run(self) -> None:
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                self._consume()
-                failures = 0
-            except (BrokerUnavailable, *BROKER_ERRORS) as exc:
-                failures += 1
-                self.connected.clear()
-                logger.warning(
-                    "broker connection lost; consumer will reconnect",
-                    extra={"error": type(exc).__name__, "failures": failures},
-                )
-                self.stop.wait(reconnect_delay(failures))
-            except Exception:
-                # Anything else must not end consumption for good while the process still
-                # looks alive: log it loudly, back off, reconnect (as the relay does).
-                failures += 1
-                self.connected.clear()
-                logger.exception("consumer crashed; reconnecting", extra={"failures": failures})
-                self.stop.wait(reconnect_delay(failures))
+    def step(self) -> float:
+        self._consume()
+        return 0.0
+
+    def backoff(self, failures: int) -> float:
+        return reconnect_delay(failures)
 
     def _consume(self) -> None:
         connection = connect(self.amqp_url, "flowforge-consumer", self.heartbeat_s)
@@ -132,7 +145,7 @@ class Consumer(threading.Thread):
             return
         with self._lock:
             self._in_flight += 1
-        future = self.pool.submit(self.executor.handle, wakeup)
+        future = self.threads.submit(self.executor.handle, wakeup)
         future.add_done_callback(
             partial(
                 self._settle, connection, channel, method.delivery_tag, method.redelivered, wakeup
@@ -151,7 +164,8 @@ class Consumer(threading.Thread):
         """Runs on an executor thread: decide, then let the consumer thread act."""
         error = future.exception()
         log = {"execution_id": wakeup.execution_id, "step": wakeup.step_id}
-        if error is None:
+        decision = settlement(error, redelivered)
+        if decision is Settlement.ACK:
             action = partial(channel.basic_ack, delivery_tag)
         else:
             if isinstance(error, DatabaseUnavailable):
@@ -159,10 +173,7 @@ class Consumer(threading.Thread):
             else:
                 logger.error("wake-up failed", extra=log, exc_info=error)
             self.stop.wait(NACK_DELAY)
-            # An outage is retried for as long as it lasts; any other error twice in a row
-            # dead-letters the message. The database still holds the work either way, and
-            # the reconciler re-dispatches ready steps whose message is gone.
-            requeue = isinstance(error, DatabaseUnavailable) or not redelivered
+            requeue = decision is Settlement.REQUEUE
             action = partial(channel.basic_nack, delivery_tag, requeue=requeue)
         try:
             connection.add_callback_threadsafe(partial(self._run_on_channel, channel, action))
@@ -180,7 +191,3 @@ class Consumer(threading.Thread):
     def _done(self) -> None:
         with self._lock:
             self._in_flight -= 1
-
-    def join_pool(self) -> None:
-        """Wait for running steps; called after the consumer stopped taking messages."""
-        self.pool.shutdown(wait=True)

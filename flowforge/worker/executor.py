@@ -19,8 +19,9 @@ import psycopg_pool
 from flowforge import faults, netguard, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
-from flowforge.executions import load_run, save_run, unit_of_work
-from flowforge.steps.http_request import Outcome, perform, render_request
+from flowforge.http_step import perform, render_request
+from flowforge.model import Outcome, StepStatus
+from flowforge.runs import load_run, save_run, unit_of_work
 from flowforge.templating import TemplateError
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
@@ -59,13 +60,12 @@ class Executor:
             # No later than the transaction's now(), which sets the lease's expiry.
             began = time.monotonic()
             with unit_of_work(conn):
-                loaded = load_run(conn, eid)
-                if loaded is None:
+                run = load_run(conn, eid)
+                if run is None:
                     logger.warning("wake-up for an unknown execution", extra=log)
                     return
-                run, _ = loaded
                 state = run.steps.get(sid)
-                if run.terminal or state is None or state.status != "ready":
+                if run.terminal or state is None or state.status != StepStatus.READY:
                     logger.debug("stale wake-up ignored", extra=log)
                     return
                 run.started()
@@ -74,8 +74,8 @@ class Executor:
                 if step.type in PURE_TYPES:
                     run.advance()
                 elif run.when_allows(sid):
-                    claimed = run.claim(sid, self.worker_id)
-                save_run(conn, run, lease_s=self.lease_s)
+                    claimed = run.claim(sid, self.worker_id, self.lease_s)
+                save_run(conn, run.take_changes())
                 if claimed is not None:
                     faults.hit("before_claim_commit")
         if claimed is not None:
@@ -117,13 +117,12 @@ class Executor:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
-            loaded = load_run(conn, eid)
-            run = loaded[0] if loaded else None
+            run = load_run(conn, eid)
             state = run.steps.get(sid) if run else None
             if (
                 run is None
                 or state is None
-                or state.status != "running"
+                or state.status != StepStatus.RUNNING
                 or state.fencing_token != token
             ):
                 logger.warning(
@@ -137,7 +136,7 @@ class Executor:
                 )
                 return
             run.record_outcome(sid, token, outcome)
-            save_run(conn, run, lease_s=self.lease_s)
+            save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import psycopg_pool
 
 from flowforge.db import wrap_exceptions
-from flowforge.errors import DatabaseUnavailable
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Leases:
             return lease in self._held
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat(Loop):
     """Renews the leases held by this process, several times per lease period."""
 
     def __init__(
@@ -120,18 +120,18 @@ class Heartbeat(threading.Thread):
         worker_id: str,
         stop: threading.Event,
     ) -> None:
-        super().__init__(name="heartbeat", daemon=True)
+        super().__init__("heartbeat", stop)
         self.pool = pool
         self.leases = leases
         self.worker_id = worker_id
-        self.stop = stop
+        self.interval = leases.lease_s / BEATS_PER_LEASE
 
-    def run(self) -> None:
-        while not self.stop.wait(self.leases.lease_s / BEATS_PER_LEASE):
-            try:
-                self.beat()
-            except Exception:
-                logger.exception("heartbeat crashed; retrying")
+    def first_wait(self) -> float:
+        return self.interval
+
+    def step(self) -> float:
+        self.beat()
+        return self.interval
 
     def beat(self) -> None:
         """Renew every lease still held; mark and log the ones another worker took over."""
@@ -139,24 +139,20 @@ class Heartbeat(threading.Thread):
         if not held:
             return
         sent_at = time.monotonic()
-        try:
-            with wrap_exceptions(), self.pool.connection() as conn:
-                renewed = {
-                    (str(eid), sid, token)
-                    for eid, sid, token in conn.execute(
-                        RENEW,
-                        {
-                            "lease_s": self.leases.lease_s,
-                            "owner": self.worker_id,
-                            "execution_ids": [lease.execution_id for lease in held],
-                            "step_ids": [lease.step_id for lease in held],
-                            "tokens": [lease.token for lease in held],
-                        },
-                    )
-                }
-        except DatabaseUnavailable as exc:
-            logger.warning("heartbeat failed", extra={"error": str(exc)[:200]})
-            return
+        with wrap_exceptions(), self.pool.connection() as conn:
+            renewed = {
+                (str(eid), sid, token)
+                for eid, sid, token in conn.execute(
+                    RENEW,
+                    {
+                        "lease_s": self.leases.lease_s,
+                        "owner": self.worker_id,
+                        "execution_ids": [lease.execution_id for lease in held],
+                        "step_ids": [lease.step_id for lease in held],
+                        "tokens": [lease.token for lease in held],
+                    },
+                )
+            }
         for lease in held:
             if lease.key in renewed:
                 lease.confirmed_at = max(lease.confirmed_at, sent_at)

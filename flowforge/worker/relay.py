@@ -31,6 +31,7 @@ from flowforge.worker.broker import (
     connect,
     reconnect_delay,
 )
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ BATCH = 500
 POLL_SECONDS = 1.0
 
 
-class Relay(threading.Thread):
+class Relay(Loop):
     """Outbox → RabbitMQ, woken by LISTEN/NOTIFY with a polling fallback."""
 
     def __init__(
@@ -51,51 +52,37 @@ class Relay(threading.Thread):
         stop: threading.Event,
         heartbeat_s: int = MAX_HEARTBEAT_S,
     ) -> None:
-        super().__init__(name="relay", daemon=True)
+        super().__init__("relay", stop)
         self.heartbeat_s = heartbeat_s
         self.pool = pool
         self.database_url = database_url
         self.amqp_url = amqp_url
         self.topology = topology
-        self.stop = stop
         self.published = 0
         self._broker: pika.BlockingConnection | None = None
         self._channel: Any = None
         self._listener: psycopg.Connection | None = None
         self._returned: list[int] = []
 
-    def run(self) -> None:
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                self._ensure_listener()
-                self._ensure_channel()
-                while self.publish_batch() == BATCH and not self.stop.is_set():
-                    pass
-                failures = 0
-                self._wait_for_notify()
-            except (BrokerUnavailable, *BROKER_ERRORS) as exc:
-                failures += 1
-                logger.warning(
-                    "broker unavailable; relay will retry",
-                    extra={"error": type(exc).__name__, "failures": failures},
-                )
-                self._close_broker()
-                self.stop.wait(reconnect_delay(failures))
-            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
-                failures += 1
-                logger.warning(
-                    "database unavailable; relay will retry",
-                    extra={"error": str(exc)[:200], "failures": failures},
-                )
-                self._close_listener()
-                self.stop.wait(reconnect_delay(failures))
-            except Exception:
-                failures += 1
-                logger.exception("relay crashed; restarting its connections")
-                self._close_broker()
-                self._close_listener()
-                self.stop.wait(reconnect_delay(failures))
+    def step(self) -> float:
+        self._ensure_listener()
+        self._ensure_channel()
+        while self.publish_batch() == BATCH and not self.stop.is_set():
+            pass
+        self._wait_for_notify()
+        return 0.0
+
+    def backoff(self, failures: int) -> float:
+        return reconnect_delay(failures)
+
+    def on_failure(self, error: Exception) -> None:
+        """Reopen only the side that failed; after anything unexpected, both."""
+        if not isinstance(error, DatabaseUnavailable):
+            self._close_broker()
+        if not isinstance(error, (BrokerUnavailable, *BROKER_ERRORS)):
+            self._close_listener()
+
+    def close(self) -> None:
         self._close_broker()
         self._close_listener()
 
@@ -151,8 +138,9 @@ class Relay(threading.Thread):
     def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.closed:
             return
-        self._listener = psycopg.connect(self.database_url, autocommit=True)
-        self._listener.execute(LISTEN_OUTBOX)
+        with wrap_exceptions():
+            self._listener = psycopg.connect(self.database_url, autocommit=True)
+            self._listener.execute(LISTEN_OUTBOX)
 
     def _wait_for_notify(self) -> None:
         """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile.
@@ -165,16 +153,17 @@ class Relay(threading.Thread):
         slice_s = min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
         deadline = time.monotonic() + POLL_SECONDS
         notified = False
-        while not notified and not self.stop.is_set():
-            self._broker.process_data_events(0)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for _ in self._listener.notifies(timeout=min(slice_s, left), stop_after=1):
-                notified = True
-        # Several commits may have notified while we published: one pass serves them all.
-        for _ in self._listener.notifies(timeout=0):
-            pass
+        with wrap_exceptions():
+            while not notified and not self.stop.is_set():
+                self._broker.process_data_events(0)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for _ in self._listener.notifies(timeout=min(slice_s, left), stop_after=1):
+                    notified = True
+            # Several commits may have notified while we published: one pass serves them all.
+            for _ in self._listener.notifies(timeout=0):
+                pass
 
     def _close_broker(self) -> None:
         broker, self._broker, self._channel = self._broker, None, None

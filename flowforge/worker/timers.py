@@ -11,12 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 
-import psycopg
 import psycopg_pool
+from psycopg.types.json import Jsonb
 
 from flowforge.db import one, wrap_exceptions
-from flowforge.errors import DatabaseUnavailable
-from flowforge.outbox import CHANNEL
+from flowforge.model import (
+    ExecutionStatus,
+    StepStatus,
+    execution_event,
+    step_event,
+    transition,
+)
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +31,11 @@ BATCH = 500
 MAX_SLEEP = 1.0
 MIN_SLEEP = 0.05
 
+# The transitions are the engine's (model.py): a due step `waiting -> ready`, its execution
+# `waiting -> running` (what Run.derive_status says of a run with a ready step), each with
+# the history entry Run.set_step / Run.derive_status would append. The values written are
+# parameters (WAKE_PARAMS); the `status = 'waiting'` filters stay literal so that they
+# match the partial index steps_waiting.
 WAKE_DUE = f"""
 WITH due AS (
     SELECT s.execution_id, s.step_id
@@ -33,26 +45,32 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 ), woken AS (
-    UPDATE steps s SET status = 'ready', ready_at = now()
+    UPDATE steps s SET status = %(ready)s, ready_at = now()
     FROM due WHERE s.execution_id = due.execution_id AND s.step_id = due.step_id
       AND s.status = 'waiting'
     RETURNING s.execution_id, s.step_id
 ), resumed AS (
-    UPDATE executions e SET status = 'running', updated_at = now()
+    UPDATE executions e SET status = %(running)s, updated_at = now()
     WHERE e.id IN (SELECT execution_id FROM woken) AND e.status = 'waiting'
     RETURNING e.id
 ), history AS (
     INSERT INTO execution_events (execution_id, step_id, kind, detail)
-    SELECT execution_id, step_id, 'step.ready', '{{"from": "waiting", "to": "ready"}}'::jsonb
-    FROM woken
+    SELECT execution_id, step_id, %(step_kind)s, %(step_detail)s::jsonb FROM woken
     UNION ALL
-    SELECT id, NULL, 'execution.running', '{{"from": "waiting", "to": "running"}}'::jsonb
-    FROM resumed
+    SELECT id, NULL, %(execution_kind)s, %(execution_detail)s::jsonb FROM resumed
 ), wakeups AS (
-    INSERT INTO outbox (execution_id, step_id) SELECT execution_id, step_id FROM woken
+    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM woken
 )
-SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('{CHANNEL}', '') END FROM woken
+SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END FROM woken
 """
+WAKE_PARAMS = {
+    "ready": StepStatus.READY.value,
+    "running": ExecutionStatus.RUNNING.value,
+    "step_kind": step_event(StepStatus.READY),
+    "step_detail": Jsonb(transition(StepStatus.WAITING, StepStatus.READY)),
+    "execution_kind": execution_event(ExecutionStatus.RUNNING),
+    "execution_detail": Jsonb(transition(ExecutionStatus.WAITING, ExecutionStatus.RUNNING)),
+}
 # How long the scanner may sleep: until the next wake_at, found through the index.
 # Epochs, not an interval: a wake_at of 'infinity' (written by hand) has an epoch but no
 # interval to now().
@@ -62,33 +80,24 @@ FROM steps WHERE status = 'waiting'
 """
 
 
-class TimerScanner(threading.Thread):
+class TimerScanner(Loop):
     """Moves due delays and retry back-offs to `ready`."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
-        super().__init__(name="timers", daemon=True)
-        self.pool = pool
-        self.stop = stop
+    interval = MAX_SLEEP
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                woken, pause = self.scan()
-            except (DatabaseUnavailable, psycopg.OperationalError) as exc:
-                logger.warning("timer scan failed; retrying", extra={"error": str(exc)[:200]})
-                woken, pause = 0, MAX_SLEEP
-            except Exception:
-                # A bug must not silently end the thread that wakes every delay.
-                logger.exception("timer scan crashed; retrying")
-                woken, pause = 0, MAX_SLEEP
-            if woken < BATCH:
-                self.stop.wait(pause)
+    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
+        super().__init__("timers", stop)
+        self.pool = pool
+
+    def step(self) -> float:
+        woken, pause = self.scan()
+        return 0.0 if woken >= BATCH else pause
 
     def scan(self) -> tuple[int, float]:
         """Wake one batch; returns how many woke and how long to sleep next."""
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
-                (woken, _) = one(conn.execute(WAKE_DUE, {"limit": BATCH}))
+                (woken, _) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
             (seconds,) = one(conn.execute(NEXT_DUE))
         if woken:
             logger.info("delays due", extra={"woken": woken})

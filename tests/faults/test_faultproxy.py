@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.faultproxy import FaultProxy
+from tests.support.processes import wait_for
 
 
 @pytest.fixture
@@ -130,3 +132,63 @@ def test_drop_replies_after_a_marker_discards_answers_instead_of_holding_them(
 def test_url_points_at_the_proxy(proxy: FaultProxy) -> None:
     url = proxy.url("amqp://guest:guest@127.0.0.1:5672/%2F")
     assert url == f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"
+
+
+def test_cut_ends_both_sides_even_when_neither_is_talking() -> None:
+    """A PostgreSQL session idle in a transaction sends nothing: a cut must still end it
+    on the server side (or it keeps its locks), and the client must see it without
+    writing first."""
+    server = socket.create_server(("127.0.0.1", 0))
+    ended = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError):
+            while conn.recv(4096):
+                pass
+        ended.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = FaultProxy(*server.getsockname())
+    try:
+        with _connect(proxy) as s:
+            s.sendall(b"BEGIN")
+            time.sleep(0.3)  # both pumps are now blocked in recv
+            proxy.cut()
+            assert ended.wait(3), "the upstream never saw the cut"
+            s.settimeout(3)
+            with contextlib.suppress(OSError):
+                assert s.recv(1) == b""
+    finally:
+        proxy.close()
+        server.close()
+
+
+def test_strand_silences_current_connections_for_good_but_not_new_ones(
+    proxy: FaultProxy,
+) -> None:
+    with _connect(proxy) as old:
+        old.sendall(b"one")
+        assert old.recv(3) == b"one"
+        proxy.strand()
+        old.sendall(b"lost")
+        old.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            old.recv(4)
+        with _connect(proxy) as new:
+            new.sendall(b"new")
+            assert new.recv(3) == b"new"
+        proxy.restore()
+        with pytest.raises(TimeoutError):
+            old.recv(4)
+
+
+def test_a_stranded_connection_ends_when_its_client_gives_up(proxy: FaultProxy) -> None:
+    old = _connect(proxy)
+    old.sendall(b"one")
+    assert old.recv(3) == b"one"
+    proxy.strand()
+    old.sendall(b"dropped")
+    assert proxy.stranded_links == 1
+    old.close()
+    wait_for(lambda: proxy.open_links == 0, timeout=3, message="the proxy to forget the link")

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from flowforge.db import NotStorable, loads_storable
+from flowforge.catalog import is_key
 from flowforge.definitions import parse_until
-from flowforge.workflows import is_key
+from flowforge.jsonvalues import NotStorable, loads_storable
 from tests.support.problems import assert_problem
 
 SETTINGS = settings(

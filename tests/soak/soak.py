@@ -1,452 +1,295 @@
-"""Soak: hundreds of executions through several workers while workers are SIGKILLed and
-restarted and the broker is stopped and started, then FlowForge's invariants are checked.
+"""The randomized fault run: a nemesis and a checker in the spirit of Jepsen, against real
+bin/api and bin/worker processes on the local PostgreSQL and RabbitMQ.
 
-Not collected by pytest (no test_ prefix); run it by hand or on a schedule:
+Three workers (--workers; each reaches PostgreSQL and RabbitMQ through its own fault
+proxy, lease 2 s) and two API processes run three workflows (unsafe POSTs, keyed POSTs,
+GETs, a PUT, delays, a join of parallel branches, `when` conditions; a few delays wait
+until a time from the webhook body that PostgreSQL stores but Python cannot load) against
+a recording target on 127.0.0.1 that is sometimes slow, failing (503) or hanging past
+the request timeout. Webhooks go through both APIs with an Idempotency-Key, some
+delivered twice (in parallel or later), and reads of executions go along.
 
-    .venv/bin/python -m tests.soak.soak --executions 300 --workers 2
+Meanwhile the nemesis (tests/soak/nemesis.py) SIGKILLs and restarts workers (some
+restarted ones stall between claim and send), SIGSTOPs and SIGCONTs them, resets and
+blackholes their database and broker links and strands broker links for good; the
+operator, on its own thread, cancels, retries and resolves live executions through the
+API. Every fault, operator action and API answer goes to history.jsonl.
 
-It creates and drops its own database and RabbitMQ names (like the tests) on the local
-PostgreSQL and RabbitMQ, or on FLOWFORGE_TEST_DATABASE_URL / FLOWFORGE_TEST_AMQP_URL.
-`rabbitmqctl stop_app` stops the local broker for everyone on the box: keep
---broker-restarts small (0 to skip) on a shared machine. Exit status 0 means zero
-invariant violations.
+Then a quiet period: nemesis and operator stop, every proxy passes, every worker runs
+and is consuming again, and the run waits until everything settled (or --settle passed).
+The checker (tests/soak/checker.py lists the invariants) reads the target's log, the
+history and the database and prints every violation with the attempts, the operator
+actions and the long-open database sessions needed to debug it; last, every worker must
+drain on SIGTERM.
 
-Invariants:
-1. every accepted webhook (202) has exactly one execution, the one its answer named;
-2. every execution ends terminal or needs_attention;
-3. no unsafe request (POST without idempotency key) reached the target twice;
-4. no step succeeded twice (at most one attempt with outcome succeeded per step);
-plus two consistency checks: a succeeded execution's unsafe POST reached the target
-exactly once, and repeated idempotent POSTs always carried the same Idempotency-Key.
+Nothing here stops the shared services: every fault goes through a per-worker proxy.
+Each run creates and drops its own database and RabbitMQ names (on the local services, or
+on FLOWFORGE_TEST_DATABASE_URL / FLOWFORGE_TEST_AMQP_URL), also when it fails.
+
+Usage:
+
+    # one run; prints its seed first, exit status 1 on any violation
+    .venv/bin/python -m tests.soak.soak --duration 60
+    # replay a failure from its seed (use the same options as the failed run)
+    .venv/bin/python -m tests.soak.soak --seed 1234 --duration 60
+    # the long form: 10 seeds, 3 minutes of nemesis each (30 minutes in all)
+    .venv/bin/python -m tests.soak.soak --seeds 10 --duration 180
+    # the short form, as CI runs it (tests/faults/test_randomized.py)
+    bin/test tests/faults/test_randomized.py
+
+Replay is best-effort. One seed drives every decision: which workflow and input each
+webhook gets, which deliveries are duplicated, the order, kind and length of faults and
+operator actions, and (by hashing, not by call order) each answer of the target. What a
+fault hits, though, depends on timing — which worker holds which step when a SIGSTOP
+lands — and timing on a shared machine never repeats exactly. A seed that failed once
+usually fails again in the same category, not necessarily on the same execution; run it
+a few times, and read history.jsonl and the process logs under the printed directory.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pika
-import psycopg
-import requests
-
-from flowforge import apikeys
-from flowforge.migrate import migrate
-from tests.support.api import TERMINAL, Api
-from tests.support.processes import Process, start_api, start_worker, wait_for
+from tests.soak.checker import Checker, Violation, report, settle
+from tests.soak.cluster import Cluster
+from tests.soak.history import History, RecordingClient
+from tests.soak.nemesis import Nemesis, Operator
+from tests.soak.workload import Workload, definitions, target_script
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
-from tests.support.target import Received, Reply, Target
+from tests.support.target import Target
 
-WORKFLOW = "soak"
-
-
-def definition(target: Target) -> dict[str, Any]:
-    """lookup (GET) → charge (unsafe POST) → pause (1 s delay) → shape → notify (keyed POST)."""
-    return {
-        "name": "Soak",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "lookup",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/lookup/{{{{ input.n }}}}"},
-                "retry": {"max_attempts": 5, "initial_interval_s": 0.2},
-            },
-            {
-                "id": "charge",
-                "type": "http_request",
-                "depends_on": ["lookup"],
-                "request": {
-                    "method": "POST",
-                    "url": f"{target.url}/charge/{{{{ execution.id }}}}",
-                    "json": {"total": "{{ lookup.body.total }}"},
-                },
-            },
-            {"id": "pause", "type": "delay", "duration_s": 1, "depends_on": ["charge"]},
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["pause"],
-                "output": {"charge": "{{ charge.body.id }}", "n": "{{ input.n }}"},
-            },
-            {
-                "id": "notify",
-                "type": "http_request",
-                "depends_on": ["shape"],
-                "request": {
-                    "method": "POST",
-                    "url": f"{target.url}/notify/{{{{ execution.id }}}}",
-                    "json": "{{ shape }}",
-                    "idempotency_key": "{{ execution.id }}-notify",
-                },
-                "retry": {"max_attempts": 5, "initial_interval_s": 0.2},
-            },
-        ],
-    }
-
-
-def answer(rng: random.Random) -> Callable[[Received], Reply]:
-    """The target: small random latencies, and an occasional 503 on the keyed POST."""
-    lock = threading.Lock()
-
-    def script(req: Received) -> Reply:
-        with lock:
-            delay = rng.uniform(0, 0.3)
-            flaky = rng.random() < 0.1
-        if req.path.startswith("/lookup/"):
-            return Reply(json={"total": int(req.path.rsplit("/", 1)[1])}, delay_s=delay)
-        if req.path.startswith("/charge/"):
-            return Reply(json={"id": f"ch_{uuid.uuid4().hex[:8]}"}, delay_s=delay)
-        if req.path.startswith("/notify/") and flaky:
-            return Reply(status=503, json={"error": "busy"})
-        return Reply(json={"ok": True}, delay_s=delay)
-
-    return script
+HEAL_TIMEOUT_S = 30.0
+# A drain waits for running steps; none can take longer than its request timeout.
+DRAIN_TIMEOUT_S = 15.0
 
 
 @dataclass
-class Soak:
-    """One soak run: its services, its processes, and what it saw."""
+class Options:
+    """Everything a run can vary besides its seed (the command-line flags)."""
 
-    args: argparse.Namespace
-    admin_url: str
-    amqp_url: str
-    logs: Path
-    rng: random.Random
-    database: str = field(default_factory=lambda: f"ff_soak_{uuid.uuid4().hex[:10]}")
-    prefix: str = field(default_factory=lambda: f"ff_soak_{uuid.uuid4().hex[:10]}")
-    workers: list[Process] = field(default_factory=list)
-    accepted: dict[str, str] = field(default_factory=dict)
-    replays: int = 0
-    replay_mismatches: list[str] = field(default_factory=list)
-    rejected: Counter[int] = field(default_factory=Counter)
-    kills: int = 0
-    broker_restarts: int = 0
-    started_workers: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    duration: float = 60.0
+    workers: int = 3
+    rate: float = 4.0
+    duplicates: float = 0.15
+    poison: float = 0.04
+    interval: tuple[float, float] = (0.3, 1.5)
+    lease: float = 2.0
+    # The product's default: a harness that shortens it hides takeovers that wait for it.
+    reconcile: float = 30.0
+    concurrency: int = 4
+    settle: float = 45.0
+    slow: float = 0.15
+    fail: float = 0.07
+    hang: float = 0.05
+    logs: Path | None = None
 
-    @property
-    def database_url(self) -> str:
-        return psycopg.conninfo.make_conninfo(self.admin_url, dbname=self.database)
+    def replay_flags(self) -> str:
+        """The command-line flags that give these options back."""
+        return (
+            f"--duration {self.duration:g} --workers {self.workers} --rate {self.rate:g} "
+            f"--duplicates {self.duplicates:g} --poison {self.poison:g} "
+            f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
+            f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
+            f"--settle {self.settle:g}"
+        )
 
-    def env(self) -> dict[str, str]:
-        return {
-            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-            "FLOWFORGE_DATABASE_URL": self.database_url,
-            "FLOWFORGE_AMQP_URL": self.amqp_url,
-            "FLOWFORGE_AMQP_PREFIX": self.prefix,
-            "FLOWFORGE_LEASE_SECONDS": str(self.args.lease),
-            "FLOWFORGE_RECONCILE_SECONDS": "2",
-            "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
-            "FLOWFORGE_WORKER_CONCURRENCY": "4",
-        }
 
-    # ---- processes -------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """One seed's verdict."""
 
-    def start_worker(self) -> Process:
-        self.started_workers += 1
-        proc = start_worker(self.env(), self.logs / f"worker-{self.started_workers}.log")
-        self.workers.append(proc)
-        return proc
+    seed: int
+    violations: list[Violation]
+    figures: dict[str, Any] = field(default_factory=dict)
+    logs: Path | None = None
 
-    def live_workers(self) -> list[Process]:
-        return [w for w in self.workers if w.popen.poll() is None]
+    def summary(self) -> str:
+        """The report, followed by the command that replays it."""
+        counts = dict(Counter(v.category for v in self.violations))
+        return (
+            f"{report(self.violations)}\n"
+            f"seed {self.seed}: {len(self.violations)} violation(s) {counts}; logs {self.logs}"
+        )
 
-    # ---- load ------------------------------------------------------------------------
 
-    def send(self, base: str, n: int) -> None:
-        """Deliver event n until it is accepted; sometimes deliver it twice, as senders do."""
-        key = f"soak-{n}"
-        body = {"n": n}
-        for _ in range(200):
-            try:
-                r = requests.post(
-                    f"{base}/hooks/{WORKFLOW}",
-                    json=body,
-                    headers={"Idempotency-Key": key},
-                    timeout=15,
-                )
-            except requests.RequestException:
-                time.sleep(0.2)
-                continue
-            if r.status_code == 202:
-                eid = r.json()["execution_id"]
-                with self.lock:
-                    previous = self.accepted.setdefault(key, eid)
-                    if previous != eid:
-                        self.replay_mismatches.append(key)
-                break
-            with self.lock:
-                self.rejected[r.status_code] += 1
-            time.sleep(0.2)
-        if self.rng.random() < self.args.duplicates:
-            r = requests.post(
-                f"{base}/hooks/{WORKFLOW}", json=body, headers={"Idempotency-Key": key}, timeout=15
-            )
-            with self.lock:
-                self.replays += 1
-                if r.status_code != 202 or r.json()["execution_id"] != self.accepted.get(key):
-                    self.replay_mismatches.append(key)
+def _thread(name: str, body: Callable[[], None], errors: list[BaseException]) -> threading.Thread:
+    """A thread whose exception fails the run instead of vanishing."""
 
-    def chaos(self, stop: threading.Event) -> None:
-        """SIGKILL a random worker and start a replacement; now and then, restart the broker."""
-        restarts_left = self.args.broker_restarts
-        rounds = 0
-        while not stop.wait(self.rng.uniform(*self.args.chaos_interval)):
-            rounds += 1
-            if restarts_left and rounds % 4 == 0:
-                restarts_left -= 1
-                self.restart_broker()
-                continue
-            live = self.live_workers()
-            if live:
-                victim = self.rng.choice(live)
-                victim.kill()
-                self.kills += 1
-            self.start_worker()
-
-    def restart_broker(self) -> None:
-        """stop_app, a short outage, start_app — always started again."""
-        subprocess.run(["rabbitmqctl", "-q", "stop_app"], check=True, timeout=120)
+    def guarded() -> None:
         try:
-            time.sleep(self.args.broker_outage)
-        finally:
-            subprocess.run(["rabbitmqctl", "-q", "start_app"], check=True, timeout=120)
-            subprocess.run(
-                ["rabbitmqctl", "-q", "await_startup", "--timeout", "120"], check=True, timeout=180
-            )
-        self.broker_restarts += 1
+            body()
+        except BaseException as exc:
+            errors.append(exc)
+            raise
 
-    # ---- the run ---------------------------------------------------------------------
+    thread = threading.Thread(target=guarded, name=name, daemon=True)
+    thread.start()
+    return thread
 
-    def run(self) -> int:
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.database}"')
-        target = Target()
-        # Killed workers reset their connections to the target: expected here, not news.
-        target.server.handle_error = lambda *_args: None  # type: ignore[method-assign]
-        api_proc: Process | None = None
-        try:
-            migrate(self.database_url)
-            with psycopg.connect(self.database_url, autocommit=True) as conn:
-                key = apikeys.create(conn, "soak")[1]
-            api_proc, base = start_api(self.env(), self.logs / "api.log", workers=3)
-            client = Api(base, key)
-            target.script = answer(random.Random(self.rng.random()))
-            client.publish(WORKFLOW, definition(target))
-            for _ in range(self.args.workers):
-                self.start_worker()
-            return self.drive(client, base, target)
-        finally:
-            for proc in self.workers:
-                proc.stop()
-            if api_proc is not None:
-                api_proc.stop()
-            target.close()
-            if not self.args.keep:
-                self.cleanup()
 
-    def drive(self, client: Api, base: str, target: Target) -> int:
-        started = time.monotonic()
-        stop_chaos = threading.Event()
-        chaos = threading.Thread(target=self.chaos, args=(stop_chaos,), daemon=True)
-        chaos.start()
-        interval = 1.0 / self.args.rate
-        with ThreadPoolExecutor(8) as pool:
-            futures = []
-            for n in range(self.args.executions):
-                futures.append(pool.submit(self.send, base, n))
-                time.sleep(interval)
-            for future in futures:
-                future.result()
-        sent_s = time.monotonic() - started
-        # Keep the chaos going a little after the last webhook, then let the workers finish.
-        time.sleep(self.args.chaos_tail)
-        stop_chaos.set()
-        chaos.join()
-        if len(self.live_workers()) < 2:
-            self.start_worker()
-        settled = self.settle()
-        total_s = time.monotonic() - started
-        return self.check(target, sent_s, total_s, settled)
-
-    def settle(self) -> bool:
-        """Wait until no execution is live any more."""
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-
-            def quiet() -> bool:
-                (live,) = conn.execute(
-                    "SELECT count(*) FROM executions WHERE status <> ALL(%(done)s)",
-                    {"done": list(TERMINAL)},
-                ).fetchone()
-                return live == 0
-
-            try:
-                wait_for(quiet, timeout=self.args.timeout, interval=0.5, message="settle")
-                return True
-            except AssertionError:
-                return False
-
-    def check(self, target: Target, sent_s: float, total_s: float, settled: bool) -> int:
-        violations: list[str] = []
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            by_key: dict[str, list[str]] = {}
-            for k, eid in conn.execute("SELECT idempotency_key, id FROM executions"):
-                by_key.setdefault(k, []).append(str(eid))
-            statuses = Counter(
-                dict(conn.execute("SELECT status, count(*) FROM executions GROUP BY 1"))
-            )
-            twice = conn.execute(
-                "SELECT execution_id, step_id, count(*) FROM attempts "
-                "WHERE outcome = 'succeeded' GROUP BY 1, 2 HAVING count(*) > 1"
-            ).fetchall()
-            succeeded = {
-                str(r[0])
-                for r in conn.execute("SELECT id FROM executions WHERE status = 'succeeded'")
-            }
-            outcomes = Counter(
-                dict(
-                    conn.execute(
-                        "SELECT coalesce(outcome, 'in flight'), count(*) FROM attempts GROUP BY 1"
-                    )
+def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outcome:
+    """One run: set up, load and fault for `duration`, heal, settle, check, tear down."""
+    print(f"seed {seed}", flush=True)
+    logs = options.logs or Path(tempfile.mkdtemp(prefix="flowforge-soak-"))
+    logs = logs / f"seed-{seed}"
+    logs.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    workload_rng, nemesis_rng, operator_rng = (random.Random(rng.random()) for _ in range(3))
+    history = History(logs / "history.jsonl")
+    target = Target()
+    # Killed workers reset their connections to the target: expected here, not news.
+    target.server.handle_error = lambda *_args: None  # type: ignore[method-assign]
+    target.script = target_script(seed, options.slow, options.fail, options.hang)
+    cluster = Cluster(
+        admin_url,
+        amqp_url,
+        logs,
+        workers=options.workers,
+        lease_s=options.lease,
+        reconcile_s=options.reconcile,
+        concurrency=options.concurrency,
+    )
+    try:
+        cluster.start()
+        client = RecordingClient(history, cluster.api_key)
+        for key, definition in definitions(target).items():
+            url = f"{cluster.api_bases[0]}/api/v1/workflows/{key}/versions"
+            r = client.request("setup", "POST", url, json=definition)
+            if r is None or r.status_code != 201:
+                raise RuntimeError(f"publishing {key}: {r.text if r is not None else 'no answer'}")
+        workload = Workload(
+            client,
+            cluster.api_bases,
+            workload_rng,
+            rate=options.rate,
+            duplicates=options.duplicates,
+            poison=options.poison,
+        )
+        nemesis = Nemesis(
+            cluster, history, nemesis_rng, interval=options.interval, lease_s=options.lease
+        )
+        operator = Operator(cluster, client, history, operator_rng, interval=options.interval)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        threads = [
+            _thread("soak-workload", lambda: workload.run(stop), errors),
+            _thread("soak-nemesis", lambda: nemesis.run(stop), errors),
+            _thread("soak-operator", lambda: operator.run(stop), errors),
+        ]
+        stop.wait(options.duration)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise RuntimeError("the workload or the nemesis crashed") from errors[0]
+        history.fault("quiet", "all")
+        unhealthy = cluster.heal(HEAL_TIMEOUT_S)
+        settled_s = settle(cluster.database_url, options.settle)
+        history.fault("check", "all", f"settled in {settled_s}s")
+        checker = Checker(cluster, client, history, workload, target)
+        violations = checker.run(unhealthy)
+        for worker, code in cluster.drain(DRAIN_TIMEOUT_S).items():
+            if code != 0:
+                how = "still draining" if code is None else f"exited {code}"
+                violations.append(
+                    Violation("drain_stuck", f"{worker}: {how} {DRAIN_TIMEOUT_S:g}s after SIGTERM")
                 )
-            )
-            unknown_steps = Counter(
-                dict(
-                    conn.execute(
-                        "SELECT step_id, count(*) FROM steps WHERE status = 'unknown' GROUP BY 1"
-                    )
-                )
-            )
-
-        # 1. every accepted webhook has exactly one execution, the one it was told about
-        for key, eid in self.accepted.items():
-            if by_key.get(key) != [eid]:
-                violations.append(f"webhook {key}: answered {eid}, executions {by_key.get(key)}")
-        extra = set(by_key) - set(self.accepted)
-        if extra:
-            violations.append(f"{len(extra)} executions without an accepted webhook")
-        if self.replay_mismatches:
-            violations.append(f"replays answered a different execution: {self.replay_mismatches}")
-        # 2. every execution ends terminal or needs_attention
-        live = {s: c for s, c in statuses.items() if s not in TERMINAL}
-        if live or not settled:
-            violations.append(f"executions still live: {live}")
-        # 3. no unsafe request reached the target twice
-        charges = Counter(r.path for r in target.requests_to("/charge/"))
-        repeated = {p: c for p, c in charges.items() if c > 1}
-        if repeated:
-            violations.append(f"unsafe POSTs sent more than once: {repeated}")
-        # 4. no step succeeded twice
-        if twice:
-            violations.append(f"steps that succeeded twice: {twice}")
-        # consistency: a succeeded execution's charge was sent exactly once
-        unsent = [eid for eid in succeeded if charges.get(f"/charge/{eid}") != 1]
-        if unsent:
-            violations.append(f"succeeded without exactly one charge: {unsent[:5]}")
-        keys: dict[str, set[str]] = {}
-        for r in target.requests_to("/notify/"):
-            keys.setdefault(r.path, set()).add(r.headers.get("idempotency-key", ""))
-        mixed = {p: k for p, k in keys.items() if len(k) != 1}
-        if mixed:
-            violations.append(f"keyed POSTs with differing Idempotency-Key: {mixed}")
-
-        notify_counts = Counter(r.path for r in target.requests_to("/notify/"))
-        lookups = Counter(r.path for r in target.requests_to("/lookup/"))
         figures = {
-            "executions_accepted": len(self.accepted),
-            "duplicate_deliveries": self.replays,
-            "non_202_answers": dict(self.rejected),
-            "statuses": dict(statuses),
-            "unknown_steps": dict(unknown_steps),
-            "workers_started": self.started_workers,
-            "workers_sigkilled": self.kills,
-            "broker_restarts": self.broker_restarts,
-            "attempt_outcomes": dict(outcomes),
-            "target_requests": len(target.received),
-            "lookup_get_repeats": sum(c - 1 for c in lookups.values()),
-            "notify_keyed_post_repeats": sum(c - 1 for c in notify_counts.values()),
-            "unsafe_post_max_per_execution": max(charges.values(), default=0),
-            "sending_s": round(sent_s, 1),
-            "total_s": round(total_s, 1),
+            "seed": seed,
+            **checker.figures(),
+            "reads": workload.reads,
+            "settled_s": settled_s,
             "violations": len(violations),
         }
-        print(json.dumps(figures, indent=2))
-        for violation in violations:
-            print("VIOLATION:", violation, file=sys.stderr)
-        print(f"logs: {self.logs}", file=sys.stderr)
-        return 1 if violations else 0
+        print(json.dumps(figures), flush=True)
+        outcome = Outcome(seed, violations, figures, logs)
+        for line in checker.diagnostics():
+            print(line, flush=True)
+        print(outcome.summary(), flush=True)
+        if violations:
+            print(
+                f"replay (best effort): .venv/bin/python -m tests.soak.soak --seed {seed} "
+                f"{options.replay_flags()}",
+                flush=True,
+            )
+        return outcome
+    finally:
+        try:
+            cluster.close()
+        finally:
+            target.close()
+            history.close()
 
-    def cleanup(self) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-        with contextlib.suppress(Exception):
-            conn = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
-            channel = conn.channel()
-            for queue in (f"{self.prefix}.steps", f"{self.prefix}.dead"):
-                channel.queue_delete(queue)
-            for exchange in (self.prefix, f"{self.prefix}.dlx"):
-                channel.exchange_delete(exchange)
-            conn.close()
 
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Options]:
     """Command-line options."""
+    d = Options()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--executions", type=int, default=300)
-    parser.add_argument("--workers", type=int, default=2, help="workers running at any time")
-    parser.add_argument("--rate", type=float, default=8.0, help="webhooks per second")
-    parser.add_argument("--duplicates", type=float, default=0.1, help="share delivered twice")
+    parser.add_argument("--seed", type=int, default=None, help="default: a random one")
+    parser.add_argument("--seeds", type=int, default=1, help="run SEED, SEED+1, ... (N runs)")
+    parser.add_argument("--duration", type=float, default=d.duration, help="seconds of nemesis")
+    parser.add_argument("--workers", type=int, default=d.workers)
+    parser.add_argument("--rate", type=float, default=d.rate, help="new webhooks per second")
+    parser.add_argument("--duplicates", type=float, default=d.duplicates)
+    parser.add_argument("--poison", type=float, default=d.poison, help="share of bad delays")
     parser.add_argument(
-        "--chaos-interval",
+        "--interval",
         type=float,
         nargs=2,
-        default=(2.0, 5.0),
+        default=d.interval,
         metavar=("MIN", "MAX"),
-        help="seconds between two chaos events",
+        help="seconds between two nemesis operations",
     )
-    parser.add_argument("--chaos-tail", type=float, default=5.0, help="chaos after the last send")
-    parser.add_argument("--broker-restarts", type=int, default=2, help="0: never touch the broker")
-    parser.add_argument("--broker-outage", type=float, default=2.0, help="seconds it stays down")
-    parser.add_argument("--lease", type=float, default=2.0, help="FLOWFORGE_LEASE_SECONDS")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to settle")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--logs", type=Path, default=None, help="directory for process logs")
-    parser.add_argument("--keep", action="store_true", help="keep the database and queues")
-    return parser.parse_args(argv)
+    parser.add_argument("--lease", type=float, default=d.lease, help="FLOWFORGE_LEASE_SECONDS")
+    parser.add_argument("--reconcile", type=float, default=d.reconcile)
+    parser.add_argument("--concurrency", type=int, default=d.concurrency)
+    parser.add_argument("--settle", type=float, default=d.settle, help="bound of the quiet wait")
+    parser.add_argument("--logs", type=Path, default=None, help="directory for logs")
+    args = parser.parse_args(argv)
+    options = Options(
+        duration=args.duration,
+        workers=args.workers,
+        rate=args.rate,
+        duplicates=args.duplicates,
+        poison=args.poison,
+        interval=tuple(args.interval),
+        lease=args.lease,
+        reconcile=args.reconcile,
+        concurrency=args.concurrency,
+        settle=args.settle,
+        logs=args.logs,
+    )
+    return args, options
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one soak; exit 1 on any invariant violation."""
-    args = parse_args(argv)
-    seed = args.seed if args.seed is not None else random.randrange(2**32)
-    print(f"seed {seed}", file=sys.stderr)
-    logs = args.logs or Path(tempfile.mkdtemp(prefix="flowforge-soak-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    soak = Soak(
-        args,
-        admin_url=os.environ.get("FLOWFORGE_TEST_DATABASE_URL") or LOCAL_DATABASE,
-        amqp_url=os.environ.get("FLOWFORGE_TEST_AMQP_URL") or LOCAL_AMQP,
-        logs=logs,
-        rng=random.Random(seed),
-    )
+    """Run one or more seeds; exit 1 when any of them found a violation."""
+    args, options = parse_args(argv)
+    first = args.seed if args.seed is not None else random.randrange(2**31)
+    admin_url = os.environ.get("FLOWFORGE_TEST_DATABASE_URL") or LOCAL_DATABASE
+    amqp_url = os.environ.get("FLOWFORGE_TEST_AMQP_URL") or LOCAL_AMQP
+    # SIGTERM unwinds through run_one's cleanup like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(2))
-    return soak.run()
+    outcomes = [
+        run_one(seed, options, admin_url, amqp_url) for seed in range(first, first + args.seeds)
+    ]
+    if len(outcomes) > 1:
+        for outcome in outcomes:
+            counts = dict(Counter(v.category for v in outcome.violations))
+            print(f"seed {outcome.seed}: {len(outcome.violations)} violation(s) {counts}")
+    return 1 if any(o.violations for o in outcomes) else 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ network does:
   chunk containing the given bytes (b"COMMIT", say) the server's answers on it are thrown
   away — a link that fails right after a request got through; follow it with cut() to
   make the client see the failure.
+- strand: every current connection goes silent for good (a middlebox lost its state and
+  drops their packets without a reset) while new connections pass — only a client that
+  notices on its own (heartbeats, timeouts) gets out of it, by closing its end.
 
 Threads and the standard library only, so it runs wherever the tests do.
 """
@@ -32,11 +35,15 @@ POLL = 0.05
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with RST instead of FIN, so the peer sees a hard failure at once."""
+    """Close with RST instead of FIN, so the peer sees a hard failure at once.
+
+    shutdown(SHUT_RD) first: it sends nothing, but wakes a pump blocked in recv() on this
+    socket. Without it close() only drops our file descriptor, the blocked recv keeps the
+    socket alive, and a peer that is not talking (PostgreSQL idle in a transaction) never
+    hears of the reset and keeps its locks.
+    """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    # A pump blocked in recv() keeps the socket alive past close(), and with it the RST:
-    # shutting the read side down (which sends nothing) wakes it first.
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
@@ -51,6 +58,7 @@ class _Link:
         self.upstream: socket.socket | None = None
         self.closed = threading.Event()
         self.deaf = False  # drop_replies: the server's answers are discarded
+        self.stranded = False
         self._lock = threading.Lock()
 
     def close(self, *, reset: bool = False) -> None:
@@ -113,13 +121,31 @@ class FaultProxy:
         with self._lock:
             return len(self._links)
 
+    @property
+    def stranded_links(self) -> int:
+        """Stranded connections their client has not given up on yet."""
+        with self._lock:
+            return sum(1 for link in self._links if link.stranded)
+
+    def upstream_ports(self) -> set[int]:
+        """Local ports of the open upstream connections: what the server sees as each
+        client's port (PostgreSQL's pg_stat_activity.client_port), to tell whose it is."""
+        with self._lock:
+            links = list(self._links)
+        ports = set()
+        for link in links:
+            with contextlib.suppress(OSError, AttributeError):
+                ports.add(link.upstream.getsockname()[1])  # type: ignore[union-attr]
+        return ports
+
     # ---- modes ---------------------------------------------------------------------
 
     def cut(self) -> None:
-        """Reset every current connection and every new one until restore()."""
+        """Reset every current connection (but stranded ones: they are out of reach) and
+        every new one until restore()."""
         with self._lock:
             self.mode = "cut"
-            links = list(self._links)
+            links = [link for link in self._links if not link.stranded]
         self._flowing.set()  # let blocked pumps notice the reset and exit
         for link in links:
             link.close(reset=True)
@@ -137,6 +163,13 @@ class FaultProxy:
             self.mode = "drop_replies"
             self._reply_marker = after
             self._flowing.set()
+
+    def strand(self) -> None:
+        """Silence every current connection for good; new ones are not affected."""
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.stranded = True
 
     def restore(self) -> None:
         """Forward again; whatever a blackhole held back is delivered now."""
@@ -242,6 +275,8 @@ class FaultProxy:
                     link.deaf = True  # before forwarding: the answer may come back at once
                 if replies and link.deaf:
                     continue
+                if link.stranded:
+                    continue  # dropped, like the packets of a flow a middlebox forgot
                 sink.sendall(data)
         except OSError:
             pass

@@ -19,7 +19,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
-    at: float
+    at: float  # time.time() once its request line and headers had arrived
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -55,6 +55,7 @@ class Target:
                 pass
 
             def _serve(self) -> None:
+                arrived = time.time()  # request line and headers are in; the body may not be
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 seen = Received(
@@ -62,7 +63,7 @@ class Target:
                     self.path,
                     {k.lower(): v for k, v in self.headers.items()},
                     body,
-                    time.time(),
+                    arrived,
                 )
                 with target._lock:
                     target.received.append(seen)

@@ -9,7 +9,7 @@ import pytest
 
 from flowforge.definitions import RetryPolicy, parse_definition
 from flowforge.engine import Run, StepState, backoff_seconds
-from flowforge.steps.http_request import Outcome
+from flowforge.model import Outcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

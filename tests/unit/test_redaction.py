@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowforge import netguard
-from flowforge.steps.http_request import REDACTED, _redact, redactor
+from flowforge.http_step import REDACTED, _redact, redactor
 
 ENCODINGS = {
     "as is": lambda v: v,

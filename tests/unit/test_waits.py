@@ -12,7 +12,7 @@ import pytest
 from flowforge import waits
 from flowforge.config import ConfigError, Settings
 from flowforge.definitions import DefinitionInvalid, parse_definition
-from flowforge.steps.http_request import render_request
+from flowforge.http_step import render_request
 from flowforge.templating import TemplateError
 from tests.unit.test_engine import NOW, make_run, statuses
 
@@ -227,7 +227,7 @@ def test_an_early_resume_is_taken_when_the_step_starts() -> None:
     run.advance()
     assert run.steps["approval"].status == "succeeded"
     assert run.steps["approval"].output == {"ok": 1}
-    assert run.applied_resumes == ["approval"]
+    assert run.take_changes().applied_resumes == ["approval"]
 
 
 @pytest.mark.parametrize(

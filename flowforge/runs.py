@@ -8,7 +8,6 @@ running step and never wait on anything else.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,10 +16,12 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
-from flowforge.engine import TERMINAL_EXECUTION, Run, StepState
-from flowforge.outbox import NOTIFY_OUTBOX
+from flowforge.engine import Changes, Run, StepState
+from flowforge.model import TERMINAL_EXECUTION, StepStatus
+from flowforge.outbox import INSERT_WAKEUP, NOTIFY_OUTBOX
 from flowforge.waits import APPLY_RESUME, PENDING_RESUMES
 
 logger = logging.getLogger(__name__)
@@ -43,13 +44,16 @@ FROM steps WHERE execution_id = %(id)s
 """
 LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
 
+# A step claimed in this unit of work gets its lease (lease_s); a running step that was
+# not claimed here keeps the lease it has.
 SAVE_STEP = """
 UPDATE steps SET
     status = %(status)s, attempts = %(attempts)s, fencing_token = %(fencing_token)s,
     wake_at = %(wake_at)s, output = %(output)s, error = %(error)s,
     lease_owner = %(lease_owner)s,
     lease_expires_at = CASE WHEN %(status)s = 'running'
-                            THEN now() + make_interval(secs => %(lease_s)s) END,
+                            THEN coalesce(now() + make_interval(secs => %(lease_s)s),
+                                          lease_expires_at) END,
     ready_at = CASE WHEN %(status)s = 'ready' THEN now() ELSE ready_at END,
     redispatches = 0,
     started_at = %(started_at)s, finished_at = %(finished_at)s
@@ -77,7 +81,6 @@ INSERT_EVENT = """
 INSERT INTO execution_events (execution_id, step_id, kind, detail)
 VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
 """
-INSERT_OUTBOX = "INSERT INTO outbox (execution_id, step_id) VALUES (%(execution_id)s, %(step_id)s)"
 SAVE_EXECUTION = """
 UPDATE executions SET
     status = %(status)s, updated_at = now(),
@@ -88,9 +91,8 @@ UPDATE executions SET
 WHERE id = %(id)s
 """
 
-_definitions: dict[tuple[str, int], Definition] = {}
-_definitions_lock = threading.Lock()
 DEFINITION_CACHE_SIZE = 1024
+_definitions: BoundedCache[tuple[str, int], Definition] = BoundedCache(DEFINITION_CACHE_SIZE)
 
 
 @contextmanager
@@ -106,28 +108,23 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
     # Keyed by database too: version ids restart at 1 in every database, and one process
     # (the test suite's in-process app) may serve several.
     key = (conn.info.dbname, version_id)
-    with _definitions_lock:
-        cached = _definitions.get(key)
+    cached = _definitions.get(key)
     if cached is not None:
         return cached
     row = one(conn.execute(LOAD_DEFINITION, {"id": version_id}))
     definition = parse_definition(row[0], stored=True)
-    with _definitions_lock:
-        if len(_definitions) >= DEFINITION_CACHE_SIZE:
-            _definitions.clear()
-        _definitions[key] = definition
+    _definitions.put(key, definition)
     return definition
 
 
-def load_run(conn: psycopg.Connection, execution_id: str) -> tuple[Run, set[str]] | None:
-    """Lock an execution and load it; also return the steps whose lease has run out."""
+def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
+    """Lock an execution and load it (each step says whether its lease has run out)."""
     with conn.cursor(row_factory=dict_row) as cur:
         head = cur.execute(LOCK_EXECUTION, {"id": execution_id}).fetchone()
         if head is None:
             return None
         rows = cur.execute(LOAD_STEPS, {"id": execution_id}).fetchall()
     definition = definition_for(conn, head["version_id"])
-    expired = {row["step_id"] for row in rows if row.pop("lease_expired")}
     run = Run(
         execution_id=str(execution_id),
         workflow=head["workflow"],
@@ -143,63 +140,60 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> tuple[Run, set[str]
         # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
         resumes = conn.execute(PENDING_RESUMES, {"id": execution_id}).fetchall()
         run.early_resumes = {step_id: body for step_id, body in resumes}
-    return run, expired
+    return run
 
 
-def save_run(conn: psycopg.Connection, run: Run, *, lease_s: float) -> None:
-    """Write everything the unit of work changed, in the caller's transaction."""
-    eid = run.execution_id
+def save_run(conn: psycopg.Connection, changes: Changes) -> None:
+    """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
+    eid = changes.execution_id
     with conn.pipeline(), conn.cursor() as cur:
-        changed = [s for s in run.steps.values() if s.changed]
-        if changed:
-            cur.executemany(SAVE_STEP, [_step_params(eid, s, lease_s) for s in changed])
-        if run.finished_attempts:
+        if changes.steps:
+            cur.executemany(
+                SAVE_STEP,
+                [
+                    _step_params(eid, s, changes.leases.get(s.step_id))
+                    for s in changes.steps.values()
+                ],
+            )
+        if changes.finished_attempts:
             cur.executemany(
                 FINISH_ATTEMPT,
-                [{"execution_id": eid, **vars(a)} for a in run.finished_attempts],
+                [{"execution_id": eid, **vars(a)} for a in changes.finished_attempts],
             )
-        if run.new_attempts:
+        if changes.new_attempts:
             cur.executemany(
-                INSERT_ATTEMPT, [{"execution_id": eid, **vars(a)} for a in run.new_attempts]
+                INSERT_ATTEMPT, [{"execution_id": eid, **vars(a)} for a in changes.new_attempts]
             )
-        if run.events:
+        if changes.events:
             cur.executemany(
                 INSERT_EVENT,
                 [
                     {"execution_id": eid, "step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
-                    for step_id, kind, detail in run.events
+                    for step_id, kind, detail in changes.events
                 ],
             )
-        if run.applied_resumes:
+        if changes.applied_resumes:
             cur.executemany(
                 APPLY_RESUME,
-                [{"execution_id": eid, "step_id": s} for s in run.applied_resumes],
+                [{"execution_id": eid, "step_id": s} for s in changes.applied_resumes],
             )
-        dispatch = [s for s in run.dispatch if run.steps[s].status == "ready"]
+        dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
         if dispatch:
-            cur.executemany(INSERT_OUTBOX, [{"execution_id": eid, "step_id": s} for s in dispatch])
+            cur.executemany(INSERT_WAKEUP, [{"execution_id": eid, "step_id": s} for s in dispatch])
             cur.execute(NOTIFY_OUTBOX)
-        if run.status_changed:
+        if changes.execution_changed:
             cur.execute(
                 SAVE_EXECUTION,
                 {
                     "id": eid,
-                    "status": run.status,
-                    "terminal": run.status in TERMINAL_EXECUTION,
-                    "cancel_requested": run.cancel_requested,
+                    "status": changes.status,
+                    "terminal": changes.status in TERMINAL_EXECUTION,
+                    "cancel_requested": changes.cancel_requested,
                 },
             )
-    for state in run.steps.values():
-        state.changed = False
-    run.events.clear()
-    run.dispatch.clear()
-    run.new_attempts.clear()
-    run.finished_attempts.clear()
-    run.applied_resumes.clear()
-    run.status_changed = False
 
 
-def _step_params(execution_id: str, state: StepState, lease_s: float) -> dict[str, Any]:
+def _step_params(execution_id: str, state: StepState, lease_s: float | None) -> dict[str, Any]:
     return {
         "execution_id": execution_id,
         "step_id": state.step_id,

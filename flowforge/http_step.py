@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from flowforge import netguard, secret_bindings, waits
-from flowforge.db import jsonb_storable
 from flowforge.definitions import Step
+from flowforge.jsonvalues import jsonb_storable
+from flowforge.model import Outcome
 from flowforge.templating import (
     TemplateError,
     find_placeholders,
@@ -27,23 +28,6 @@ RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 # Response headers worth keeping in the step output; the rest are noise or private.
 KEPT_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after", "x-request-id")
 REDACTED = "[redacted]"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The verdict on one attempt."""
-
-    kind: str  # succeeded | retry | failed | unknown
-    output: Any = None
-    error: str | None = None
-    http_status: int | None = None
-    duration_ms: int | None = None
-    retry_after_s: float | None = None
-
-    @property
-    def attempt_outcome(self) -> str:
-        """The attempt row's outcome: a retry is a failed attempt."""
-        return "failed" if self.kind == "retry" else self.kind
 
 
 @dataclass(frozen=True)

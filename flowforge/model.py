@@ -1,0 +1,103 @@
+"""The words of the domain, with no I/O: statuses, event kinds, outcomes, requests.
+
+The engine, the worker, the reaper, the timer scanner, the intake and the API all speak
+these words; keeping them here lets the pure engine import them without pulling in a
+database driver, the HTTP client or the broker client. Each status set is defined once,
+here; the SQL CHECK constraints list the same values (tests/integration/test_model_sql.py
+reads them back from a migrated database).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class ExecutionStatus(StrEnum):
+    """Where an execution stands (SPEC §6); `executions.status`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    NEEDS_ATTENTION = "needs_attention"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepStatus(StrEnum):
+    """Where one step of an execution stands; `steps.status`."""
+
+    PENDING = "pending"
+    READY = "ready"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
+    CANCELLED = "cancelled"
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt ended; `attempts.outcome` (NULL while it is in flight)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    LOST_LEASE = "lost_lease"
+
+
+class EventKind(StrEnum):
+    """The history entries that are not a status transition (see step_event and
+    execution_event for those)."""
+
+    EXECUTION_RETRIED = "execution.retried"
+    STEP_RESOLVED = "step.resolved"
+    # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
+    WAIT_RESUMED = "wait.resumed"
+    WAIT_COMPLETED = "wait.completed"
+    WAIT_FAILED = "wait.failed"
+    WAIT_TIMED_OUT = "wait.timed_out"
+
+
+def step_event(status: str) -> str:
+    """The history kind of a step entering `status`: `step.ready`."""
+    return f"step.{status}"
+
+
+def execution_event(status: str) -> str:
+    """The history kind of an execution entering `status`: `execution.running`."""
+    return f"execution.{status}"
+
+
+def transition(previous: str, status: str) -> dict[str, Any]:
+    """The detail of a status transition in the history: `{"from": ..., "to": ...}`."""
+    return {"from": str(previous), "to": str(status)}
+
+
+# How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
+DEFAULT_LEASE_S = 60.0
+TERMINAL_EXECUTION = frozenset(
+    {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+)
+# What an operator may resolve an unknown step as (a tuple: a JSON object is unhashable).
+RESOLUTIONS = (AttemptOutcome.SUCCEEDED.value, AttemptOutcome.FAILED.value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on one attempt."""
+
+    kind: str  # succeeded | retry | failed | unknown
+    output: Any = None
+    error: str | None = None
+    http_status: int | None = None
+    duration_ms: int | None = None
+    retry_after_s: float | None = None
+
+    @property
+    def attempt_outcome(self) -> str:
+        """The attempt row's outcome: a retry is a failed attempt."""
+        return AttemptOutcome.FAILED if self.kind == "retry" else self.kind

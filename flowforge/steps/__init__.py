@@ -1,1 +1,0 @@
-"""Step types with remote effects; pure steps (transform, delay) live in the engine."""

@@ -1,0 +1,67 @@
+"""The reconciler: ready work whose wake-up message went missing is dispatched again.
+
+PostgreSQL is the truth and RabbitMQ only carries wake-ups, so a purged queue or a reset
+broker loses no work: a ready step with no outbox row that nobody took up for a while
+gets a new wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg_pool
+
+from flowforge.db import one, wrap_exceptions
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
+
+logger = logging.getLogger(__name__)
+
+# Ready steps whose wake-up is neither in the outbox nor was dispatched recently: the
+# message was lost (queue purged, broker reset). Dispatch them again — each time after
+# twice as long (up to 2**MAX_DOUBLINGS intervals), since a step re-dispatched without any
+# progress is a wake-up that keeps failing, and the dead-letter queue should get it
+# rarely, not every interval forever. Returns how many had been re-dispatched before.
+REDISPATCH = f"""
+WITH stale AS (
+    SELECT s.execution_id, s.step_id, s.redispatches FROM steps s
+    WHERE s.status = 'ready'
+      AND s.ready_at < now() - make_interval(secs => %(after_s)s)
+      AND s.ready_at < now() - make_interval(
+              secs => %(after_s)s * 2 ^ least(s.redispatches, %(max_doublings)s))
+      AND NOT EXISTS (SELECT 1 FROM outbox o
+                      WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
+    ORDER BY s.ready_at LIMIT 1000
+    FOR UPDATE OF s SKIP LOCKED
+), touched AS (
+    UPDATE steps s SET ready_at = now(), redispatches = s.redispatches + 1 FROM stale
+    WHERE s.execution_id = stale.execution_id AND s.step_id = stale.step_id
+), sent AS (
+    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM stale
+)
+SELECT count(*), count(*) FILTER (WHERE redispatches > 0) FROM stale
+"""
+MAX_DOUBLINGS = 7
+
+
+class Reconciler:
+    """Re-dispatches ready steps whose wake-up was lost."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool, *, reconcile_s: float) -> None:
+        self.pool = pool
+        self.reconcile_s = reconcile_s
+
+    def reconcile(self) -> int:
+        """Re-dispatch ready steps whose message went missing."""
+        with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
+            count, again = one(
+                conn.execute(
+                    REDISPATCH, {"after_s": self.reconcile_s, "max_doublings": MAX_DOUBLINGS}
+                )
+            )
+            if count:
+                conn.execute(NOTIFY_OUTBOX)
+                logger.warning(
+                    "re-dispatched ready steps with lost wake-ups",
+                    extra={"count": count, "again_without_progress": again},
+                )
+        return int(count)

@@ -1,0 +1,145 @@
+"""The Worker: owns the pools and every thread of bin/worker, starts them, stops them in
+the documented order, and notices a thread that died.
+
+Every service loop survives any Exception by its own error policy (`loop.py`), so a
+dead thread means something that policy cannot handle — a BaseException, a bug in the
+loop itself. Restarting it in place would hide that; the Worker drains like on SIGTERM
+and returns a non-zero exit status, loudly logged, so systemd (Restart=always) starts a
+fresh process — procrastinate's `_monitor_side_tasks` and dramatiq's worker do the same.
+
+Shutdown order, once `stop` is set: the consumer stops taking messages; running steps
+finish and checkpoint on the executor threads while the heartbeat keeps their leases
+alive and the consumer keeps serving acks and AMQP heartbeats; then the relay, the timer
+scanner and the reaper stop; pools close last.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from flowforge import netguard, waits
+from flowforge.config import Settings
+from flowforge.db import conninfo, create_pool
+from flowforge.worker.broker import Topology, heartbeat_seconds
+from flowforge.worker.consumer import Consumer
+from flowforge.worker.executor import Executor
+from flowforge.worker.leases import Heartbeat
+from flowforge.worker.loop import Loop
+from flowforge.worker.reaper import Reaper
+from flowforge.worker.relay import Relay
+from flowforge.worker.timers import TimerScanner
+
+logger = logging.getLogger(__name__)
+
+# How often the Worker looks for a dead thread (and for `stop`).
+MONITOR_SECONDS = 0.5
+# How long each background service may take to stop after the drain.
+JOIN_SECONDS = 10.0
+# Exit status of a worker that stopped because one of its threads died.
+THREAD_DIED = 1
+
+
+class Worker:
+    """One worker process's pools and threads, from start to the last pool closed."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        allow = netguard.Allowlist.parse(settings.http_allow)
+        topology = Topology(settings.amqp_prefix)
+        self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
+        # Executors hold a connection only inside a transaction, never across a request.
+        self.pool = create_pool(
+            settings.database_url,
+            max_size=settings.worker_concurrency + 4,
+            name="worker",
+            min_size=2,
+            timeout_s=settings.db_timeout_seconds,
+        )
+        self.stop = threading.Event()  # stops taking work
+        self.background = threading.Event()  # stops the housekeeping threads, after the drain
+        self.executor = Executor(
+            self.pool,
+            worker_id=settings.worker_id,
+            lease_s=settings.lease_seconds,
+            allow=allow,
+            secret_bindings=settings.secret_bindings,
+            resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
+        )
+        self.executor_threads = ThreadPoolExecutor(
+            settings.worker_concurrency, thread_name_prefix="executor"
+        )
+        self.consumer = Consumer(
+            self.executor,
+            settings.amqp_url,
+            topology,
+            self.executor_threads,
+            settings.worker_concurrency,
+            self.stop,
+            self.heartbeat_s,
+        )
+        #: The services that stop after the drain, on `background`.
+        self.services: list[Loop] = [
+            Relay(
+                self.pool,
+                conninfo(settings.database_url),
+                settings.amqp_url,
+                topology,
+                self.background,
+                self.heartbeat_s,
+            ),
+            TimerScanner(self.pool, self.background),
+            Reaper(
+                self.pool,
+                lease_s=settings.lease_seconds,
+                reconcile_s=settings.reconcile_seconds,
+                stop=self.background,
+            ),
+            Heartbeat(self.pool, self.executor.leases, settings.worker_id, self.background),
+        ]
+
+    def run(self) -> int:
+        """Start, supervise until `stop` or a dead thread, drain; return the exit status."""
+        self.start()
+        status = self.supervise()
+        self.shutdown()
+        return status
+
+    def start(self) -> None:
+        self.pool.open(wait=False)
+        for thread in [*self.services, self.consumer]:
+            thread.start()
+        logger.info(
+            "worker started",
+            extra={
+                "worker_id": self.settings.worker_id,
+                "concurrency": self.settings.worker_concurrency,
+                "prefix": self.settings.amqp_prefix,
+                "amqp_heartbeat_s": self.heartbeat_s,
+            },
+        )
+
+    def supervise(self) -> int:
+        """Wait for `stop`; a thread that died sets it, and makes the exit status non-zero."""
+        while not self.stop.wait(MONITOR_SECONDS):
+            dead = [t.name for t in [*self.services, self.consumer] if not t.is_alive()]
+            if dead:
+                logger.critical(
+                    "service thread died; draining and exiting so the process is restarted",
+                    extra={"threads": dead, "exit_status": THREAD_DIED},
+                )
+                self.stop.set()
+                return THREAD_DIED
+        return 0
+
+    def shutdown(self) -> None:
+        """Drain in the documented order (see the module docstring)."""
+        self.stop.set()
+        self.consumer.join()
+        self.executor_threads.shutdown(wait=True)
+        self.background.set()
+        for thread in self.services:
+            thread.join(timeout=JOIN_SECONDS)
+        self.pool.close()
+        logger.info("worker stopped")

@@ -1,0 +1,311 @@
+"""The client side of the randomized run: three workflows, a recording target that is
+sometimes slow, failing or hanging, and a sender of webhooks (with deliberate duplicate
+deliveries) and reads.
+
+Every target URL is /t/<workflow>/<step>/<n>/<execution id>, so the checker can tell from
+the target's log which step of which execution sent what. The target decides each answer
+from a hash of (seed, workflow, step, n, how many times it saw that path), not from a
+shared RNG, so a replay of a seed gets the same answers whatever the thread timing."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.soak.history import RecordingClient
+from tests.support.target import Received, Reply, Target
+
+# Seconds an http_request waits for an answer; a hang lasts longer, so it times out.
+REQUEST_TIMEOUT_S = 2
+HANG_S = 5.0
+# Values Python parses but cannot load back once PostgreSQL has stored them: in UTC they
+# fall in year 0 (already due) and year 10000 (never due).
+POISONED_UNTIL = ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00")
+
+
+def _url(target: Target, workflow: str, step: str) -> str:
+    return f"{target.url}/t/{workflow}/{step}/{{{{ input.n }}}}/{{{{ execution.id }}}}"
+
+
+def _http(
+    target: Target,
+    workflow: str,
+    step: str,
+    method: str,
+    *,
+    after: tuple[str, ...] = (),
+    retries: int | None = None,
+    keyed: bool = False,
+    json: Any = None,
+    when: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An http_request step; `keyed` adds an idempotency_key, which makes a POST safe."""
+    request: dict[str, Any] = {
+        "method": method,
+        "url": _url(target, workflow, step),
+        "timeout_s": REQUEST_TIMEOUT_S,
+    }
+    if keyed:
+        request["idempotency_key"] = f"{{{{ execution.id }}}}-{step}"
+    if json is not None:
+        request["json"] = json
+    spec: dict[str, Any] = {"id": step, "type": "http_request", "request": request}
+    if when is not None:
+        spec["when"] = when
+    if after:
+        spec["depends_on"] = list(after)
+    if retries is not None:
+        spec["retry"] = {"max_attempts": retries, "initial_interval_s": 0.2}
+    return spec
+
+
+def definitions(target: Target) -> dict[str, dict[str, Any]]:
+    """orders: a chain with an unsafe POST, a delay and a conditional keyed POST;
+    fanout: parallel branches (unsafe POST, conditional keyed POST) joined by a transform;
+    timed: a delay until a time from the webhook body, then a POST conditional on a GET."""
+    orders = [
+        _http(target, "orders", "lookup", "GET", retries=5),
+        _http(
+            target,
+            "orders",
+            "charge",
+            "POST",
+            after=("lookup",),
+            json={"total": "{{ lookup.body.total }}"},
+        ),
+        {"id": "pause", "type": "delay", "duration_s": 1, "depends_on": ["charge"]},
+        {
+            "id": "shape",
+            "type": "transform",
+            "depends_on": ["pause"],
+            "output": {"charge": "{{ charge.body.id }}", "n": "{{ input.n }}"},
+        },
+        _http(
+            target,
+            "orders",
+            "notify",
+            "POST",
+            after=("shape",),
+            retries=5,
+            keyed=True,
+            json="{{ shape }}",
+            when={"path": "input.notify", "op": "eq", "value": True},
+        ),
+    ]
+    fanout = [
+        _http(target, "fanout", "fetch", "GET", retries=4),
+        _http(target, "fanout", "debit", "POST", after=("fetch",), json={"n": "{{ input.n }}"}),
+        _http(
+            target,
+            "fanout",
+            "audit",
+            "POST",
+            after=("fetch",),
+            retries=4,
+            keyed=True,
+            json={"n": "{{ input.n }}"},
+            when={"path": "input.big", "op": "eq", "value": True},
+        ),
+        {
+            "id": "join",
+            "type": "transform",
+            "depends_on": ["debit", "audit"],
+            "output": {"debit": "{{ debit.body.id }}", "n": "{{ input.n }}"},
+        },
+        _http(target, "fanout", "report", "PUT", after=("join",), retries=4, json="{{ join }}"),
+    ]
+    timed = [
+        {"id": "hold", "type": "delay", "until": "{{ input.until }}"},
+        _http(target, "timed", "probe", "GET", after=("hold",), retries=3),
+        _http(
+            target,
+            "timed",
+            "settle",
+            "POST",
+            after=("probe",),
+            json={"n": "{{ input.n }}"},
+            when={"path": "probe.body.go", "op": "eq", "value": True},
+        ),
+    ]
+    return {
+        key: {"name": key, "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
+        for key, steps in (("orders", orders), ("fanout", fanout), ("timed", timed))
+    }
+
+
+@dataclass(frozen=True)
+class TargetPath:
+    """/t/<workflow>/<step>/<n>/<execution id>, parsed."""
+
+    workflow: str
+    step: str
+    n: int
+    execution_id: str
+
+    @classmethod
+    def parse(cls, path: str) -> TargetPath | None:
+        parts = path.split("?")[0].strip("/").split("/")
+        if len(parts) != 5 or parts[0] != "t":
+            return None
+        return cls(parts[1], parts[2], int(parts[3]), parts[4])
+
+
+def target_script(seed: int, slow: float, fail: float, hang: float) -> Callable[[Received], Reply]:
+    """Answers: mostly fast 200s; `slow` share 0.3-1.8 s late, `fail` share 503, `hang`
+    share answers only after the step's timeout has passed."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def script(req: Received) -> Reply:
+        where = TargetPath.parse(req.path)
+        if where is None:
+            return Reply(status=404, json={"error": "no such path"})
+        base = f"{where.workflow}/{where.step}/{where.n}"
+        with lock:
+            occurrence = seen.get(base, 0)
+            seen[base] = occurrence + 1
+        digest = hashlib.sha256(f"{seed}:{base}:{occurrence}".encode()).digest()
+        roll = int.from_bytes(digest[:8], "big") / 2**64
+        jitter = digest[8] / 255
+        body = {
+            "id": f"{where.step}_{where.n}_{occurrence}",
+            "total": where.n,
+            "go": where.n % 3 != 0,
+        }
+        if roll < hang:
+            return Reply(json=body, delay_s=HANG_S)
+        if roll < hang + fail:
+            return Reply(status=503, json={"error": "busy"}, delay_s=0.05 * jitter)
+        if roll < hang + fail + slow:
+            return Reply(json=body, delay_s=0.3 + 1.5 * jitter)
+        return Reply(json=body, delay_s=0.05 * jitter)
+
+    return script
+
+
+@dataclass
+class Delivery:
+    """What the API answered to every delivery of one webhook key."""
+
+    workflow: str
+    body: dict[str, Any]
+    answers: list[tuple[int | None, str | None]] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> set[str]:
+        return {eid for status, eid in self.answers if status == 202 and eid}
+
+
+class Workload:
+    """Sends webhooks (some twice, in parallel or later, to either API) and reads."""
+
+    def __init__(
+        self,
+        client: RecordingClient,
+        api_bases: list[str],
+        rng: random.Random,
+        *,
+        rate: float,
+        duplicates: float,
+        poison: float,
+    ) -> None:
+        self.client = client
+        self.api_bases = api_bases
+        self.rng = rng
+        self.rate = rate
+        self.duplicates = duplicates
+        self.poison = poison
+        self.deliveries: dict[str, Delivery] = {}
+        self.duplicate_deliveries = 0
+        self.poisoned = 0
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def accepted(self) -> dict[str, str]:
+        """Webhook key → the execution its first 202 named."""
+        with self._lock:
+            return {
+                key: next(eid for status, eid in d.answers if status == 202 and eid)
+                for key, d in self.deliveries.items()
+                if d.accepted
+            }
+
+    def run(self, stop: threading.Event) -> None:
+        """Send until `stop`; then wait for every delivery in flight to be answered."""
+        with ThreadPoolExecutor(8, thread_name_prefix="soak-send") as pool:
+            n = 0
+            while not stop.wait(self.rng.expovariate(self.rate)):
+                if self.rng.random() < 0.2:
+                    self.read(pool)
+                    continue
+                self.webhook(pool, n)
+                n += 1
+
+    def webhook(self, pool: ThreadPoolExecutor, n: int) -> None:
+        """One new event; every random choice is made here, on the workload's own thread."""
+        rng = self.rng
+        workflow = rng.choices(["orders", "fanout", "timed"], weights=[4, 3, 2])[0]
+        body: dict[str, Any] = {"n": n}
+        if workflow == "orders":
+            body["notify"] = rng.random() < 0.6
+        elif workflow == "fanout":
+            body["big"] = rng.random() < 0.5
+        else:
+            until = datetime.now(UTC) + timedelta(seconds=rng.uniform(0.2, 3.0))
+            poisoned = rng.random() < self.poison
+            body["until"] = until.isoformat()
+            if poisoned:
+                self.poisoned += 1
+                body["until"] = POISONED_UNTIL[rng.randrange(len(POISONED_UNTIL))]
+        key = f"soak-{n}"
+        with self._lock:
+            self.deliveries[key] = Delivery(workflow, body)
+        first = rng.randrange(len(self.api_bases))
+        pool.submit(self.deliver, key, first, 0.0)
+        if rng.random() < self.duplicates:
+            self.duplicate_deliveries += 1
+            other = (first + 1) % len(self.api_bases)
+            later = 0.0 if rng.random() < 0.5 else rng.uniform(0.2, 5.0)
+            pool.submit(self.deliver, key, other, later)
+
+    def deliver(self, key: str, api: int, after_s: float) -> None:
+        """POST the webhook with its Idempotency-Key until the API accepts it."""
+        time.sleep(after_s)
+        delivery = self.deliveries[key]
+        url = f"{self.api_bases[api]}/hooks/{delivery.workflow}"
+        for _ in range(5):
+            r = self.client.request(
+                "webhook",
+                "POST",
+                url,
+                auth=False,
+                json=delivery.body,
+                headers={"Idempotency-Key": key},
+            )
+            eid = None
+            if r is not None and r.status_code == 202:
+                eid = r.json().get("execution_id")
+            with self._lock:
+                delivery.answers.append((r.status_code if r is not None else None, eid))
+            if eid:
+                return
+            time.sleep(0.3)
+
+    def read(self, pool: ThreadPoolExecutor) -> None:
+        """A GET of one execution, or of one page of a status filter."""
+        self.reads += 1
+        base = self.api_bases[self.rng.randrange(len(self.api_bases))]
+        accepted = sorted(self.accepted().values())
+        if accepted and self.rng.random() < 0.7:
+            url = f"{base}/api/v1/executions/{self.rng.choice(accepted)}"
+        else:
+            status = self.rng.choice(["running", "waiting", "needs_attention", "failed"])
+            url = f"{base}/api/v1/executions?status={status}&limit=20"
+        pool.submit(self.client.request, "read", "GET", url)
