@@ -10,12 +10,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flowforge import sealing, secret_bindings
-from flowforge.errors import FlowForgeError
+from flowforge.errors import ConfigError
 from flowforge.model import DEFAULT_LEASE_S
 
-
-class ConfigError(FlowForgeError):
-    """A FLOWFORGE_* environment variable has an unusable value."""
+__all__ = ["ConfigError", "Settings"]
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -126,10 +124,7 @@ class Settings:
                 "FLOWFORGE_FAULTS is set but FLOWFORGE_TEST_MODE is not 1: fault injection "
                 "is for the test suite only; remove FLOWFORGE_FAULTS"
             )
-        try:
-            bindings = secret_bindings.parse(env)
-        except secret_bindings.BindingInvalid as exc:
-            raise ConfigError(str(exc)) from None
+        bindings = secret_bindings.parse(env)
         return cls(
             database_url=env.get("FLOWFORGE_DATABASE_URL") or cls.database_url,
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,

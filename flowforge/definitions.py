@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flowforge import templating
-from flowforge.errors import FlowForgeError
+from flowforge.errors import ClientError
 from flowforge.jsonvalues import is_number
 
 MAX_DEFINITION_BYTES = 262_144
@@ -51,12 +51,21 @@ _WAITS_MESSAGE = (
 )
 
 
-class DefinitionInvalid(FlowForgeError):
+class DefinitionInvalid(ClientError):
     """The workflow definition breaks the rules of SPEC section 5."""
+
+    status = 422
+    title = "Invalid definition"
+    errors: list[dict[str, str]]
 
     def __init__(self, errors: list[dict[str, str]]) -> None:
         super().__init__("; ".join(f"{error['path']}: {error['message']}" for error in errors))
         self.errors = errors
+
+    @property
+    def detail(self) -> str:
+        """A count: each problem is in `errors`, with its JSON path."""
+        return f"the definition has {len(self.errors)} problem(s)"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,16 @@
-"""The error root of FlowForge; HTTP mapping lives in the API layer."""
+"""The one error tree of FlowForge: whose fault it is decides how the API answers.
+
+- `ClientError`: the request cannot be served as sent; it carries its HTTP status and
+  problem title, and its message is safe to show the caller.
+- `Unavailable`: a dependency or a piece of configuration the request needs is missing
+  right now; a 503 with a fixed public detail (and Retry-After when waiting helps).
+- anything else under `FlowForgeError` (configuration, migrations, templates rendered by
+  the worker, outbound requests): a server fault, which the API logs and answers with a
+  500 that names nothing.
+
+The mapping to HTTP is done once, by class, in `flowforge.api.problems`. A class's
+docstring is its default message (as in dramatiq's and procrastinate's error modules).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +18,62 @@ from __future__ import annotations
 class FlowForgeError(Exception):
     """Something FlowForge refused or could not do."""
 
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message if message is not None else _default_message(type(self)))
 
-class NotFound(FlowForgeError):
+
+def _default_message(cls: type) -> str:
+    return " ".join((cls.__doc__ or cls.__name__).split())
+
+
+class ClientError(FlowForgeError):
+    """The request cannot be served as sent."""
+
+    status = 400
+    title = "Bad request"
+    errors: list[dict[str, str]] | None = None
+
+    @property
+    def detail(self) -> str:
+        """What the problem document says; the message unless a subclass knows better."""
+        return str(self)
+
+
+class NotFound(ClientError):
     """The resource does not exist."""
 
+    status = 404
+    title = "Not found"
 
-class Conflict(FlowForgeError):
+
+class Conflict(ClientError):
     """The request conflicts with the current state."""
 
+    status = 409
+    title = "Conflict"
 
-class DatabaseUnavailable(FlowForgeError):
+
+class Unavailable(FlowForgeError):
+    """The service cannot answer this request right now."""
+
+    status = 503
+    title = "Service unavailable"
+    detail = "the service cannot answer right now; try again"
+    # Seconds for Retry-After, or None when waiting does not help (the operator must act).
+    retry_after: int | None = 5
+
+
+class DatabaseUnavailable(Unavailable):
     """PostgreSQL cannot be reached right now."""
 
+    detail = "the database cannot be reached; try again"
 
-class BrokerUnavailable(FlowForgeError):
+
+class BrokerUnavailable(Unavailable):
     """RabbitMQ cannot be reached right now."""
+
+    detail = "the message broker cannot be reached; try again"
+
+
+class ConfigError(FlowForgeError):
+    """A FLOWFORGE_* environment variable has an unusable value."""

@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from flowforge.errors import FlowForgeError
+from flowforge.errors import ClientError
 
 # Valid JSON that jsonb refuses: NUL characters and unpaired UTF-16 surrogates.
 _NOT_IN_JSONB = re.compile("[\x00\ud800-\udfff]")
@@ -31,8 +31,10 @@ _UNSTORABLE_NUMBER = (
 _UNSTORABLE_STRING = "strings may not contain \\u0000 or unpaired surrogates"
 
 
-class NotStorable(FlowForgeError):
+class NotStorable(ClientError):
     """Valid JSON that PostgreSQL cannot store, or that FlowForge could not load again."""
+
+    title = "Unsupported JSON"
 
 
 def numeric_storable(lexeme: str) -> bool:

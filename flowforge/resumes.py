@@ -16,16 +16,19 @@ from dataclasses import dataclass
 import psycopg
 
 from flowforge import sealing, waits
-from flowforge.errors import Conflict, FlowForgeError, NotFound
+from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.model import StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
 
-class Gone(FlowForgeError):
+class Gone(ClientError):
     """The wait is over: its step timed out, was cancelled or completed otherwise, or its
     execution finished; a resume can no longer change it."""
+
+    status = 410
+    title = "Gone"
 
 
 @dataclass(frozen=True)

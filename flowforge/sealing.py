@@ -22,7 +22,7 @@ import psycopg
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from flowforge.errors import FlowForgeError
+from flowforge.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,17 +39,23 @@ FOR UPDATE
 SEAL_ROW = "UPDATE webhook_secrets SET sealed = %(sealed)s, secret = NULL WHERE id = %(id)s"
 
 
-class EncryptionKeyMissing(FlowForgeError):
+class EncryptionKeyMissing(Unavailable):
     """FLOWFORGE_ENCRYPTION_KEY (or the systemd credential encryption_key) is not set, so
     webhook signing secrets can be neither stored nor read."""
 
-    def __init__(self) -> None:
-        super().__init__(self.__doc__)
+    # The operator's to fix, not the caller's: no Retry-After, it will not pass by itself.
+    title = "Encryption key missing"
+    detail = "signing secrets are unavailable: this server has no FLOWFORGE_ENCRYPTION_KEY"
+    retry_after = None
 
 
-class SecretUnreadable(FlowForgeError):
+class SecretUnreadable(Unavailable):
     """A sealed signing secret does not open with this key: the key is not the one it was
     sealed with, or the row was altered or copied from another row."""
+
+    title = "Signing secret unreadable"
+    detail = "a signing secret of this workflow cannot be decrypted; the operator was told"
+    retry_after = None
 
 
 def new_key() -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 from flowforge import catalog, templating
 from flowforge.definitions import DefinitionInvalid
+from flowforge.errors import ConfigError
 
 _PREFIX = "FLOWFORGE_SECRET_"
 SUFFIX = "_WORKFLOWS"
@@ -29,7 +30,7 @@ _BINDING = re.compile(re.escape(_PREFIX) + r"(.+)" + re.escape(SUFFIX))
 Bindings = Mapping[str, frozenset[str]]  # upper-cased secret name -> workflow keys
 
 
-class BindingInvalid(ValueError):
+class BindingInvalid(ConfigError):
     """A FLOWFORGE_SECRET_<NAME>_WORKFLOWS variable names something that is no workflow key."""
 
 

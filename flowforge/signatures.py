@@ -10,15 +10,18 @@ import re
 from collections.abc import Sequence
 from secrets import token_bytes
 
-from flowforge.errors import FlowForgeError
+from flowforge.errors import ClientError
 
 TOLERANCE_S = 300
 _PREFIX = "whsec_"
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 
-class SignatureInvalid(FlowForgeError):
+class SignatureInvalid(ClientError):
     """The webhook is not provably from a secret holder; the message is safe to return."""
+
+    status = 401
+    title = "Invalid signature"
 
 
 def new_secret() -> str:
@@ -56,8 +59,9 @@ def verify(
     signature_header: str | None,
     body: bytes,
     now: float,
-) -> None:
-    """Accept the raw body only if any active secret signed it recently (rotation, no replay)."""
+) -> str:
+    """Accept the raw body only if any active secret signed it recently (rotation, no replay);
+    the secret that signed it is returned, so the caller can record which one it was."""
     if not msg_id:
         raise SignatureInvalid("missing webhook-id header")
     if not timestamp:
@@ -73,5 +77,5 @@ def verify(
     for secret in secrets:
         expected = hmac.new(_key(secret), content, hashlib.sha256).digest()
         if any(hmac.compare_digest(expected, candidate) for candidate in candidates):
-            return
+            return secret
     raise SignatureInvalid("no matching signature")

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from flowforge.errors import NotFound
+from flowforge.errors import ClientError, NotFound
 from flowforge.model import ExecutionStatus
 
 EXECUTION = """
@@ -72,8 +72,10 @@ SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.
 """
 
 
-class BadCursor(ValueError):
+class BadCursor(ClientError):
     """The pagination cursor was not one this API handed out."""
+
+    title = "Invalid cursor"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -209,4 +211,4 @@ def decode_cursor(cursor: str) -> str:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         return str(uuid.UUID(bytes=raw))
     except (ValueError, TypeError, binascii.Error) as exc:
-        raise BadCursor("cursor is not valid") from exc
+        raise BadCursor("pass back a next_cursor this API returned") from exc

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 from flowforge import sealing
 from flowforge.definitions import is_step_id
-from flowforge.errors import FlowForgeError
 from flowforge.templating import TemplateError
 
 PREFIX = "ffw1_"
@@ -69,14 +68,6 @@ ORDER BY s.id
 class ResumeUnavailable(TemplateError):
     """A resume URL cannot be rendered: FLOWFORGE_PUBLIC_URL or FLOWFORGE_RESUME_KEY is
     not set on the worker."""
-
-
-class ResumeKeyMissing(FlowForgeError):
-    """FLOWFORGE_RESUME_KEY (or the systemd credential resume_key) is not set, so resume
-    URLs can be neither rendered nor checked."""
-
-    def __init__(self) -> None:
-        super().__init__(self.__doc__)
 
 
 @dataclass(frozen=True)

@@ -169,3 +169,14 @@ def app_client(database_url: str) -> Iterator[Any]:
     app.extensions["flowforge.pool"].wait(timeout=10)
     yield app.test_client()
     app.extensions["flowforge.pool"].close()
+
+
+@pytest.fixture
+def open_client(app_client: Any, api_key: str) -> Any:
+    """The in-process app, authenticated with `api_key`, with workflow `open` (OPEN)
+    published."""
+    from tests.support.definitions import OPEN
+
+    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    assert app_client.post("/api/v1/workflows/open/versions", json=OPEN).status_code == 201
+    return app_client

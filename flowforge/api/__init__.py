@@ -7,7 +7,17 @@ import logging
 
 from flask import Flask, Response, has_request_context, request
 
-from flowforge.api import executions, health, hooks, openapi, problems, resume, workflows
+from flowforge.api import (
+    executions,
+    health,
+    hooks,
+    openapi,
+    paths,
+    pool,
+    problems,
+    resume,
+    workflows,
+)
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.config import Settings
@@ -22,21 +32,23 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask("flowforge")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    pool = create_pool(
+    connections = create_pool(
         settings.database_url,
         max_size=settings.db_pool_size,
         name="api",
         timeout_s=settings.db_timeout_seconds,
     )
     # Do not wait for the database: the API must start (and answer 503) while it is down.
-    pool.open(wait=False)
-    atexit.register(pool.close)
-    app.extensions["flowforge.pool"] = pool
+    connections.open(wait=False)
+    atexit.register(connections.close)
+    app.extensions["flowforge.pool"] = connections
+    pool.install(app)
     app.extensions["flowforge.settings"] = settings
     if settings.webhook_rate > 0:
         rate = settings.webhook_rate
         app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
+    paths.install(app)
     _install_request_ids(app)
     for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)

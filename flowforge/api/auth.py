@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
 from flask import g, request
 
 from flowforge import apikeys
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def require_key() -> apikeys.ApiKey:
-    """Authenticate the request's bearer key or answer 401."""
+
+def key_required(view: Callable[P, R]) -> Callable[P, R]:
+    """Authenticate the bearer key (or answer 401) before the view runs; the view and
+    `authorize` find it in `g.api_key`, so a request is authenticated once."""
+
+    @functools.wraps(view)
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        g.api_key = _authenticate()
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def _authenticate() -> apikeys.ApiKey:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -29,13 +47,12 @@ def require_key() -> apikeys.ApiKey:
             "the API key is not valid or was revoked",
             headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
         )
-    g.api_key = key
     return key
 
 
 def authorize(workflow: str | None, *, write: bool) -> apikeys.ApiKey:
-    """Authenticate, then check the key may read (or write) this workflow."""
-    key = require_key()
+    """Check the request's key (see key_required) may read (or write) this workflow."""
+    key: apikeys.ApiKey = g.api_key
     if not key.allows(workflow, write=write):
         what = "write" if write else "read"
         raise Problem(403, "Forbidden", f"this API key may not {what} this workflow")

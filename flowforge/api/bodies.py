@@ -7,7 +7,7 @@ from typing import Any
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-from flowforge.jsonvalues import NotStorable, loads_storable
+from flowforge.jsonvalues import loads_storable
 
 
 def read_body() -> bytes:
@@ -38,10 +38,8 @@ def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
         # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
+        # NotStorable (valid JSON that jsonb cannot hold) is a ClientError: a 400 by itself.
         return loads_storable(raw.decode("utf-8"))
-    except NotStorable as exc:
-        # Valid JSON that PostgreSQL cannot store; formerly a 500 from the database.
-        raise Problem(400, "Unsupported JSON", str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)

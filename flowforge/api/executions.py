@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge import actions, catalog, definitions, timeline
-from flowforge.api.auth import authorize, require_key
+from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.apikeys import ApiKey
 from flowforge.model import RESOLUTIONS, ExecutionStatus
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
@@ -20,16 +20,9 @@ STATUSES = tuple(status.value for status in ExecutionStatus)
 MAX_PAGE = 200
 
 
-def _execution_id(value: str) -> str:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise Problem(404, "Not found", "no such execution") from None
-
-
 def _authorize_execution(execution_id: str, *, write: bool) -> None:
     """Scope check by the execution's workflow; unknown ids are 404 after authentication."""
-    key = require_key()
+    key: ApiKey = g.api_key
     if key.workflows is None and not (write and key.read_only):
         return
     with connection() as conn:
@@ -37,19 +30,20 @@ def _authorize_execution(execution_id: str, *, write: bool) -> None:
     authorize(workflow, write=write)
 
 
-@bp.get("/<execution_id>")
+@bp.get("/<execution_id:execution_id>")
+@key_required
 def show(execution_id: str) -> Response:
     """The execution with its steps, attempts and event history."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=False)
+    _authorize_execution(execution_id, write=False)
     with connection() as conn:
-        return jsonify(timeline.execution_detail(conn, eid))
+        return jsonify(timeline.execution_detail(conn, execution_id))
 
 
 @bp.get("")
+@key_required
 def list_page() -> Response:
     """A keyset-paginated list, newest first."""
-    key = require_key()
+    key: ApiKey = g.api_key
     args = request.args
     status = args.get("status")
     if status is not None and status not in STATUSES:
@@ -66,47 +60,44 @@ def list_page() -> Response:
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
         raise Problem(403, "Forbidden", "this API key may not read this workflow")
-    try:
-        with connection() as conn:
-            page = timeline.list_executions(
-                conn,
-                workflow=workflow,
-                workflows=key.workflows,
-                status=status,
-                limit=limit,
-                cursor=args.get("cursor"),
-            )
-    except timeline.BadCursor:
-        raise Problem(400, "Invalid cursor", "pass back a next_cursor this API returned") from None
+    with connection() as conn:
+        page = timeline.list_executions(
+            conn,
+            workflow=workflow,
+            workflows=key.workflows,
+            status=status,
+            limit=limit,
+            cursor=args.get("cursor"),
+        )
     return jsonify(page)
 
 
-@bp.post("/<execution_id>/cancel")
+@bp.post("/<execution_id:execution_id>/cancel")
+@key_required
 def cancel(execution_id: str) -> tuple[Response, int]:
     """Cancel: 202 while work is stopping, 200 once the execution is terminal."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=True)
+    _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status, was_terminal = actions.cancel(conn, eid)
+        status, was_terminal = actions.cancel(conn, execution_id)
     code = 200 if was_terminal else 202
-    return jsonify({"execution_id": eid, "status": status}), code
+    return jsonify({"execution_id": execution_id, "status": status}), code
 
 
-@bp.post("/<execution_id>/retry")
+@bp.post("/<execution_id:execution_id>/retry")
+@key_required
 def retry(execution_id: str) -> tuple[Response, int]:
     """Re-run failed and cancelled steps, reusing every checkpoint; unknown ones stay unknown."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=True)
+    _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status = actions.retry(conn, eid)
-    return jsonify({"execution_id": eid, "status": status}), 202
+        status = actions.retry(conn, execution_id)
+    return jsonify({"execution_id": execution_id, "status": status}), 202
 
 
-@bp.post("/<execution_id>/steps/<step_id>/resolve")
+@bp.post("/<execution_id:execution_id>/steps/<step_id>/resolve")
+@key_required
 def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=True)
+    _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
         raise Problem(404, "Not found", "no such step")
     body = json_body()
@@ -129,20 +120,21 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
             ],
         )
     with connection() as conn:
-        status = actions.resolve(conn, eid, step_id, body["outcome"], body.get("output"))
-    return jsonify({"execution_id": eid, "status": status}), 200
+        status = actions.resolve(conn, execution_id, step_id, body["outcome"], body.get("output"))
+    return jsonify({"execution_id": execution_id, "status": status}), 200
 
 
 def _actor() -> dict[str, Any]:
     """Who acts, for the history: the API key that authenticated this request."""
-    return {"kind": "api_key", "id": g.api_key.id, "name": g.api_key.name}
+    key: ApiKey = g.api_key
+    return {"kind": "api_key", "id": key.id, "name": key.name}
 
 
-@bp.post("/<execution_id>/steps/<step_id>/complete")
+@bp.post("/<execution_id:execution_id>/steps/<step_id>/complete")
+@key_required
 def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
     """End a waiting wait step as a resume would: {"output": ...} becomes its output."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=True)
+    _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
         raise Problem(404, "Not found", "no such step")
     body = json_body()
@@ -154,17 +146,17 @@ def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
             errors=[{"path": "$", "message": "an object with only output"}],
         )
     with connection() as conn:
-        status = actions.complete_wait(conn, eid, step_id, body.get("output"), _actor())
-    return jsonify({"execution_id": eid, "status": status}), 200
+        status = actions.complete_wait(conn, execution_id, step_id, body.get("output"), _actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200
 
 
-@bp.post("/<execution_id>/steps/<step_id>/fail")
+@bp.post("/<execution_id:execution_id>/steps/<step_id>/fail")
+@key_required
 def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Fail a waiting wait step: the answer is no, and the execution fails."""
-    eid = _execution_id(execution_id)
-    _authorize_execution(eid, write=True)
+    _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
         raise Problem(404, "Not found", "no such step")
     with connection() as conn:
-        status = actions.fail_wait(conn, eid, step_id, _actor())
-    return jsonify({"execution_id": eid, "status": status}), 200
+        status = actions.fail_wait(conn, execution_id, step_id, _actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200

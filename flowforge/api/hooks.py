@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import catalog, intake, signatures
+from flowforge import intake, signatures
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -48,36 +48,28 @@ def _signed_by(target: intake.Target, raw: bytes) -> int | None:
     """The id of the secret that signed this webhook (None for auth "none")."""
     if target.webhook_auth != "signature":
         return None
+    ids: dict[str, int] = {}
+    for secret_id, secret in target.secrets:
+        ids.setdefault(secret, secret_id)
     headers = request.headers
-
-    def check(secrets: list[str]) -> None:
-        signatures.verify(
-            secrets,
+    try:
+        signed_with = signatures.verify(
+            list(ids),
             headers.get("webhook-id"),
             headers.get("webhook-timestamp"),
             headers.get("webhook-signature"),
             raw,
             time.time(),
         )
-
-    error: signatures.SignatureInvalid | None = None
-    for secret_id, secret in target.secrets:
-        try:
-            check([secret])
-        except signatures.SignatureInvalid as exc:
-            error = exc
-            continue
-        return secret_id
-    if error is None:
+    except signatures.SignatureInvalid as exc:
+        if ids:
+            raise
         # No active secret: nothing can pass. Say so, and what is wrong with the headers.
-        try:
-            check([])
-        except signatures.SignatureInvalid as exc:
-            error = signatures.SignatureInvalid(
-                "this workflow has no active signing secret: create one (flowforge secret "
-                f"create, or POST .../webhook-secrets) and sign with it; also: {exc}"
-            )
-    raise error or signatures.SignatureInvalid("no active signing secret")
+        raise signatures.SignatureInvalid(
+            "this workflow has no active signing secret: create one (flowforge secret "
+            f"create, or POST .../webhook-secrets) and sign with it; also: {exc}"
+        ) from None
+    return ids[signed_with]
 
 
 def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
@@ -92,7 +84,7 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
             if attempt == 0:
                 continue
             logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
-            raise Problem(401, "Invalid signature", str(exc)) from None
+            raise
         try:
             parse_json(raw)  # validates: 400 for what jsonb would refuse
             return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
@@ -101,11 +93,9 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
 
 
-@bp.post("/hooks/<key>")
+@bp.post("/hooks/<workflow_key(answer='hook'):key>")
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
-    if not catalog.is_key(key):
-        raise Problem(404, "Not found", f"no workflow {key!r}")
     limiter = current_app.extensions.get("flowforge.webhook_limit")
     if limiter is not None and (wait := limiter.retry_after(key)) is not None:
         raise Problem(

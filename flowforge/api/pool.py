@@ -1,4 +1,9 @@
-"""The API's connection pool: one per gunicorn worker process, opened by create_app."""
+"""The API's connection pool: one per gunicorn worker process, opened by create_app.
+
+A request takes one connection from it, on first use, and keeps it in `flask.g` until
+the request ends (the shape of the Flask tutorial's `get_db`): authentication, the scope
+check and the work itself share it instead of checking out two to four connections.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +11,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-from flask import current_app
+from flask import Flask, current_app, g
 
 from flowforge.db import wrap_exceptions
+
+CHECKOUT_TIMEOUT_S = 5.0
 
 
 @contextmanager
 def connection() -> Iterator[psycopg.Connection]:
-    """A pooled autocommit connection; database outages surface as 503 problems."""
-    pool = current_app.extensions["flowforge.pool"]
-    with wrap_exceptions(), pool.connection(timeout=5.0) as conn:
-        yield conn
+    """This request's autocommit connection; database outages surface as 503 problems."""
+    with wrap_exceptions():
+        if "db" not in g:
+            g.db = current_app.extensions["flowforge.pool"].getconn(timeout=CHECKOUT_TIMEOUT_S)
+        yield g.db
+
+
+def _release(_error: BaseException | None = None) -> None:
+    """Give the request's connection back; the pool discards it if it broke."""
+    conn = g.pop("db", None)
+    if conn is not None:
+        current_app.extensions["flowforge.pool"].putconn(conn)
+
+
+def install(app: Flask) -> None:
+    """Return every request's connection when its app context ends, error or not."""
+    app.teardown_appcontext(_release)

@@ -9,9 +9,7 @@ from flask import Flask, Response, jsonify
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException
 
-from flowforge.definitions import DefinitionInvalid
-from flowforge.errors import Conflict, DatabaseUnavailable, FlowForgeError, NotFound
-from flowforge.sealing import EncryptionKeyMissing, SecretUnreadable
+from flowforge.errors import ClientError, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -72,63 +70,20 @@ def install(app: Flask) -> None:
     def _problem(exc: Problem) -> Response:
         return problem_response(exc)
 
-    @app.errorhandler(DefinitionInvalid)
-    def _invalid(exc: DefinitionInvalid) -> Response:
-        return problem_response(
-            Problem(
-                422,
-                "Invalid definition",
-                f"the definition has {len(exc.errors)} problem(s)",
-                errors=exc.errors,
-            )
-        )
+    @app.errorhandler(ClientError)
+    def _client(exc: ClientError) -> Response:
+        return problem_response(Problem(exc.status, exc.title, exc.detail, errors=exc.errors))
 
-    @app.errorhandler(NotFound)
-    def _not_found(exc: NotFound) -> Response:
-        return problem_response(Problem(404, "Not found", str(exc)))
-
-    @app.errorhandler(Conflict)
-    def _conflict(exc: Conflict) -> Response:
-        return problem_response(Problem(409, "Conflict", str(exc)))
-
-    @app.errorhandler(DatabaseUnavailable)
-    def _unavailable(exc: DatabaseUnavailable) -> Response:
-        logger.warning("database unavailable: %s", exc)
-        return problem_response(
-            Problem(
-                503,
-                "Service unavailable",
-                "the database cannot be reached; try again",
-                headers={"Retry-After": "5"},
-            )
-        )
-
-    @app.errorhandler(EncryptionKeyMissing)
-    def _no_key(exc: EncryptionKeyMissing) -> Response:
-        # The operator's to fix, not the caller's: no Retry-After, it will not pass by itself.
-        logger.error("%s", exc)
-        return problem_response(
-            Problem(
-                503,
-                "Encryption key missing",
-                "signing secrets are unavailable: this server has no FLOWFORGE_ENCRYPTION_KEY",
-            )
-        )
-
-    @app.errorhandler(SecretUnreadable)
-    def _unreadable(exc: SecretUnreadable) -> Response:
-        logger.error("%s", exc)
-        return problem_response(
-            Problem(
-                503,
-                "Signing secret unreadable",
-                "a signing secret of this workflow cannot be decrypted; the operator was told",
-            )
-        )
-
-    @app.errorhandler(FlowForgeError)
-    def _refused(exc: FlowForgeError) -> Response:
-        return problem_response(Problem(400, "Bad request", str(exc)))
+    @app.errorhandler(Unavailable)
+    def _unavailable(exc: Unavailable) -> Response:
+        # The message may name internals (hosts, key ids): it goes to the log, not the caller.
+        if exc.retry_after is None:
+            logger.error("%s", exc)  # the operator must act; waiting will not help
+            headers: dict[str, str] = {}
+        else:
+            logger.warning("%s: %s", type(exc).__name__, exc)
+            headers = {"Retry-After": str(exc.retry_after)}
+        return problem_response(Problem(exc.status, exc.title, exc.detail, headers=headers))
 
     @app.errorhandler(ParseException)
     @app.errorhandler(NoMoreData)

@@ -57,21 +57,18 @@ def resume(token: str) -> tuple[Response, int, dict[str, str]]:
         )
     raw = read_body()
     body = parse_json(raw)
-    try:
-        with connection() as conn:
-            done = resumes.resume(
-                conn,
-                settings.resume_key,
-                token,
-                raw,
-                body,
-                check_signature=_check_signature,
-                encryption_key=settings.encryption_key,
-            )
-    except resumes.Gone as exc:
-        raise Problem(410, "Gone", str(exc)) from None
-    except signatures.SignatureInvalid as exc:
-        raise Problem(401, "Invalid signature", str(exc)) from None
+    # Gone (410), Conflict (409), NotFound (404) and SignatureInvalid (401) are client
+    # errors: the error tree answers them.
+    with connection() as conn:
+        done = resumes.resume(
+            conn,
+            settings.resume_key,
+            token,
+            raw,
+            body,
+            check_signature=_check_signature,
+            encryption_key=settings.encryption_key,
+        )
     answer = {
         "execution_id": done.execution_id,
         "step": done.step_id,

@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, g, jsonify
 
 from flowforge import catalog, secret_bindings, signatures
-from flowforge.api.auth import authorize, require_key
+from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.apikeys import ApiKey
 from flowforge.definitions import parse_definition
 
 bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
 
-def _checked_key(key: str) -> str:
-    if not catalog.is_key(key):
-        raise Problem(404, "Not found", "workflow keys are 1-64 of a-z, 0-9, '-' and '_'")
-    return key
-
-
-@bp.post("/<key>/versions")
+@bp.post("/<workflow_key(answer='publish'):key>/versions")
+@key_required
 def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
-    if not catalog.is_key(key):
-        raise Problem(
-            422,
-            "Invalid workflow key",
-            "workflow keys are 1-64 of a-z, 0-9, '-' and '_', starting with a letter or digit",
-            errors=[{"path": "key", "message": "invalid workflow key"}],
-        )
     api_key = authorize(key, write=True)
     document = json_body()
     definition = parse_definition(document)
@@ -51,9 +40,10 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
 
 
 @bp.get("")
+@key_required
 def list_all() -> Response:
     """Workflows the key may see, each with its newest version."""
-    api_key = require_key()
+    api_key: ApiKey = g.api_key
     with connection() as conn:
         items = catalog.list_workflows(
             conn, list(api_key.workflows) if api_key.workflows is not None else None
@@ -61,26 +51,29 @@ def list_all() -> Response:
     return jsonify({"items": items})
 
 
-@bp.get("/<key>")
+@bp.get("/<workflow_key:key>")
+@key_required
 def show(key: str) -> Response:
     """One workflow and its versions."""
-    authorize(_checked_key(key), write=False)
+    authorize(key, write=False)
     with connection() as conn:
         return jsonify(catalog.get_workflow(conn, key))
 
 
-@bp.get("/<key>/versions/<int:version>")
+@bp.get("/<workflow_key:key>/versions/<int:version>")
+@key_required
 def show_version(key: str, version: int) -> Response:
     """One immutable version, with its definition."""
-    authorize(_checked_key(key), write=False)
+    authorize(key, write=False)
     with connection() as conn:
         return jsonify(catalog.get_version(conn, key, version))
 
 
-@bp.post("/<key>/webhook-secrets")
+@bp.post("/<workflow_key:key>/webhook-secrets")
+@key_required
 def create_secret(key: str) -> tuple[Response, int]:
     """Create a signing secret; its value is shown in this answer only."""
-    authorize(_checked_key(key), write=True)
+    authorize(key, write=True)
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
         created = catalog.create_secret(conn, key, signatures.new_secret(), encryption_key)
@@ -90,18 +83,20 @@ def create_secret(key: str) -> tuple[Response, int]:
     return jsonify(created), 201
 
 
-@bp.get("/<key>/webhook-secrets")
+@bp.get("/<workflow_key:key>/webhook-secrets")
+@key_required
 def list_secrets(key: str) -> Response:
     """The workflow's secrets, without their values."""
-    authorize(_checked_key(key), write=False)
+    authorize(key, write=False)
     with connection() as conn:
         return jsonify({"items": catalog.list_secrets(conn, key)})
 
 
-@bp.delete("/<key>/webhook-secrets/<int:secret_id>")
+@bp.delete("/<workflow_key:key>/webhook-secrets/<int:secret_id>")
+@key_required
 def revoke_secret(key: str, secret_id: int) -> tuple[str, int]:
     """Revoke a signing secret."""
-    authorize(_checked_key(key), write=True)
+    authorize(key, write=True)
     with connection() as conn:
         catalog.revoke_secret(conn, key, secret_id)
     return "", 204

@@ -4,10 +4,7 @@ control commands (rabbitmqctl, pg_ctlcluster)."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import subprocess
@@ -22,6 +19,7 @@ import psycopg
 import requests
 
 from tests.support.processes import Process, wait_for
+from tests.support.webhooks import sign
 
 FLOWFORGE = str(Path(sys.executable).parent / "flowforge")
 # The `workers` fixture: workers(**extra_env) starts a real bin/worker.
@@ -242,13 +240,6 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 # ---- signed webhooks ---------------------------------------------------------------
-
-
-def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """A Standard Webhooks `webhook-signature` value, computed independently of FlowForge."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode()
 
 
 def signed_headers(secret: str, msg_id: str, body: bytes) -> dict[str, str]:

@@ -15,16 +15,11 @@ import pytest
 import requests
 
 from flowforge import apikeys
+from tests.support.definitions import OPEN
 from tests.support.problems import PROBLEM, assert_problem
 
 FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
 KEY = re.compile(r"ff_[0-9a-f]{64}")
-
-OPEN = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
 
 
 def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

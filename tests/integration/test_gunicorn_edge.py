@@ -17,13 +17,8 @@ import requests
 
 from flowforge.api.serve import gunicorn_argv
 from tests.support.api import Api
+from tests.support.definitions import OPEN
 from tests.support.processes import Process, start_api
-
-OPEN = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
 
 
 @dataclass

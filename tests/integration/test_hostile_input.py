@@ -17,41 +17,12 @@ import pytest
 import requests
 
 from tests.support.api import Api, step
-from tests.support.problems import PROBLEM
+from tests.support.definitions import OPEN
+from tests.support.problems import PROBLEM, assert_problem
 from tests.support.processes import Process
 from tests.support.target import Target
 
 LIMIT = 65_536  # max_body_bytes of the app_client fixture
-
-OPEN = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
-
-
-def assert_problem(response: Any, status: int | tuple[int, ...]) -> dict[str, Any]:
-    """RFC 9457 with the expected status; no stack trace, no server internals."""
-    statuses = (status,) if isinstance(status, int) else status
-    text = response.get_data(as_text=True)
-    assert response.status_code in statuses, text
-    assert response.mimetype == PROBLEM, (response.mimetype, text[:200])
-    body = response.get_json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == response.status_code
-    assert body["type"].startswith("urn:flowforge:problem:")
-    for leak in ("Traceback", 'File "', "psycopg", "werkzeug", "/work/"):
-        assert leak not in text
-    return body
-
-
-@pytest.fixture
-def client(app_client: Any, api_key: str) -> Iterator[Any]:
-    """The in-process app with workflow `open` (auth none) published."""
-    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
-    r = app_client.post("/api/v1/workflows/open/versions", json=OPEN)
-    assert r.status_code == 201
-    yield app_client
 
 
 def executions(db: psycopg.Connection) -> int:
@@ -86,14 +57,14 @@ INJECTIONS = [
 
 
 @pytest.mark.parametrize("template", INJECTIONS)
-def test_template_injection_is_refused_at_publish(client: Any, template: str) -> None:
+def test_template_injection_is_refused_at_publish(open_client: Any, template: str) -> None:
     definition = {**OPEN, "steps": [{"id": "t", "type": "transform", "output": {"x": template}}]}
-    body = assert_problem(client.post("/api/v1/workflows/evil/versions", json=definition), 422)
+    body = assert_problem(open_client.post("/api/v1/workflows/evil/versions", json=definition), 422)
     assert [e["path"] for e in body["errors"]] == ["$.steps[0].output.x"]
-    assert client.get("/api/v1/workflows/evil").status_code == 404
+    assert open_client.get("/api/v1/workflows/evil").status_code == 404
 
 
-def test_every_injected_template_is_reported_with_its_path(client: Any) -> None:
+def test_every_injected_template_is_reported_with_its_path(open_client: Any) -> None:
     """One 422 that names each bad place: URL, header, body, idempotency key, delay, when."""
     definition = {
         "name": "Many problems",
@@ -118,7 +89,7 @@ def test_every_injected_template_is_reported_with_its_path(client: Any) -> None:
             },
         ],
     }
-    body = assert_problem(client.post("/api/v1/workflows/evil/versions", json=definition), 422)
+    body = assert_problem(open_client.post("/api/v1/workflows/evil/versions", json=definition), 422)
     assert sorted(e["path"] for e in body["errors"]) == sorted(
         [
             "$.steps[0].request.url",
@@ -160,7 +131,7 @@ def test_values_are_inserted_as_data_never_spliced_into_json() -> None:
     ],
 )
 def test_crlf_in_literal_headers_is_refused_at_publish(
-    client: Any, headers: dict[str, str], path: str
+    open_client: Any, headers: dict[str, str], path: str
 ) -> None:
     definition = {
         **OPEN,
@@ -172,7 +143,7 @@ def test_crlf_in_literal_headers_is_refused_at_publish(
             }
         ],
     }
-    body = assert_problem(client.post("/api/v1/workflows/evil/versions", json=definition), 422)
+    body = assert_problem(open_client.post("/api/v1/workflows/evil/versions", json=definition), 422)
     assert path in [e["path"] for e in body["errors"]]
 
 
@@ -220,14 +191,17 @@ def test_crlf_rendered_from_input_fails_the_step_and_sends_nothing(
 # --- bodies -------------------------------------------------------------------------------
 
 
-def test_body_over_the_limit_is_413(client: Any, db: psycopg.Connection) -> None:
+def test_body_over_the_limit_is_413(open_client: Any, db: psycopg.Connection) -> None:
     big = json.dumps({"x": "a" * LIMIT}).encode()
     for path in ("/hooks/open", "/api/v1/workflows/open/versions"):
-        r = client.post(path, data=big, headers={"Content-Type": "application/json"})
+        r = open_client.post(path, data=big, headers={"Content-Type": "application/json"})
         assert "65536" in assert_problem(r, 413)["detail"]
     fits = json.dumps({"x": "a" * (LIMIT - 20)}).encode()
     assert len(fits) <= LIMIT
-    assert client.post("/hooks/open", data=fits, content_type="application/json").status_code == 202
+    assert (
+        open_client.post("/hooks/open", data=fits, content_type="application/json").status_code
+        == 202
+    )
     assert executions(db) == 1
 
 
@@ -236,19 +210,19 @@ def test_body_over_the_limit_is_413(client: Any, db: psycopg.Connection) -> None
     [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"],
 )
 def test_wrong_content_type_is_415(
-    client: Any, db: psycopg.Connection, content_type: str | None
+    open_client: Any, db: psycopg.Connection, content_type: str | None
 ) -> None:
     headers = {"Content-Type": content_type} if content_type else {}
     for path in ("/hooks/open", "/api/v1/workflows/open/versions"):
-        assert_problem(client.post(path, data=b'{"x": 1}', headers=headers), 415)
+        assert_problem(open_client.post(path, data=b'{"x": 1}', headers=headers), 415)
     assert executions(db) == 0
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "GZIP", "identity, gzip"])
-def test_compressed_bodies_are_415(client: Any, db: psycopg.Connection, encoding: str) -> None:
+def test_compressed_bodies_are_415(open_client: Any, db: psycopg.Connection, encoding: str) -> None:
     """A 1 KB gzip can expand to gigabytes: compressed bodies are refused, not inflated."""
     headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
-    assert_problem(client.post("/hooks/open", data=b'{"x": 1}', headers=headers), 415)
+    assert_problem(open_client.post("/hooks/open", data=b'{"x": 1}', headers=headers), 415)
     assert executions(db) == 0
 
 
@@ -267,10 +241,10 @@ def test_compressed_bodies_are_415(client: Any, db: psycopg.Connection, encoding
     ],
 )
 def test_malformed_json_is_400_without_echo(
-    client: Any, db: psycopg.Connection, raw: bytes
+    open_client: Any, db: psycopg.Connection, raw: bytes
 ) -> None:
     for path in ("/hooks/open", "/api/v1/workflows/open/versions"):
-        r = client.post(path, data=raw, content_type="application/json")
+        r = open_client.post(path, data=raw, content_type="application/json")
         assert_problem(r, 400)
         assert "hunter2" not in r.get_data(as_text=True)
     assert executions(db) == 0
@@ -287,14 +261,14 @@ def test_malformed_json_is_400_without_echo(
     ids=["nul-value", "nul-key", "lone-high-surrogate", "nested-low-surrogate"],
 )
 def test_json_that_jsonb_cannot_hold_is_400(
-    client: Any, db: psycopg.Connection, raw: bytes
+    open_client: Any, db: psycopg.Connection, raw: bytes
 ) -> None:
     """Valid JSON, but PostgreSQL refuses it: found by fuzzing, formerly a 500."""
     for path in ("/hooks/open", "/api/v1/workflows/open/versions"):
-        assert_problem(client.post(path, data=raw, content_type="application/json"), 400)
+        assert_problem(open_client.post(path, data=raw, content_type="application/json"), 400)
     assert executions(db) == 0
     # A proper surrogate pair is an ordinary character and is accepted.
-    ok = client.post(
+    ok = open_client.post(
         "/hooks/open", data=b'{"x": "\\ud83d\\ude00"}', content_type="application/json"
     )
     assert ok.status_code == 202
@@ -309,30 +283,34 @@ def test_json_that_jsonb_cannot_hold_is_400(
     ],
     ids=["unclosed", "closed", "objects"],
 )
-def test_deep_nesting_is_4xx_never_500(client: Any, db: psycopg.Connection, raw: bytes) -> None:
+def test_deep_nesting_is_4xx_never_500(
+    open_client: Any, db: psycopg.Connection, raw: bytes
+) -> None:
     assert len(raw) <= LIMIT
     for path in ("/hooks/open", "/api/v1/workflows/open/versions"):
-        assert_problem(client.post(path, data=raw, content_type="application/json"), (400, 422))
+        assert_problem(
+            open_client.post(path, data=raw, content_type="application/json"), (400, 422)
+        )
     assert executions(db) == 0
 
 
-def test_deep_definition_is_422_naming_the_limit(client: Any) -> None:
+def test_deep_definition_is_422_naming_the_limit(open_client: Any) -> None:
     nested: Any = "leaf"
     for _ in range(200):
         nested = {"n": nested}
     definition = {**OPEN, "steps": [{"id": "t", "type": "transform", "output": nested}]}
-    body = assert_problem(client.post("/api/v1/workflows/deep/versions", json=definition), 422)
+    body = assert_problem(open_client.post("/api/v1/workflows/deep/versions", json=definition), 422)
     assert "nesting exceeds the limit" in body["errors"][0]["message"]
 
 
-def test_resolve_body_is_checked_like_the_others(client: Any) -> None:
-    eid = client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+def test_resolve_body_is_checked_like_the_others(open_client: Any) -> None:
+    eid = open_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
     path = f"/api/v1/executions/{eid}/steps/shape/resolve"
-    assert_problem(client.post(path, data=b"[" * 60_000, content_type="application/json"), 400)
-    assert_problem(client.post(path, data=b"{", content_type="application/json"), 400)
-    assert_problem(client.post(path, data=b'{"outcome": "x"}', content_type="text/plain"), 415)
-    assert_problem(client.post(path, json={"outcome": "maybe"}), 422)
-    assert_problem(client.post(path, json=["outcome"]), 422)
+    assert_problem(open_client.post(path, data=b"[" * 60_000, content_type="application/json"), 400)
+    assert_problem(open_client.post(path, data=b"{", content_type="application/json"), 400)
+    assert_problem(open_client.post(path, data=b'{"outcome": "x"}', content_type="text/plain"), 415)
+    assert_problem(open_client.post(path, json={"outcome": "maybe"}), 422)
+    assert_problem(open_client.post(path, json=["outcome"]), 422)
 
 
 # --- headers, query strings, routes -------------------------------------------------------
@@ -340,19 +318,19 @@ def test_resolve_body_is_checked_like_the_others(client: Any) -> None:
 
 @pytest.mark.parametrize("suffix", ["%0A", "%0D%0A", "%00", "%0A%0A"])
 def test_identifiers_with_a_trailing_newline_are_4xx(
-    client: Any, db: psycopg.Connection, suffix: str
+    open_client: Any, db: psycopg.Connection, suffix: str
 ) -> None:
     """`$` in a Python regex matches before a final newline; every identifier taken from a
     request is a full match, so "open\n" is no workflow key (nor "open\x00")."""
-    published = client.post(f"/api/v1/workflows/new{suffix}/versions", json=OPEN)
+    published = open_client.post(f"/api/v1/workflows/new{suffix}/versions", json=OPEN)
     assert_problem(published, 422)
-    assert_problem(client.post(f"/hooks/open{suffix}", json={"x": 1}), 404)
-    assert_problem(client.get(f"/api/v1/workflows/open{suffix}"), 404)
-    assert_problem(client.get(f"/api/v1/workflows/open{suffix}/versions/1"), 404)
-    assert_problem(client.post(f"/api/v1/workflows/open{suffix}/webhook-secrets"), 404)
-    assert_problem(client.get(f"/api/v1/executions?workflow=open{suffix}"), 400)
-    execution_id = client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
-    resolved = client.post(
+    assert_problem(open_client.post(f"/hooks/open{suffix}", json={"x": 1}), 404)
+    assert_problem(open_client.get(f"/api/v1/workflows/open{suffix}"), 404)
+    assert_problem(open_client.get(f"/api/v1/workflows/open{suffix}/versions/1"), 404)
+    assert_problem(open_client.post(f"/api/v1/workflows/open{suffix}/webhook-secrets"), 404)
+    assert_problem(open_client.get(f"/api/v1/executions?workflow=open{suffix}"), 400)
+    execution_id = open_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    resolved = open_client.post(
         f"/api/v1/executions/{execution_id}/steps/shape{suffix}/resolve",
         json={"outcome": "failed"},
     )
@@ -360,9 +338,9 @@ def test_identifiers_with_a_trailing_newline_are_4xx(
     assert db.execute("SELECT count(*) FROM workflows").fetchone()[0] == 1
 
 
-def test_query_strings_on_webhooks_are_400(client: Any, db: psycopg.Connection) -> None:
+def test_query_strings_on_webhooks_are_400(open_client: Any, db: psycopg.Connection) -> None:
     for query in ("a=1", "a=" + "x" * 100_000, "%00=%ff", "x" * 8000):
-        assert_problem(client.post(f"/hooks/open?{query}", json={"x": 1}), 400)
+        assert_problem(open_client.post(f"/hooks/open?{query}", json={"x": 1}), 400)
     assert executions(db) == 0
 
 
@@ -376,19 +354,19 @@ def test_query_strings_on_webhooks_are_400(client: Any, db: psycopg.Connection) 
     ],
 )
 def test_abusive_idempotency_headers_are_400(
-    client: Any, db: psycopg.Connection, name: str, value: str
+    open_client: Any, db: psycopg.Connection, name: str, value: str
 ) -> None:
-    assert_problem(client.post("/hooks/open", json={"x": 1}, headers={name: value}), 400)
+    assert_problem(open_client.post("/hooks/open", json={"x": 1}, headers={name: value}), 400)
     assert executions(db) == 0
 
 
-def test_huge_unrelated_headers_do_not_break_a_signed_hook(client: Any) -> None:
+def test_huge_unrelated_headers_do_not_break_a_signed_hook(open_client: Any) -> None:
     """The signature check ignores them and answers 401 as for any unsigned call."""
     signed = {key: value for key, value in OPEN.items() if key != "trigger"}
-    assert client.post("/api/v1/workflows/signed/versions", json=signed).status_code == 201
+    assert open_client.post("/api/v1/workflows/signed/versions", json=signed).status_code == 201
     headers = {"X-Junk": "j" * 100_000, "webhook-signature": "v1," + "A" * 50_000}
     headers |= {"webhook-id": "m", "webhook-timestamp": "9" * 15}
-    assert_problem(client.post("/hooks/signed", json={"x": 1}, headers=headers), 401)
+    assert_problem(open_client.post("/hooks/signed", json={"x": 1}, headers=headers), 401)
 
 
 @pytest.mark.parametrize(
@@ -423,11 +401,11 @@ def test_huge_unrelated_headers_do_not_break_a_signed_hook(client: Any) -> None:
     ],
 )
 def test_routes_answer_problem_documents(
-    client: Any, db: psycopg.Connection, method: str, path: str, status: int
+    open_client: Any, db: psycopg.Connection, method: str, path: str, status: int
 ) -> None:
-    body = assert_problem(getattr(client, method)(path, json={"x": 1}), status)
+    body = assert_problem(getattr(open_client, method)(path, json={"x": 1}), status)
     if status == 405:
-        assert getattr(client, method)(path, json={"x": 1}).headers["Allow"]
+        assert getattr(open_client, method)(path, json={"x": 1}).headers["Allow"]
     assert body["detail"]
     assert db.execute("SELECT count(*) FROM executions").fetchone()[0] == 0
 
@@ -522,16 +500,20 @@ def test_hostile_responses_are_stored_as_text_not_retried(
     ],
     ids=["depends-on-null", "id-array", "id-object"],
 )
-def test_wrongly_typed_fields_are_422_not_500(client: Any, step: dict[str, Any], path: str) -> None:
+def test_wrongly_typed_fields_are_422_not_500(
+    open_client: Any, step: dict[str, Any], path: str
+) -> None:
     """Found by schemathesis: these raised TypeError inside the validator."""
     definition = {**OPEN, "steps": [step]}
-    body = assert_problem(client.post("/api/v1/workflows/typed/versions", json=definition), 422)
+    body = assert_problem(
+        open_client.post("/api/v1/workflows/typed/versions", json=definition), 422
+    )
     assert path in [e["path"] for e in body["errors"]]
 
 
 @pytest.mark.parametrize("outcome", [{}, [], {"a": 1}, None, 1])
-def test_resolve_with_a_non_string_outcome_is_422(client: Any, outcome: Any) -> None:
+def test_resolve_with_a_non_string_outcome_is_422(open_client: Any, outcome: Any) -> None:
     """Found by schemathesis: an object as outcome was unhashable in a set lookup."""
-    eid = client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    eid = open_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
     path = f"/api/v1/executions/{eid}/steps/shape/resolve"
-    assert_problem(client.post(path, json={"outcome": outcome}), 422)
+    assert_problem(open_client.post(path, json={"outcome": outcome}), 422)

@@ -25,6 +25,7 @@ from flowforge.config import ConfigError, Settings
 from flowforge.definitions import DefinitionInvalid, parse_definition
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.problems import assert_problem
 from tests.support.processes import Process
 from tests.support.target import Reply, Target
@@ -34,10 +35,8 @@ FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
 
 def leaking(target: Target, name: str = "tok") -> dict[str, Any]:
     """A definition that carries a secret to the target, which echoes it back base64'd."""
-    return {
-        "name": "Sends a secret",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
+    return unsigned(
+        [
             {
                 "id": "send",
                 "type": "http_request",
@@ -49,7 +48,8 @@ def leaking(target: Target, name: str = "tok") -> dict[str, Any]:
                 "retry": {"max_attempts": 1},
             }
         ],
-    }
+        name="Sends a secret",
+    )
 
 
 PLAIN = {

@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
 
@@ -70,10 +71,8 @@ def call(step_id: str, url: str) -> dict[str, Any]:
 
 
 def definition(target: Target) -> dict[str, Any]:
-    return {
-        "name": "Echoes secrets",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
+    return unsigned(
+        [
             call("plain", f"{target.url}/plain"),
             call("truncated", f"{target.url}/truncated"),
             call("json", f"{target.url}/json"),
@@ -81,7 +80,8 @@ def definition(target: Target) -> dict[str, Any]:
             # quote it (urlsplit lower-cases schemes, which hid it from the redactor).
             call("scheme", f"{{{{ secrets.scheme }}}}://127.0.0.1:{target.port}/x"),
         ],
-    }
+        name="Echoes secrets",
+    )
 
 
 @pytest.fixture

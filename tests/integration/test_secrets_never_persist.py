@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
 
@@ -24,10 +25,8 @@ REDACTED = "[redacted]"
 
 def definition(target: Target) -> dict[str, Any]:
     """A secret in the URL, two headers and the JSON body; a transform copies the response."""
-    return {
-        "name": "Uses a secret",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
+    return unsigned(
+        [
             {
                 "id": "call",
                 "type": "http_request",
@@ -50,7 +49,8 @@ def definition(target: Target) -> dict[str, Any]:
                 "output": {"echoed": "{{ call.body }}", "where": "{{ call.headers.location }}"},
             },
         ],
-    }
+        name="Uses a secret",
+    )
 
 
 def echo(request: Received) -> Reply:

@@ -25,16 +25,12 @@ from psycopg.types.json import Jsonb
 from flowforge.catalog import is_key
 from flowforge.definitions import parse_until
 from flowforge.jsonvalues import NotStorable, loads_storable
+from tests.support.definitions import OPEN
 from tests.support.problems import assert_problem
 
 SETTINGS = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-OPEN = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
 # Where PostgreSQL's numeric changes its mind, and one step either side of each edge.
 EDGE_EXPONENTS = [
     base + offset
@@ -243,13 +239,6 @@ UNSTORABLE_BODIES = [
 ]
 
 
-@pytest.fixture
-def client(app_client: Any, api_key: str) -> Any:
-    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
-    assert app_client.post("/api/v1/workflows/open/versions", json=OPEN).status_code == 201
-    return app_client
-
-
 def created(db: psycopg.Connection) -> dict[str, int]:
     return {
         table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
@@ -259,12 +248,12 @@ def created(db: psycopg.Connection) -> dict[str, int]:
 
 @pytest.mark.parametrize("raw", UNSTORABLE_BODIES, ids=range(len(UNSTORABLE_BODIES)))
 def test_json_beyond_jsonb_numbers_is_400_everywhere(
-    client: Any, db: psycopg.Connection, raw: bytes
+    open_client: Any, db: psycopg.Connection, raw: bytes
 ) -> None:
     before = created(db)
-    hook = client.post("/hooks/open", data=raw, content_type="application/json")
+    hook = open_client.post("/hooks/open", data=raw, content_type="application/json")
     assert "numeric" in assert_problem(hook, 400)["detail"]
-    signed = client.post(
+    signed = open_client.post(
         "/hooks/open",
         data=raw,
         content_type="application/json",
@@ -274,13 +263,13 @@ def test_json_beyond_jsonb_numbers_is_400_everywhere(
     definition = (
         json.dumps({**OPEN, "description": "x"}).encode()[:-1] + b', "extra": ' + raw + b"}"
     )
-    published = client.post(
+    published = open_client.post(
         "/api/v1/workflows/open/versions", data=definition, content_type="application/json"
     )
     assert_problem(published, 400)
     assert created(db) == before
-    eid = client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
-    resolve = client.post(
+    eid = open_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    resolve = open_client.post(
         f"/api/v1/executions/{eid}/steps/shape/resolve",
         data=b'{"outcome": "succeeded", "output": ' + raw + b"}",
         content_type="application/json",
@@ -291,9 +280,9 @@ def test_json_beyond_jsonb_numbers_is_400_everywhere(
 @pytest.mark.parametrize(
     "until", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00", "9999-12-31T00:00:00Z"]
 )
-def test_delays_until_instants_that_cannot_load_back_are_422(client: Any, until: str) -> None:
+def test_delays_until_instants_that_cannot_load_back_are_422(open_client: Any, until: str) -> None:
     definition = {**OPEN, "steps": [{"id": "wait", "type": "delay", "until": until}]}
-    body = assert_problem(client.post("/api/v1/workflows/late/versions", json=definition), 422)
+    body = assert_problem(open_client.post("/api/v1/workflows/late/versions", json=definition), 422)
     assert body["errors"][0]["path"] == "$.steps[0].until"
 
 
@@ -311,19 +300,19 @@ def test_delays_until_instants_that_cannot_load_back_are_422(client: Any, until:
     ],
 )
 def test_out_of_range_identifiers_and_parameters_are_4xx(
-    client: Any, path: str, method: str
+    open_client: Any, path: str, method: str
 ) -> None:
-    response = getattr(client, method)(path)
+    response = getattr(open_client, method)(path)
     assert response.status_code in (400, 404), response.get_data(as_text=True)
     assert_problem(response, response.status_code)
 
 
 def test_edge_numbers_in_a_webhook_are_stored_and_load_back(
-    client: Any, db: psycopg.Connection
+    open_client: Any, db: psycopg.Connection
 ) -> None:
     """Accepted means stored: the intake hands the raw text to jsonb, which keeps it exactly."""
     raw = b'{"x": 1e-16383, "y": 0e1073741822, "z": ' + b"7" * 4_300 + b"}"
-    ok = client.post("/hooks/open", data=raw, content_type="application/json")
+    ok = open_client.post("/hooks/open", data=raw, content_type="application/json")
     assert ok.status_code == 202, ok.get_data(as_text=True)
     (stored,) = db.execute(
         "SELECT input FROM executions WHERE id = %s", (ok.get_json()["execution_id"],)

@@ -9,8 +9,6 @@ in FlowForge's signer and verifier cannot cancel itself out.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 import subprocess
@@ -26,6 +24,7 @@ import requests
 from tests.support.api import Api
 from tests.support.problems import PROBLEM, assert_problem
 from tests.support.processes import TEST_ENCRYPTION_KEY
+from tests.support.webhooks import sign
 
 FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
 
@@ -34,13 +33,6 @@ SIGNED = {
     "name": "Signed intake",
     "steps": [{"id": "shape", "type": "transform", "output": {"order": "{{ input.order }}"}}],
 }
-
-
-def sign(secret: str, msg_id: str, timestamp: int | str, body: bytes) -> str:
-    """An independent Standard Webhooks signer: v1,base64(HMAC-SHA256(id.ts.body))."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(mac).decode()
 
 
 def signed_headers(

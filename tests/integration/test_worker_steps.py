@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -22,17 +23,13 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
     return Api(api, api_key)
 
 
-def none_auth(steps: list[dict]) -> dict:
-    return {"name": "t", "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
-
-
 def test_templates_keep_json_types_and_render_text_inside_strings(
     client: Api, target: Target
 ) -> None:
     target.script = lambda r: Reply(json={"id": 7, "tags": ["a", "b"], "ok": True})
     client.publish(
         "types",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "get",
@@ -88,7 +85,7 @@ def test_parallel_branches_overlap_and_the_join_waits_for_both(client: Api, targ
     target.script = lambda r: Reply(json={"path": r.path}, delay_s=1.0)
     client.publish(
         "fan",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "left",
@@ -121,7 +118,7 @@ def test_parallel_branches_overlap_and_the_join_waits_for_both(client: Api, targ
 def test_false_conditions_skip_and_skips_propagate(client: Api) -> None:
     client.publish(
         "skip",
-        none_auth(
+        unsigned(
             [
                 {"id": "a", "type": "transform", "output": {"total": "{{ input.total }}"}},
                 {
@@ -159,7 +156,7 @@ def test_delays_wait_in_the_database_then_continue(client: Api, db: psycopg.Conn
     until = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
     client.publish(
         "delay",
-        none_auth(
+        unsigned(
             [
                 {"id": "pause", "type": "delay", "duration_s": 1},
                 {
@@ -197,7 +194,7 @@ def test_a_delay_until_beyond_what_can_be_stored_fails_its_step_and_nothing_else
 ) -> None:
     client.publish(
         "far",
-        none_auth(
+        unsigned(
             [
                 {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
                 {
@@ -227,7 +224,7 @@ def test_retries_back_off_and_record_every_attempt(client: Api, target: Target) 
     target.script = lambda r: next(answers)
     client.publish(
         "retry",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "get",
@@ -263,7 +260,7 @@ def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
     target.script = lambda r: Reply(status=503)
     client.publish(
         "unsafe",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "post",
@@ -276,7 +273,7 @@ def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
     )
     client.publish(
         "keyed",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "post",
@@ -308,7 +305,7 @@ def test_a_request_that_never_left_is_retried_even_when_unsafe(client: Api) -> N
         closed_port = s.getsockname()[1]
     client.publish(
         "refused",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "post",
@@ -336,7 +333,7 @@ def test_a_failed_step_fails_the_execution_and_cancels_what_cannot_run(
     target.script = lambda r: Reply(status=404, json={"error": "no such order"})
     client.publish(
         "fail",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "get",
@@ -374,7 +371,7 @@ def test_a_wakeup_delivered_twice_runs_the_step_once(
     target.script = lambda r: (gate.append(r), Reply(json={"n": len(gate)}, delay_s=0.5))[1]
     client.publish(
         "twice",
-        none_auth(
+        unsigned(
             [
                 {
                     "id": "get",

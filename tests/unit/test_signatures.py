@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 
 import pytest
 
 from flowforge.signatures import TOLERANCE_S, SignatureInvalid, new_secret, verify
+from tests.support.webhooks import sign
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()
 OTHER = "whsec_" + base64.b64encode(b"o" * 24).decode()
 NOW = 1_700_000_000.0
 MSG_ID = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"
 BODY = b'{"order_id": 42, "total": 150}'
-
-
-def sign(secret: str, msg_id: str, timestamp: str, body: bytes) -> str:
-    """Sign the way a Standard Webhooks sender does: v1,base64(HMAC-SHA256(id.ts.body))."""
-    key = base64.b64decode(secret.split("_", 1)[1])
-    content = msg_id.encode() + b"." + timestamp.encode() + b"." + body
-    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
 
 
 def check(

@@ -1,0 +1,81 @@
+"""URL converters for the identifiers in paths, checked while routing.
+
+A path segment that is no identifier is answered before authentication and before the
+view runs, as each route has always answered it: the converter of a rule says how.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import BaseConverter, Map
+
+from flowforge import catalog
+from flowforge.api.problems import Problem, problem_response
+
+_KEY_RULE = "workflow keys are 1-64 of a-z, 0-9, '-' and '_'"
+
+
+class PathRefused(HTTPException):
+    """Routing found the rule, but a path segment is not the identifier it names."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.code = problem.status
+        self.problem = problem
+
+
+def _key_refusal(answer: str, value: str) -> Problem:
+    if answer == "hook":
+        return Problem(404, "Not found", f"no workflow {value!r}")
+    if answer == "publish":
+        # Publishing names a workflow that need not exist yet: the key itself is invalid.
+        return Problem(
+            422,
+            "Invalid workflow key",
+            f"{_KEY_RULE}, starting with a letter or digit",
+            errors=[{"path": "key", "message": "invalid workflow key"}],
+        )
+    return Problem(404, "Not found", _KEY_RULE)
+
+
+class WorkflowKey(BaseConverter):
+    """`<workflow_key:key>`: a whole workflow key (catalog.is_key, a full match).
+
+    `answer` picks the refusal: "resource" (404), "hook" (404 naming the key) or
+    "publish" (422 with the JSON path)."""
+
+    def __init__(self, url_map: Map, answer: str = "resource") -> None:
+        super().__init__(url_map)
+        self.answer = answer
+
+    def to_python(self, value: str) -> str:
+        if not catalog.is_key(value):
+            raise PathRefused(_key_refusal(self.answer, value))
+        return value
+
+
+class ExecutionId(BaseConverter):
+    """`<execution_id:execution_id>`: a UUID, in its canonical spelling."""
+
+    def to_python(self, value: str) -> str:
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            raise PathRefused(Problem(404, "Not found", "no such execution")) from None
+
+    def to_url(self, value: Any) -> str:
+        return str(value)
+
+
+def install(app: Flask) -> None:
+    """Register the converters (before the blueprints) and their answer."""
+    app.url_map.converters["workflow_key"] = WorkflowKey
+    app.url_map.converters["execution_id"] = ExecutionId
+
+    @app.errorhandler(PathRefused)
+    def _refused(exc: PathRefused) -> Response:
+        return problem_response(exc.problem)
