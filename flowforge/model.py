@@ -55,6 +55,11 @@ class EventKind(StrEnum):
 
     EXECUTION_RETRIED = "execution.retried"
     STEP_RESOLVED = "step.resolved"
+    # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
+    WAIT_RESUMED = "wait.resumed"
+    WAIT_COMPLETED = "wait.completed"
+    WAIT_FAILED = "wait.failed"
+    WAIT_TIMED_OUT = "wait.timed_out"
 
 
 def step_event(status: str) -> str:

@@ -7,7 +7,17 @@ import logging
 
 from flask import Flask, Response, has_request_context, request
 
-from flowforge.api import executions, health, hooks, openapi, paths, pool, problems, workflows
+from flowforge.api import (
+    executions,
+    health,
+    hooks,
+    openapi,
+    paths,
+    pool,
+    problems,
+    resume,
+    workflows,
+)
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.config import Settings
@@ -45,7 +55,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     problems.install(app)
     paths.install(app)
     _install_request_ids(app)
-    for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
+    for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import psycopg_pool
 
-from flowforge import faults, netguard
+from flowforge import faults, netguard, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import perform, render_request
@@ -41,6 +41,7 @@ class Executor:
         allow: netguard.Allowlist,
         secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
+        resume: waits.ResumeUrls | None = None,
     ) -> None:
         self.pool = pool
         self.worker_id = worker_id
@@ -48,6 +49,7 @@ class Executor:
         self.allow = allow
         self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
+        self.resume = resume
         self.leases = Leases(lease_s)
 
     def handle(self, wakeup: Wakeup) -> None:
@@ -89,7 +91,7 @@ class Executor:
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
         step = run.definition.step(sid)
         try:
-            rendered = render_request(step, run.context(sid), self.secret_bindings)
+            rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
         log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
