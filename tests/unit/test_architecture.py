@@ -39,6 +39,8 @@ LAYERS: dict[str, set[str]] = {
         "migrate",
         "config",
         "hints",
+        "waits",
+        "resumes",
     },
     "outside world": {"netguard", "http_step"},
     "entry points": {"api", "worker", "cli"},
