@@ -1,4 +1,5 @@
-"""Operator actions on an execution: cancel, retry, resolve — each one unit of work."""
+"""Operator actions on an execution: cancel, retry, resolve, complete or fail a wait —
+each one unit of work."""
 
 from __future__ import annotations
 
@@ -95,5 +96,43 @@ def resolve(
         if state.status != StepStatus.UNKNOWN:
             raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
         run.resolve(step_id, outcome, output)
+        save_run(conn, run.take_changes())
+    return run.status
+
+
+def _open_wait(run: Run, execution_id: str, step_id: str) -> None:
+    """Refuse anything but a wait step that is waiting and not yet timed out."""
+    state = run.steps.get(step_id)
+    if state is None:
+        raise NotFound(f"execution {execution_id} has no step {step_id!r}")
+    if run.definition.step(step_id).type != "wait":
+        raise Conflict(f"step {step_id!r} is not a wait step")
+    if not run.wait_open(step_id):
+        raise Conflict(
+            f"step {step_id!r} is {state.status}; only a waiting wait step (before its "
+            "timeout) can be completed or failed"
+        )
+
+
+def complete_wait(
+    conn: psycopg.Connection, execution_id: str, step_id: str, output: Any, actor: dict[str, Any]
+) -> str:
+    """An operator ends a wait as a resume would, with `output`; recorded with the actor."""
+    with unit_of_work(conn):
+        run = _locked(conn, execution_id)
+        _open_wait(run, execution_id, step_id)
+        run.resume(step_id, output, actor=actor)
+        save_run(conn, run.take_changes())
+    return run.status
+
+
+def fail_wait(
+    conn: psycopg.Connection, execution_id: str, step_id: str, actor: dict[str, Any]
+) -> str:
+    """An operator fails a waiting step (the answer is no); recorded with the actor."""
+    with unit_of_work(conn):
+        run = _locked(conn, execution_id)
+        _open_wait(run, execution_id, step_id)
+        run.fail_wait(step_id, actor)
         save_run(conn, run.take_changes())
     return run.status

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -160,6 +161,22 @@ def _resolve(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     print(f"step {args.step} resolved as {args.outcome}; execution is now {status}")
 
 
+def _cli_actor() -> dict[str, str]:
+    """Who acts, for the history, when an operator uses the CLI on the box."""
+    return {"kind": "cli", "name": f"cli@{socket.gethostname()}"}
+
+
+def _complete(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    output = json.loads(args.output) if args.output is not None else None
+    status = actions.complete_wait(conn, args.id, args.step, output, _cli_actor())
+    print(f"step {args.step} completed; execution is now {status}")
+
+
+def _fail(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    status = actions.fail_wait(conn, args.id, args.step, _cli_actor())
+    print(f"step {args.step} failed; execution is now {status}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command tree."""
     parser = argparse.ArgumentParser(prog="flowforge", description=__doc__)
@@ -220,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("step")
     resolve.add_argument("outcome", choices=RESOLUTIONS)
     resolve.add_argument("--output", help="the step's output as JSON (with succeeded)")
+    complete = add(sub, "complete", _complete, "end a waiting wait step as a resume would")
+    complete.add_argument("id")
+    complete.add_argument("step")
+    complete.add_argument("--output", help="the step's output as JSON (default null)")
+    fail = add(sub, "fail", _fail, "fail a waiting wait step (the execution fails)")
+    fail.add_argument("id")
+    fail.add_argument("step")
     return parser
 
 

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from flowforge import sealing, secret_bindings
 from flowforge.errors import ConfigError
@@ -41,13 +42,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _encryption_key(env: Mapping[str, str]) -> bytes | None:
-    """FLOWFORGE_ENCRYPTION_KEY, else the systemd credential encryption_key, else None;
-    a malformed key stops start-up rather than failing on the first webhook."""
-    raw, source = env.get("FLOWFORGE_ENCRYPTION_KEY", ""), "FLOWFORGE_ENCRYPTION_KEY"
+def _key(env: Mapping[str, str], variable: str, credential: str, maker: str) -> bytes | None:
+    """A 32-byte key from `variable`, else the systemd credential `credential`, else None;
+    a malformed key stops start-up rather than failing on first use."""
+    raw, source = env.get(variable, ""), variable
     credentials = env.get("CREDENTIALS_DIRECTORY")
     if not raw.strip() and credentials:
-        path = Path(credentials) / "encryption_key"
+        path = Path(credentials) / credential
         if path.is_file():
             raw, source = path.read_text(encoding="ascii", errors="replace"), str(path)
     if not raw.strip():
@@ -55,7 +56,32 @@ def _encryption_key(env: Mapping[str, str]) -> bytes | None:
     try:
         return sealing.parse_key(raw)
     except ValueError as exc:
-        raise ConfigError(f"{source} {exc}; make one with: python -m flowforge.sealing") from None
+        raise ConfigError(f"{source} {exc}; make one with: python -m {maker}") from None
+
+
+def _encryption_key(env: Mapping[str, str]) -> bytes | None:
+    """FLOWFORGE_ENCRYPTION_KEY, else the systemd credential encryption_key, else None."""
+    return _key(env, "FLOWFORGE_ENCRYPTION_KEY", "encryption_key", "flowforge.sealing")
+
+
+def _resume_key(env: Mapping[str, str]) -> bytes | None:
+    """FLOWFORGE_RESUME_KEY, else the systemd credential resume_key: signs resume URLs of
+    wait steps (flowforge/waits.py). The API checks them and the worker renders them."""
+    return _key(env, "FLOWFORGE_RESUME_KEY", "resume_key", "flowforge.waits")
+
+
+def _public_url(env: Mapping[str, str]) -> str | None:
+    """FLOWFORGE_PUBLIC_URL: where callers reach the API, the base of resume URLs."""
+    raw = env.get("FLOWFORGE_PUBLIC_URL", "").strip()
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise ConfigError(
+            "FLOWFORGE_PUBLIC_URL must be an http(s) URL without query or fragment, such as "
+            f"https://flowforge.example.com; got {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -78,6 +104,10 @@ class Settings:
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
+    # Signs and checks resume URLs of wait steps (flowforge/waits.py); never printed.
+    resume_key: bytes | None = field(default=None, repr=False)
+    # FLOWFORGE_PUBLIC_URL: the base of resume URLs; None refuses to render them.
+    public_url: str | None = None
     test_mode: bool = False
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -109,6 +139,8 @@ class Settings:
             webhook_rate=_float(env, "FLOWFORGE_WEBHOOK_RATE", cls.webhook_rate),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             encryption_key=_encryption_key(env),
+            resume_key=_resume_key(env),
+            public_url=_public_url(env),
             test_mode=test_mode,
             secret_bindings=bindings,
         )

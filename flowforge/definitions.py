@@ -21,11 +21,14 @@ MAX_NESTING_DEPTH = 20
 MAX_STRING_CHARS = 65_536
 MAX_NAME_CHARS = 200
 
-STEP_TYPES = ("http_request", "delay", "transform")
+STEP_TYPES = ("http_request", "delay", "transform", "wait")
 METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 OPS = ("exists", "eq", "ne", "gt", "gte", "lt", "lte", "in")
-RESERVED_NAMES = frozenset({"input", "execution", "secrets"})
+RESERVED_NAMES = frozenset({"input", "execution", "secrets", "waits"})
+ON_TIMEOUT = ("fail", "continue")
+RESUME_AUTH = ("token", "signature")
+MAX_WAIT_S = 31_536_000  # a year, like a delay
 EXECUTION_FIELDS = ("id", "workflow", "version")
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -42,11 +45,16 @@ _TYPE_KEYS = {
     "http_request": frozenset({"request", "retry", "budget_s"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
+    "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
 }
 _REQUEST_KEYS = frozenset(
     {"method", "url", "headers", "json", "body", "timeout_s", "idempotency_key"}
 )
 _SECRETS_MESSAGE = "secrets may only be used in http_request requests: outputs are stored"
+_WAITS_MESSAGE = (
+    "waits may only be used in http_request requests: a resume URL is a credential and"
+    " outputs are stored"
+)
 
 
 class DefinitionInvalid(ClientError):
@@ -100,6 +108,11 @@ class Step:
     until: str | None
     output: Any
     budget_s: float | None = None  # http_request: all attempts together
+    # wait steps: how long to wait for a resume, what a timeout does, how resumes prove
+    # who sent them ("token": the URL alone; "signature": also Standard Webhooks headers).
+    timeout_s: float | None = None
+    on_timeout: str = "fail"
+    resume_auth: str = "token"
 
     @property
     def repeat_safe(self) -> bool:
@@ -145,6 +158,10 @@ class Definition:
     def ancestors(self, step_id: str) -> frozenset[str]:
         """Name every step whose output this step's templates may read."""
         return self._ancestors[step_id]
+
+    def wait_steps(self) -> tuple[str, ...]:
+        """Name the wait steps, whose pending resumes a unit of work must load."""
+        return tuple(step.id for step in self.steps if step.type == "wait")
 
     def roots(self) -> tuple[str, ...]:
         """Name the steps that start as soon as an execution begins."""
@@ -234,6 +251,7 @@ class _Parser:
     def __init__(self, stored: bool) -> None:
         self.errors: list[dict[str, str]] = []
         self.stored = stored
+        self.wait_ids: frozenset[str] = frozenset()
 
     def error(self, path: str, message: str) -> None:
         """Record a problem and carry on, so the author sees them all in one reply."""
@@ -384,6 +402,14 @@ class _Parser:
             if isinstance(raw, dict) and isinstance(raw.get("id"), str):
                 first_at.setdefault(raw["id"], index)
         parents: dict[str, list[str]] = {step_id: [] for step_id in first_at}
+        # {{ waits.<id>.url }} may name any wait step of the workflow, not only ancestors.
+        self.wait_ids = frozenset(
+            raw["id"]
+            for raw in steps
+            if isinstance(raw, dict)
+            and raw.get("type") == "wait"
+            and isinstance(raw.get("id"), str)
+        )
         edges: list[list[str]] = []
         for index, raw in enumerate(steps):
             if not isinstance(raw, dict):
@@ -458,7 +484,10 @@ class _Parser:
         self.unknown_keys(raw, _COMMON_KEYS | _TYPE_KEYS[step_type], path)
         request, retry = None, RetryPolicy(max_attempts=1)
         duration_s, until, output, budget_s = None, None, None, None
-        if step_type == "http_request":
+        timeout_s, on_timeout, resume_auth = None, "fail", "token"
+        if step_type == "wait":
+            timeout_s, on_timeout, resume_auth = self.wait(raw, path)
+        elif step_type == "http_request":
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
             budget_s = self.budget(raw, path, request)
@@ -483,6 +512,9 @@ class _Parser:
             until=until,
             output=output,
             budget_s=budget_s,
+            timeout_s=timeout_s,
+            on_timeout=on_timeout,
+            resume_auth=resume_auth,
         )
 
     def budget(
@@ -629,6 +661,30 @@ class _Parser:
                 self.error(f"{path}.until", str(exc))
         return duration_s, until
 
+    def wait(self, raw: dict[str, Any], path: str) -> tuple[float | None, str, str]:
+        """Check a wait step: a bounded timeout, what the timeout does, how resumes prove
+        themselves."""
+        timeout_s: Any = raw.get("timeout_s")
+        if not is_number(timeout_s) or not 0 < timeout_s <= MAX_WAIT_S:
+            self.error(
+                f"{path}.timeout_s",
+                f"timeout_s is required: a number of seconds with 0 < timeout_s <= {MAX_WAIT_S}",
+            )
+            timeout_s = None
+        on_timeout: Any = raw.get("on_timeout", "fail")
+        if on_timeout not in ON_TIMEOUT:
+            self.error(f"{path}.on_timeout", 'on_timeout must be "fail" or "continue"')
+            on_timeout = "fail"
+        auth: Any = raw.get("auth", "token")
+        if auth not in RESUME_AUTH:
+            self.error(
+                f"{path}.auth",
+                'auth must be "token" (the resume URL alone) or "signature" (also signed'
+                " with the workflow's webhook secret)",
+            )
+            auth = "token"
+        return timeout_s, on_timeout, auth
+
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
         """Check the syntax and the scope of every template string under a value."""
         for where, text in templating.iter_template_strings(value, path):
@@ -656,6 +712,13 @@ class _Parser:
             elif rest[0].upper().endswith("_WORKFLOWS"):
                 # FLOWFORGE_SECRET_<NAME>_WORKFLOWS binds secret NAME to workflows.
                 self.error(path, f"{dotted!r}: secret names may not end in _workflows")
+        elif head == "waits":
+            if not secrets:
+                self.error(path, _WAITS_MESSAGE)
+            elif len(rest) != 2 or rest[1] != "url":
+                self.error(path, f"{dotted!r}: a resume URL is named as waits.STEP.url")
+            elif rest[0] not in self.wait_ids:
+                self.error(path, f"{dotted!r}: {rest[0]!r} is not a wait step of this workflow")
         elif head == "execution":
             if len(rest) != 1 or rest[0] not in EXECUTION_FIELDS:
                 self.error(path, f"{dotted!r}: execution has only {', '.join(EXECUTION_FIELDS)}")

@@ -23,6 +23,10 @@ unsafe request):
 - A deadline (SPEC §8) stops the execution like a cancel, except that it ends `failed`
   with reason `deadline`; a queue expiry (`start_within_s`) and `cancel_oldest` end it
   `cancelled` with reason `expired` and `concurrency`. Each reason is in the history.
+- A `wait` step is `waiting` with its timeout as `wake_at`, like a delay: cancel stops it
+  at once. A resume, or an operator's complete or fail, ends it only while it is
+  `waiting` and its timeout has not passed; a resume that arrives before the step is
+  ready is kept (`early_resumes`) and taken the moment the step starts.
 - Retry re-runs `failed` and `cancelled` steps only. An `unknown` step is re-sent only
   after an operator resolved it as failed (a human said it did not happen) and then asked
   for a retry.
@@ -60,7 +64,7 @@ CANCELLABLE_STEP = frozenset({S.PENDING, S.READY, S.WAITING})
 # An operator retry re-runs these; `succeeded` and `unknown` are never reset.
 RETRIED_STEP = frozenset({S.FAILED, S.CANCELLED})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
-PURE_TYPES = frozenset({"transform", "delay"})
+PURE_TYPES = frozenset({"transform", "delay", "wait"})
 
 
 def _describe(condition: dict[str, Any]) -> str:
@@ -135,6 +139,8 @@ class Changes:
     # The concurrency slot this unit of work freed (SPEC §8): runs.save_run hands it to
     # the next queued execution of the key in the same transaction.
     released_slot: tuple[int, str] | None = None
+    # Wait steps that took their early resume: saving marks those resumes applied.
+    applied_resumes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -162,6 +168,9 @@ class Run:
     held_slot: bool = False
     deadline_passed: bool = False
     expired: bool = False
+    # Resumes recorded before their wait step was ready (step id -> body); loaded only for
+    # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
+    early_resumes: dict[str, Any] = field(default_factory=dict)
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -304,7 +313,9 @@ class Run:
         state = self.steps[step.id]
         if state.wake_at is None and not self._when_allows(step):
             return
-        if step.type == "transform":
+        if step.type == "wait":
+            self._run_wait(step)
+        elif step.type == "transform":
             try:
                 output = render(step.output, self.context(step.id))
             except TemplateError as exc:
@@ -332,6 +343,77 @@ class Run:
         else:
             # The timer scanner made it ready: the wait is over.
             self.set_step(step.id, S.SUCCEEDED, output={"waited_until": state.wake_at.isoformat()})
+
+    def _run_wait(self, step: Step) -> None:
+        """Start a wait (or take the resume that came early), or end it: its timeout is due."""
+        state = self.steps[step.id]
+        if state.wake_at is not None:
+            self.time_out(step.id)
+        elif step.id in self.early_resumes:
+            self.changes.applied_resumes.append(step.id)
+            self.events.append((step.id, EventKind.WAIT_RESUMED, {"early": True}))
+            self.set_step(
+                step.id,
+                S.SUCCEEDED,
+                output=self.early_resumes.pop(step.id),
+                started_at=self.now,
+                reason="resumed before the wait began",
+            )
+        else:
+            assert step.timeout_s is not None
+            self.set_step(
+                step.id,
+                S.WAITING,
+                wake_at=self.now + timedelta(seconds=step.timeout_s),
+                started_at=self.now,
+                reason=f"waiting for a resume, at most {step.timeout_s:g} s",
+            )
+
+    def wait_open(self, step_id: str) -> bool:
+        """Whether a wait step still takes a resume now: waiting, timeout not passed."""
+        state = self.steps[step_id]
+        return (
+            not self.terminal
+            and not self.cancel_requested
+            and state.status == S.WAITING
+            and state.wake_at is not None
+            and state.wake_at > self.now
+        )
+
+    def wait_not_started(self, step_id: str) -> bool:
+        """Whether a resume for this wait step must be kept for later: it is not ready yet."""
+        state = self.steps[step_id]
+        return (
+            not self.terminal
+            and not self.cancel_requested
+            and state.status in {S.PENDING, S.READY}
+            and state.wake_at is None
+        )
+
+    def resume(self, step_id: str, body: Any, *, actor: dict[str, Any] | None = None) -> None:
+        """End an open wait with `body` as its output; the execution goes on."""
+        if actor is None:
+            self.events.append((step_id, EventKind.WAIT_RESUMED, {}))
+        else:
+            self.events.append((step_id, EventKind.WAIT_COMPLETED, {"actor": actor}))
+        self.set_step(step_id, S.SUCCEEDED, output=body, wake_at=None, error=None)
+        self.advance()
+
+    def fail_wait(self, step_id: str, actor: dict[str, Any]) -> None:
+        """An operator says the awaited answer is no: the step fails, and so does the run."""
+        self.events.append((step_id, EventKind.WAIT_FAILED, {"actor": actor}))
+        self.fail_step(step_id, f"failed by {actor.get('name', 'an operator')}")
+
+    def time_out(self, step_id: str) -> None:
+        """No resume came in time: `on_timeout` decides (`continue` succeeds with null)."""
+        step = self.definition.step(step_id)
+        reason = f"no resume within {step.timeout_s:g} s"
+        self.events.append((step_id, EventKind.WAIT_TIMED_OUT, {"on_timeout": step.on_timeout}))
+        if step.on_timeout == "continue":
+            self.set_step(step_id, S.SUCCEEDED, output=None, reason=f"{reason}; continuing")
+            self.advance()
+        else:
+            self.fail_step(step_id, f"timed out: {reason}")
 
     def _when_allows(self, step: Step) -> bool:
         if step.when is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowforge import netguard, secret_bindings
+from flowforge import netguard, secret_bindings, waits
 from flowforge.definitions import Step
 from flowforge.jsonvalues import jsonb_storable
 from flowforge.model import Outcome
@@ -87,15 +87,38 @@ def _secrets_used(
     return {name: read_secret(name) for name in sorted(names)}
 
 
+def _resume_urls(
+    request: Mapping[str, Any], execution_id: str, resume: waits.ResumeUrls | None
+) -> dict[str, dict[str, str]]:
+    """The resume URLs a request names ({{ waits.STEP.url }}), as template context."""
+    names = {
+        path.split(".")[1]
+        for _, text in iter_template_strings(request)
+        for path in find_placeholders(text)
+        if path.startswith("waits.") and path.count(".") == 2
+    }
+    if not names:
+        return {}
+    resume = resume or waits.ResumeUrls(public_url=None, key=None)  # fails, saying what
+    return {name: {"url": resume.url(execution_id, name)} for name in sorted(names)}
+
+
 def render_request(
-    step: Step, context: Mapping[str, Any], bindings: secret_bindings.Bindings
+    step: Step,
+    context: Mapping[str, Any],
+    bindings: secret_bindings.Bindings,
+    resume: waits.ResumeUrls | None = None,
 ) -> Rendered:
-    """Resolve templates in the worker only; secrets never leave this object, and only
-    the secrets bound to the execution's workflow are read at all."""
+    """Resolve templates in the worker only; secrets and resume URLs never leave this
+    object, and only the secrets bound to the execution's workflow are read at all."""
     assert step.request is not None
     request = step.request
     secrets = _secrets_used(request, context["execution"]["workflow"], bindings)
-    ctx = {**context, "secrets": secrets}
+    urls = _resume_urls(request, context["execution"]["id"], resume)
+    ctx = {**context, "secrets": secrets, "waits": urls}
+    # A resume URL is a credential: its token is redacted like a secret wherever a
+    # server echoes it back.
+    credentials = [*secrets.values(), *(u["url"].rsplit("/", 1)[1] for u in urls.values())]
     headers = {
         name: _header_text(name, render(value, ctx)) for name, value in request["headers"].items()
     }
@@ -115,9 +138,9 @@ def render_request(
         headers=headers,
         body=body,
         timeout_s=float(request["timeout_s"]),
-        redactor=redactor(secrets.values()),
+        redactor=redactor(credentials),
         url_holds_secret=any(
-            path.startswith("secrets.") for path in find_placeholders(request["url"])
+            path.startswith(("secrets.", "waits.")) for path in find_placeholders(request["url"])
         ),
     )
 

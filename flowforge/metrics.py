@@ -17,6 +17,8 @@ UNION ALL SELECT 'waiting', count(*) FROM steps WHERE status = 'waiting'
 OUTBOX_BACKLOG = (
     "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0) FROM outbox"
 )
+# Wait steps waiting for a resume; served by the partial index steps_waiting.
+OPEN_WAITS = "SELECT count(*) FROM steps WHERE status = 'waiting' AND type = 'wait'"
 EXPIRED_LEASES = "SELECT count(*) FROM steps WHERE status = 'running' AND lease_expires_at < now()"
 
 
@@ -33,6 +35,7 @@ def render(conn: psycopg.Connection) -> str:
         lines.append(f'flowforge_steps{{status="{status}"}} {count}')
     backlog, age = one(conn.execute(OUTBOX_BACKLOG))
     (expired,) = one(conn.execute(EXPIRED_LEASES))
+    (open_waits,) = one(conn.execute(OPEN_WAITS))
     lines += [
         "# HELP flowforge_outbox_backlog Wake-ups not yet confirmed by RabbitMQ.",
         "# TYPE flowforge_outbox_backlog gauge",
@@ -43,6 +46,9 @@ def render(conn: psycopg.Connection) -> str:
         "# HELP flowforge_expired_leases Running steps whose lease ran out (reaper pending).",
         "# TYPE flowforge_expired_leases gauge",
         f"flowforge_expired_leases {expired}",
+        "# HELP flowforge_waits_open Wait steps waiting for a resume or their timeout.",
+        "# TYPE flowforge_waits_open gauge",
+        f"flowforge_waits_open {open_waits}",
         *flowcontrol.metric_lines(conn),
     ]
     return "\n".join(lines) + "\n"

@@ -58,6 +58,11 @@ class EventKind(StrEnum):
     # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
     SLOT_GRANTED = "execution.slot_granted"
     DEADLINE_PASSED = "execution.deadline_passed"
+    # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
+    WAIT_RESUMED = "wait.resumed"
+    WAIT_COMPLETED = "wait.completed"
+    WAIT_FAILED = "wait.failed"
+    WAIT_TIMED_OUT = "wait.timed_out"
 
 
 def step_event(status: str) -> str:

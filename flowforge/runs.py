@@ -23,6 +23,7 @@ from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import Changes, Run, StepState
 from flowforge.model import TERMINAL_EXECUTION, StepStatus
 from flowforge.outbox import INSERT_WAKEUP, NOTIFY_OUTBOX
+from flowforge.waits import APPLY_RESUME, PENDING_RESUMES
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
             return None
         rows = cur.execute(LOAD_STEPS, {"id": execution_id}).fetchall()
     definition = definition_for(conn, head["version_id"])
-    return Run(
+    run = Run(
         execution_id=str(execution_id),
         workflow=head["workflow"],
         version=head["version"],
@@ -148,6 +149,11 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
         deadline_passed=head["deadline_passed"],
         expired=head["expired"],
     )
+    if definition.wait_steps():
+        # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
+        resumes = conn.execute(PENDING_RESUMES, {"id": execution_id}).fetchall()
+        run.early_resumes = {step_id: body for step_id, body in resumes}
+    return run
 
 
 def save_run(conn: psycopg.Connection, changes: Changes) -> None:
@@ -178,6 +184,11 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
                     {"execution_id": eid, "step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
                     for step_id, kind, detail in changes.events
                 ],
+            )
+        if changes.applied_resumes:
+            cur.executemany(
+                APPLY_RESUME,
+                [{"execution_id": eid, "step_id": s} for s in changes.applied_resumes],
             )
         dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
         if dispatch:

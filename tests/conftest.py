@@ -17,7 +17,13 @@ import pytest
 from flowforge import apikeys
 from flowforge.migrate import migrate
 from flowforge.sealing import parse_key
-from tests.support.processes import TEST_ENCRYPTION_KEY, Process, start_api, start_worker
+from tests.support.processes import (
+    TEST_ENCRYPTION_KEY,
+    TEST_RESUME_KEY,
+    Process,
+    start_api,
+    start_worker,
+)
 from tests.support.services import find_postgres, find_rabbitmq
 from tests.support.target import Target
 
@@ -104,6 +110,7 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         "FLOWFORGE_WORKER_CONCURRENCY": "4",
         "FLOWFORGE_LOG_LEVEL": "INFO",
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+        "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
         # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
         "FLOWFORGE_TEST_MODE": "1",
     }
@@ -156,6 +163,7 @@ def app_client(database_url: str) -> Iterator[Any]:
             database_url=database_url,
             max_body_bytes=65_536,
             encryption_key=parse_key(TEST_ENCRYPTION_KEY),
+            resume_key=parse_key(TEST_RESUME_KEY),
         )
     )
     app.extensions["flowforge.pool"].wait(timeout=10)

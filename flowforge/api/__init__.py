@@ -7,12 +7,27 @@ import logging
 
 from flask import Flask, Response, has_request_context, request
 
-from flowforge.api import executions, health, hooks, openapi, paths, pool, problems, workflows
+from flowforge.api import (
+    executions,
+    health,
+    hooks,
+    openapi,
+    paths,
+    pool,
+    problems,
+    resume,
+    workflows,
+)
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.config import Settings
 from flowforge.db import create_pool
 from flowforge.logs import configure_logging
+
+# A request waits for the database at most this long (plus db.REPLY_MARGIN_S), so a stalled
+# database is a 503 problem well before gunicorn's worker timeout (15 s, api/serve.py)
+# kills the sync worker and the client sees a reset instead.
+API_DB_TIMEOUT_S = 5.0
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -26,7 +41,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         settings.database_url,
         max_size=settings.db_pool_size,
         name="api",
-        timeout_s=settings.db_timeout_seconds,
+        timeout_s=min(settings.db_timeout_seconds, API_DB_TIMEOUT_S),
     )
     # Do not wait for the database: the API must start (and answer 503) while it is down.
     connections.open(wait=False)
@@ -40,7 +55,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     problems.install(app)
     paths.install(app)
     _install_request_ids(app)
-    for blueprint in (hooks.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
+    for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge import actions, catalog, definitions, flowcontrol, timeline
@@ -121,4 +123,42 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
         )
     with connection() as conn:
         status = actions.resolve(conn, execution_id, step_id, body["outcome"], body.get("output"))
+    return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+def _actor() -> dict[str, Any]:
+    """Who acts, for the history: the API key that authenticated this request."""
+    key: ApiKey = g.api_key
+    return {"kind": "api_key", "id": key.id, "name": key.name}
+
+
+@bp.post("/<execution_id:execution_id>/steps/<step_id>/complete")
+@key_required
+def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
+    """End a waiting wait step as a resume would: {"output": ...} becomes its output."""
+    _authorize_execution(execution_id, write=True)
+    if not definitions.is_step_id(step_id):
+        raise Problem(404, "Not found", "no such step")
+    body = json_body()
+    if not isinstance(body, dict) or set(body) - {"output"}:
+        raise Problem(
+            422,
+            "Invalid completion",
+            'send {"output": <any JSON>} (output may be left out: null)',
+            errors=[{"path": "$", "message": "an object with only output"}],
+        )
+    with connection() as conn:
+        status = actions.complete_wait(conn, execution_id, step_id, body.get("output"), _actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+@bp.post("/<execution_id:execution_id>/steps/<step_id>/fail")
+@key_required
+def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
+    """Fail a waiting wait step: the answer is no, and the execution fails."""
+    _authorize_execution(execution_id, write=True)
+    if not definitions.is_step_id(step_id):
+        raise Problem(404, "Not found", "no such step")
+    with connection() as conn:
+        status = actions.fail_wait(conn, execution_id, step_id, _actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200

@@ -30,6 +30,7 @@ PROBLEM_TEXT = {
     404: "No such resource",
     405: "Method not allowed on this resource",
     409: "Conflict with the current state",
+    410: "Gone: the wait is over (timed out, cancelled, completed, or its execution ended)",
     413: "Body larger than FLOWFORGE_MAX_BODY_BYTES",
     415: "Not identity-encoded application/json",
     422: "Invalid definition or request body; one entry in errors per problem",
@@ -160,7 +161,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["id", "type"],
         "properties": {
             "id": {"type": "string", "pattern": STEP_ID_PATTERN},
-            "type": {"type": "string", "enum": ["http_request", "delay", "transform"]},
+            "type": {"type": "string", "enum": ["http_request", "delay", "transform", "wait"]},
             "depends_on": {"type": "array", "maxItems": 20, "items": {"type": "string"}},
             "when": _ref("When"),
             "request": _ref("Request"),
@@ -168,6 +169,13 @@ SCHEMAS: dict[str, Any] = {
             "duration_s": {"type": "number", "minimum": 0, "maximum": 31536000},
             "until": {"type": "string", "description": "ISO-8601 instant or a template"},
             "output": {"description": "any JSON; templates resolved inside strings"},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 31536000},
+            "on_timeout": {"type": "string", "enum": ["fail", "continue"]},
+            "auth": {
+                "type": "string",
+                "enum": ["token", "signature"],
+                "description": "wait steps: whether a resume must also be signed",
+            },
         },
     },
     "Definition": {
@@ -302,6 +310,24 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "enum": STATUSES},
         },
     },
+    "Resumed": {
+        "type": "object",
+        "required": ["execution_id", "step", "status"],
+        "properties": {
+            "execution_id": {"type": "string", "format": "uuid"},
+            "step": {"type": "string"},
+            "status": {
+                "type": "string",
+                "enum": ["resumed", "kept"],
+                "description": "kept: the wait had not begun; it takes this body when it does",
+            },
+        },
+    },
+    "Completion": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"output": {"description": "the wait step's output (default null)"}},
+    },
     "Resolution": {
         "type": "object",
         "required": ["outcome"],
@@ -360,6 +386,28 @@ PATHS: dict[str, Any] = {
             tags=["webhooks"],
             parameters=[WORKFLOW_KEY, *WEBHOOK_HEADERS],
             body={"description": "any JSON value: the execution's input"},
+            public=True,
+        )
+    },
+    "/hooks/resume/{token}": {
+        "post": _operation(
+            "Resume a waiting wait step with the JSON body as its output",
+            {
+                "202": _json(_ref("Resumed"), "Resumed, or kept until the wait begins"),
+                "200": {
+                    **_json(_ref("Resumed"), "The same body again: nothing changed"),
+                    "headers": {
+                        "Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}}
+                    },
+                },
+                **_problems(400, 401, 404, 409, 410, 413, 415, 503),
+            },
+            tags=["webhooks"],
+            parameters=[
+                _path_param("token", {"type": "string"}, "The token of a resume URL"),
+                *WEBHOOK_HEADERS,
+            ],
+            body={"description": "any JSON value: the wait step's output"},
             public=True,
         )
     },
@@ -532,6 +580,35 @@ PATHS: dict[str, Any] = {
                 _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
             ],
             body=_ref("Resolution"),
+        )
+    },
+    "/api/v1/executions/{id}/steps/{step}/complete": {
+        "post": _operation(
+            "End a waiting wait step as a resume would, recorded with the API key",
+            {
+                "200": _json(_ref("ActionResult"), "Completed"),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[
+                EXECUTION_ID,
+                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
+            ],
+            body=_ref("Completion"),
+        )
+    },
+    "/api/v1/executions/{id}/steps/{step}/fail": {
+        "post": _operation(
+            "Fail a waiting wait step (and so its execution), recorded with the API key",
+            {
+                "200": _json(_ref("ActionResult"), "Failed"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[
+                EXECUTION_ID,
+                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
+            ],
         )
     },
     "/healthz": {

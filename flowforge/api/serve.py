@@ -24,6 +24,7 @@ from gunicorn import glogging, util
 from gunicorn.http import errors
 from gunicorn.workers.sync import SyncWorker
 
+from flowforge import waits
 from flowforge.api.problems import PROBLEM_JSON, problem_document
 from flowforge.logs import JsonFormatter, configure_logging
 
@@ -96,12 +97,13 @@ def log_request(
     request_id: str,
     remote: str | None,
 ) -> None:
-    """One access line: never the query string, headers or user, which may hold keys."""
+    """One access line: never the query string, headers or user, which may hold keys, nor
+    the token of a resume URL."""
     access_log.info(
         "request",
         extra={
             "method": method,
-            "path": path,
+            "path": waits.loggable_path(path),
             "status": status,
             "duration_ms": round(duration.total_seconds() * 1000, 3),
             "request_id": request_id,
@@ -169,7 +171,11 @@ class ProblemWorker(SyncWorker):
         if status == 500:
             self.log.exception(
                 "error handling request",
-                extra={"error": type(exc).__name__, "method": method, "path": path},
+                extra={
+                    "error": type(exc).__name__,
+                    "method": method,
+                    "path": waits.loggable_path(path),
+                },
             )
         else:
             self.log.warning(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import psycopg_pool
 
-from flowforge import faults, netguard
+from flowforge import faults, netguard, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import perform, render_request
@@ -42,6 +42,7 @@ class Executor:
         allow: netguard.Allowlist,
         secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
+        resume: waits.ResumeUrls | None = None,
     ) -> None:
         self.pool = pool
         self.worker_id = worker_id
@@ -49,6 +50,7 @@ class Executor:
         self.allow = allow
         self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
+        self.resume = resume
         self.leases = Leases(lease_s)
 
     def handle(self, wakeup: Wakeup) -> None:
@@ -94,7 +96,7 @@ class Executor:
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
         step = run.definition.step(sid)
         try:
-            rendered = render_request(step, run.context(sid), self.secret_bindings)
+            rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.

@@ -19,7 +19,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from flowforge import netguard
+from flowforge import netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
 from flowforge.worker.broker import Topology, heartbeat_seconds
@@ -65,6 +65,7 @@ class Worker:
             lease_s=settings.lease_seconds,
             allow=allow,
             secret_bindings=settings.secret_bindings,
+            resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
         )
         self.executor_threads = ThreadPoolExecutor(
             settings.worker_concurrency, thread_name_prefix="executor"

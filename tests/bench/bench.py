@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from flowforge.worker.broker import BROKER_ERRORS
-from tests.bench import figures, flow_control, limits, load
+from tests.bench import figures, flow_control, limits, load, resume_latency
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
 from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
 
@@ -48,10 +48,14 @@ class Plan:
     fan: int
     latency_s: int
     sleepers: int
+    resumes: int = 300
 
 
-QUICK = Plan(1, 4, 4, 2000, 50_000, 50_000, 500, 250, 6, 1_000_000)
-FULL = Plan(3, 15, 10, 5000, 50_000, 50_000, 2000, 1000, 20, 1_000_000)
+RESUME_RATE = 50.0  # resumes per second, open loop
+
+
+QUICK = Plan(1, 4, 4, 2000, 50_000, 50_000, 500, 250, 6, 1_000_000, 300)
+FULL = Plan(3, 15, 10, 5000, 50_000, 50_000, 2000, 1000, 20, 1_000_000, 1000)
 
 # (figure, comparison, target) from issue 6.
 TARGETS: list[tuple[str, str, float]] = [
@@ -270,6 +274,17 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
             "rate_per_s": rate,
         }
         ff["worker_rss_mb"] = median([c.worker_rss_peak_mb for c in chains])
+        resumed = repeat(
+            "resume_latency",
+            reps,
+            lambda: resume_latency.measure(s, stub.url, plan.resumes, RESUME_RATE),
+            lambda v: f"p50 {v['p50']:.1f} ms p99 {v['p99']:.1f} ms",
+        )
+        ff["resume_latency_ms"] = {
+            "p50": median([v["p50"] for v in resumed]),
+            "p99": median([v["p99"] for v in resumed]),
+            "rate_per_s": RESUME_RATE,
+        }
 
         # ---- flow control: the price of a limit, and fairness across keys ---------------
         limited = repeat(
@@ -506,6 +521,12 @@ def table(report: dict[str, Any]) -> str:
                     f"first execution of a quiet key, {ff['quiet_key_latency_ms']['backlog']:,}"
                     f" queued on another (p50 {ff['quiet_key_latency_ms']['p50']:.0f} ms)",
                 ),
+                (
+                    "resume_latency_ms.p50",
+                    _fmt(ff["resume_latency_ms"]["p50"]),
+                    f"resume -> next step started, open loop at {RESUME_RATE:.0f}/s",
+                ),
+                ("resume_latency_ms.p99", _fmt(ff["resume_latency_ms"]["p99"]), ""),
                 (
                     "delay_backlog_ratio",
                     _fmt(ff["delay_backlog_ratio"]),

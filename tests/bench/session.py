@@ -106,6 +106,10 @@ SLEEPER = {
 }
 
 
+# Signs the bench's resume URLs (32 bytes, base64url); the bench derives tokens with it.
+RESUME_KEY = "YmVuY2gtb25seS1yZXN1bWUta2V5LTMyLWJ5dGVzISE"
+
+
 @dataclass
 class Workflow:
     """A published workflow the bench drives."""
@@ -218,6 +222,10 @@ class Session:
             "FLOWFORGE_AMQP_PREFIX": PREFIX,
             "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
             "FLOWFORGE_WORKER_CONCURRENCY": str(self.worker_concurrency),
+            # Resume URLs of wait steps (tests/bench/resume_latency.py): the worker renders
+            # them against the API this session started.
+            "FLOWFORGE_RESUME_KEY": RESUME_KEY,
+            **({"FLOWFORGE_PUBLIC_URL": self.api_url} if self.api_url else {}),
             **extra,
         }
 
@@ -327,7 +335,7 @@ class Session:
                 self.conn.execute("TRUNCATE outbox, idempotency_keys")
             else:
                 self.conn.execute(
-                    "TRUNCATE executions, steps, attempts, execution_events, outbox, "
+                    "TRUNCATE executions, steps, attempts, execution_events, resumes, outbox, "
                     "idempotency_keys"
                 )
         if self.sleepers:

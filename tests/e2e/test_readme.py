@@ -30,7 +30,7 @@ from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Headings (## or ###) whose sh blocks are pasted, in README order.
-RUN = ("Running it yourself", "curl", "Signed webhooks")
+RUN = ("Running it yourself", "curl", "Waiting for the outside world", "Signed webhooks")
 NOT_RUN = {
     "The two commands": "bin/demo is tests/e2e/test_demo.py; bin/test is this suite",
     "Performance": "bin/bench takes minutes and starts its own servers",
@@ -104,7 +104,7 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
     assert "kill $(jobs -p)" in (ROOT / "README.md").read_text(encoding="utf-8")
     clone = tmp_path / "flowforge"
     fresh_copy(clone)
-    port, hang_port = free_port(), free_port()
+    port, hang_port, chat_port = free_port(), free_port(), free_port()
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
@@ -114,6 +114,7 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
         "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
         "PORT": str(port),
         "HANG_PORT": str(hang_port),
+        "CHAT_PORT": str(chat_port),
     }
     shell = subprocess.Popen(
         ["bash", "-e"],  # -e: a failing command fails the test; otherwise a plain shell
@@ -139,12 +140,15 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
 
     assert "small_order" in log and "because when shape.total lte 100 is false" in log
     assert "this workflow has no active signing secret" in log
+    assert "already resumed with a different body" in log and "the wait is over" in log
+    assert "idempotent-replayed: true" in log.lower()
     assert "no matching signature" in log
     with psycopg.connect(private_database) as db:
         statuses = dict(
             db.execute(
                 "SELECT e.idempotency_key, e.status FROM executions e"
-                " JOIN workflows w ON w.id = e.workflow_id WHERE w.key <> 'orders'"
+                " JOIN workflows w ON w.id = e.workflow_id"
+                " WHERE w.key NOT IN ('orders', 'approval')"
             ).fetchall()
         )
         assert statuses.pop("order-1001") == "succeeded"
@@ -155,6 +159,16 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
             " WHERE e.idempotency_key = 'order-1002' AND s.step_id = 'receipt'"
         ).fetchone()
         assert receipt == {"order": "A-1002", "payment_status": 201}
+        # The approval example: one resumed by its URL, one failed by the operator.
+        approvals = db.execute(
+            "SELECT e.status, s.output FROM executions e JOIN workflows w ON w.id = e.workflow_id"
+            " JOIN steps s ON s.execution_id = e.id AND s.step_id = 'decision'"
+            " WHERE w.key = 'approval' ORDER BY e.id"
+        ).fetchall()
+        assert approvals == [
+            ("succeeded", {"order": "A-2001", "approved": True}),
+            ("failed", None),
+        ]
         # `orders` checks signatures: its one execution is the Security recipe's signed
         # webhook (its webhook-id is the idempotency key), not the unsigned or forged ones.
         signed = db.execute(

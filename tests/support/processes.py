@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The key that seals webhook signing secrets in every test process (32 bytes, base64url).
 # Tests that need no key say so with FLOWFORGE_ENCRYPTION_KEY="".
 TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWVuY3J5cHRpb24ta2V5LTMyYnl0ZXM"
+# The key that signs resume URLs of wait steps in every test process (32 bytes).
+TEST_RESUME_KEY = "cmVzdW1lLWtleS1mb3ItdGVzdHMtb25seS0zMmJ5dGU"
 
 
 def free_port() -> int:
@@ -93,7 +95,11 @@ class Process:
 def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple[Process, str]:
     """bin/api on a free loopback port; returns the process and its base URL."""
     port = free_port()
-    env = {"FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY, **env}
+    env = {
+        "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+        "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        **env,
+    }
     proc = Process(
         [
             sys.executable,

@@ -1,13 +1,14 @@
 """The deployment files: docker-compose.yml and the Dockerfile, and the systemd units.
 
 systemd-analyze (Debian's systemd package; .ci/run installs it where missing) checks the
-units as systemd would load them and scores their hardening. Docker is not available in
-CI: compose is parsed and checked for what the deployment promises, and `docker compose
-config` validates it as well wherever the compose plugin exists.
+units as systemd would load them and scores their hardening. No Docker daemon runs in CI:
+compose is parsed and checked for what the deployment promises, and `docker compose
+config` (or Debian's docker-compose, which .ci/run installs) validates the file.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -154,21 +155,30 @@ def test_compose_puts_the_repositorys_nginx_site_in_front_with_matching_limits(
     assert "FLOWFORGE_HTTP_ALLOW" in compose_text.split("FLOWFORGE_HTTP_ALLOW:")[0]  # explained
 
 
-def test_docker_compose_config_accepts_the_file_where_compose_exists() -> None:
-    """Where the compose plugin is installed it must accept the file; CI has none, and then
-    the structural checks above are what holds."""
+def _compose_command() -> list[str] | None:
+    """`docker compose` (the plugin) where it exists, else Debian's `docker-compose`
+    (which .ci/run installs); both validate without a Docker daemon."""
     docker = shutil.which("docker")
-    has_compose = (
-        docker is not None
+    if (
+        docker
         and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    ):
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    """Compose itself parses the file: interpolation, anchors, the depends_on conditions."""
+    command = _compose_command()
+    if command is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no docker compose nor docker-compose: .ci/run installs docker-compose")
+        pytest.skip("docker compose is not installed here (apt-get install docker-compose)")
+    result = subprocess.run(
+        [*command, "-f", "docker-compose.yml", "config", "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
-    if has_compose:
-        assert docker is not None
-        result = subprocess.run(
-            [docker, "compose", "config", "--quiet"], cwd=ROOT, capture_output=True, text=True
-        )
-        assert result.returncode == 0, result.stderr
-    else:
-        # Still a real check: the anchors resolve and every service has an image.
-        parsed = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-        assert all("image" in service for service in parsed["services"].values())
+    assert result.returncode == 0, result.stderr
