@@ -27,11 +27,29 @@ import psycopg
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import ClientError, Conflict
-from flowforge.model import EventKind
+from flowforge.model import (
+    EventKind,
+    ExecutionStatus,
+    StepStatus,
+    execution_event,
+    step_event,
+    transition,
+)
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.templating import TemplateError, render
 
 logger = logging.getLogger(__name__)
+
+# What the set-based statements below write are the engine's words (model.py), the same a
+# Run would produce: a dropped execution `queued -> cancelled` with reason `concurrency`,
+# its steps `cancelled`; a started one's roots `pending -> ready`.
+_QUEUED, _CANCELLED = ExecutionStatus.QUEUED.value, ExecutionStatus.CANCELLED.value
+_PENDING, _READY = StepStatus.PENDING.value, StepStatus.READY.value
+_STEP_CANCELLED = StepStatus.CANCELLED.value
+_DROPPED_KIND = execution_event(ExecutionStatus.CANCELLED)
+_DROPPED = json.dumps({**transition(_QUEUED, _CANCELLED), "reason": "concurrency"})
+_READY_KIND = step_event(StepStatus.READY)
+_MADE_READY = json.dumps(transition(_PENDING, _READY))
 
 # Keys are stored and shown; a bounded length keeps index entries small.
 MAX_KEY_CHARS = 255
@@ -102,7 +120,7 @@ WITH current AS (
                             concurrency_key, slot_at, deadline_at, expires_at, stop_reason,
                             finished_at)
     SELECT %(id)s, %(workflow_id)s, %(version_id)s,
-           CASE WHEN mode = 'drop' THEN 'cancelled' ELSE 'queued' END,
+           CASE WHEN mode = 'drop' THEN '{_CANCELLED}' ELSE '{_QUEUED}' END,
            %(input)s::jsonb, %(key)s, %(ckey)s::text,
            CASE WHEN mode IN ('start', 'replace') AND %(ckey)s::text IS NOT NULL THEN now() END,
            now() + make_interval(secs => %(deadline_s)s::float8),
@@ -114,9 +132,9 @@ WITH current AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, error,
                        finished_at)
     SELECT %(id)s, s.step_id, s.type, s.position,
-           CASE WHEN mode = 'drop' THEN 'cancelled'
-                WHEN s.root AND mode IN ('start', 'replace') THEN 'ready'
-                ELSE 'pending' END,
+           CASE WHEN mode = 'drop' THEN '{_STEP_CANCELLED}'
+                WHEN s.root AND mode IN ('start', 'replace') THEN '{_READY}'
+                ELSE '{_PENDING}' END,
            CASE WHEN s.root AND mode IN ('start', 'replace') THEN now() END,
            CASE WHEN mode = 'drop' THEN 'not run: concurrency limit reached (on_full drop_new)' END,
            CASE WHEN mode = 'drop' THEN now() END
@@ -129,13 +147,12 @@ WITH current AS (
     WHERE mode IN ('start', 'replace')
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
-    SELECT %(id)s, 'execution.queued', %(event)s::jsonb FROM accepted
+    SELECT %(id)s, %(queued_kind)s, %(event)s::jsonb FROM accepted
     UNION ALL
     SELECT %(id)s, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', %(ckey)s::text)
     FROM accepted WHERE mode IN ('start', 'replace') AND %(ckey)s::text IS NOT NULL
     UNION ALL
-    SELECT %(id)s, 'execution.cancelled',
-           '{{"from": "queued", "to": "cancelled", "reason": "concurrency"}}'::jsonb
+    SELECT %(id)s, '{_DROPPED_KIND}', '{_DROPPED}'::jsonb
     FROM accepted WHERE mode = 'drop'
 )
 SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
@@ -180,7 +197,7 @@ WITH head AS (
          jsonb_array_elements(v.definition->'steps') AS elem
     WHERE coalesce(jsonb_array_length(elem->'depends_on'), 0) = 0
 ), ready AS (
-    UPDATE steps s SET status = 'ready', ready_at = now()
+    UPDATE steps s SET status = '{_READY}', ready_at = now()
     FROM roots WHERE s.execution_id = roots.id AND s.step_id = roots.step_id
       AND s.status = 'pending'
     RETURNING s.execution_id, s.step_id
@@ -191,7 +208,7 @@ WITH head AS (
     SELECT id, NULL, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', %(ckey)s::text)
     FROM granted
     UNION ALL
-    SELECT execution_id, step_id, 'step.ready', '{{"from": "pending", "to": "ready"}}'::jsonb
+    SELECT execution_id, step_id, '{_READY_KIND}', '{_MADE_READY}'::jsonb
     FROM ready
 )
 SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END FROM granted
