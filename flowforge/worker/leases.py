@@ -36,14 +36,16 @@ SAFE_FRACTION = 0.5
 # request is refused for want of a confirmation.
 BEATS_PER_LEASE = 6
 
-# Renews only leases that still carry our token and our name; whatever is missing from
-# the answer was taken from us.
+# Renews only leases that still carry our token and our name and have not run out; whatever
+# is missing from the answer was taken from us. An expired lease belongs to lease recovery
+# (which may already have read it as expired): a late beat must not revive it.
 RENEW = """
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
 FROM unnest(%(execution_ids)s::uuid[], %(step_ids)s::text[], %(tokens)s::bigint[])
      AS held(execution_id, step_id, token)
 WHERE s.execution_id = held.execution_id AND s.step_id = held.step_id
   AND s.fencing_token = held.token AND s.status = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_expires_at > now()
 RETURNING s.execution_id, s.step_id, s.fencing_token
 """
 

@@ -24,6 +24,16 @@ SELECT execution_id, step_id FROM steps
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT 100
 """
+# Locks the lapsed step's row and confirms, on its newest version, that the lease is still
+# the one read and still expired. A renewal that was in flight when the steps were read
+# either committed first (then this finds no row: the lease is live) or waits for this
+# transaction and then finds the step no longer running under its token.
+LOCK_LAPSED = """
+SELECT 1 FROM steps
+WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
+  AND fencing_token = %(token)s AND lease_expires_at < now()
+FOR UPDATE
+"""
 # A step whose recovery failed (a bug, a row no code path should have written) moves to
 # the back of the queue for this long, instead of failing first in every pass.
 SET_ASIDE_S = 300.0
@@ -72,6 +82,9 @@ class LeaseRecovery:
             state = run.steps[step_id]
             if not state.lease_expired or state.status != StepStatus.RUNNING:
                 return  # renewed or finished since we looked
+            lapsed = {"id": execution_id, "step": step_id, "token": state.fencing_token}
+            if conn.execute(LOCK_LAPSED, lapsed).fetchone() is None:
+                return  # renewed while we read the steps
             logger.warning(
                 "recovering expired lease",
                 extra={"execution_id": execution_id, "step": step_id, "owner": state.lease_owner},
