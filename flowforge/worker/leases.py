@@ -62,6 +62,9 @@ class Lease:
         self.lease_s = lease_s
         self.confirmed_at = confirmed_at
         self.lost = False
+        # Set by the holder before its checkpoint commits: from then on the step may stop
+        # running at any moment, and a renewal that finds it gone is no takeover.
+        self.finished = False
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -136,8 +139,8 @@ class Heartbeat(Loop):
         return self.interval
 
     def beat(self) -> None:
-        """Renew every lease still held; mark and log the ones another worker took over."""
-        held = [lease for lease in self.leases.snapshot() if not lease.lost]
+        """Renew every lease still worked on; mark and log the ones another worker took over."""
+        held = [lease for lease in self.leases.snapshot() if not (lease.lost or lease.finished)]
         if not held:
             return
         sent_at = time.monotonic()
@@ -158,9 +161,9 @@ class Heartbeat(Loop):
         for lease in held:
             if lease.key in renewed:
                 lease.confirmed_at = max(lease.confirmed_at, sent_at)
-            elif self.leases.is_held(lease):
-                # Still held but not renewed: taken over (a step that finished while we
-                # renewed is released, not lost).
+            elif not lease.finished and self.leases.is_held(lease):
+                # Still worked on but not renewed: taken over (a step whose checkpoint
+                # committed while we renewed is finished, not lost).
                 lease.lost = True
                 logger.warning(
                     "lease lost: another worker owns the step now",
