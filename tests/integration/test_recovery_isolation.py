@@ -212,6 +212,9 @@ def test_a_step_whose_recovery_keeps_failing_is_settled_unknown_for_an_operator(
     assert listed.status_code == 200, listed.get_data(as_text=True)
     assert eid in [e["id"] for e in listed.get_json()["items"]]
     assert recovery.reap() == 0  # nothing left to recover
+    cancelled = app_client.post(f"/api/v1/executions/{eid}/cancel", headers=auth(api_key))
+    assert cancelled.status_code in {200, 202}, cancelled.get_data(as_text=True)
+    assert cancelled.get_json()["status"] == "cancelled"  # no longer running for ever
 
 
 def test_a_wake_up_that_keeps_failing_is_re_dispatched_ever_more_rarely(
