@@ -276,13 +276,15 @@ def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dic
 
 def _parsed(text: str, secrets: re.Pattern[str] | None) -> Any:
     """The JSON body, redacted again after decoding (escapes such as \\u0074 hide a secret
-    from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999, deep
-    nesting) stays text, so a hostile server cannot make the checkpoint fail."""
+    from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999) or that
+    nests beyond MAX_DEPTH stays text, so a hostile server can neither make the checkpoint
+    fail nor store a value that fails to load later. Judged before the (recursive)
+    redaction, which then never meets a value deeper than the limit."""
     try:
-        value = _redact_json(json.loads(text), secrets)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         return text
-    return value if jsonb_storable(value) else text
+    return _redact_json(value, secrets) if jsonb_storable(value) else text
 
 
 def _redact_json(value: Any, secrets: re.Pattern[str] | None) -> Any:

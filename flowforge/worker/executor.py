@@ -85,7 +85,7 @@ class Executor:
                 faults.hit("after_claim_commit")
                 outcome = self._attempt(run, sid, lease)
                 faults.hit("after_http_response")
-                self._checkpoint(eid, sid, token, outcome)
+                self._checkpoint(eid, sid, lease, outcome)
         faults.hit("before_ack")
 
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
@@ -113,8 +113,9 @@ class Executor:
         logger.info("sending request", extra={**log, "method": rendered.method})
         return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
 
-    def _checkpoint(self, eid: str, sid: str, token: int, outcome: Outcome) -> None:
+    def _checkpoint(self, eid: str, sid: str, lease: Lease, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
+        token = lease.token
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
             run = load_run(conn, eid)
@@ -136,6 +137,9 @@ class Executor:
                 )
                 return
             run.record_outcome(sid, token, outcome)
+            # Before the step row changes: a beat that then finds the step no longer
+            # running must know it finished here rather than was taken over.
+            lease.finished = True
             save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",
