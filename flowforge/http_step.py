@@ -4,6 +4,7 @@ what happened in the terms of SPEC §7 — succeeded, retry, failed, or unknown.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -122,10 +123,10 @@ def render_request(
     )
 
 
-# JSON's two-character escapes, by the character they stand for.
+# JSON's two-character escapes, by the character they stand for; the backslash's own
+# is spelled by _backslashes_pattern.
 _SHORT_ESCAPES = {
     '"': '"',
-    "\\": "\\",
     "/": "/",
     "\b": "b",
     "\f": "f",
@@ -135,24 +136,58 @@ _SHORT_ESCAPES = {
 }
 
 
+# A JSON escape nested in JSON strings d levels deep sits behind 2**(d-1) backslashes; 16
+# covers five levels. A bounded run is what keeps matching linear: an unbounded one, tried
+# at every start inside a long run of backslashes, scanned the rest of the run each time.
+# A longer run still matches, starting later in it: only the extra backslashes stay.
+_RUN = r"\\{1,16}"
+
+
 def _char_pattern(char: str) -> str:
     """Every way one character of a secret may come back: as itself in any letter case,
-    JSON-escaped (\\uXXXX or \\n style, behind any number of backslashes, as JSON inside
-    a JSON string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
-    alternatives = []  # the longest spellings first: a '\\' must not stop at one backslash
+    JSON-escaped (\\uXXXX or \\n style, behind up to 16 backslashes, as JSON inside a JSON
+    string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
+    alternatives = []  # the longest spellings first
     code = ord(char)
     if code > 0xFFFF:
         high, low = divmod(code - 0x10000, 0x400)
-        alternatives.append(rf"\\+u{0xD800 + high:04x}\\+u{0xDC00 + low:04x}")
+        alternatives.append(rf"{_RUN}u{0xD800 + high:04x}{_RUN}u{0xDC00 + low:04x}")
     else:
-        alternatives.append(rf"\\+u{code:04x}")
+        alternatives.append(rf"{_RUN}u{code:04x}")
     if char in _SHORT_ESCAPES:
-        alternatives.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
-    alternatives.append("".join(rf"(?:%|\\+u0025){byte:02x}" for byte in char.encode()))
+        alternatives.append(_RUN + re.escape(_SHORT_ESCAPES[char]))
+    alternatives.append("".join(rf"(?:%|{_RUN}u0025){byte:02x}" for byte in char.encode()))
     if char == " ":
         alternatives.append(r"\+")
     alternatives.append(re.escape(char))
     return "(?:" + "|".join(alternatives) + ")"
+
+
+def _backslashes_pattern(count: int) -> str:
+    """A run of `count` backslashes in a secret, spelled as one: char by char, the run's
+    raw and escaped forms (1 to 17 backslashes each) could split a long run of backslashes
+    in a body so many ways that trying them all takes exponential time."""
+    alternatives = (
+        rf"(?:{_RUN}u005c){{{count}}}",
+        rf"(?:(?:%|{_RUN}u0025)5c){{{count}}}",
+        rf"\\{{{count},{17 * count}}}",
+    )
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _secret_pattern(value: str) -> str:
+    """The pattern for one spelling of a secret: character by character, except that each
+    run of backslashes is one piece. One that starts with a backslash starts only where a
+    run of them does: tried inside a run, its first piece would take up to 17 backslashes
+    per secret backslash and then try every shorter split, at every position."""
+    pieces = [r"(?<!\\)"] if value.startswith("\\") else []
+    for char, run in itertools.groupby(value):
+        count = len(list(run))
+        if char == "\\":
+            pieces.append(_backslashes_pattern(count))
+        else:
+            pieces.extend([_char_pattern(char)] * count)
+    return "".join(pieces)
 
 
 def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
@@ -161,11 +196,11 @@ def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
     one ('ß'.upper() is 'SS'), which IGNORECASE alone would miss."""
     spelled: dict[str, str] = {}  # spelling -> its pattern
     for value in filter(None, values):
-        pattern = "".join(_char_pattern(char) for char in value)
+        pattern = _secret_pattern(value)
         spelled[value] = pattern
         for other in (value.upper(), value.lower(), value.casefold()):
             if other not in spelled and not re.fullmatch(pattern, other, re.IGNORECASE):
-                spelled[other] = "".join(_char_pattern(char) for char in other)
+                spelled[other] = _secret_pattern(other)
     if not spelled:
         return None
     longest_first = sorted(spelled, key=len, reverse=True)
