@@ -43,6 +43,10 @@ class Rendered:
     redactor: re.Pattern[str] | None  # matches every spelling of every secret used
     url_holds_secret: bool  # then no error message may name the URL's scheme or host
 
+    def redact(self, text: str) -> str:
+        """The text without any spelling of the secrets this request uses."""
+        return _redact(text, self.redactor)
+
 
 class SecretMissing(TemplateError):
     """A template names a secret the worker was not given."""
