@@ -41,6 +41,7 @@ class Rendered:
     body: bytes | None
     timeout_s: float
     redactor: re.Pattern[str] | None  # matches every spelling of every secret used
+    redactor_reach: int  # the most bytes one match of it may span
     url_holds_secret: bool  # then no error message may name the URL's scheme or host
 
     def redact(self, text: str) -> str:
@@ -121,6 +122,7 @@ def render_request(
         body=body,
         timeout_s=float(request["timeout_s"]),
         redactor=redactor(secrets.values()),
+        redactor_reach=redactor_reach(secrets.values()),
         url_holds_secret=any(
             path.startswith("secrets.") for path in find_placeholders(request["url"])
         ),
@@ -211,6 +213,20 @@ def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(spelled[form] for form in longest_first), re.IGNORECASE)
 
 
+# The longest spelling of one character: each of its (up to 4) UTF-8 bytes %-encoded with
+# the '%' JSON-escaped behind 16 backslashes, 23 bytes apiece.
+_LONGEST_CHAR_SPELLING = 4 * (16 + len("u0025") + 2)
+
+
+def redactor_reach(values: Iterable[str]) -> int:
+    """The most bytes one match of `redactor(values)` may span; a response is read this far
+    past its size limit, so a secret straddling the cut is still redacted whole."""
+    forms = [
+        form for value in values for form in (value, value.upper(), value.lower(), value.casefold())
+    ]
+    return _LONGEST_CHAR_SPELLING * max(map(len, forms), default=0)
+
+
 def _header_text(name: str, value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -240,7 +256,7 @@ def perform(
             body=rendered.body,
             timeout_s=rendered.timeout_s,
             allow=allow,
-            max_response_bytes=max_response_bytes,
+            max_response_bytes=max_response_bytes + rendered.redactor_reach,
             reveal_origin=not rendered.url_holds_secret,
             before_send=before_send,
         )
@@ -253,7 +269,7 @@ def perform(
     except netguard.SentNoResponse as exc:
         error = _redact(f"no response: {exc}", rendered.redactor)
         return Outcome("retry" if safe else "unknown", error=error)
-    output = _output(result, rendered.redactor)
+    output = _output(result, rendered.redactor, max_response_bytes)
     if 200 <= result.status < 300:
         return Outcome(
             "succeeded", output=output, http_status=result.status, duration_ms=result.duration_ms
@@ -270,12 +286,22 @@ def perform(
     )
 
 
-def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dict[str, Any]:
+def _output(
+    result: netguard.HttpResult, secrets: re.Pattern[str] | None, max_response_bytes: int
+) -> dict[str, Any]:
+    truncated = result.truncated or len(result.body) > max_response_bytes
+    text = result.body.decode("utf-8", errors="replace")
+    if truncated:
+        # Redacted before the cut, never after: a secret the cut went through would be
+        # stored minus only its last characters.
+        kept = len(result.body[:max_response_bytes].decode("utf-8", errors="replace"))
+        text = _redact_prefix(text, secrets, kept)
+    else:
+        text = _redact(text, secrets)
     # NUL cannot be stored in PostgreSQL text: a server sending one must not block the checkpoint.
-    text = _redact(result.body.decode("utf-8", errors="replace"), secrets)
     text = text.replace("\x00", "\ufffd")
     body: Any = text
-    if "json" in result.headers.get("content-type", "") and not result.truncated:
+    if "json" in result.headers.get("content-type", "") and not truncated:
         body = _parsed(text, secrets)
     headers = {
         name: _redact(result.headers[name], secrets).replace("\x00", "\ufffd")
@@ -286,7 +312,7 @@ def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dic
         "status": result.status,
         "headers": headers,
         "body": body,
-        "truncated": result.truncated,
+        "truncated": truncated,
     }
 
 
@@ -312,6 +338,23 @@ def _redact_json(value: Any, secrets: re.Pattern[str] | None) -> Any:
     if isinstance(value, list):
         return [_redact_json(item, secrets) for item in value]
     return value
+
+
+def _redact_prefix(text: str, secrets: re.Pattern[str] | None, length: int) -> str:
+    """The first `length` characters of the text, redacted; a secret that starts among them
+    is redacted whole. Cut in the text's own positions, as replacements shorter than the
+    secret would otherwise pull in the start of one the read limit went through."""
+    if secrets is None:
+        return text[:length]
+    pieces = []
+    end = 0
+    for match in secrets.finditer(text):
+        if match.start() >= length:
+            break
+        pieces += [text[end : match.start()], REDACTED]
+        end = match.end()
+    pieces.append(text[end:length])
+    return "".join(pieces)
 
 
 def _redact(text: str, secrets: re.Pattern[str] | None) -> str:
