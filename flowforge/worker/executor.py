@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Mapping
 
 import psycopg_pool
@@ -89,15 +90,23 @@ class Executor:
         faults.hit("before_ack")
 
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
+        """Render and send the request; never raises, so the step is always checkpointed."""
         step = run.definition.step(sid)
+        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
         try:
             rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
-        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
+        except Exception as exc:
+            # Its message may quote a secret, and there is no redactor yet: the name only.
+            name = type(exc).__name__
+            logger.error("internal error rendering the request", extra={**log, "error": name})
+            return Outcome("failed", error=f"not sent: internal error: {name}")
+        passed_fence = False  # from then on the request may have left
 
         def fence() -> None:
             """Connected, nothing written yet: the last moment to keep the request home."""
+            nonlocal passed_fence
             faults.hit("before_request_send")
             if not lease.still_ours():
                 logger.warning(
@@ -109,9 +118,28 @@ class Executor:
                     },
                 )
                 raise netguard.NotSent("lease not confirmed in time; request kept back")
+            passed_fence = True
 
         logger.info("sending request", extra={**log, "method": rendered.method})
-        return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
+        try:
+            return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
+        except Exception as exc:
+            # A bug must not leave the step running with nobody checkpointing it: that
+            # dead-letters the wake-up, and the reaper would later call an unsafe request
+            # that never left `unknown`. Only once past the fence may it have left.
+            name = type(exc).__name__
+            logger.error(
+                "internal error during the request",
+                extra={
+                    **log,
+                    "passed_fence": passed_fence,
+                    "error": rendered.redact(_traceback(exc)),
+                },
+            )
+            if not passed_fence:
+                return Outcome("failed", error=f"not sent: internal error: {name}")
+            kind = "retry" if step.repeat_safe else "unknown"
+            return Outcome(kind, error=f"may have been sent: internal error: {name}")
 
     def _checkpoint(self, eid: str, sid: str, lease: Lease, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
@@ -145,3 +173,8 @@ class Executor:
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+
+def _traceback(exc: BaseException) -> str:
+    """The exception with its stack, for a log line that must still go through redaction."""
+    return "".join(traceback.format_exception(exc))
