@@ -709,8 +709,9 @@ class _Parser:
                 self.error(path, _SECRETS_MESSAGE)
             elif len(rest) != 1:
                 self.error(path, f"{dotted!r}: name one secret, as secrets.NAME")
-            elif rest[0].upper().endswith("_WORKFLOWS"):
-                # FLOWFORGE_SECRET_<NAME>_WORKFLOWS binds secret NAME to workflows.
+            elif not self.stored and rest[0].upper().endswith("_WORKFLOWS"):
+                # FLOWFORGE_SECRET_<NAME>_WORKFLOWS binds secret NAME to workflows. A rule
+                # newer than some stored versions: those must still load (and run).
                 self.error(path, f"{dotted!r}: secret names may not end in _workflows")
         elif head == "waits":
             if not secrets:

@@ -4,6 +4,7 @@ what happened in the terms of SPEC §7 — succeeded, retry, failed, or unknown.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -40,7 +41,12 @@ class Rendered:
     body: bytes | None
     timeout_s: float
     redactor: re.Pattern[str] | None  # matches every spelling of every secret used
+    redactor_reach: int  # the most bytes one match of it may span
     url_holds_secret: bool  # then no error message may name the URL's scheme or host
+
+    def redact(self, text: str) -> str:
+        """The text without any spelling of the secrets this request uses."""
+        return _redact(text, self.redactor)
 
 
 class SecretMissing(TemplateError):
@@ -139,16 +145,17 @@ def render_request(
         body=body,
         timeout_s=float(request["timeout_s"]),
         redactor=redactor(credentials),
+        redactor_reach=redactor_reach(credentials),
         url_holds_secret=any(
             path.startswith(("secrets.", "waits.")) for path in find_placeholders(request["url"])
         ),
     )
 
 
-# JSON's two-character escapes, by the character they stand for.
+# JSON's two-character escapes, by the character they stand for; the backslash's own
+# is spelled by _backslashes_pattern.
 _SHORT_ESCAPES = {
     '"': '"',
-    "\\": "\\",
     "/": "/",
     "\b": "b",
     "\f": "f",
@@ -158,24 +165,58 @@ _SHORT_ESCAPES = {
 }
 
 
+# A JSON escape nested in JSON strings d levels deep sits behind 2**(d-1) backslashes; 16
+# covers five levels. A bounded run is what keeps matching linear: an unbounded one, tried
+# at every start inside a long run of backslashes, scanned the rest of the run each time.
+# A longer run still matches, starting later in it: only the extra backslashes stay.
+_RUN = r"\\{1,16}"
+
+
 def _char_pattern(char: str) -> str:
     """Every way one character of a secret may come back: as itself in any letter case,
-    JSON-escaped (\\uXXXX or \\n style, behind any number of backslashes, as JSON inside
-    a JSON string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
-    alternatives = []  # the longest spellings first: a '\\' must not stop at one backslash
+    JSON-escaped (\\uXXXX or \\n style, behind up to 16 backslashes, as JSON inside a JSON
+    string doubles them), %-encoded UTF-8 in either hex case, '+' for a space."""
+    alternatives = []  # the longest spellings first
     code = ord(char)
     if code > 0xFFFF:
         high, low = divmod(code - 0x10000, 0x400)
-        alternatives.append(rf"\\+u{0xD800 + high:04x}\\+u{0xDC00 + low:04x}")
+        alternatives.append(rf"{_RUN}u{0xD800 + high:04x}{_RUN}u{0xDC00 + low:04x}")
     else:
-        alternatives.append(rf"\\+u{code:04x}")
+        alternatives.append(rf"{_RUN}u{code:04x}")
     if char in _SHORT_ESCAPES:
-        alternatives.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
-    alternatives.append("".join(rf"(?:%|\\+u0025){byte:02x}" for byte in char.encode()))
+        alternatives.append(_RUN + re.escape(_SHORT_ESCAPES[char]))
+    alternatives.append("".join(rf"(?:%|{_RUN}u0025){byte:02x}" for byte in char.encode()))
     if char == " ":
         alternatives.append(r"\+")
     alternatives.append(re.escape(char))
     return "(?:" + "|".join(alternatives) + ")"
+
+
+def _backslashes_pattern(count: int) -> str:
+    """A run of `count` backslashes in a secret, spelled as one: char by char, the run's
+    raw and escaped forms (1 to 17 backslashes each) could split a long run of backslashes
+    in a body so many ways that trying them all takes exponential time."""
+    alternatives = (
+        rf"(?:{_RUN}u005c){{{count}}}",
+        rf"(?:(?:%|{_RUN}u0025)5c){{{count}}}",
+        rf"\\{{{count},{17 * count}}}",
+    )
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _secret_pattern(value: str) -> str:
+    """The pattern for one spelling of a secret: character by character, except that each
+    run of backslashes is one piece. One that starts with a backslash starts only where a
+    run of them does: tried inside a run, its first piece would take up to 17 backslashes
+    per secret backslash and then try every shorter split, at every position."""
+    pieces = [r"(?<!\\)"] if value.startswith("\\") else []
+    for char, run in itertools.groupby(value):
+        count = len(list(run))
+        if char == "\\":
+            pieces.append(_backslashes_pattern(count))
+        else:
+            pieces.extend([_char_pattern(char)] * count)
+    return "".join(pieces)
 
 
 def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
@@ -184,15 +225,29 @@ def redactor(values: Iterable[str]) -> re.Pattern[str] | None:
     one ('ß'.upper() is 'SS'), which IGNORECASE alone would miss."""
     spelled: dict[str, str] = {}  # spelling -> its pattern
     for value in filter(None, values):
-        pattern = "".join(_char_pattern(char) for char in value)
+        pattern = _secret_pattern(value)
         spelled[value] = pattern
         for other in (value.upper(), value.lower(), value.casefold()):
             if other not in spelled and not re.fullmatch(pattern, other, re.IGNORECASE):
-                spelled[other] = "".join(_char_pattern(char) for char in other)
+                spelled[other] = _secret_pattern(other)
     if not spelled:
         return None
     longest_first = sorted(spelled, key=len, reverse=True)
     return re.compile("|".join(spelled[form] for form in longest_first), re.IGNORECASE)
+
+
+# The longest spelling of one character: each of its (up to 4) UTF-8 bytes %-encoded with
+# the '%' JSON-escaped behind 16 backslashes, 23 bytes apiece.
+_LONGEST_CHAR_SPELLING = 4 * (16 + len("u0025") + 2)
+
+
+def redactor_reach(values: Iterable[str]) -> int:
+    """The most bytes one match of `redactor(values)` may span; a response is read this far
+    past its size limit, so a secret straddling the cut is still redacted whole."""
+    forms = [
+        form for value in values for form in (value, value.upper(), value.lower(), value.casefold())
+    ]
+    return _LONGEST_CHAR_SPELLING * max(map(len, forms), default=0)
 
 
 def _header_text(name: str, value: Any) -> str:
@@ -224,7 +279,7 @@ def perform(
             body=rendered.body,
             timeout_s=rendered.timeout_s,
             allow=allow,
-            max_response_bytes=max_response_bytes,
+            max_response_bytes=max_response_bytes + rendered.redactor_reach,
             reveal_origin=not rendered.url_holds_secret,
             before_send=before_send,
         )
@@ -237,7 +292,7 @@ def perform(
     except netguard.SentNoResponse as exc:
         error = _redact(f"no response: {exc}", rendered.redactor)
         return Outcome("retry" if safe else "unknown", error=error)
-    output = _output(result, rendered.redactor)
+    output = _output(result, rendered.redactor, max_response_bytes)
     if 200 <= result.status < 300:
         return Outcome(
             "succeeded", output=output, http_status=result.status, duration_ms=result.duration_ms
@@ -254,12 +309,22 @@ def perform(
     )
 
 
-def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dict[str, Any]:
+def _output(
+    result: netguard.HttpResult, secrets: re.Pattern[str] | None, max_response_bytes: int
+) -> dict[str, Any]:
+    truncated = result.truncated or len(result.body) > max_response_bytes
+    text = result.body.decode("utf-8", errors="replace")
+    if truncated:
+        # Redacted before the cut, never after: a secret the cut went through would be
+        # stored minus only its last characters.
+        kept = len(result.body[:max_response_bytes].decode("utf-8", errors="replace"))
+        text = _redact_prefix(text, secrets, kept)
+    else:
+        text = _redact(text, secrets)
     # NUL cannot be stored in PostgreSQL text: a server sending one must not block the checkpoint.
-    text = _redact(result.body.decode("utf-8", errors="replace"), secrets)
     text = text.replace("\x00", "\ufffd")
     body: Any = text
-    if "json" in result.headers.get("content-type", "") and not result.truncated:
+    if "json" in result.headers.get("content-type", "") and not truncated:
         body = _parsed(text, secrets)
     headers = {
         name: _redact(result.headers[name], secrets).replace("\x00", "\ufffd")
@@ -270,19 +335,21 @@ def _output(result: netguard.HttpResult, secrets: re.Pattern[str] | None) -> dic
         "status": result.status,
         "headers": headers,
         "body": body,
-        "truncated": result.truncated,
+        "truncated": truncated,
     }
 
 
 def _parsed(text: str, secrets: re.Pattern[str] | None) -> Any:
     """The JSON body, redacted again after decoding (escapes such as \\u0074 hide a secret
-    from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999, deep
-    nesting) stays text, so a hostile server cannot make the checkpoint fail."""
+    from the text); JSON that jsonb cannot hold (\\u0000, lone surrogates, 1e999) or that
+    nests beyond MAX_DEPTH stays text, so a hostile server can neither make the checkpoint
+    fail nor store a value that fails to load later. Judged before the (recursive)
+    redaction, which then never meets a value deeper than the limit."""
     try:
-        value = _redact_json(json.loads(text), secrets)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         return text
-    return value if jsonb_storable(value) else text
+    return _redact_json(value, secrets) if jsonb_storable(value) else text
 
 
 def _redact_json(value: Any, secrets: re.Pattern[str] | None) -> Any:
@@ -296,6 +363,23 @@ def _redact_json(value: Any, secrets: re.Pattern[str] | None) -> Any:
     if isinstance(value, list):
         return [_redact_json(item, secrets) for item in value]
     return value
+
+
+def _redact_prefix(text: str, secrets: re.Pattern[str] | None, length: int) -> str:
+    """The first `length` characters of the text, redacted; a secret that starts among them
+    is redacted whole. Cut in the text's own positions, as replacements shorter than the
+    secret would otherwise pull in the start of one the read limit went through."""
+    if secrets is None:
+        return text[:length]
+    pieces = []
+    end = 0
+    for match in secrets.finditer(text):
+        if match.start() >= length:
+            break
+        pieces += [text[end : match.start()], REDACTED]
+        end = match.end()
+    pieces.append(text[end:length])
+    return "".join(pieces)
 
 
 def _redact(text: str, secrets: re.Pattern[str] | None) -> str:

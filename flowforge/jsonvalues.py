@@ -30,6 +30,16 @@ _UNSTORABLE_NUMBER = (
 
 _UNSTORABLE_STRING = "strings may not contain \\u0000 or unpaired surrogates"
 
+# Containers nested deeper than this are refused. Python 3.11's C json parser and encoder
+# share the interpreter's recursion counter, so the depth they manage depends on how deep
+# the caller's stack already is (about 990 levels from an idle thread, fewer inside a
+# request): a value accepted in one place could fail to load in another. One explicit
+# limit, far below that, makes every stored value load and dump again anywhere. 256 leaves
+# room for the wrapping a value gets (a step output around a response body, an API answer
+# around both) and for the definition validator's own, stricter, limit to be reported.
+MAX_DEPTH = 256
+_TOO_DEEP = f"JSON may nest at most {MAX_DEPTH} arrays and objects deep"
+
 
 class NotStorable(ClientError):
     """Valid JSON that PostgreSQL cannot store, or that FlowForge could not load again."""
@@ -96,24 +106,47 @@ def loads_storable(text: str) -> Any:
     """Parse JSON text and insist that jsonb can store it and FlowForge can load it back.
 
     Numbers are judged by their text, as the webhook intake hands that text to jsonb; the
-    parsed value is checked for NUL and lone surrogates. Raises ValueError for text that is
-    not JSON (NaN and Infinity included), RecursionError for hostile nesting and
-    NotStorable for valid JSON beyond what jsonb holds."""
-    value = json.loads(
-        text,
-        parse_float=_storable_float,
-        parse_int=_storable_int,
-        parse_constant=_no_constant,
-        object_pairs_hook=_object,
-    )
+    parsed value is checked for NUL, lone surrogates and nesting beyond MAX_DEPTH. Raises
+    ValueError for text that is not JSON (NaN and Infinity included) and NotStorable for
+    valid JSON beyond what jsonb holds or FlowForge loads back, hostile nesting included."""
+    try:
+        value = json.loads(
+            text,
+            parse_float=_storable_float,
+            parse_int=_storable_int,
+            parse_constant=_no_constant,
+            object_pairs_hook=_object,
+        )
+    except RecursionError:
+        raise NotStorable(_TOO_DEEP) from None
+    if not within_depth(value):
+        raise NotStorable(_TOO_DEEP)
     if not jsonb_storable(value):
         raise NotStorable(_UNSTORABLE_STRING)
     return value
 
 
 def jsonb_storable(value: Any) -> bool:
-    """Whether jsonb can hold a parsed JSON value: no NUL, lone surrogate or non-finite number
-    anywhere, keys included. Iterative, since hostile nesting can be deep."""
+    """Whether jsonb can hold a parsed JSON value and FlowForge load it back anywhere: no NUL,
+    lone surrogate or non-finite number anywhere, keys included, and no deeper than
+    MAX_DEPTH. Iterative, since hostile nesting can be deep."""
+    return within_depth(value) and _holds_only_storable(value)
+
+
+def within_depth(value: Any) -> bool:
+    """Whether no array or object lies more than MAX_DEPTH containers deep (`[]` is 1)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _holds_only_storable(value: Any) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()

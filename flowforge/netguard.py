@@ -249,12 +249,26 @@ def _parse_target(method: str, url: str, reveal: bool = True) -> _Target:
         raise RequestInvalid(f"{method}: URL has an invalid host or port") from None
     if not host:
         raise RequestInvalid(f"{method}: URL has no host")
+    if not _valid_dns_name(host):
+        named = f"host {host!r}" if reveal else "the URL's host"
+        raise RequestInvalid(
+            f"{method}: {named} is not a valid DNS name "
+            "(an empty label, one over 63 characters, or over 253 in all)"
+        )
     if parts.username is not None or parts.password is not None:
         raise RequestInvalid(f"{method}: credentials in the URL are not supported; use a header")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not path.isascii():
         raise RequestInvalid(f"{method}: URL path must be ASCII; percent-encode it")
     return _Target(method, scheme, host, port, path, reveal)
+
+
+def _valid_dns_name(host: str) -> bool:
+    """Whether the (already ASCII) host is a name DNS can carry: getaddrinfo IDNA-encodes it
+    first, and that raises UnicodeError, not OSError, for an empty label or one over 63
+    characters; over 253 in all no resolver can look it up."""
+    name = host.removesuffix(".")
+    return len(name) <= 253 and all(0 < len(label) < 64 for label in name.split("."))
 
 
 def _check_headers(target: _Target, headers: Mapping[str, str]) -> None:
@@ -274,6 +288,10 @@ def _resolve(target: _Target) -> list[IPAddress]:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise NotSent(f"{target.where}: DNS resolution failed ({exc})") from None
+    except UnicodeError:
+        # The name could not be IDNA-encoded, so no query left; _parse_target should
+        # have refused it already, and this keeps any name it missed from escaping.
+        raise NotSent(f"{target.where}: DNS resolution failed (name not encodable)") from None
     return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
 

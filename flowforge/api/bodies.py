@@ -38,15 +38,14 @@ def parse_json(raw: bytes) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
         # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
-        # NotStorable (valid JSON that jsonb cannot hold) is a ClientError: a 400 by itself.
+        # NotStorable (valid JSON that jsonb cannot hold, or nesting beyond MAX_DEPTH) is a
+        # ClientError: a 400 by itself.
         return loads_storable(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
         where = f" at byte {position}" if position is not None else ""
         raise Problem(400, "Malformed JSON", f"the body is not valid JSON{where}") from None
-    except RecursionError:
-        raise Problem(400, "Malformed JSON", "the body nests too deeply") from None
 
 
 def json_body() -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import traceback
 from collections.abc import Mapping
 
 import psycopg_pool
@@ -90,23 +91,31 @@ class Executor:
                 faults.hit("after_claim_commit")
                 outcome = self._attempt(run, sid, lease)
                 faults.hit("after_http_response")
-                self._checkpoint(eid, sid, token, outcome)
+                self._checkpoint(eid, sid, lease, outcome)
         faults.hit("before_ack")
 
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
+        """Render and send the request; never raises, so the step is always checkpointed."""
         step = run.definition.step(sid)
+        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
         try:
             rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
+        except Exception as exc:
+            # Its message may quote a secret, and there is no redactor yet: the name only.
+            name = type(exc).__name__
+            logger.error("internal error rendering the request", extra={**log, "error": name})
+            return Outcome("failed", error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
         rendered = dataclasses.replace(
             rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s)
         )
-        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
+        passed_fence = False  # from then on the request may have left
 
         def fence() -> None:
             """Connected, nothing written yet: the last moment to keep the request home."""
+            nonlocal passed_fence
             faults.hit("before_request_send")
             if not lease.still_ours():
                 logger.warning(
@@ -118,12 +127,32 @@ class Executor:
                     },
                 )
                 raise netguard.NotSent("lease not confirmed in time; request kept back")
+            passed_fence = True
 
         logger.info("sending request", extra={**log, "method": rendered.method})
-        return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
+        try:
+            return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
+        except Exception as exc:
+            # A bug must not leave the step running with nobody checkpointing it: that
+            # dead-letters the wake-up, and the reaper would later call an unsafe request
+            # that never left `unknown`. Only once past the fence may it have left.
+            name = type(exc).__name__
+            logger.error(
+                "internal error during the request",
+                extra={
+                    **log,
+                    "passed_fence": passed_fence,
+                    "error": rendered.redact(_traceback(exc)),
+                },
+            )
+            if not passed_fence:
+                return Outcome("failed", error=f"not sent: internal error: {name}")
+            kind = "retry" if step.repeat_safe else "unknown"
+            return Outcome(kind, error=f"may have been sent: internal error: {name}")
 
-    def _checkpoint(self, eid: str, sid: str, token: int, outcome: Outcome) -> None:
+    def _checkpoint(self, eid: str, sid: str, lease: Lease, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
+        token = lease.token
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
             run = load_run(conn, eid)
@@ -147,8 +176,16 @@ class Executor:
             # A deadline that passed while the request was out: record it, start nothing.
             run.enforce_time_limits()
             run.record_outcome(sid, token, outcome)
+            # Before the step row changes: a beat that then finds the step no longer
+            # running must know it finished here rather than was taken over.
+            lease.finished = True
             save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+
+def _traceback(exc: BaseException) -> str:
+    """The exception with its stack, for a log line that must still go through redaction."""
+    return "".join(traceback.format_exception(exc))

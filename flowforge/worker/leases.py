@@ -36,14 +36,16 @@ SAFE_FRACTION = 0.5
 # request is refused for want of a confirmation.
 BEATS_PER_LEASE = 6
 
-# Renews only leases that still carry our token and our name; whatever is missing from
-# the answer was taken from us.
+# Renews only leases that still carry our token and our name and have not run out; whatever
+# is missing from the answer was taken from us. An expired lease belongs to lease recovery
+# (which may already have read it as expired): a late beat must not revive it.
 RENEW = """
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
 FROM unnest(%(execution_ids)s::uuid[], %(step_ids)s::text[], %(tokens)s::bigint[])
      AS held(execution_id, step_id, token)
 WHERE s.execution_id = held.execution_id AND s.step_id = held.step_id
   AND s.fencing_token = held.token AND s.status = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_expires_at > now()
 RETURNING s.execution_id, s.step_id, s.fencing_token
 """
 
@@ -60,6 +62,9 @@ class Lease:
         self.lease_s = lease_s
         self.confirmed_at = confirmed_at
         self.lost = False
+        # Set by the holder before its checkpoint commits: from then on the step may stop
+        # running at any moment, and a renewal that finds it gone is no takeover.
+        self.finished = False
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -134,8 +139,8 @@ class Heartbeat(Loop):
         return self.interval
 
     def beat(self) -> None:
-        """Renew every lease still held; mark and log the ones another worker took over."""
-        held = [lease for lease in self.leases.snapshot() if not lease.lost]
+        """Renew every lease still worked on; mark and log the ones another worker took over."""
+        held = [lease for lease in self.leases.snapshot() if not (lease.lost or lease.finished)]
         if not held:
             return
         sent_at = time.monotonic()
@@ -156,9 +161,9 @@ class Heartbeat(Loop):
         for lease in held:
             if lease.key in renewed:
                 lease.confirmed_at = max(lease.confirmed_at, sent_at)
-            elif self.leases.is_held(lease):
-                # Still held but not renewed: taken over (a step that finished while we
-                # renewed is released, not lost).
+            elif not lease.finished and self.leases.is_held(lease):
+                # Still worked on but not renewed: taken over (a step whose checkpoint
+                # committed while we renewed is finished, not lost).
                 lease.lost = True
                 logger.warning(
                     "lease lost: another worker owns the step now",

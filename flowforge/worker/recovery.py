@@ -2,20 +2,31 @@
 
 A lapsed pure step goes back to `ready`; a lapsed http_request may have sent its request,
 so it becomes `unknown` unless its definition says a retry is safe. One execution per
-transaction, and one that cannot be recovered is set aside instead of blocking the rest.
+transaction, and one that cannot be recovered is set aside instead of blocking the rest;
+after a few failed tries its step is settled as `unknown`, for an operator to decide.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg.types.json import Jsonb
 
 from flowforge.db import wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
-from flowforge.model import StepStatus
-from flowforge.runs import load_run, save_run, unit_of_work
+from flowforge.model import (
+    TERMINAL_EXECUTION,
+    AttemptOutcome,
+    ExecutionStatus,
+    StepStatus,
+    execution_event,
+    step_event,
+    transition,
+)
+from flowforge.runs import FINISH_ATTEMPT, INSERT_EVENT, load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
@@ -24,13 +35,43 @@ SELECT execution_id, step_id FROM steps
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT 100
 """
+# Locks the lapsed step's row and confirms, on its newest version, that the lease is still
+# the one read and still expired. A renewal that was in flight when the steps were read
+# either committed first (then this finds no row: the lease is live) or waits for this
+# transaction and then finds the step no longer running under its token.
+LOCK_LAPSED = """
+SELECT 1 FROM steps
+WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
+  AND fencing_token = %(token)s AND lease_expires_at < now()
+FOR UPDATE
+"""
 # A step whose recovery failed (a bug, a row no code path should have written) moves to
 # the back of the queue for this long, instead of failing first in every pass.
 SET_ASIDE_S = 300.0
 SET_ASIDE = """
-UPDATE steps SET lease_expires_at = now() + make_interval(secs => %(after_s)s)
+UPDATE steps SET lease_expires_at = now() + make_interval(secs => %(after_s)s),
+                 recovery_failures = recovery_failures + 1
 WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
   AND lease_expires_at < now()
+RETURNING recovery_failures
+"""
+# After this many failed recoveries the step is settled without the engine: set aside for
+# ever, it would stay running with no owner, out of sight of needs_attention, and keep its
+# execution running through a cancel.
+MAX_RECOVERY_FAILURES = 3
+# Settling, in plain SQL since the Run cannot be loaded: the execution row first (the lock
+# order of runs.py), then the step, its open attempt and the history.
+LOCK_EXECUTION_STATUS = "SELECT status FROM executions WHERE id = %(id)s FOR UPDATE"
+SETTLE_STEP = """
+UPDATE steps SET status = 'unknown', error = %(error)s, lease_owner = NULL,
+                 lease_expires_at = NULL, finished_at = coalesce(finished_at, now())
+WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
+  AND recovery_failures >= %(max_failures)s
+RETURNING fencing_token
+"""
+SETTLE_EXECUTION = """
+UPDATE executions SET status = 'needs_attention', updated_at = now(), finished_at = NULL
+WHERE id = %(id)s
 """
 
 
@@ -44,8 +85,8 @@ class LeaseRecovery:
         """Recover every expired lease, one execution per transaction.
 
         An execution whose recovery fails for any reason but an outage is logged and set
-        aside for SET_ASIDE_SECONDS, so it neither stops the others in this pass nor comes
-        first again in the next one.
+        aside for SET_ASIDE_S, so it neither stops the others in this pass nor comes first
+        again in the next one; the MAX_RECOVERY_FAILURES-th failure settles the step.
         """
         with wrap_exceptions(), self.pool.connection() as conn:
             expired = conn.execute(EXPIRED).fetchall()
@@ -56,13 +97,81 @@ class LeaseRecovery:
                         self._recover(conn, eid, step_id)
                 except DatabaseUnavailable:
                     raise
-                except Exception:
-                    logger.exception(
-                        "lease recovery failed; set aside, retried later",
-                        extra={"execution_id": eid, "step": step_id, "retry_in_s": SET_ASIDE_S},
-                    )
-                    conn.execute(SET_ASIDE, {"id": eid, "step": step_id, "after_s": SET_ASIDE_S})
+                except Exception as exc:
+                    self._set_aside(conn, eid, step_id, exc)
         return len(expired)
+
+    def _set_aside(
+        self, conn: psycopg.Connection, execution_id: str, step_id: str, exc: Exception
+    ) -> None:
+        """Retry a failed recovery later; after MAX_RECOVERY_FAILURES, settle the step."""
+        log = {"execution_id": execution_id, "step": step_id}
+        row = conn.execute(
+            SET_ASIDE, {"id": execution_id, "step": step_id, "after_s": SET_ASIDE_S}
+        ).fetchone()
+        failures = 0 if row is None else int(row[0])
+        if failures < MAX_RECOVERY_FAILURES:
+            logger.exception(
+                "lease recovery failed; set aside, retried later",
+                extra={**log, "retry_in_s": SET_ASIDE_S, "failures": failures},
+            )
+            return
+        logger.exception(
+            "lease recovery failed again; the step is settled as unknown",
+            extra={**log, "failures": failures},
+        )
+        error = (
+            f"lease expired and its recovery failed {failures} times"
+            f" ({type(exc).__name__}); the request may have been sent: an operator must decide"
+        )
+        self._settle(conn, execution_id, step_id, error)
+
+    def _settle(
+        self, conn: psycopg.Connection, execution_id: str, step_id: str, error: str
+    ) -> None:
+        """Make the step `unknown` and its execution `needs_attention` without a Run."""
+        ids = {"id": execution_id, "step": step_id}
+        with conn.transaction():
+            head = conn.execute(LOCK_EXECUTION_STATUS, ids).fetchone()
+            settled = conn.execute(
+                SETTLE_STEP, {**ids, "error": error, "max_failures": MAX_RECOVERY_FAILURES}
+            ).fetchone()
+            if head is None or settled is None:
+                return  # recovered, claimed or finished meanwhile
+            conn.execute(
+                FINISH_ATTEMPT,
+                {
+                    "execution_id": execution_id,
+                    "step_id": step_id,
+                    "fencing_token": settled[0],
+                    "outcome": AttemptOutcome.UNKNOWN,
+                    "error": error,
+                    "http_status": None,
+                    "duration_ms": None,
+                },
+            )
+            events: list[tuple[str | None, str, dict[str, Any]]] = [
+                (
+                    step_id,
+                    step_event(StepStatus.UNKNOWN),
+                    {**transition(StepStatus.RUNNING, StepStatus.UNKNOWN), "error": error},
+                )
+            ]
+            previous = head[0]
+            if previous != ExecutionStatus.NEEDS_ATTENTION and previous not in TERMINAL_EXECUTION:
+                conn.execute(SETTLE_EXECUTION, ids)
+                status = ExecutionStatus.NEEDS_ATTENTION
+                events.append((None, execution_event(status), transition(previous, status)))
+            for event_step, kind, detail in events:
+                conn.execute(
+                    INSERT_EVENT,
+                    {
+                        "execution_id": execution_id,
+                        "step_id": event_step,
+                        "kind": kind,
+                        "detail": Jsonb(detail),
+                    },
+                )
 
     def _recover(self, conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
         with unit_of_work(conn):
@@ -72,6 +181,9 @@ class LeaseRecovery:
             state = run.steps[step_id]
             if not state.lease_expired or state.status != StepStatus.RUNNING:
                 return  # renewed or finished since we looked
+            lapsed = {"id": execution_id, "step": step_id, "token": state.fencing_token}
+            if conn.execute(LOCK_LAPSED, lapsed).fetchone() is None:
+                return  # renewed while we read the steps
             logger.warning(
                 "recovering expired lease",
                 extra={"execution_id": execution_id, "step": step_id, "owner": state.lease_owner},

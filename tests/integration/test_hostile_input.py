@@ -456,6 +456,9 @@ HOSTILE_REPLIES = {
     "infinite": (b'{"n": 1e999}', "application/json", '{"n": 1e999}'),
     "nan": (b'{"n": NaN}', "application/json", '{"n": NaN}'),
     "deep": (b"[" * 5000 + b"]" * 5000, "application/json", "[" * 5000 + "]" * 5000),
+    # Parsed by the worker's idle thread, once stored as JSON that the API (on a deeper
+    # stack) could not load again: every GET of the execution answered 500.
+    "nested-975": (b"[" * 975 + b"]" * 975, "application/json", "[" * 975 + "]" * 975),
 }
 
 

@@ -9,6 +9,7 @@ leave — and a request kept back is provably never sent.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,10 @@ import pytest
 
 from flowforge import netguard
 from flowforge.db import create_pool
-from flowforge.worker.leases import SAFE_FRACTION, Heartbeat, Leases
+from flowforge.worker.broker import Wakeup
+from flowforge.worker.executor import Executor
+from flowforge.worker.leases import RENEW, SAFE_FRACTION, Heartbeat, Leases
+from flowforge.worker.recovery import LeaseRecovery
 from tests.support.target import Target
 
 LEASE_S = 60.0
@@ -148,3 +152,121 @@ def test_a_request_kept_back_before_sending_never_reaches_the_server(target: Tar
         )
     time.sleep(0.2)
     assert target.received == []
+
+
+def _step_row(db: psycopg.Connection, eid: str) -> tuple[Any, ...]:
+    row = db.execute(
+        "SELECT status, lease_owner, lease_expires_at > now() FROM steps"
+        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        {"eid": eid},
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_an_expired_lease_is_not_revived_by_a_late_beat(
+    pool: psycopg_pool.ConnectionPool, db: psycopg.Connection, running_step: str
+) -> None:
+    """Lease recovery may already have read the step as expired: a late renewal that
+    revived it would let the request leave while recovery takes the step back."""
+    _run_as(db, running_step, "worker-A", 1)
+    db.execute(
+        "UPDATE steps SET lease_expires_at = now() - interval '1 second'"
+        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        {"eid": running_step},
+    )
+    leases = Leases(LEASE_S)
+    with leases.holding(running_step, "fetch", 1, confirmed_at=time.monotonic()) as lease:
+        Heartbeat(pool, leases, "worker-A", threading.Event()).beat()
+        assert lease.lost and not lease.still_ours()
+    assert _seconds_left(db, running_step) < 0
+
+
+def test_recovery_racing_a_renewal_in_flight_leaves_the_live_lease_alone(
+    pool: psycopg_pool.ConnectionPool,
+    db: psycopg.Connection,
+    database_url: str,
+    running_step: str,
+) -> None:
+    """The beat's transaction began before the lease ran out (so it renews it), recovery's
+    after (so it reads the step as expired) and reads it before the beat commits."""
+    _run_as(db, running_step, "worker-A", 1)  # the lease ends in 1 s
+    with psycopg.connect(database_url) as beat:
+        beat.execute("SELECT now()")  # the beat's transaction, and its now(), begin here
+        time.sleep(1.3)
+        assert _seconds_left(db, running_step) < 0  # expired, as recovery sees it
+        renewed = beat.execute(
+            RENEW,
+            {
+                "lease_s": LEASE_S,
+                "owner": "worker-A",
+                "execution_ids": [running_step],
+                "step_ids": ["fetch"],
+                "tokens": [1],
+            },
+        ).fetchall()
+        assert len(renewed) == 1  # renewed, not yet committed
+        reaped = threading.Thread(target=LeaseRecovery(pool).reap)
+        reaped.start()
+        time.sleep(0.5)  # recovery has read the expired step and waits for its row
+        beat.commit()
+        reaped.join(timeout=10)
+    assert not reaped.is_alive()
+    assert _step_row(db, running_step) == ("running", "worker-A", True)
+
+
+def test_a_checkpoint_committed_during_a_beat_is_not_reported_as_a_lost_lease(
+    app_client: Any,
+    api_key: str,
+    pool: psycopg_pool.ConnectionPool,
+    db: psycopg.Connection,
+    target: Target,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The beat runs after the checkpoint committed but before the executor's thread left
+    holding(): the step is no longer running, yet nobody took the lease over."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    definition = {
+        "name": "checkpoint",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [
+            {"id": "fetch", "type": "http_request", "request": {"method": "GET", "url": target.url}}
+        ],
+    }
+    published = app_client.post(
+        "/api/v1/workflows/checkpoint/versions", json=definition, headers=headers
+    )
+    assert published.status_code == 201, published.get_data(as_text=True)
+    eid = app_client.post("/hooks/checkpoint", json={}).get_json()["execution_id"]
+    executor = Executor(
+        pool,
+        worker_id="worker-A",
+        lease_s=LEASE_S,
+        allow=netguard.Allowlist.parse("127.0.0.1"),
+        secret_bindings={},
+    )
+    heartbeat = Heartbeat(pool, executor.leases, "worker-A", threading.Event())
+    beats: list[int] = []
+
+    class BeatOnCheckpoint(logging.Handler):
+        """Beats at the moment the executor logs the committed checkpoint."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "step attempt recorded":
+                beats.append(len(executor.leases.snapshot()))
+                heartbeat.beat()
+
+    executor_logger = logging.getLogger("flowforge.worker.executor")
+    handler = BeatOnCheckpoint()
+    executor_logger.addHandler(handler)
+    previous = executor_logger.level
+    executor_logger.setLevel(logging.INFO)
+    try:
+        with caplog.at_level(logging.WARNING, logger="flowforge.worker.leases"):
+            executor.handle(Wakeup(eid, "fetch"))
+    finally:
+        executor_logger.removeHandler(handler)
+        executor_logger.setLevel(previous)
+    assert beats == [1]  # the beat ran while the lease was still in the set
+    assert _step_row(db, eid)[0] == "succeeded"
+    assert [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()] == []

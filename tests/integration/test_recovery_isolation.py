@@ -20,6 +20,7 @@ import pytest
 
 from flowforge.db import create_pool
 from flowforge.worker.reaper import Reaper
+from flowforge.worker.recovery import MAX_RECOVERY_FAILURES, LeaseRecovery
 from tests.support.processes import wait_for
 
 PAY = {
@@ -147,6 +148,73 @@ def test_a_poisoned_execution_neither_stops_the_reaper_nor_answers_500(
     cancelled = app_client.post(f"/api/v1/executions/{poisoned}/cancel", headers=auth(api_key))
     assert cancelled.status_code in {200, 202}, cancelled.get_data(as_text=True)
     assert cancelled.get_json()["status"] == "cancelled"
+
+
+GHOST = """
+WITH s AS (
+    INSERT INTO steps (execution_id, step_id, type, position, status, fencing_token, attempts,
+                       lease_owner, started_at, lease_expires_at)
+    VALUES (%(id)s, 'ghost', 'http_request', 9, 'running', 1, 1, 'dead', now(),
+            now() - interval '2 minutes')
+)
+INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker)
+VALUES (%(id)s, 'ghost', 1, 1, 'dead')
+"""
+
+
+def test_a_step_whose_recovery_keeps_failing_is_settled_unknown_for_an_operator(
+    app_client: Any, api_key: str, db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
+) -> None:
+    """Set aside for ever, the step stayed running with no owner, out of sight of
+    needs_attention, and its execution stayed running through a cancel."""
+    r = app_client.post("/api/v1/workflows/pay/versions", json=PAY, headers=auth(api_key))
+    assert r.status_code == 201, r.get_data(as_text=True)
+    eid = start(app_client, "2030-01-01T00:00:00Z")
+    db.execute(GHOST, {"id": eid})  # a running step whose recovery always fails
+    recovery = LeaseRecovery(pool)
+    for _ in range(MAX_RECOVERY_FAILURES):
+        assert db.execute(
+            "SELECT status FROM steps WHERE execution_id = %s AND step_id = 'ghost'", (eid,)
+        ).fetchone() == ("running",)
+        # The set-aside time has passed: the lease is expired again.
+        db.execute(
+            "UPDATE steps SET lease_expires_at = now() - interval '1 second' "
+            "WHERE execution_id = %s AND step_id = 'ghost'",
+            (eid,),
+        )
+        recovery.reap()
+
+    status, error, owner, lease = db.execute(
+        "SELECT status, error, lease_owner, lease_expires_at FROM steps "
+        "WHERE execution_id = %s AND step_id = 'ghost'",
+        (eid,),
+    ).fetchone()
+    assert (status, owner, lease) == ("unknown", None, None)
+    assert f"recovery failed {MAX_RECOVERY_FAILURES} times" in error
+    assert db.execute(
+        "SELECT outcome, finished_at IS NOT NULL FROM attempts "
+        "WHERE execution_id = %s AND step_id = 'ghost'",
+        (eid,),
+    ).fetchall() == [("unknown", True)]
+    assert db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone() == (
+        "needs_attention",
+    )
+    kinds = [
+        row[0]
+        for row in db.execute(
+            "SELECT kind FROM execution_events WHERE execution_id = %s AND "
+            "(step_id = 'ghost' OR step_id IS NULL) ORDER BY id",
+            (eid,),
+        )
+    ]
+    assert kinds[-2:] == ["step.unknown", "execution.needs_attention"]
+    listed = app_client.get("/api/v1/executions?status=needs_attention", headers=auth(api_key))
+    assert listed.status_code == 200, listed.get_data(as_text=True)
+    assert eid in [e["id"] for e in listed.get_json()["items"]]
+    assert recovery.reap() == 0  # nothing left to recover
+    cancelled = app_client.post(f"/api/v1/executions/{eid}/cancel", headers=auth(api_key))
+    assert cancelled.status_code in {200, 202}, cancelled.get_data(as_text=True)
+    assert cancelled.get_json()["status"] == "cancelled"  # no longer running for ever
 
 
 def test_a_wake_up_that_keeps_failing_is_re_dispatched_ever_more_rarely(

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
+from flowforge.http_step import redactor_reach
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
@@ -147,3 +148,55 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
             assert form not in text, f"the secret ({name}) leaked into the {where}"
         assert value.lower() not in text.lower(), f"the secret leaked into the {where}"
         assert scheme_value.lower() not in text.lower(), f"the scheme leaked into the {where}"
+
+
+RESPONSE_LIMIT = 262_144  # the worker keeps this many bytes of a response body
+
+
+def percent_encoded(value: str) -> str:
+    return "".join(f"%{b:02x}" for b in value.encode())
+
+
+def straddling(request: Received) -> Reply:
+    """Pads its answer so that the echoed token begins before a cut and ends past it: the
+    response limit, or the end of what the worker reads to redact (its limit plus the
+    longest spelling of its secret), behind long spellings that redaction shortens."""
+    token = request.headers.get("x-api-token", "")
+    case = request.path.rsplit("/", 1)[-1]
+    form = percent_encoded(token) if case == "percent_encoded" else token
+    before, cut = "", RESPONSE_LIMIT
+    if case == "past_what_is_read":
+        before = percent_encoded(token) * 200
+        cut += redactor_reach([token])
+    pad = "x" * (cut - len(before) - len(form) // 2)
+    body = before + pad + form + "y" * 5_000
+    return Reply(body=body.encode(), headers={"Content-Type": "text/plain"})
+
+
+def test_a_secret_a_cut_goes_through_is_redacted_whole(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    database_url: str,
+    value: str,
+) -> None:
+    target.script = straddling
+    workers(FLOWFORGE_SECRET_TOK=value, FLOWFORGE_SECRET_TOK_WORKFLOWS=WORKFLOW)
+    client = Api(api, api_key)
+    ends = {"as_sent": f"x{REDACTED}", "percent_encoded": f"x{REDACTED}", "past_what_is_read": "x"}
+    client.publish(
+        WORKFLOW,
+        unsigned([call(case, f"{target.url}/straddle/{case}") for case in ends], name="Cut"),
+    )
+    done = client.wait(client.start(WORKFLOW, {"n": 1}))
+    assert done["status"] == "succeeded", done
+    for case, end in ends.items():
+        output = step(done, case)["output"]
+        assert output["truncated"] is True
+        body = output["body"]
+        assert body.endswith(end), (case, body[-80:])
+        assert len(body.encode()) <= RESPONSE_LIMIT + len(REDACTED)
+    dump = pg_dump(database_url)
+    for start in (value[:8], percent_encoded(value)[:12]):
+        assert start not in dump, f"the start of the secret ({start!r}) was stored"

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.faults.helpers import queue_depth
 from tests.support.api import Api, step
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
@@ -248,3 +249,62 @@ def test_redirects_are_returned_never_followed(
         assert (attempt["outcome"], attempt["http_status"]) == ("failed", status)
     assert sorted(r.path for r in target.received) == sorted(locations)
     assert on_127_0_0_2.hits == [] and on_ipv6_loopback.hits == []
+
+
+def post_to(url: str) -> dict[str, Any]:
+    """A workflow of one POST with no idempotency key: not safe to repeat, so a request
+    that may have left would be `unknown`."""
+    return {
+        "name": "Notify",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [
+            {
+                "id": "notify",
+                "type": "http_request",
+                "request": {"method": "POST", "url": url, "json": {}},
+                "retry": {"max_attempts": 3},
+            }
+        ],
+    }
+
+
+def assert_failed_at_once(execution: dict[str, Any], error: str) -> None:
+    """Failed on its first attempt, which says it sent nothing; never left for the reaper."""
+    assert execution["status"] == "failed", execution
+    notify = step(execution, "notify")
+    assert notify["status"] == "failed", notify
+    assert error in notify["error"], notify["error"]
+    [attempt] = notify["attempts"]
+    assert attempt["outcome"] == "failed" and attempt["error"] == notify["error"]
+
+
+def test_a_host_dns_cannot_carry_fails_the_step_at_once(
+    api: str, api_key: str, workers: Callable[..., Process], amqp_url: str, amqp_prefix: str
+) -> None:
+    """`a..example.com` once made getaddrinfo raise UnicodeError, which nothing caught: the
+    step stayed running, its wake-up was dead-lettered, and the reaper then called the POST
+    `unknown` though it never left. Nothing here resolves a name: the check comes first."""
+    worker = workers()
+    client = Api(api, api_key)
+    client.publish("notify", post_to("http://{{ input.host }}/hook"))
+    hosts = ["a..example.com", "x" * 64 + ".example.com"]
+    started = {host: client.start("notify", {"host": host}) for host in hosts}
+    for host, eid in started.items():
+        execution = client.wait(eid)
+        assert_failed_at_once(execution, f"POST: host {host!r} is not a valid DNS name")
+    assert queue_depth(amqp_url, f"{amqp_prefix}.dead") == 0
+    assert "dead-lettered" not in worker.log()
+
+
+def test_an_unexpected_error_before_the_request_leaves_fails_the_step(
+    api: str, api_key: str, workers: Callable[..., Process], target: Target
+) -> None:
+    """Defence in depth: whatever escapes the step code before the lease fence passes is a
+    failed attempt that names its class, recorded at once; the request was never sent."""
+    worker = workers(FLOWFORGE_FAULTS="before_request_send=raise")
+    client = Api(api, api_key)
+    client.publish("notify", post_to(f"{target.url}/hook"))
+    execution = client.wait(client.start("notify", {}))
+    assert_failed_at_once(execution, "not sent: internal error: InjectedFault")
+    assert target.received == []
+    assert "dead-lettered" not in worker.log()

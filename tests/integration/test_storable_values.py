@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from flowforge.catalog import is_key
 from flowforge.definitions import parse_until
-from flowforge.jsonvalues import NotStorable, loads_storable
+from flowforge.jsonvalues import MAX_DEPTH, NotStorable, loads_storable
 from tests.support.definitions import OPEN
 from tests.support.problems import assert_problem
 
@@ -319,3 +319,46 @@ def test_edge_numbers_in_a_webhook_are_stored_and_load_back(
     ).fetchone()
     assert stored["z"] == int("7" * 4_300)
     assert stored["x"] == 0.0 and stored["y"] == 0
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_nesting_beyond_the_limit_is_400_at_intake_publish_and_resolve(
+    open_client: Any, db: psycopg.Connection
+) -> None:
+    """Python's C json shares the recursion counter with the caller's stack: without one
+    explicit limit, a value accepted here could fail to load again deeper in a request."""
+    before = created(db)
+    too_deep = nested(MAX_DEPTH + 1)
+    hook = open_client.post("/hooks/open", data=too_deep, content_type="application/json")
+    assert str(MAX_DEPTH) in assert_problem(hook, 400)["detail"]
+    definition = json.dumps(OPEN).encode()[:-1] + b', "extra": ' + nested(MAX_DEPTH) + b"}"
+    published = open_client.post(
+        "/api/v1/workflows/open/versions", data=definition, content_type="application/json"
+    )
+    assert_problem(published, 400)
+    assert created(db) == before
+    eid = open_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    path = f"/api/v1/executions/{eid}/steps/shape/resolve"
+    output = b'{"outcome": "succeeded", "output": ' + nested(MAX_DEPTH) + b"}"
+    assert_problem(open_client.post(path, data=output, content_type="application/json"), 400)
+    with pytest.raises(NotStorable):
+        loads_storable(too_deep.decode())
+
+
+def test_nesting_at_the_limit_is_accepted_and_loads_back(
+    open_client: Any, pg: psycopg.Connection
+) -> None:
+    at_limit = nested(MAX_DEPTH)
+    hook = open_client.post("/hooks/open", data=at_limit, content_type="application/json")
+    assert hook.status_code == 202, hook.get_data(as_text=True)
+    eid = hook.get_json()["execution_id"]
+    # The resolve body is parsed (the output one level below the limit): a 409/404 for a
+    # step that is not unknown, never a 400 for the nesting.
+    path = f"/api/v1/executions/{eid}/steps/shape/resolve"
+    output = b'{"outcome": "succeeded", "output": ' + nested(MAX_DEPTH - 1) + b"}"
+    resolved = open_client.post(path, data=output, content_type="application/json")
+    assert resolved.status_code != 400, resolved.get_data(as_text=True)
+    stores_and_loads(pg, at_limit.decode(), loads_storable(at_limit.decode()))

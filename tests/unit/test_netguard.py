@@ -6,8 +6,16 @@ import ipaddress
 
 import pytest
 
+from flowforge import netguard
 from flowforge.errors import FlowForgeError
-from flowforge.netguard import Allowlist, NotSent, RequestRefused, SentNoResponse, refusal_reason
+from flowforge.netguard import (
+    Allowlist,
+    NotSent,
+    RequestInvalid,
+    RequestRefused,
+    SentNoResponse,
+    refusal_reason,
+)
 
 EMPTY = Allowlist.parse("")
 
@@ -178,3 +186,50 @@ def test_embedded_forms_inherit_the_ipv4_verdict(inner: str, wrap: str) -> None:
 def test_cloud_metadata_over_ipv6_is_refused() -> None:
     """AWS serves instance metadata on fd00:ec2::254, a unique-local address."""
     assert refusal_reason(ipaddress.ip_address("fd00:ec2::254"), EMPTY) == "unique local (fc00::/7)"
+
+
+# Names getaddrinfo cannot IDNA-encode: it raised UnicodeError, which no caller expected,
+# so the step stayed running. Each fails that encoding before any query or socket exists.
+UNENCODABLE = {
+    "empty label": "a..example.com",
+    "leading dot": ".example.com",
+    "two trailing dots": "example.com..",
+    "64-character label": "a" * 64 + ".example.com",
+    "64-character last label": "example." + "b" * 64,
+}
+
+
+@pytest.mark.parametrize("host", UNENCODABLE.values(), ids=UNENCODABLE.keys())
+def test_hosts_dns_cannot_carry_are_invalid_requests(host: str) -> None:
+    with pytest.raises(RequestInvalid, match="is not a valid DNS name") as invalid:
+        netguard.send(
+            "POST", f"http://{host}/hook", headers={}, body=b"{}", timeout_s=1, allow=EMPTY
+        )
+    assert repr(host) in str(invalid.value)
+
+
+def test_a_name_too_long_for_dns_is_an_invalid_request() -> None:
+    with pytest.raises(RequestInvalid, match="is not a valid DNS name"):
+        netguard._parse_target("GET", "http://" + "a." * 127 + "com/")
+
+
+def test_an_invalid_host_of_a_secret_holding_url_is_not_named() -> None:
+    with pytest.raises(RequestInvalid) as invalid:
+        netguard._parse_target("GET", "http://tok..example.com/", reveal=False)
+    assert "tok" not in str(invalid.value) and "the URL's host" in str(invalid.value)
+
+
+@pytest.mark.parametrize(
+    "host", ["a" * 63 + ".example.com", "example.com.", "127.0.0.1", "[::1]", "xn--bcher-kva.de"]
+)
+def test_hosts_dns_can_carry_are_parsed(host: str) -> None:
+    assert netguard._parse_target("GET", f"http://{host}/").host == host.strip("[]")
+
+
+@pytest.mark.parametrize("host", UNENCODABLE.values(), ids=UNENCODABLE.keys())
+def test_a_name_the_resolver_cannot_encode_is_not_sent(host: str) -> None:
+    """Defence in depth behind _parse_target: the encoding error says nothing left."""
+    target = netguard._Target("GET", "http", host, 80, "/")
+    with pytest.raises(NotSent, match="DNS resolution failed") as failed:
+        netguard._resolve(target)
+    assert not isinstance(failed.value, RequestInvalid)

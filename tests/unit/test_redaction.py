@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -63,3 +65,41 @@ def test_scheme_of_a_secret_holding_url_is_not_quoted(url: str) -> None:
         )
     assert "supersecret" not in str(refused.value).lower()
     assert "is not allowed" in str(refused.value)
+
+
+def nested(value: str, depth: int) -> str:
+    """`value` as it reads inside a JSON string inside `depth - 1` more JSON strings."""
+    for _ in range(depth):
+        value = json.dumps(value)[1:-1]
+    return value
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+@pytest.mark.parametrize("value", ['Tok"en\\\\\\x/y', "\\\\lead\nand trail\\", "é\\💡\\\\\tq"])
+def test_secrets_with_backslashes_are_redacted_in_nested_json(value: str, depth: int) -> None:
+    text = f"\\\\<{nested(value, depth)}>\\"
+    assert f"<{REDACTED}>" in _redact(text, redactor([value]))
+
+
+# Run in a child process so that a regression fails at the timeout instead of hanging the
+# suite: the redactor once took minutes (holding the GIL, so the worker's heartbeat, consumer
+# and relay threads all stood still) on a body that is one long run of backslashes.
+BACKSLASH_BODY = """
+import time
+from flowforge.http_step import REDACTED, _redact, redactor
+
+secrets = ["Tok/0123+Ab=cdef", "\\\\\\\\\\\\lead", "mid\\\\\\\\dle\\\\"]
+for body in ("\\\\" * 262_144, ("x" + "\\\\" * 60) * 4_300):
+    started = time.monotonic()
+    redacted = _redact(body, redactor(secrets))
+    print(f"{len(body)} bytes redacted in {time.monotonic() - started:.3f} s")
+    assert REDACTED not in redacted
+"""
+
+
+def test_a_long_run_of_backslashes_is_redacted_in_linear_time() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BACKSLASH_BODY], capture_output=True, text=True, timeout=20
+    )
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
