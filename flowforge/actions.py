@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge import flowcontrol
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
 from flowforge.model import ExecutionStatus, StepStatus
@@ -36,6 +37,26 @@ def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
     return run.status, False
 
 
+def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None:
+    """Stop an execution for flow control, by the cancel rules, recording `reason`:
+    `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
+    status, or None when it had already ended or been stopped (nothing is changed then)."""
+    with unit_of_work(conn):
+        run = load_run(conn, execution_id)
+        if run is None:
+            return None
+        if run.terminal or run.cancel_requested:
+            return None
+        if reason == "deadline":
+            run.pass_deadline()
+        elif reason == "expired":
+            run.expire()
+        else:
+            run.stop(reason, "execution cancelled: a newer one took its slot (cancel_oldest)")
+        save_run(conn, run.take_changes())
+    return run.status
+
+
 def retry(conn: psycopg.Connection, execution_id: str) -> str:
     """Re-run the failed and cancelled steps of a finished execution.
 
@@ -53,6 +74,10 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
             raise Conflict(
                 f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
                 "(as failed, then retry, to send it again)"
+            )
+        if run.concurrency_key is not None and not run.held_slot:
+            flowcontrol.take_slot_for_retry(
+                conn, run.workflow_id, run.concurrency_key, run.execution_id
             )
         run.retry()
         save_run(conn, run.take_changes())

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions, apikeys, catalog, secret_bindings, signatures, timeline
+from flowforge import actions, apikeys, catalog, flowcontrol, secret_bindings, signatures, timeline
 from flowforge.config import Settings
 from flowforge.db import conninfo
 from flowforge.definitions import DefinitionInvalid, parse_definition
@@ -109,6 +109,7 @@ def _executions_list(conn: psycopg.Connection, args: argparse.Namespace) -> None
 
 def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     detail = timeline.execution_detail(conn, args.id)
+    detail["flow_control"] = flowcontrol.flow_state(conn, args.id)
     if args.json:
         _print_json(detail)
         return
@@ -116,6 +117,14 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
         f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  {detail['status']}"
     )
     print(f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}")
+    flow = detail["flow_control"]
+    if flow.get("stop_reason"):
+        print(f"  stopped: {flow['stop_reason']}")
+    if waiting := flow.get("waiting_for_slot"):
+        print(
+            f"  waits for a slot of key {waiting['key']!r} (limit {waiting['limit']}): "
+            f"{waiting['ahead']} ahead, held by {', '.join(waiting['held_by']) or '-'}"
+        )
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
         if s["wake_at"] and s["status"] == StepStatus.WAITING:

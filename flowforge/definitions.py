@@ -33,10 +33,16 @@ EXECUTION_FIELDS = ("id", "workflow", "version")
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_TOP_KEYS = frozenset({"name", "description", "trigger", "steps"})
+_TOP_KEYS = frozenset(
+    {"name", "description", "trigger", "steps", "concurrency", "deadline_s", "start_within_s"}
+)
+_CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
+ON_FULL = ("queue", "drop_new", "cancel_oldest")
+# Time limits reach a year at most, like a delay.
+MAX_TIME_LIMIT_S = 31_536_000
 _COMMON_KEYS = frozenset({"id", "type", "depends_on", "when"})
 _TYPE_KEYS = {
-    "http_request": frozenset({"request", "retry"}),
+    "http_request": frozenset({"request", "retry", "budget_s"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
     "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
@@ -79,6 +85,16 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class Concurrency:
+    """How many executions (of one key value) may hold a slot, and what a full one does."""
+
+    limit: int
+    key: str | None = None  # a template over `input`; None: one queue for the workflow
+    on_full: str = "queue"
+    max_queued: int | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     """One validated node of the workflow graph."""
 
@@ -91,6 +107,7 @@ class Step:
     duration_s: float | None
     until: str | None
     output: Any
+    budget_s: float | None = None  # http_request: all attempts together
     # wait steps: how long to wait for a resume, what a timeout does, how resumes prove
     # who sent them ("token": the URL alone; "signature": also Standard Webhooks headers).
     timeout_s: float | None = None
@@ -112,6 +129,9 @@ class Definition:
     name: str
     webhook_auth: str
     steps: tuple[Step, ...]
+    concurrency: Concurrency | None = None
+    deadline_s: float | None = None
+    start_within_s: float | None = None
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
@@ -220,6 +240,11 @@ def _cycles(parents: dict[str, list[str]], ordered: set[str]) -> list[list[str]]
     return cycles
 
 
+def _is_whole(value: Any) -> bool:
+    """Tell JSON integers from booleans and floats."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class _Parser:
     """Walks one definition, recording every problem with its JSON path."""
 
@@ -256,10 +281,77 @@ class _Parser:
         if not isinstance(steps, list) or not steps:
             self.error("$.steps", "steps is required: a non-empty array")
             return None
+        concurrency = self.concurrency(doc)
+        deadline_s = self.time_limit(doc, "deadline_s")
+        start_within_s = self.time_limit(doc, "start_within_s")
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
-        return Definition(name=name, webhook_auth=auth, steps=parsed)
+        return Definition(
+            name=name,
+            webhook_auth=auth,
+            steps=parsed,
+            concurrency=concurrency,
+            deadline_s=deadline_s,
+            start_within_s=start_within_s,
+        )
+
+    def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:
+        """Check `concurrency`: a positive limit, a key over input only, a known on_full."""
+        if "concurrency" not in doc:
+            return None
+        raw = doc["concurrency"]
+        path = "$.concurrency"
+        if not isinstance(raw, dict):
+            self.error(path, "concurrency must be an object with limit, key, on_full, max_queued")
+            return None
+        self.unknown_keys(raw, _CONCURRENCY_KEYS, path)
+        limit: Any = raw.get("limit")
+        if not _is_whole(limit) or not 1 <= limit <= 100_000:
+            self.error(f"{path}.limit", "limit is required: an integer from 1 to 100000")
+        key = raw.get("key")
+        if "key" in raw:
+            self.concurrency_key(key, f"{path}.key")
+        on_full = raw.get("on_full", "queue")
+        if on_full not in ON_FULL:
+            self.error(f"{path}.on_full", f"on_full must be one of {', '.join(ON_FULL)}")
+        max_queued: Any = raw.get("max_queued")
+        if "max_queued" in raw and (not _is_whole(max_queued) or not 1 <= max_queued <= 10**9):
+            self.error(f"{path}.max_queued", "max_queued must be an integer from 1 to 1000000000")
+        if not _is_whole(limit) or on_full not in ON_FULL:
+            return None
+        return Concurrency(limit, key if isinstance(key, str) else None, on_full, max_queued)
+
+    def concurrency_key(self, key: Any, path: str) -> None:
+        """A key is rendered at intake from the webhook body alone, and it is stored: it may
+        read `input` only — never a secret, and nothing that exists only later."""
+        if not isinstance(key, str) or not key:
+            self.error(path, "key must be a non-empty template, such as {{ input.customer }}")
+            return
+        if len(key) > MAX_TEMPLATE_CHARS:
+            self.error(path, f"template exceeds the limit of {MAX_TEMPLATE_CHARS} characters")
+            return
+        try:
+            placeholders = templating.find_placeholders(key)
+        except templating.TemplateSyntaxError as error:
+            self.error(path, str(error))
+            return
+        for dotted in placeholders:
+            head = dotted.split(".")[0]
+            if head == "secrets":
+                self.error(path, f"{dotted!r}: a concurrency key is stored: no secrets")
+            elif head != "input":
+                self.error(path, f"{dotted!r}: a concurrency key may read input only")
+
+    def time_limit(self, doc: dict[str, Any], name: str) -> float | None:
+        """Check a whole-execution time limit in seconds."""
+        if name not in doc:
+            return None
+        value = doc[name]
+        if not is_number(value) or not 0 < value <= MAX_TIME_LIMIT_S:
+            self.error(f"$.{name}", f"{name} must be seconds in (0, {MAX_TIME_LIMIT_S}]")
+            return None
+        return float(value)
 
     def unknown_keys(self, value: dict[str, Any], allowed: Iterable[str], path: str) -> None:
         """Report keys the format does not know, in document order: usually a typo."""
@@ -391,13 +483,14 @@ class _Parser:
             return None
         self.unknown_keys(raw, _COMMON_KEYS | _TYPE_KEYS[step_type], path)
         request, retry = None, RetryPolicy(max_attempts=1)
-        duration_s, until, output = None, None, None
+        duration_s, until, output, budget_s = None, None, None, None
         timeout_s, on_timeout, resume_auth = None, "fail", "token"
         if step_type == "wait":
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
         elif step_type == "http_request":
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
+            budget_s = self.budget(raw, path, request)
         elif step_type == "delay":
             duration_s, until = self.delay(raw, path, ancestors)
         elif "output" not in raw:
@@ -418,10 +511,29 @@ class _Parser:
             duration_s=duration_s,
             until=until,
             output=output,
+            budget_s=budget_s,
             timeout_s=timeout_s,
             on_timeout=on_timeout,
             resume_auth=resume_auth,
         )
+
+    def budget(
+        self, raw: dict[str, Any], path: str, request: dict[str, Any] | None
+    ) -> float | None:
+        """Check `budget_s`: room for at least one whole attempt."""
+        if "budget_s" not in raw:
+            return None
+        budget = raw["budget_s"]
+        if not is_number(budget) or not 0 < budget <= MAX_TIME_LIMIT_S:
+            self.error(f"{path}.budget_s", f"budget_s must be a number in (0, {MAX_TIME_LIMIT_S}]")
+            return None
+        timeout = request["timeout_s"] if request is not None else None
+        if is_number(timeout) and budget < timeout:
+            self.error(
+                f"{path}.budget_s",
+                f"budget_s {budget} is shorter than one attempt's timeout_s {timeout}",
+            )
+        return float(budget)
 
     def when(
         self, raw: dict[str, Any], path: str, ancestors: frozenset[str]

@@ -20,6 +20,9 @@ unsafe request):
   tried again: `cancelled` when repeating is safe, `unknown` when it is not. The
   execution is `cancelled` once nothing runs, even when a step is left `unknown`; the
   `needs_attention` listing still finds it.
+- A deadline (SPEC §8) stops the execution like a cancel, except that it ends `failed`
+  with reason `deadline`; a queue expiry (`start_within_s`) and `cancel_oldest` end it
+  `cancelled` with reason `expired` and `concurrency`. Each reason is in the history.
 - A `wait` step is `waiting` with its timeout as `wake_at`, like a delay: cancel stops it
   at once. A resume, or an operator's complete or fail, ends it only while it is
   `waiting` and its timeout has not passed; a resume that arrives before the step is
@@ -132,6 +135,10 @@ class Changes:
     execution_changed: bool = False
     status: str = ""
     cancel_requested: bool = False
+    stop_reason: str | None = None
+    # The concurrency slot this unit of work freed (SPEC §8): runs.save_run hands it to
+    # the next queued execution of the key in the same transaction.
+    released_slot: tuple[int, str] | None = None
     # Wait steps that took their early resume: saving marks those resumes applied.
     applied_resumes: list[str] = field(default_factory=list)
 
@@ -152,6 +159,15 @@ class Run:
     steps: dict[str, StepState]
     now: datetime
     cancel_requested: bool = False
+    # Flow control (SPEC §8): why a stop was asked, the execution's concurrency key and
+    # whether it held a slot when loaded (a slot frees when it ends or is asked to stop),
+    # and whether its deadline or queue expiry had passed by the transaction's now().
+    stop_reason: str | None = None
+    workflow_id: int = 0
+    concurrency_key: str | None = None
+    held_slot: bool = False
+    deadline_passed: bool = False
+    expired: bool = False
     # Resumes recorded before their wait step was ready (step id -> body); loaded only for
     # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
@@ -187,6 +203,10 @@ class Run:
         changes, self.changes = self.changes, Changes(self.execution_id)
         changes.status = self.status
         changes.cancel_requested = self.cancel_requested
+        changes.stop_reason = self.stop_reason
+        if self.releases_slot and self.concurrency_key is not None:
+            changes.released_slot = (self.workflow_id, self.concurrency_key)
+            self.held_slot = False
         return changes
 
     # ---- reading -------------------------------------------------------------------
@@ -211,6 +231,28 @@ class Run:
     def terminal(self) -> bool:
         """Whether the execution has finished for good."""
         return self.status in TERMINAL_EXECUTION
+
+    @property
+    def releases_slot(self) -> bool:
+        """Whether the concurrency slot the execution held is free now."""
+        return self.held_slot and (self.terminal or self.cancel_requested)
+
+    def budget_left(self, step_id: str) -> float | None:
+        """Seconds left of a step's `budget_s`, counted from its first attempt; None: no budget."""
+        budget = self.definition.step(step_id).budget_s
+        state = self.steps[step_id]
+        if budget is None:
+            return None
+        started = state.started_at or self.now
+        return (started + timedelta(seconds=budget) - self.now).total_seconds()
+
+    def attempt_timeout(self, step_id: str, timeout_s: float) -> float:
+        """An attempt's timeout, shrunk to what is left of the step's budget."""
+        left = self.budget_left(step_id)
+        if left is None:
+            return timeout_s
+        # Never zero: a claimed attempt still gets a moment to fail cleanly.
+        return max(min(timeout_s, left), 0.1)
 
     # ---- writing -------------------------------------------------------------------
 
@@ -497,13 +539,19 @@ class Run:
     def retry_later(
         self, step_id: str, policy: RetryPolicy, error: str, retry_after_s: float | None = None
     ) -> bool:
-        """Schedule another try as `waiting` with back-off; False when no tries are left."""
+        """Schedule another try as `waiting` with back-off; False when no tries are left.
+
+        Past the step's budget_s it fails the step at once, saying why (True: handled)."""
         state = self.steps[step_id]
         if state.attempts >= policy.max_attempts:
             return False
         delay = backoff_seconds(policy, state.attempts)
         if retry_after_s is not None:
             delay = min(max(delay, retry_after_s), policy.max_interval_s)
+        spent = self._budget_spent(step_id, delay, retry_after_s)
+        if spent is not None:
+            self.fail_step(step_id, f"{error}; {spent}")
+            return True
         self.set_step(
             step_id,
             S.WAITING,
@@ -513,6 +561,24 @@ class Run:
         )
         self.derive_status()
         return True
+
+    def _budget_spent(self, step_id: str, delay: float, retry_after_s: float | None) -> str | None:
+        """Why no retry may be scheduled within the step's budget_s, or None."""
+        left = self.budget_left(step_id)
+        if left is None:
+            return None
+        budget = self.definition.step(step_id).budget_s
+        if retry_after_s is not None and retry_after_s > left:
+            return (
+                f"not retried: Retry-After {retry_after_s:g} s is beyond what is left of "
+                f"budget_s {budget:g} ({max(left, 0):.1f} s)"
+            )
+        if delay >= left:
+            return (
+                f"not retried: the next try ({delay:.1f} s from now) would start after "
+                f"budget_s {budget:g} ran out ({max(left, 0):.1f} s left)"
+            )
+        return None
 
     def mark_unknown(self, step_id: str, error: str) -> None:
         """The remote effect cannot be known: an operator has to decide."""
@@ -524,13 +590,40 @@ class Run:
 
         `unknown` steps are left alone: cancelling does not settle what a remote system did.
         """
+        self.stop(None, "execution cancelled")
+
+    def stop(self, reason: str | None, error: str) -> None:
+        """Cancel with a reason (`concurrency`, `deadline`, `expired`) kept in the history."""
         self.cancel_requested = True
+        self.stop_reason = reason
         # cancel_requested_at must be saved even if the status holds.
         self.changes.execution_changed = True
         for step in self.definition.steps:
             if self.steps[step.id].status in CANCELLABLE_STEP:
-                self.set_step(step.id, S.CANCELLED, error="execution cancelled")
+                self.set_step(step.id, S.CANCELLED, error=error, reason=reason)
         self.derive_status()
+
+    def pass_deadline(self) -> None:
+        """deadline_s passed: nothing new starts, queued and waiting work stops, a request in
+        flight finishes and is recorded; the execution ends `failed` (reason `deadline`)."""
+        limit = self.definition.deadline_s
+        self.events.append((None, EventKind.DEADLINE_PASSED, {"deadline_s": limit}))
+        self.stop("deadline", f"not run: the execution's deadline_s {limit} passed")
+
+    def expire(self) -> None:
+        """start_within_s passed while still queued: the execution ends `cancelled` (expired)."""
+        limit = self.definition.start_within_s
+        self.stop("expired", f"not run: not started within start_within_s {limit}")
+
+    def enforce_time_limits(self) -> None:
+        """Apply a deadline or queue expiry that is due and not applied yet (the timer
+        scanner applies them too; this keeps a worker from starting work past them)."""
+        if self.terminal or self.cancel_requested:
+            return
+        if self.deadline_passed:
+            self.pass_deadline()
+        elif self.expired and self.status == E.QUEUED:
+            self.expire()
 
     def retry(self) -> list[str]:
         """Re-run failed and cancelled steps, keeping every succeeded checkpoint; returns them.
@@ -539,6 +632,7 @@ class Run:
         a decision an operator makes by resolving the step first.
         """
         self.cancel_requested = False
+        self.stop_reason = None
         rerun = [s.id for s in self.definition.steps if self.steps[s.id].status in RETRIED_STEP]
         for step_id in rerun:
             self.set_step(
@@ -548,6 +642,7 @@ class Run:
                 error=None,
                 wake_at=None,
                 output=None,
+                started_at=None,  # budget_s counts from the first attempt of this run
                 finished_at=None,
             )
         self.status = E.RUNNING
@@ -571,7 +666,8 @@ class Run:
         """Set the execution status from its steps (SPEC §6)."""
         statuses = {state.status for state in self.steps.values()}
         if self.cancel_requested:
-            status = E.RUNNING if S.RUNNING in statuses else E.CANCELLED
+            ended = E.FAILED if self.stop_reason == "deadline" else E.CANCELLED
+            status = E.RUNNING if S.RUNNING in statuses else ended
         elif statuses & {S.READY, S.RUNNING}:
             status = E.RUNNING if self.status != E.QUEUED or S.RUNNING in statuses else E.QUEUED
         elif S.WAITING in statuses:
@@ -585,7 +681,10 @@ class Run:
         else:
             status = E.FAILED
         if status != self.status:
-            self.events.append((None, execution_event(status), transition(self.status, status)))
+            detail = transition(self.status, status)
+            if self.stop_reason is not None and status in TERMINAL_EXECUTION:
+                detail["reason"] = self.stop_reason
+            self.events.append((None, execution_event(status), detail))
             self.status = status
             self.changes.execution_changed = True
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from flowforge import sealing
+from flowforge import actions, flowcontrol, sealing
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
@@ -232,14 +232,33 @@ def accept(
         **INTAKE_PARAMS,
         **target.steps,
     }
+    controlled = flowcontrol.is_controlled(target.definition)
+    if controlled:
+        params.update(flowcontrol.intake_params(target.definition, body))
     # Twice at most: a key forgotten by housekeeping between the two statements is free.
     for _ in range(2):
-        (current, created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
+        refused: flowcontrol.QueueFull | None = None
+        if controlled:
+            try:
+                decision = flowcontrol.create(conn, params)
+                current, created = decision.current, decision.created
+            except flowcontrol.QueueFull as exc:
+                refused, current, created = exc, True, False
+        else:
+            (current, created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
         if not current:
             raise StaleTarget(f"workflow {target.workflow_id} changed since it was cached")
         if created:
+            if controlled:
+                # on_full cancel_oldest: the new execution holds a slot already; the oldest
+                # holders are cancelled as an operator cancel would, each in its own
+                # transaction (a row lock is never waited for under the slot lock).
+                for holder in decision.replaced:
+                    actions.stop(conn, holder, "concurrency")
             return Accepted(execution_id, replayed=False)
-        existing = conn.execute(EXISTING_KEY, params).fetchone()
+        existing = conn.execute(EXISTING_KEY, params).fetchone() if idempotency_key else None
+        if existing is None and refused is not None:
+            raise refused
         if existing is not None:
             existing_sha, existing_id = existing
             if existing_sha != body_sha256:

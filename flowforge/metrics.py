@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from flowforge import flowcontrol
 from flowforge.db import one
 
 EXECUTIONS_BY_STATUS = "SELECT status, count(*) FROM executions GROUP BY status"
@@ -48,5 +49,6 @@ def render(conn: psycopg.Connection) -> str:
         "# HELP flowforge_waits_open Wait steps waiting for a resume or their timeout.",
         "# TYPE flowforge_waits_open gauge",
         f"flowforge_waits_open {open_waits}",
+        *flowcontrol.metric_lines(conn),
     ]
     return "\n".join(lines) + "\n"

@@ -55,6 +55,9 @@ class EventKind(StrEnum):
 
     EXECUTION_RETRIED = "execution.retried"
     STEP_RESOLVED = "step.resolved"
+    # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
+    SLOT_GRANTED = "execution.slot_granted"
+    DEADLINE_PASSED = "execution.deadline_passed"
     # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
     WAIT_RESUMED = "wait.resumed"
     WAIT_COMPLETED = "wait.completed"

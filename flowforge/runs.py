@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge import flowcontrol
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
@@ -29,7 +30,12 @@ logger = logging.getLogger(__name__)
 # Locks the execution row: every change to an execution and its steps starts here.
 LOCK_EXECUTION = """
 SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
-       e.version_id, w.key AS workflow, v.version, now() AS now
+       e.version_id, w.key AS workflow, v.version, now() AS now,
+       e.workflow_id, e.concurrency_key, e.stop_reason,
+       e.slot_at IS NOT NULL AND e.cancel_requested_at IS NULL
+           AND e.status IN ('queued', 'running', 'waiting', 'needs_attention') AS held_slot,
+       coalesce(e.deadline_at <= now(), false) AS deadline_passed,
+       coalesce(e.expires_at <= now(), false) AS expired
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
@@ -87,7 +93,8 @@ UPDATE executions SET
     started_at = CASE WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
     finished_at = CASE WHEN %(terminal)s THEN coalesce(finished_at, now()) END,
     cancel_requested_at = CASE WHEN %(cancel_requested)s
-                               THEN coalesce(cancel_requested_at, now()) END
+                               THEN coalesce(cancel_requested_at, now()) END,
+    stop_reason = %(stop_reason)s
 WHERE id = %(id)s
 """
 
@@ -135,6 +142,12 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
         steps={row["step_id"]: StepState(**row) for row in rows},
         now=head["now"],
         cancel_requested=head["cancel_requested"],
+        stop_reason=head["stop_reason"],
+        workflow_id=head["workflow_id"],
+        concurrency_key=head["concurrency_key"],
+        held_slot=head["held_slot"],
+        deadline_passed=head["deadline_passed"],
+        expired=head["expired"],
     )
     if definition.wait_steps():
         # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
@@ -189,8 +202,13 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
                     "status": changes.status,
                     "terminal": changes.status in TERMINAL_EXECUTION,
                     "cancel_requested": changes.cancel_requested,
+                    "stop_reason": changes.stop_reason,
                 },
             )
+    if changes.released_slot is not None:
+        # The slot this execution held is free: the next of its key starts in this same
+        # transaction (lock order: this execution's row, then the key's slot lock).
+        flowcontrol.fill_slots(conn, *changes.released_slot)
 
 
 def _step_params(execution_id: str, state: StepState, lease_s: float | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge import actions, catalog, definitions, timeline
+from flowforge import actions, catalog, definitions, flowcontrol, timeline
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -36,7 +36,9 @@ def show(execution_id: str) -> Response:
     """The execution with its steps, attempts and event history."""
     _authorize_execution(execution_id, write=False)
     with connection() as conn:
-        return jsonify(timeline.execution_detail(conn, execution_id))
+        detail = timeline.execution_detail(conn, execution_id)
+        detail["flow_control"] = flowcontrol.flow_state(conn, execution_id)
+        return jsonify(detail)
 
 
 @bp.get("")

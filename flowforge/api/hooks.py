@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import intake, signatures
+from flowforge import flowcontrol, intake, signatures
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -90,6 +90,14 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
             return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
         except intake.StaleTarget:
             continue
+        except flowcontrol.QueueFull as exc:
+            # Decided in PostgreSQL: every API process gives the same answer.
+            raise Problem(
+                exc.status,
+                exc.title,
+                exc.detail,
+                headers={"Retry-After": str(exc.retry_after_s)},
+            ) from None
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
 
 

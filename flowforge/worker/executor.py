@@ -10,6 +10,7 @@ and the request leaves only while the lease is known to be ours (see `leases.py`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import traceback
@@ -65,8 +66,12 @@ class Executor:
                 if run is None:
                     logger.warning("wake-up for an unknown execution", extra=log)
                     return
+                # Nothing new starts past a deadline or queue expiry, even in the moment
+                # before the timer scanner applies it.
+                run.enforce_time_limits()
                 state = run.steps.get(sid)
                 if run.terminal or state is None or state.status != StepStatus.READY:
+                    save_run(conn, run.take_changes())
                     logger.debug("stale wake-up ignored", extra=log)
                     return
                 run.started()
@@ -102,6 +107,10 @@ class Executor:
             name = type(exc).__name__
             logger.error("internal error rendering the request", extra={**log, "error": name})
             return Outcome("failed", error=f"not sent: internal error: {name}")
+        # budget_s: the attempt may take no longer than what is left of the step's budget.
+        rendered = dataclasses.replace(
+            rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s)
+        )
         passed_fence = False  # from then on the request may have left
 
         def fence() -> None:
@@ -164,6 +173,8 @@ class Executor:
                     },
                 )
                 return
+            # A deadline that passed while the request was out: record it, start nothing.
+            run.enforce_time_limits()
             run.record_outcome(sid, token, outcome)
             # Before the step row changes: a beat that then finds the step no longer
             # running must know it finished here rather than was taken over.

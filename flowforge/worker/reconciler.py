@@ -2,7 +2,7 @@
 
 PostgreSQL is the truth and RabbitMQ only carries wake-ups, so a purged queue or a reset
 broker loses no work: a ready step with no outbox row that nobody took up for a while
-gets a new wake-up.
+gets a new wake-up. Likewise a free concurrency slot with a queue behind it is handed on.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 
 import psycopg_pool
 
+from flowforge import flowcontrol
 from flowforge.db import one, wrap_exceptions
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
 
@@ -51,7 +52,12 @@ class Reconciler:
         self.reconcile_s = reconcile_s
 
     def reconcile(self) -> int:
-        """Re-dispatch ready steps whose message went missing."""
+        """Re-dispatch ready steps whose message went missing; hand on free concurrency
+        slots that a transaction could not (a queued row it had to skip)."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            started = flowcontrol.fill_all(conn)
+        if started:
+            logger.warning("started queued executions on free slots", extra={"count": started})
         with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
             count, again = one(
                 conn.execute(

@@ -1,4 +1,5 @@
-"""The delay-timer scanner: due `waiting` steps become `ready`, with their wake-ups.
+"""The delay-timer scanner: due `waiting` steps become `ready`, with their wake-ups, and
+due deadlines and queue expiries (timelimits) stop their executions.
 
 One statement per batch, driven by the partial index on steps(wake_at) WHERE
 status = 'waiting', so a million sleeping delays cost nothing until they are due. It
@@ -14,6 +15,7 @@ import threading
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
+from flowforge import timelimits
 from flowforge.db import one, wrap_exceptions
 from flowforge.model import (
     ExecutionStatus,
@@ -98,6 +100,8 @@ class TimerScanner(Loop):
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
                 (woken, _) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
+            # Deadlines and queue expiry: due rows too, checked every pass (at most MAX_SLEEP).
+            timelimits.apply_due(conn)
             (seconds,) = one(conn.execute(NEXT_DUE))
         if woken:
             logger.info("delays due", extra={"woken": woken})

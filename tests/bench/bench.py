@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from flowforge.worker.broker import BROKER_ERRORS
-from tests.bench import figures, limits, load, resume_latency
+from tests.bench import figures, flow_control, limits, load, resume_latency
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
 from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
 
@@ -68,6 +68,9 @@ TARGETS: list[tuple[str, str, float]] = [
     ("latency_ms.p99", "<=", 50),
     ("delay_backlog_ratio", ">=", 0.9),
     ("worker_rss_mb", "<=", 80),
+    # From issue 12.
+    ("chain3_limited_ratio", ">=", 0.9),
+    ("quiet_key_latency_ms.p99", "<=", 1000),
 ]
 
 
@@ -146,6 +149,7 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         stub = figures.Stub()
         s.stack.callback(stub.close)
         s.publish("fan", fan_definition(stub.url))
+        flow_control.publish(s)
 
         # ---- limits -------------------------------------------------------------------
         lim: dict[str, Any] = {}
@@ -281,6 +285,21 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
             "p99": median([v["p99"] for v in resumed]),
             "rate_per_s": RESUME_RATE,
         }
+
+        # ---- flow control: the price of a limit, and fairness across keys ---------------
+        limited = repeat(
+            "chain3 (limit 8)",
+            reps,
+            lambda: flow_control.limited(s, plan.chain3, connections),
+            _show_run,
+        )
+        ff["chain3_limited_per_s"] = median([c.per_s for c in limited])
+        ff["chain3_limited_ratio"] = ff["chain3_limited_per_s"] / ff["chain3_per_s"]
+        ff["quiet_key_latency_ms"] = _timed(
+            f"quiet keys ({flow_control.BACKLOG:,} queued on another)",
+            lambda: flow_control.quiet_key_latency(s),
+            lambda v: f"p50 {v['p50']:.0f} ms p99 {v['p99']:.0f} ms",
+        )
 
         # ---- flowforge with a million sleeping delays ---------------------------------
         # Baselines right before the load, then the same with the delays in place: the
@@ -491,6 +510,17 @@ def table(report: dict[str, Any]) -> str:
                     f"open loop at {ff['latency_ms']['rate_per_s']:.0f}/s",
                 ),
                 ("latency_ms.p99", _fmt(ff["latency_ms"]["p99"]), ""),
+                (
+                    "chain3_limited_ratio",
+                    _fmt(ff["chain3_limited_ratio"]),
+                    f"chain3 with concurrency limit 8: {ff['chain3_limited_per_s']:.0f}/s",
+                ),
+                (
+                    "quiet_key_latency_ms.p99",
+                    _fmt(ff["quiet_key_latency_ms"]["p99"]),
+                    f"first execution of a quiet key, {ff['quiet_key_latency_ms']['backlog']:,}"
+                    f" queued on another (p50 {ff['quiet_key_latency_ms']['p50']:.0f} ms)",
+                ),
                 (
                     "resume_latency_ms.p50",
                     _fmt(ff["resume_latency_ms"]["p50"]),

@@ -41,6 +41,8 @@ LAYERS: dict[str, set[str]] = {
         "hints",
         "waits",
         "resumes",
+        "flowcontrol",
+        "timelimits",
     },
     "outside world": {"netguard", "http_step"},
     "entry points": {"api", "worker", "cli"},

@@ -1,0 +1,54 @@
+"""Run deadlines and queue expiry (SPEC §8): durable wake times the timer scanner applies.
+
+`executions.deadline_at` and `expires_at` are written at intake; partial indexes hold
+only executions they can still stop, so waiting costs nothing until one is due. Each
+due execution is stopped in its own unit of work by the cancel rules (actions.stop),
+so one that cannot be stopped never holds up the others.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from flowforge import actions
+
+logger = logging.getLogger(__name__)
+
+BATCH = 100
+
+# Executions whose deadline passed and that were not stopped yet (executions_deadline).
+DEADLINES_DUE = """
+SELECT id FROM executions
+WHERE deadline_at <= now() AND deadline_at IS NOT NULL AND cancel_requested_at IS NULL
+  AND status IN ('queued', 'running', 'waiting', 'needs_attention')
+ORDER BY deadline_at LIMIT %(limit)s
+"""
+# Executions still queued after start_within_s (executions_expiry).
+EXPIRIES_DUE = """
+SELECT id FROM executions
+WHERE expires_at <= now() AND expires_at IS NOT NULL AND status = 'queued'
+  AND cancel_requested_at IS NULL
+ORDER BY expires_at LIMIT %(limit)s
+"""
+
+
+def apply_due(conn: psycopg.Connection) -> int:
+    """Stop every execution whose deadline or queue expiry is due; returns how many."""
+    stopped = 0
+    for statement, reason in ((DEADLINES_DUE, "deadline"), (EXPIRIES_DUE, "expired")):
+        for (execution_id,) in conn.execute(statement, {"limit": BATCH}).fetchall():
+            eid = str(execution_id)
+            try:
+                if actions.stop(conn, eid, reason) is not None:
+                    stopped += 1
+                    logger.info("time limit applied", extra={"execution_id": eid, "reason": reason})
+            except psycopg.OperationalError:
+                raise
+            except Exception:
+                # One execution that cannot be stopped must not stop the others.
+                logger.exception(
+                    "time limit could not be applied", extra={"execution_id": eid, "reason": reason}
+                )
+    return stopped
