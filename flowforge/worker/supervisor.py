@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from flowforge import netguard, waits
@@ -139,7 +140,10 @@ class Worker:
         self.consumer.join()
         self.executor_threads.shutdown(wait=True)
         self.background.set()
+        # One deadline for all of them, not one each: a drain is bounded however many
+        # services are stuck on a dead link (they are daemon threads and end with us).
+        deadline = time.monotonic() + JOIN_SECONDS
         for thread in self.services:
-            thread.join(timeout=JOIN_SECONDS)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.pool.close()
         logger.info("worker stopped")
