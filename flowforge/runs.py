@@ -61,7 +61,7 @@ UPDATE steps SET
                             THEN coalesce(now() + make_interval(secs => %(lease_s)s),
                                           lease_expires_at) END,
     ready_at = CASE WHEN %(status)s = 'ready' THEN now() ELSE ready_at END,
-    redispatches = 0, recovery_failures = 0,
+    failed_wakeups = 0, recovery_failures = 0,
     started_at = %(started_at)s, finished_at = %(finished_at)s
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
 """

@@ -172,6 +172,8 @@ class Consumer(Loop):
                 logger.warning("database unavailable; delivery handed back", extra=log)
             else:
                 logger.error("wake-up failed", extra=log, exc_info=error)
+            if decision is Settlement.DEAD_LETTER:
+                self._count_failure(wakeup, log)
             self.stop.wait(NACK_DELAY)
             requeue = decision is Settlement.REQUEUE
             action = partial(channel.basic_nack, delivery_tag, requeue=requeue)
@@ -180,6 +182,15 @@ class Consumer(Loop):
         except BROKER_ERRORS:
             # The connection died: the broker redelivers, and duplicates are harmless.
             self._done()
+
+    def _count_failure(self, wakeup: Wakeup, log: dict[str, str]) -> None:
+        """Tell the reconciler this step's wake-up failed, so it re-dispatches it ever more
+        rarely. A lost wake-up is never counted: it is re-dispatched every interval. When
+        even this write fails the step is re-dispatched at the usual pace, which is safe."""
+        try:
+            self.executor.wakeup_failed(wakeup)
+        except Exception:  # whatever broke the wake-up may break this too; settle anyway
+            logger.warning("failed wake-up not counted", extra=log, exc_info=True)
 
     def _run_on_channel(self, channel: Any, action: Any) -> None:
         try:

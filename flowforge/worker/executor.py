@@ -30,6 +30,14 @@ from flowforge.worker.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
 
+# A wake-up that failed and was dead-lettered counts against its step (while it is still
+# the ready step it was): the reconciler waits twice as long per failure before it sends
+# the next one (see reconciler.py). Any change of the step resets the count.
+COUNT_FAILED_WAKEUP = """
+UPDATE steps SET failed_wakeups = failed_wakeups + 1
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s AND status = 'ready'
+"""
+
 
 class Executor:
     """Turns a wake-up into progress, safely under duplicates, crashes and lost leases."""
@@ -93,6 +101,14 @@ class Executor:
                 faults.hit("after_http_response")
                 self._checkpoint(eid, sid, lease, outcome)
         faults.hit("before_ack")
+
+    def wakeup_failed(self, wakeup: Wakeup) -> None:
+        """Count a dead-lettered wake-up against its step, so the reconciler backs off."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            conn.execute(
+                COUNT_FAILED_WAKEUP,
+                {"execution_id": wakeup.execution_id, "step_id": wakeup.step_id},
+            )
 
     def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
         """Render and send the request; never raises, so the step is always checkpointed."""

@@ -18,28 +18,29 @@ from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
 logger = logging.getLogger(__name__)
 
 # Ready steps whose wake-up is neither in the outbox nor was dispatched recently: the
-# message was lost (queue purged, broker reset). Dispatch them again — each time after
-# twice as long (up to 2**MAX_DOUBLINGS intervals), since a step re-dispatched without any
-# progress is a wake-up that keeps failing, and the dead-letter queue should get it
-# rarely, not every interval forever. Returns how many had been re-dispatched before.
+# message was lost (queue purged, broker reset, link blackholed). Dispatch them again after
+# one interval, however often that happened: a lost wake-up was never handled. Only a
+# step whose wake-ups failed and were dead-lettered (failed_wakeups, counted by the
+# consumer) waits twice as long per failure, up to 2**MAX_DOUBLINGS intervals, so the
+# dead-letter queue gets it rarely, not every interval forever. Returns how many of the
+# re-dispatched steps had failed before.
 REDISPATCH = f"""
 WITH stale AS (
-    SELECT s.execution_id, s.step_id, s.redispatches FROM steps s
+    SELECT s.execution_id, s.step_id, s.failed_wakeups FROM steps s
     WHERE s.status = 'ready'
-      AND s.ready_at < now() - make_interval(secs => %(after_s)s)
       AND s.ready_at < now() - make_interval(
-              secs => %(after_s)s * 2 ^ least(s.redispatches, %(max_doublings)s))
+              secs => %(after_s)s * 2 ^ least(s.failed_wakeups, %(max_doublings)s))
       AND NOT EXISTS (SELECT 1 FROM outbox o
                       WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
     ORDER BY s.ready_at LIMIT 1000
     FOR UPDATE OF s SKIP LOCKED
 ), touched AS (
-    UPDATE steps s SET ready_at = now(), redispatches = s.redispatches + 1 FROM stale
+    UPDATE steps s SET ready_at = now() FROM stale
     WHERE s.execution_id = stale.execution_id AND s.step_id = stale.step_id
 ), sent AS (
     {INSERT_WAKEUPS} SELECT execution_id, step_id FROM stale
 )
-SELECT count(*), count(*) FILTER (WHERE redispatches > 0) FROM stale
+SELECT count(*), count(*) FILTER (WHERE failed_wakeups > 0) FROM stale
 """
 MAX_DOUBLINGS = 7
 
@@ -59,7 +60,7 @@ class Reconciler:
         if started:
             logger.warning("started queued executions on free slots", extra={"count": started})
         with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
-            count, again = one(
+            count, failed_before = one(
                 conn.execute(
                     REDISPATCH, {"after_s": self.reconcile_s, "max_doublings": MAX_DOUBLINGS}
                 )
@@ -68,6 +69,6 @@ class Reconciler:
                 conn.execute(NOTIFY_OUTBOX)
                 logger.warning(
                     "re-dispatched ready steps with lost wake-ups",
-                    extra={"count": count, "again_without_progress": again},
+                    extra={"count": count, "failed_before": failed_before},
                 )
         return int(count)

@@ -18,7 +18,10 @@ import psycopg
 import psycopg_pool
 import pytest
 
+from flowforge import netguard
 from flowforge.db import create_pool
+from flowforge.worker.broker import Wakeup
+from flowforge.worker.executor import Executor
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.recovery import MAX_RECOVERY_FAILURES, LeaseRecovery
 from tests.support.processes import wait_for
@@ -217,31 +220,57 @@ def test_a_step_whose_recovery_keeps_failing_is_settled_unknown_for_an_operator(
     assert cancelled.get_json()["status"] == "cancelled"  # no longer running for ever
 
 
+def lost_after(db: psycopg.Connection, reaper: Reaper, seconds: int) -> int:
+    """Every ready step's wake-up went missing; `seconds` later the reconciler looks."""
+    db.execute("DELETE FROM outbox")
+    db.execute(
+        "UPDATE steps SET ready_at = now() - make_interval(secs => %s) WHERE status = 'ready'",
+        (seconds,),
+    )
+    return reaper.reconcile()
+
+
+def test_a_wake_up_lost_again_and_again_is_re_dispatched_every_interval(
+    app_client: Any, api_key: str, db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
+) -> None:
+    # A broker that keeps losing wake-ups (blackholed, stranded, purged) never handled the
+    # step: nothing failed, so nothing may slow the next re-dispatch down.
+    r = app_client.post("/api/v1/workflows/pay/versions", json=PAY, headers=auth(api_key))
+    assert r.status_code == 201, r.get_data(as_text=True)
+    start(app_client, "2030-01-01T00:00:00Z")  # two ready roots: charge and sleep
+    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
+    for _ in range(5):
+        assert lost_after(db, reaper, 3) == 2  # one interval (2 s) later, every time
+
+
 def test_a_wake_up_that_keeps_failing_is_re_dispatched_ever_more_rarely(
     app_client: Any, api_key: str, db: psycopg.Connection, pool: psycopg_pool.ConnectionPool
 ) -> None:
     r = app_client.post("/api/v1/workflows/pay/versions", json=PAY, headers=auth(api_key))
     assert r.status_code == 201, r.get_data(as_text=True)
-    start(app_client, "2030-01-01T00:00:00Z")  # two ready roots: charge and sleep
+    eid = start(app_client, "2030-01-01T00:00:00Z")  # two ready roots: charge and sleep
     reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
-
-    def dead_lettered_after(seconds: int) -> int:
-        """The wake-up went to the dead-letter queue; `seconds` later the reconciler looks."""
-        db.execute("DELETE FROM outbox")
-        db.execute(
-            "UPDATE steps SET ready_at = now() - make_interval(secs => %s) WHERE status = 'ready'",
-            (seconds,),
-        )
-        return reaper.reconcile()
-
-    assert dead_lettered_after(3) == 2  # lost once: sent again after one interval (2 s)
-    assert dead_lettered_after(3) == 0  # lost again: now it waits two intervals
-    assert dead_lettered_after(5) == 2
-    assert dead_lettered_after(7) == 0  # then four
-    assert dead_lettered_after(9) == 2
-    assert db.execute("SELECT min(redispatches) FROM steps WHERE status = 'ready'").fetchone() == (
-        3,
+    executor = Executor(
+        pool, worker_id="test", lease_s=2.0, allow=netguard.Allowlist(), secret_bindings={}
     )
+
+    def both_dead_lettered() -> None:
+        """Both re-dispatched wake-ups failed and were dead-lettered, as the consumer
+        reports it."""
+        for step in ("charge", "sleep"):
+            executor.wakeup_failed(Wakeup(eid, step))
+
+    assert lost_after(db, reaper, 3) == 2  # lost once: sent again after one interval (2 s)
+    both_dead_lettered()
+    assert lost_after(db, reaper, 3) == 0  # failed once: now it waits two intervals
+    assert lost_after(db, reaper, 5) == 2
+    both_dead_lettered()
+    assert lost_after(db, reaper, 7) == 0  # failed twice: four
+    assert lost_after(db, reaper, 9) == 2  # this one was lost, not failed:
+    assert lost_after(db, reaper, 7) == 0  # the wait stays at four intervals
+    assert lost_after(db, reaper, 9) == 2
+    failed = db.execute("SELECT min(failed_wakeups) FROM steps WHERE status = 'ready'")
+    assert failed.fetchone() == (2,)
 
 
 OLD_KEYS = 35_000  # more than three batches

@@ -100,17 +100,41 @@ class Violation:
     detail: str
 
 
-def settle(database_url: str, bound_s: float) -> float | None:
-    """Wait until every execution is settled and no step runs; seconds taken, or None
-    when the bound passed first."""
+@dataclass(frozen=True)
+class Settling:
+    """How the quiet wait went: seconds until everything settled (None: it did not),
+    how much was unsettled when it began, and what was left when it ended."""
+
+    seconds: float | None
+    backlog: int
+    left: int
+
+
+def settle(database_url: str, stall_s: float, cap_s: float) -> Settling:
+    """Wait until every execution is settled and no step runs.
+
+    A backlog drains at whatever pace the machine allows, so the wait goes on for as long
+    as the count of unsettled work keeps reaching new lows; it gives up once `stall_s`
+    passed without a new low (something is stuck: a stall bound above the reconcile
+    interval lets the reconciler catch a lost wake-up first) or after `cap_s` in all.
+    """
     started = time.monotonic()
+    backlog: int | None = None
+    lowest, lowest_at = 0, started
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while time.monotonic() - started < bound_s:
+        while True:
             row = conn.execute(UNSETTLED, {"settled": list(SETTLED)}).fetchone()
-            if row is not None and row[0] == 0:
-                return round(time.monotonic() - started, 1)
+            unsettled = int(row[0]) if row is not None else 0
+            now = time.monotonic()
+            if backlog is None:
+                backlog = lowest = unsettled
+            if unsettled == 0:
+                return Settling(round(now - started, 1), backlog, 0)
+            if unsettled < lowest:
+                lowest, lowest_at = unsettled, now
+            if now - lowest_at > stall_s or now - started > cap_s:
+                return Settling(None, backlog, unsettled)
             time.sleep(0.5)
-    return None
 
 
 def unasked_sends(
@@ -157,6 +181,11 @@ class Checker:
         self.workload = workload
         self.target = target
         self.violations: list[Violation] = []
+        # The target's log first, then the database: a claim commits its attempt row
+        # before the request leaves, so every request read here has its attempt in what
+        # is read next. The other order, while something still runs, pairs a new request
+        # with an older attempt of its step and reports a stale send that never was.
+        self.requests = [(TargetPath.parse(r.path), r) for r in list(self.target.received)]
         with psycopg.connect(cluster.database_url, autocommit=True, row_factory=dict_row) as conn:
             self.steps = conn.execute(STEPS).fetchall()
             self.attempts = conn.execute(ATTEMPTS).fetchall()
@@ -166,7 +195,6 @@ class Checker:
         # An operator's cancel and later retry is no takeover: leave those executions out.
         touched = {a.execution_id for a in history.actions}
         self.takeovers = [float(t["s"]) for t in takeovers if t["execution_id"] not in touched]
-        self.requests = [(TargetPath.parse(r.path), r) for r in list(self.target.received)]
 
     def fail(self, category: str, detail: str) -> None:
         self.violations.append(Violation(category, detail))

@@ -16,7 +16,9 @@ operator, on its own thread, cancels, retries and resolves live executions throu
 API. Every fault, operator action and API answer goes to history.jsonl.
 
 Then a quiet period: nemesis and operator stop, every proxy passes, every worker runs
-and is consuming again, and the run waits until everything settled (or --settle passed).
+and is consuming again, and the run waits until everything settled: for as long as the
+backlog the faults left behind keeps shrinking (up to --settle-cap in all), and no longer
+than --settle without progress, which is what a stuck execution looks like.
 The checker (tests/soak/checker.py lists the invariants) reads the target's log, the
 history and the database and prints every violation with the attempts, the operator
 actions and the long-open database sessions needed to debug it; last, every worker must
@@ -89,7 +91,10 @@ class Options:
     # The product's default: a harness that shortens it hides takeovers that wait for it.
     reconcile: float = 30.0
     concurrency: int = 4
+    # Seconds without progress before the quiet wait gives up: above the reconcile
+    # interval, so a wake-up lost at the very end is re-dispatched in time.
     settle: float = 45.0
+    settle_cap: float = 600.0
     slow: float = 0.15
     fail: float = 0.07
     hang: float = 0.05
@@ -102,7 +107,7 @@ class Options:
             f"--duplicates {self.duplicates:g} --poison {self.poison:g} "
             f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
             f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
-            f"--settle {self.settle:g}"
+            f"--settle {self.settle:g} --settle-cap {self.settle_cap:g}"
         )
 
 
@@ -196,8 +201,12 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             raise RuntimeError("the workload or the nemesis crashed") from errors[0]
         history.fault("quiet", "all")
         unhealthy = cluster.heal(HEAL_TIMEOUT_S)
-        settled_s = settle(cluster.database_url, options.settle)
-        history.fault("check", "all", f"settled in {settled_s}s")
+        settling = settle(cluster.database_url, options.settle, options.settle_cap)
+        history.fault(
+            "check",
+            "all",
+            f"settled in {settling.seconds}s, backlog {settling.backlog}, left {settling.left}",
+        )
         checker = Checker(cluster, client, history, workload, target)
         violations = checker.run(unhealthy)
         for worker, code in cluster.drain(DRAIN_TIMEOUT_S).items():
@@ -210,7 +219,8 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             "seed": seed,
             **checker.figures(),
             "reads": workload.reads,
-            "settled_s": settled_s,
+            "backlog_at_quiet": settling.backlog,
+            "settled_s": settling.seconds,
             "violations": len(violations),
         }
         print(json.dumps(figures), flush=True)
@@ -255,7 +265,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
     parser.add_argument("--lease", type=float, default=d.lease, help="FLOWFORGE_LEASE_SECONDS")
     parser.add_argument("--reconcile", type=float, default=d.reconcile)
     parser.add_argument("--concurrency", type=int, default=d.concurrency)
-    parser.add_argument("--settle", type=float, default=d.settle, help="bound of the quiet wait")
+    parser.add_argument(
+        "--settle", type=float, default=d.settle, help="quiet wait: seconds without progress"
+    )
+    parser.add_argument(
+        "--settle-cap", type=float, default=d.settle_cap, help="quiet wait: seconds in all"
+    )
     parser.add_argument("--logs", type=Path, default=None, help="directory for logs")
     args = parser.parse_args(argv)
     options = Options(
@@ -269,6 +284,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
         reconcile=args.reconcile,
         concurrency=args.concurrency,
         settle=args.settle,
+        settle_cap=args.settle_cap,
         logs=args.logs,
     )
     return args, options

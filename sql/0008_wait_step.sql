@@ -7,7 +7,7 @@
 -- that arrives before its step is ready waits here with applied_at NULL and is taken,
 -- under the execution row lock, when the step starts: no early resume is lost.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0009_wait_step');
+INSERT INTO schema_migrations (version) VALUES ('0008_wait_step');
 CREATE TABLE resumes (
     execution_id uuid NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
     step_id      text NOT NULL,

@@ -5,7 +5,7 @@
 -- the statements that start executions count holders under a transaction-level advisory
 -- lock of that key. A crash anywhere leaves rows that are true, so no slot can leak.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0008_flow_control');
+INSERT INTO schema_migrations (version) VALUES ('0007_flow_control');
 -- NULL: the workflow version has no concurrency limit; '' when it has a limit but no key.
 ALTER TABLE executions ADD COLUMN concurrency_key text;
 -- When the execution was given a slot (NULL while it waits in its key's queue).
