@@ -70,6 +70,13 @@ SLOT_LOCK = (
 # The workflow's queue lock: makes the max_queued count exact across keys and API processes.
 QUEUE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(workflow_id)s::text, 8))"
 
+# The intake's target is still what the per-process cache says: the version is the newest
+# and the signing secret that matched is not revoked. Shared by both intake statements.
+STILL_CURRENT = """SELECT 1 FROM workflows w
+    WHERE w.id = %(workflow_id)s AND w.latest_version = %(version)s AND w.archived_at IS NULL
+      AND (%(secret_id)s::bigint IS NULL OR EXISTS (
+          SELECT 1 FROM webhook_secrets s WHERE s.id = %(secret_id)s AND s.revoked_at IS NULL))"""
+
 # The intake of a workflow with flow control, run right after its locks in one
 # transaction. Like intake.CREATE_EXECUTION (current target, idempotency claim, execution,
 # steps, wake-ups, history, NOTIFY), plus the decision: `start` (a free slot and nobody
@@ -81,10 +88,7 @@ QUEUE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(workflow_id)s::tex
 # written at all).
 GATED_INTAKE = f"""
 WITH current AS (
-    SELECT 1 FROM workflows w
-    WHERE w.id = %(workflow_id)s AND w.latest_version = %(version)s AND w.archived_at IS NULL
-      AND (%(secret_id)s::bigint IS NULL OR EXISTS (
-          SELECT 1 FROM webhook_secrets s WHERE s.id = %(secret_id)s AND s.revoked_at IS NULL))
+    {STILL_CURRENT}
 ), holders AS (
     SELECT count(*) AS n FROM executions
     WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s::text AND {HOLDS_SLOT}

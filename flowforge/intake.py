@@ -52,10 +52,7 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # root steps `ready`, the others `pending` — what Run.advance would make of them.
 CREATE_EXECUTION = f"""
 WITH current AS (
-    SELECT 1 FROM workflows w
-    WHERE w.id = %(workflow_id)s AND w.latest_version = %(version)s AND w.archived_at IS NULL
-      AND (%(secret_id)s::bigint IS NULL OR EXISTS (
-          SELECT 1 FROM webhook_secrets s WHERE s.id = %(secret_id)s AND s.revoked_at IS NULL))
+    {flowcontrol.STILL_CURRENT}
 ), claim AS (
     INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
     SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s
