@@ -19,6 +19,7 @@ from typing import Any
 
 import pika
 
+from flowforge import faults
 from flowforge.errors import DatabaseUnavailable
 from flowforge.worker.broker import (
     BROKER_ERRORS,
@@ -57,11 +58,39 @@ def settlement(error: BaseException | None, redelivered: bool) -> Settlement:
     return Settlement.DEAD_LETTER
 
 
+class Unsettled:
+    """How many deliveries taken on one connection still wait for their ack or nack.
+
+    One count per connection, never one for the consumer: when a connection dies, pika
+    drops the settlements still queued on it (RabbitMQ redelivers those messages), so they
+    never run. A count shared across connections would then never come back to zero, and
+    the drain — waiting on the next connection for acks that can no longer be sent —
+    would never end (the randomized fault run's seed 204).
+    """
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def done(self) -> None:
+        with self._lock:
+            self._count -= 1
+
+    def pending(self) -> bool:
+        with self._lock:
+            return self._count > 0
+
+
 class Consumer(Loop):
     """RabbitMQ → executor threads, with reconnects and a dead-letter path for poison.
 
-    The threads belong to the Worker; the consumer only submits to them and counts what
-    is in flight, so it can keep serving acks until every running step has settled.
+    The threads belong to the Worker; the consumer only submits to them and counts, per
+    connection, what is not settled yet, so it can keep serving acks until every step
+    running for that connection has settled.
     """
 
     outage_log = "broker connection lost; %(name)s will reconnect"
@@ -83,8 +112,6 @@ class Consumer(Loop):
         self.topology = topology
         self.threads = threads
         self.concurrency = concurrency
-        self._in_flight = 0
-        self._lock = threading.Lock()
         self.connected = threading.Event()
 
     def step(self) -> float:
@@ -96,19 +123,23 @@ class Consumer(Loop):
 
     def _consume(self) -> None:
         connection = connect(self.amqp_url, "flowforge-consumer", self.heartbeat_s)
+        unsettled = Unsettled()  # this connection's own; it dies with it
         try:
             channel = connection.channel()
             self.topology.declare(channel)
             channel.basic_qos(prefetch_count=self.concurrency)
-            tag = channel.basic_consume(self.topology.queue, partial(self._on_message, connection))
+            tag = channel.basic_consume(
+                self.topology.queue, partial(self._on_message, connection, unsettled)
+            )
             self.connected.set()
             logger.info("consuming", extra={"queue": self.topology.queue})
             while not self.stop.is_set():
                 connection.process_data_events(time_limit=0.5)
             # Draining: stop taking messages, then keep serving acks and AMQP heartbeats
-            # until the steps already running have checkpointed.
+            # until the steps already running have checkpointed. Steps taken on an earlier
+            # connection cannot be acked any more; the Worker waits for them on its own.
             channel.basic_cancel(tag)
-            while self._busy():
+            while unsettled.pending():
                 connection.process_data_events(time_limit=0.2)
         finally:
             self.connected.clear()
@@ -116,13 +147,10 @@ class Consumer(Loop):
                 with contextlib.suppress(*BROKER_ERRORS):
                     connection.close()
 
-    def _busy(self) -> bool:
-        with self._lock:
-            return self._in_flight > 0
-
     def _on_message(
         self,
         connection: pika.BlockingConnection,
+        unsettled: Unsettled,
         channel: Any,
         method: Any,
         _props: Any,
@@ -143,18 +171,24 @@ class Consumer(Loop):
             )
             channel.basic_reject(method.delivery_tag, requeue=False)
             return
-        with self._lock:
-            self._in_flight += 1
+        unsettled.add()
         future = self.threads.submit(self.executor.handle, wakeup)
         future.add_done_callback(
             partial(
-                self._settle, connection, channel, method.delivery_tag, method.redelivered, wakeup
+                self._settle,
+                connection,
+                unsettled,
+                channel,
+                method.delivery_tag,
+                method.redelivered,
+                wakeup,
             )
         )
 
     def _settle(
         self,
         connection: pika.BlockingConnection,
+        unsettled: Unsettled,
         channel: Any,
         delivery_tag: int,
         redelivered: bool,
@@ -178,10 +212,12 @@ class Consumer(Loop):
             requeue = decision is Settlement.REQUEUE
             action = partial(channel.basic_nack, delivery_tag, requeue=requeue)
         try:
-            connection.add_callback_threadsafe(partial(self._run_on_channel, channel, action))
+            connection.add_callback_threadsafe(
+                partial(self._run_on_channel, channel, action, unsettled)
+            )
         except BROKER_ERRORS:
             # The connection died: the broker redelivers, and duplicates are harmless.
-            self._done()
+            unsettled.done()
 
     def _count_failure(self, wakeup: Wakeup, log: dict[str, str]) -> None:
         """Tell the reconciler this step's wake-up failed, so it re-dispatches it ever more
@@ -192,13 +228,10 @@ class Consumer(Loop):
         except Exception:  # whatever broke the wake-up may break this too; settle anyway
             logger.warning("failed wake-up not counted", extra=log, exc_info=True)
 
-    def _run_on_channel(self, channel: Any, action: Any) -> None:
+    def _run_on_channel(self, channel: Any, action: Any, unsettled: Unsettled) -> None:
         try:
+            faults.hit("before_settle")
             if channel.is_open:
                 action()
         finally:
-            self._done()
-
-    def _done(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
+            unsettled.done()

@@ -106,6 +106,9 @@ class Cluster:
             "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
             "FLOWFORGE_WORKER_CONCURRENCY": str(self.concurrency),
             "FLOWFORGE_LOG_LEVEL": "INFO",
+            # A worker stuck in its drain is sent SIGABRT (see drain): its log then ends
+            # with every thread's stack.
+            "PYTHONFAULTHANDLER": "1",
         }
         if slot is not None:
             env["FLOWFORGE_DATABASE_URL"] = psycopg.conninfo.make_conninfo(
@@ -199,7 +202,8 @@ class Cluster:
 
     def drain(self, timeout: float) -> dict[str, int | None]:
         """SIGTERM every live worker at once; each one's exit status, None when it was
-        still draining after `timeout` (it is SIGKILLed then)."""
+        still draining after `timeout` (it is sent SIGABRT then, so its log ends with the
+        stack of every thread, and SIGKILLed)."""
         live = [slot for slot in self.slots if slot.alive]
         for slot in live:
             slot.signal_group(signal.SIGCONT)
@@ -212,6 +216,9 @@ class Cluster:
                 codes[slot.worker_id] = slot.proc.popen.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 codes[slot.worker_id] = None
+                slot.proc.signal(signal.SIGABRT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    slot.proc.popen.wait(STOP_TIMEOUT_S)
                 slot.proc.kill()
         return codes
 
