@@ -10,7 +10,13 @@ Categories (each violation names one):
   lease after the step was settled counts too, even when the total looks right;
 - stale_send: a request reached the target after the attempt it belonged to had ended
   (its lease recovered by a reaper, or its result written): a worker sent it without
-  owning the step any more — nothing fenced the request itself;
+  owning the step any more — nothing fenced the request itself. Not one when the
+  attempt's worker was frozen (SIGSTOP) after the attempt began and the request arrived
+  the moment it ran again: the freeze landed between the fence, which found the lease
+  its own, and the first byte — a gap no check inside a process can close (only the
+  receiver could, by checking the token). Those are counted (`sent_after_freeze`), and
+  the attempt says `unknown` or a repeat-safe step was retried, as SPEC §7 allows. A
+  missing fence still shows: the nemesis's slow senders stall with no freeze at all;
 - step_succeeded_twice: two attempts of one step with outcome succeeded;
 - success_without_request: a succeeded HTTP attempt the target never saw;
 - keyed_request_changed_key: one step's retries carried different Idempotency-Keys;
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +48,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from tests.soak.cluster import Cluster
-from tests.soak.history import History, OperatorAction, RecordingClient
+from tests.soak.history import Fault, History, OperatorAction, RecordingClient
 from tests.soak.workload import HANG_S, REQUEST_TIMEOUT_S, TargetPath, Workload
 from tests.support.target import Target
 
@@ -49,6 +56,12 @@ SETTLED = ("succeeded", "failed", "cancelled", "needs_attention")
 RESEND_ASKED = ("failed", "unknown")
 # Lines printed per category; the rest are counted (history.jsonl has them all).
 SHOWN = 25
+# A request held back by a freeze leaves as soon as its worker runs again: it arrives
+# within this long after the SIGCONT (a loaded machine included) or it is no such case.
+SENT_AFTER_RESUME_S = 1.0
+# Clock slack between the history's records and the moments they stand for: a SIGSTOP
+# lands just after its record, a SIGCONT just before its own.
+RECORD_SLACK_S = 0.05
 
 STEPS = """
 SELECT s.execution_id::text AS execution_id, s.step_id, s.type, s.status, s.fencing_token,
@@ -137,6 +150,46 @@ def settle(database_url: str, stall_s: float, cap_s: float) -> Settling:
             time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class Freeze:
+    """One SIGSTOP of one worker, on the wall clock: recorded before the signal was sent,
+    and the SIGCONT that ended it (the nemesis's own, or the heal's at the quiet period)."""
+
+    worker: str
+    stopped: float
+    resumed: float
+
+
+def freezes(faults: Iterable[Fault], wall_started: float) -> list[Freeze]:
+    """The freezes the nemesis caused; one never resumed (its worker was killed) is left
+    out, as a killed worker sends nothing."""
+    faults = list(faults)
+    quiet = min((f.at for f in faults if f.op == "quiet"), default=None)
+    found = []
+    for i, fault in enumerate(faults):
+        if fault.op != "pause":
+            continue
+        later = (f for f in faults[i + 1 :] if f.target == fault.target and f.op == "resume")
+        resumed = next((f.at for f in later), quiet)
+        if resumed is not None:
+            found.append(Freeze(fault.target, wall_started + fault.at, wall_started + resumed))
+    return found
+
+
+def sent_after_freeze(
+    worker: str, attempt_started: float, arrived: float, frozen: Iterable[Freeze]
+) -> bool:
+    """Whether a request that arrived after its attempt ended was held back by a freeze of
+    its own worker: one that began after the attempt's claim (so the fence, which would
+    refuse after any long freeze, had already passed) and ended just before it arrived."""
+    return any(
+        f.worker == worker
+        and f.stopped >= attempt_started - RECORD_SLACK_S
+        and f.resumed - RECORD_SLACK_S <= arrived <= f.resumed + SENT_AFTER_RESUME_S
+        for f in frozen
+    )
+
+
 def unasked_sends(
     actions: list[OperatorAction], execution_id: str, step_id: str, sends: list[float]
 ) -> list[float]:
@@ -181,6 +234,7 @@ class Checker:
         self.workload = workload
         self.target = target
         self.violations: list[Violation] = []
+        self.sent_after_freeze = 0
         # The target's log first, then the database: a claim commits its attempt row
         # before the request leaves, so every request read here has its attempt in what
         # is read next. The other order, while something still runs, pairs a new request
@@ -281,6 +335,7 @@ class Checker:
         by_step: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for a in self.attempts:
             by_step.setdefault((a["execution_id"], a["step_id"]), []).append(a)
+        frozen = freezes(self.history.faults, self.history.wall_started)
         for where, req in self.requests:
             if where is None:
                 continue
@@ -290,6 +345,9 @@ class Checker:
                 problem = "before any attempt of the step had started"
             elif current[-1]["finished"] is not None and current[-1]["finished"] < req.at:
                 a = current[-1]
+                if sent_after_freeze(a["worker"], a["started"], req.at, frozen):
+                    self.sent_after_freeze += 1
+                    continue
                 problem = (
                     f"{req.at - a['finished']:.2f}s after attempt #{a['attempt']} (token "
                     f"{a['fencing_token']}, {a['worker']}) had ended as {a['outcome']}"
@@ -469,6 +527,7 @@ class Checker:
             "unknown_steps": sum(1 for s in self.steps if s["status"] == "unknown"),
             "attempt_outcomes": dict(Counter(a["outcome"] or "in flight" for a in self.attempts)),
             "target_requests": len(self.requests),
+            "sent_after_freeze": self.sent_after_freeze,
             "webhook_keys": len(self.workload.deliveries),
             "duplicate_deliveries": self.workload.duplicate_deliveries,
             "poisoned_delays": self.workload.poisoned,
