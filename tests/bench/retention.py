@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.bench.retention [--executions 200000] [--retention-min 3]
         [--report-s 30] [--workers 2] [--senders 4] [--max-backlog 2000] [--vacuum-s 60]
+    .venv/bin/python -m tests.bench.retention --delete-only 100000
 
 Starts bin/api and `--workers` bin/worker processes in a private database and RabbitMQ
 vhost (tests/bench session), publishes three chained transforms with `retention_days`
@@ -19,6 +20,11 @@ of deleted rows only once they are vacuumed; this machine's server runs with aut
 off, so the soak runs a plain VACUUM of those tables every `--vacuum-s` seconds (0:
 never), which is what autovacuum does in production. A figure, not a test: nothing is
 asserted.
+
+`--delete-only N` measures retention's own pace instead: N expired executions shaped like
+chain3's (three steps, three attempts, eight events each) are bulk-inserted into a private
+database, and the housekeeping's Retention deletes them pass after pass; it prints
+executions deleted per second, to hold against intake's rate.
 """
 
 from __future__ import annotations
@@ -33,7 +39,10 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from tests.bench.infra import ADMIN_DATABASE, BenchError
+from flowforge.db import create_pool
+from flowforge.migrate import migrate
+from flowforge.worker.retention import Retention
+from tests.bench.infra import ADMIN_DATABASE, BenchError, PrivateDatabase
 from tests.bench.session import CHAIN3, Interrupted, Session
 
 TABLES = ("executions", "steps", "attempts", "execution_events", "idempotency_keys")
@@ -176,6 +185,66 @@ def soak(args: argparse.Namespace) -> list[dict]:
     return reports
 
 
+# Finished chain3 executions, as the worker leaves them, an hour past a minute's retention.
+EXPIRED = """
+WITH w AS (
+    INSERT INTO workflows (key, latest_version) VALUES ('chain3', 1) RETURNING id
+), v AS (
+    INSERT INTO workflow_versions (workflow_id, version, name, definition, webhook_auth)
+    SELECT id, 1, 'chain3', '{"retention_days": 0.0007}', 'none' FROM w RETURNING id, workflow_id
+)
+INSERT INTO executions (id, workflow_id, version_id, status, input, created_at, started_at,
+                        finished_at)
+SELECT gen_random_uuid(), v.workflow_id, v.id, 'succeeded', '{"order_id": "A-1"}',
+       now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
+FROM v, generate_series(1, %(n)s)
+"""
+EXPIRED_CHILDREN = [
+    """INSERT INTO steps (execution_id, step_id, type, position, status, output, started_at,
+                          finished_at)
+       SELECT e.id, s.id, 'transform', s.n, 'succeeded', '{"order": "A-1"}', e.started_at,
+              e.finished_at
+       FROM executions e, (VALUES ('a', 1), ('b', 2), ('c', 3)) AS s(id, n)""",
+    """INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, outcome, finished_at)
+       SELECT execution_id, step_id, 1, 1, 'succeeded', finished_at FROM steps""",
+    """INSERT INTO execution_events (execution_id, step_id, kind, detail)
+       SELECT e.id, NULL, 'execution.succeeded', '{"to": "succeeded"}'
+       FROM executions e, generate_series(1, 8)""",
+]
+
+
+def delete_only(count: int) -> None:
+    """Time Retention over `count` expired executions; see the module docstring."""
+    db = PrivateDatabase.create(ADMIN_DATABASE)
+    try:
+        migrate(db.url)
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            conn.execute(EXPIRED, {"n": count})
+            for statement in EXPIRED_CHILDREN:
+                conn.execute(statement)
+            conn.execute("VACUUM ANALYZE")
+            rows = sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES)
+        pool = create_pool(db.url, max_size=2, name="bench-retention")
+        pool.open(wait=True, timeout=30)
+        retention = Retention(pool, threading.Event())
+        started = time.monotonic()
+        deleted, passes, caught_up = 0, 0, False
+        while not caught_up:
+            gone, caught_up = retention.expire()
+            deleted += gone
+            passes += 1
+        elapsed = time.monotonic() - started
+        pool.close()
+        print(
+            f"retention deleted {deleted:,} executions ({rows:,} rows with their steps, attempts "
+            f"and events) in {elapsed:.1f} s over {passes} passes: {deleted / elapsed:,.0f} "
+            f"executions/s, {rows / elapsed:,.0f} rows/s",
+            flush=True,
+        )
+    finally:
+        db.drop()
+
+
 def main() -> int:
     """Run and print; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -186,9 +255,13 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--max-backlog", type=int, default=2000)
     parser.add_argument("--vacuum-s", type=float, default=60.0)
+    parser.add_argument("--delete-only", type=int, default=0, metavar="N")
     args = parser.parse_args()
     try:
-        soak(args)
+        if args.delete_only:
+            delete_only(args.delete_only)
+        else:
+            soak(args)
     except BenchError as exc:
         print(f"soak: {exc}", file=sys.stderr)
         return 1
