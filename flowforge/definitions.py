@@ -34,12 +34,26 @@ EXECUTION_FIELDS = ("id", "workflow", "version")
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TOP_KEYS = frozenset(
-    {"name", "description", "trigger", "steps", "concurrency", "deadline_s", "start_within_s"}
+    {
+        "name",
+        "description",
+        "trigger",
+        "steps",
+        "concurrency",
+        "deadline_s",
+        "start_within_s",
+        "retention_days",
+    }
 )
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
 ON_FULL = ("queue", "drop_new", "cancel_oldest")
 # Time limits reach a year at most, like a delay.
 MAX_TIME_LIMIT_S = 31_536_000
+# How long finished executions are kept (SPEC §11). Fractions are allowed: a test or a
+# soak keeps them for minutes. The newest version's value applies to every execution of
+# the workflow (flowforge/worker/retention.py reads it from the stored definition).
+DEFAULT_RETENTION_DAYS = 30.0
+MAX_RETENTION_DAYS = 3650.0
 _COMMON_KEYS = frozenset({"id", "type", "depends_on", "when"})
 _TYPE_KEYS = {
     "http_request": frozenset({"request", "retry", "budget_s"}),
@@ -132,6 +146,7 @@ class Definition:
     concurrency: Concurrency | None = None
     deadline_s: float | None = None
     start_within_s: float | None = None
+    retention_days: float = DEFAULT_RETENTION_DAYS
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
@@ -284,6 +299,7 @@ class _Parser:
         concurrency = self.concurrency(doc)
         deadline_s = self.time_limit(doc, "deadline_s")
         start_within_s = self.time_limit(doc, "start_within_s")
+        retention_days = self.retention_days(doc)
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
@@ -294,6 +310,7 @@ class _Parser:
             concurrency=concurrency,
             deadline_s=deadline_s,
             start_within_s=start_within_s,
+            retention_days=retention_days,
         )
 
     def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:
@@ -351,6 +368,19 @@ class _Parser:
         if not is_number(value) or not 0 < value <= MAX_TIME_LIMIT_S:
             self.error(f"$.{name}", f"{name} must be seconds in (0, {MAX_TIME_LIMIT_S}]")
             return None
+        return float(value)
+
+    def retention_days(self, doc: dict[str, Any]) -> float:
+        """Check `retention_days`: how long finished executions are kept, in days."""
+        if "retention_days" not in doc:
+            return DEFAULT_RETENTION_DAYS
+        value = doc["retention_days"]
+        if not is_number(value) or not 0 < value <= MAX_RETENTION_DAYS:
+            self.error(
+                "$.retention_days",
+                f"retention_days must be days in (0, {MAX_RETENTION_DAYS:.0f}], fractions allowed",
+            )
+            return DEFAULT_RETENTION_DAYS
         return float(value)
 
     def unknown_keys(self, value: dict[str, Any], allowed: Iterable[str], path: str) -> None:

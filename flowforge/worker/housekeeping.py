@@ -1,4 +1,5 @@
-"""Housekeeping: idempotency keys are forgotten after their 24 hours (SPEC §4)."""
+"""Housekeeping: idempotency keys are forgotten after their 24 hours (SPEC §4), then
+finished executions past their workflow's retention are deleted (retention.py, SPEC §11)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 import psycopg_pool
 
 from flowforge.db import wrap_exceptions
+from flowforge.worker.retention import Retention
 
 logger = logging.getLogger(__name__)
 
@@ -25,23 +27,27 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
 
 
 class Housekeeping:
-    """Forgets expired idempotency keys, once a minute, until caught up."""
+    """Forgets expired idempotency keys and old executions, once a minute, until caught up."""
 
     def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
         self.pool = pool
         self.stop = stop
         self._housekept_at = 0.0
+        self.retention = Retention(pool, stop)
 
     def housekeep(self) -> int:
-        """Forget idempotency keys older than 24 hours, once a minute, until caught up.
+        """Forget keys older than 24 hours, then expire executions; once a minute, until caught up.
 
         An unfinished backlog (see forget_expired_keys) goes on in the next pass instead
-        of waiting a minute. Returns how many keys were forgotten.
+        of waiting a minute; so does one of executions past their retention, deleted after
+        the keys so that an execution whose key was just forgotten goes in the same pass.
+        Returns how many keys were forgotten.
         """
         if time.monotonic() - self._housekept_at < HOUSEKEEPING_SECONDS:
             return 0
-        forgotten, caught_up = self.forget_expired_keys()
-        if caught_up:
+        forgotten, keys_caught_up = self.forget_expired_keys()
+        _expired, executions_caught_up = self.retention.expire()
+        if keys_caught_up and executions_caught_up:
             self._housekept_at = time.monotonic()
         if forgotten:
             logger.info("forgot old idempotency keys", extra={"count": forgotten})

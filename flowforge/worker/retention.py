@@ -1,0 +1,143 @@
+"""Retention: finished executions are deleted once their workflow keeps them no longer.
+
+SPEC §11. Each workflow's `retention_days` (default 30) is read from its newest version,
+so publishing a shorter one shortens it for every execution of the workflow, old ones
+included. An execution is deleted, with its steps, attempts, events and resumes (foreign
+keys ON DELETE CASCADE, each reached through an index on execution_id), only when it is
+`succeeded`, `failed` or `cancelled`, finished longer ago than that, has no `unknown`
+step (also under a cancelled execution: what a remote system did is still unsettled),
+and its idempotency key, if any, is forgotten: a duplicate webhook is answered with the
+original execution for as long as the key is remembered (24 hours, housekeeping.py).
+`needs_attention` and live executions are never candidates.
+
+Outbox rows are left alone: a finished execution rarely has one (the relay deletes each
+row once the broker confirmed it), the outbox has no index on execution_id that could
+find them without scanning it, and a wake-up for a deleted execution is acknowledged and
+dropped by the executor ("wake-up for an unknown execution").
+
+Batches are small and each is one autocommit statement: the executions it deletes are
+locked FOR UPDATE SKIP LOCKED, so several workers share the work without waiting on each
+other, and an operator acting on one of them at that moment is skipped, not blocked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg_pool
+
+from flowforge.db import wrap_exceptions
+from flowforge.definitions import DEFAULT_RETENTION_DAYS
+from flowforge.model import ExecutionStatus, StepStatus
+
+logger = logging.getLogger(__name__)
+
+RETENTION_BATCH = 500
+# Per housekeeping pass; an unfinished backlog goes on in the reaper's next pass.
+RETENTION_BUDGET_S = 3.0
+# Executions with a key are kept at least as long as the key (FORGET_IDEMPOTENCY_KEYS).
+IDEMPOTENCY_KEY_HOURS = 24
+
+_FINISHED = ", ".join(
+    f"'{status.value}'"
+    for status in (ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED)
+)
+# Each workflow's cutoff: finished before it, an execution has been kept long enough. A
+# value that is not a number (no validated definition has one) counts as the default.
+_POLICY = """
+SELECT w.id AS workflow_id,
+       now() - make_interval(secs => 86400 * coalesce(
+           CASE WHEN jsonb_typeof(v.definition -> 'retention_days') = 'number'
+                THEN (v.definition ->> 'retention_days')::float8 END,
+           %(default_days)s)) AS cutoff
+FROM workflows w
+JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
+"""
+
+
+def _expire(keyed: bool) -> str:
+    """One batch of one kind of candidate, per workflow through its partial index."""
+    if keyed:
+        index = "executions_finished_keyed"
+        kind = "x.idempotency_key IS NOT NULL"
+        # An execution finishes after it was created, with its key: finished a day ago,
+        # its key has expired and, unless housekeeping lags, is forgotten.
+        cutoff = f"least(p.cutoff, now() - interval '{IDEMPOTENCY_KEY_HOURS} hours')"
+        remembered = """
+          AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
+                          WHERE k.workflow_id = x.workflow_id AND k.key = x.idempotency_key
+                            AND k.execution_id = x.id)"""
+    else:
+        index = "executions_finished"
+        kind = "x.idempotency_key IS NULL"
+        cutoff = "p.cutoff"
+        remembered = ""
+    return f"""
+-- expire ({index}): one batch of finished executions past their retention; locks each
+-- deleted execution (SKIP LOCKED) and, through the cascades, its child rows.
+WITH policy AS ({_POLICY}), doomed AS (
+    SELECT d.id
+    FROM policy p
+    CROSS JOIN LATERAL (
+        SELECT x.id FROM executions x
+        WHERE x.workflow_id = p.workflow_id
+          AND x.status IN ({_FINISHED}) AND {kind}
+          AND x.finished_at < {cutoff}
+          AND NOT EXISTS (SELECT 1 FROM steps s
+                          WHERE s.execution_id = x.id AND s.status = '{StepStatus.UNKNOWN.value}')
+          {remembered}
+        ORDER BY x.finished_at
+        LIMIT %(limit)s
+        FOR UPDATE OF x SKIP LOCKED
+    ) d
+    LIMIT %(limit)s
+)
+DELETE FROM executions WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+EXPIRE_UNKEYED = _expire(keyed=False)
+EXPIRE_KEYED = _expire(keyed=True)
+
+
+class Retention:
+    """Deletes finished executions past their workflow's retention, batch by batch."""
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool,
+        stop: threading.Event,
+        *,
+        batch: int = RETENTION_BATCH,
+        budget_s: float = RETENTION_BUDGET_S,
+    ) -> None:
+        self.pool = pool
+        self.stop = stop
+        self.batch = batch
+        self.budget_s = budget_s
+
+    def expire(self) -> tuple[int, bool]:
+        """Delete expired executions; returns how many and whether none is left.
+
+        Batches follow each other until both kinds come back short, or the budget is
+        spent: each is one short transaction, so no lock is held for long and a backlog
+        (a retention just shortened) is worked off over several passes.
+        """
+        started = time.monotonic()
+        deleted = 0
+        pending = [EXPIRE_UNKEYED, EXPIRE_KEYED]
+        params = {"limit": self.batch, "default_days": DEFAULT_RETENTION_DAYS}
+        with wrap_exceptions(), self.pool.connection() as conn:
+            while pending and not self.stop.is_set():
+                for statement in list(pending):
+                    count = conn.execute(statement, params).rowcount
+                    deleted += count
+                    if count < self.batch:
+                        pending.remove(statement)
+                if time.monotonic() - started > self.budget_s:
+                    break
+        if deleted:
+            logger.info("deleted executions past their retention", extra={"count": deleted})
+        return deleted, not pending
