@@ -34,8 +34,8 @@ Usage:
     .venv/bin/python -m tests.soak.soak --duration 60
     # replay a failure from its seed (use the same options as the failed run)
     .venv/bin/python -m tests.soak.soak --seed 1234 --duration 60
-    # the long form: 10 seeds, 3 minutes of nemesis each (30 minutes in all)
-    .venv/bin/python -m tests.soak.soak --seeds 10 --duration 180
+    # the long form: 10 seeds (301, 302, ... 310), 3 minutes of nemesis each (30 in all)
+    .venv/bin/python -m tests.soak.soak --seed 301 --seeds 10 --duration 180
     # the short form, as CI runs it (tests/faults/test_randomized.py)
     bin/test tests/faults/test_randomized.py
 
