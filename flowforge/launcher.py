@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
+from collections.abc import MutableMapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The import names of setup.cfg's install_requires.
-REQUIRED = ("flask", "gunicorn", "psycopg", "pika", "requests")
+REQUIRED = ("flask", "gunicorn", "psycopg", "pika", "requests", "prometheus_client")
 
 
 def missing_modules() -> list[str]:
@@ -42,3 +44,26 @@ def ensure_dependencies(script: str) -> None:
         file=sys.stderr,
     )
     sys.exit(1)
+
+
+# prometheus_client's multiprocess mode: where each gunicorn worker keeps its counters.
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def private_metrics_dir(env: MutableMapping[str, str]) -> str:
+    """Make a fresh, empty directory for this API server's metric files and name it in
+    PROMETHEUS_MULTIPROC_DIR, replacing any inherited value.
+
+    bin/api calls this before anything imports prometheus_client, which chooses its
+    multiprocess mode once, at import, in the gunicorn master its workers fork from. A
+    directory of its own per start means no counts of an earlier server (or of another
+    one on the host) are ever summed in; flowforge/api/serve.py removes it when gunicorn
+    exits and marks each dead worker in it."""
+    path = tempfile.mkdtemp(prefix="flowforge-api-metrics-")
+    env[METRICS_DIR_ENV] = path
+    return path
+
+
+def no_metrics_dir(env: MutableMapping[str, str]) -> None:
+    """bin/worker is one process: its counters live in memory, never in an API's files."""
+    env.pop(METRICS_DIR_ENV, None)
