@@ -314,11 +314,12 @@ def step_started(run: Run, step_id: str) -> None:
 
 
 # ---- gauges read from PostgreSQL ---------------------------------------------------------
-# Live executions by status: the predicate is the one of the partial index executions_live,
-# so the count reads live rows only, however many finished ones the table holds.
+# Live executions by status: the predicate is the one of the partial index
+# executions_live_status (sql/0015), so the count reads live rows only, however many
+# finished ones the table holds.
 LIVE_EXECUTIONS = """
 SELECT status, count(*) FROM executions
-WHERE status NOT IN ('succeeded', 'failed', 'cancelled')
+WHERE status IN ('queued', 'running', 'waiting', 'needs_attention')
 GROUP BY status
 """
 LIVE_EXECUTION_STATUSES = [
