@@ -246,7 +246,7 @@ def _later(count: Callable[[], None]) -> None:
 def saved(changes: Changes) -> None:
     """Count what one unit of work changed (runs.save_run): attempts, step and execution
     ends, waits begun and ended."""
-    if changes.new_attempts or changes.finished_attempts or changes.events:
+    if changes.events or changes.finished_attempts or changes.new_attempts:
         _later(lambda: _count_changes(changes))
 
 
@@ -373,6 +373,21 @@ GAUGE_QUERIES = {
     "estimated_rows": ESTIMATED_ROWS,
     "outbox_backlog": OUTBOX_BACKLOG,
 }
+
+
+# The families DatabaseGauges yields (the alert rules' test reads them here).
+DATABASE_GAUGES = (
+    "flowforge_executions",
+    "flowforge_steps",
+    "flowforge_oldest_ready_step_seconds",
+    "flowforge_outbox_backlog",
+    "flowforge_outbox_oldest_seconds",
+    "flowforge_expired_leases",
+    "flowforge_waits_open",
+    "flowforge_slot_queue",
+    "flowforge_slot_holders",
+    "flowforge_table_rows_estimate",
+)
 
 
 class DatabaseGauges(Collector):

@@ -122,6 +122,10 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert value(before, "flowforge_resumes_total", outcome="gone") == 0
         assert value(before, "flowforge_executions", status="needs_attention") == 0
         assert value(before, "flowforge_oldest_ready_step_seconds") == 0
+        assert {name for name, _ in before} >= set(metrics.DATABASE_GAUGES) - {
+            "flowforge_slot_queue",  # one series per workflow with a concurrency key
+            "flowforge_slot_holders",
+        }
         idle = scrape(worker_metrics)
         assert value(idle, "flowforge_attempts_total", type="http_request", outcome="failed") == 0
         assert value(idle, "flowforge_dead_lettered_total", reason="malformed") == 0
