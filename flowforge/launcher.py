@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import MutableMapping
@@ -48,6 +49,7 @@ def ensure_dependencies(script: str) -> None:
 
 # prometheus_client's multiprocess mode: where each gunicorn worker keeps its counters.
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_DIR_PREFIX = "flowforge-api-metrics-"
 
 
 def private_metrics_dir(env: MutableMapping[str, str]) -> str:
@@ -59,9 +61,29 @@ def private_metrics_dir(env: MutableMapping[str, str]) -> str:
     directory of its own per start means no counts of an earlier server (or of another
     one on the host) are ever summed in; flowforge/api/serve.py removes it when gunicorn
     exits and marks each dead worker in it."""
-    path = tempfile.mkdtemp(prefix="flowforge-api-metrics-")
+    _remove_orphaned_metrics_dirs()
+    path = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
     env[METRICS_DIR_ENV] = path
     return path
+
+
+def _remove_orphaned_metrics_dirs() -> None:
+    """Directories of API servers that died without gunicorn's on_exit (SIGKILL, a
+    crash): their master's pid, in the name, is gone."""
+    for path in Path(tempfile.gettempdir()).glob(f"{METRICS_DIR_PREFIX}*-*"):
+        pid = path.name.removeprefix(METRICS_DIR_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def no_metrics_dir(env: MutableMapping[str, str]) -> None:

@@ -106,6 +106,9 @@ def test_api_and_worker_metrics_move_as_executions_run(
 ) -> None:
     api_tmp = tmp_path / "api-tmp"
     api_tmp.mkdir()
+    orphan = api_tmp / "flowforge-api-metrics-4194305-left"  # a killed server's (no such pid)
+    orphan.mkdir()
+    (orphan / "counter_1.db").write_bytes(b"")
     api_proc, api = start_api({**env, "TMPDIR": str(api_tmp)}, tmp_path / "api.log", workers=2)
     port = free_port()
     worker = start_worker(
@@ -147,7 +150,7 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert requests.post(f"{api}/hooks/approval?x=1", json={}, timeout=10).status_code == 400
         short = client.start("short", {})
 
-        directory = metrics_dir(api_tmp)
+        directory = metrics_dir(api_tmp)  # the orphan is gone: exactly one
         per_worker = accepted_per_file(directory, tmp_path / "one-file")
         for eid in ids:
             client.wait(eid, "waiting")
