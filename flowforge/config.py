@@ -42,6 +42,14 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _port(env: Mapping[str, str], name: str) -> int:
+    """A TCP port, 0 (the default) for none."""
+    port = _int(env, name, 0, minimum=0)
+    if port > 65535:
+        raise ConfigError(f"{name} must be a TCP port (1-65535, or 0 for none), got {port}")
+    return port
+
+
 def _key(env: Mapping[str, str], variable: str, credential: str, maker: str) -> bytes | None:
     """A 32-byte key from `variable`, else the systemd credential `credential`, else None;
     a malformed key stops start-up rather than failing on first use."""
@@ -109,6 +117,9 @@ class Settings:
     # FLOWFORGE_PUBLIC_URL: the base of resume URLs; None refuses to render them.
     public_url: str | None = None
     test_mode: bool = False
+    # bin/worker's own /metrics (FLOWFORGE_METRICS_PORT, 0 = none) and its bind address.
+    metrics_port: int = 0
+    metrics_address: str = "127.0.0.1"
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
@@ -142,5 +153,7 @@ class Settings:
             resume_key=_resume_key(env),
             public_url=_public_url(env),
             test_mode=test_mode,
+            metrics_port=_port(env, "FLOWFORGE_METRICS_PORT"),
+            metrics_address=env.get("FLOWFORGE_METRICS_ADDRESS", "").strip() or cls.metrics_address,
             secret_bindings=bindings,
         )

@@ -228,7 +228,7 @@ FROM executions e JOIN workflow_versions v ON v.id = e.version_id
 WHERE e.id = %(id)s
 """
 TAKE_SLOT = "UPDATE executions SET slot_at = now() WHERE id = %(id)s"
-# Per workflow: executions waiting for a slot and executions holding one (metrics).
+# Per workflow: executions waiting for a slot and executions holding one (metrics.py).
 SLOT_GAUGES = f"""
 SELECT w.key,
        count(*) FILTER (WHERE e.slot_at IS NULL AND e.status = 'queued'),
@@ -387,22 +387,6 @@ def take_slot_for_retry(conn: psycopg.Connection, workflow_id: int, key: str, ei
             f"all {limit} concurrency slots of key {key!r} are held; retry it when one frees"
         )
     conn.execute(TAKE_SLOT, {"id": eid})
-
-
-def metric_lines(conn: psycopg.Connection) -> list[str]:
-    """Prometheus gauges: per workflow, how many wait for a slot and how many hold one."""
-    rows = conn.execute(SLOT_GAUGES).fetchall()
-    lines = [
-        "# HELP flowforge_slot_queue Executions queued for a concurrency slot, by workflow.",
-        "# TYPE flowforge_slot_queue gauge",
-    ]
-    lines += [f'flowforge_slot_queue{{workflow="{key}"}} {queued}' for key, queued, _ in rows]
-    lines += [
-        "# HELP flowforge_slot_holders Executions holding a concurrency slot, by workflow.",
-        "# TYPE flowforge_slot_holders gauge",
-    ]
-    lines += [f'flowforge_slot_holders{{workflow="{key}"}} {held}' for key, _, held in rows]
-    return lines
 
 
 def fill_all(conn: psycopg.Connection) -> int:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge import flowcontrol
+from flowforge import flowcontrol, metrics
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition, parse_definition
@@ -105,8 +105,8 @@ _definitions: BoundedCache[tuple[str, int], Definition] = BoundedCache(DEFINITIO
 @contextmanager
 def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
     """One pipelined transaction: BEGIN, the lock and the reads travel in one round trip,
-    the writes and the COMMIT in another."""
-    with conn.pipeline(), conn.transaction():
+    the writes and the COMMIT in another. What it did is counted after the COMMIT."""
+    with metrics.after_commit(), conn.pipeline(), conn.transaction():
         yield
 
 
@@ -159,6 +159,7 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
 def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
     eid = changes.execution_id
+    metrics.saved(changes)
     with conn.pipeline(), conn.cursor() as cur:
         if changes.steps:
             cur.executemany(

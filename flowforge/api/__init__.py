@@ -55,6 +55,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     problems.install(app)
     paths.install(app)
     _install_request_ids(app)
+    health.install(app)
     for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     return app

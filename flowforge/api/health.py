@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+import json
+
+from flask import Blueprint, Flask, Response, jsonify, request
 
 from flowforge import metrics
 from flowforge.api.pool import connection
 
 bp = Blueprint("health", __name__)
+
+# The routes whose answers are counted (flowforge_webhooks_*, flowforge_resumes_total).
+WEBHOOK_ENDPOINT = "hooks.receive"
+RESUME_ENDPOINT = "resume.resume"
 
 
 @bp.get("/healthz")
@@ -26,7 +32,59 @@ def readyz() -> Response:
 
 @bp.get("/metrics")
 def prometheus() -> Response:
-    """Cluster-wide gauges read from PostgreSQL, in Prometheus text format."""
+    """This server's counters and the cluster-wide gauges read from PostgreSQL, in
+    Prometheus text format."""
     with connection() as conn:
         text = metrics.render(conn)
-    return Response(text, mimetype="text/plain; version=0.0.4")
+    return Response(text, content_type=metrics.CONTENT_TYPE)
+
+
+def install(app: Flask) -> None:
+    """Count every answer of the webhook and resume routes, refusals by reason. One hook
+    at the end of each request sees every answer, the error handlers' included, and a path
+    its converter refused (a malformed workflow key is a 404 with no endpoint)."""
+
+    @app.after_request
+    def _count(response: Response) -> Response:
+        endpoint = request.endpoint
+        if endpoint is None and request.method == "POST":
+            path = request.path
+            if path.startswith("/hooks/resume/"):
+                endpoint = RESUME_ENDPOINT
+            elif path.startswith("/hooks/"):
+                endpoint = WEBHOOK_ENDPOINT
+        if endpoint == WEBHOOK_ENDPOINT:
+            _count_webhook(response)
+        elif endpoint == RESUME_ENDPOINT:
+            _count_resume(response)
+        return response
+
+
+def _problem_type(response: Response) -> str | None:
+    try:
+        return json.loads(response.get_data()).get("type")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _count_webhook(response: Response) -> None:
+    status = response.status_code
+    if status == 202:
+        replayed = response.headers.get("Idempotent-Replayed") == "true"
+        (metrics.REPLAYED if replayed else metrics.ACCEPTED).inc()
+        return
+    # Only a 429 has two reasons; its problem document tells which.
+    reason = metrics.refusal_reason(status, _problem_type(response) if status == 429 else None)
+    (metrics.REFUSED.get(reason) or metrics.REFUSED[metrics.OTHER_REFUSAL]).inc()
+
+
+def _count_resume(response: Response) -> None:
+    status = response.status_code
+    if status == 202:
+        outcome = "accepted"
+    elif status == 200:
+        outcome = "replayed"
+    else:
+        outcome = metrics.refusal_reason(status)
+    child = metrics.RESUMED.get(outcome)
+    (child or metrics.RESUMED[metrics.OTHER_REFUSAL]).inc()

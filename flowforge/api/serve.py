@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import ssl
 import sys
 import time
@@ -26,6 +27,7 @@ from gunicorn.workers.sync import SyncWorker
 
 from flowforge import waits
 from flowforge.api.problems import PROBLEM_JSON, problem_document
+from flowforge.launcher import METRICS_DIR_ENV
 from flowforge.logs import JsonFormatter, configure_logging
 
 # Bounds on what one connection may cost a sync worker; every request FlowForge serves
@@ -208,10 +210,34 @@ class ProblemWorker(SyncWorker):
             self.log.debug("could not send the error answer")
 
 
+def _worker_exited(_server: Any, worker: Any) -> None:
+    """gunicorn's child_exit hook (in the master): a dead worker's live gauges go."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def _server_exited(_server: Any) -> None:
+    """gunicorn's on_exit hook (in the master): the metric files of this run go too."""
+    path = os.environ.get(METRICS_DIR_ENV)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main(args: Sequence[str], env: Mapping[str, str]) -> int:
-    """Replace this process with gunicorn."""
-    from gunicorn.app.wsgiapp import run
+    """Run gunicorn in this process until it stops, with the metrics hooks installed."""
+    from gunicorn.app.wsgiapp import WSGIApplication
+
+    if not env.get(METRICS_DIR_ENV):
+        # prometheus_client would count each worker's requests in memory, alone.
+        raise RuntimeError("bin/api sets PROMETHEUS_MULTIPROC_DIR (launcher.private_metrics_dir)")
+
+    class Application(WSGIApplication):
+        def load_config(self) -> None:
+            super().load_config()
+            self.cfg.set("child_exit", _worker_exited)
+            self.cfg.set("on_exit", _server_exited)
 
     sys.argv = gunicorn_argv(args, env)
-    run()
+    Application("%(prog)s [OPTIONS] [APP_MODULE]").run()
     return 0

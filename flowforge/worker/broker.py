@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import pika
 import pika.exceptions
 
+from flowforge import metrics
 from flowforge.errors import BrokerUnavailable
 
 ROUTING_KEY = "step"
@@ -95,11 +96,24 @@ def connect(
     params.connection_attempts = 1
     params.client_properties = {"connection_name": name}
     try:
-        return pika.BlockingConnection(params)
+        connection = pika.BlockingConnection(params)
     # pika raises ValueError ("Expected connected socket") when the peer resets the
     # socket between the TCP handshake and the AMQP one: a broker problem like any other.
     except (*BROKER_ERRORS, ValueError) as exc:
         raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
+    _count_connection(name)
+    return connection
+
+
+_connected: set[str] = set()
+
+
+def _count_connection(name: str) -> None:
+    """Every connection of a component after its first is a reconnect."""
+    if name in _connected:
+        component = name.removeprefix("flowforge-")
+        (metrics.RECONNECTS.get(component) or metrics.BROKER_RECONNECTS.labels(component)).inc()
+    _connected.add(name)
 
 
 @dataclass(frozen=True)

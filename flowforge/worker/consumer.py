@@ -19,7 +19,7 @@ from typing import Any
 
 import pika
 
-from flowforge import faults
+from flowforge import faults, metrics
 from flowforge.errors import DatabaseUnavailable
 from flowforge.worker.broker import (
     BROKER_ERRORS,
@@ -170,6 +170,7 @@ class Consumer(Loop):
                 extra={"reason": str(exc)[:200], "bytes": len(body)},
             )
             channel.basic_reject(method.delivery_tag, requeue=False)
+            metrics.MALFORMED_DEAD_LETTERED.inc()
             return
         unsettled.add()
         future = self.threads.submit(self.executor.handle, wakeup)
@@ -207,6 +208,7 @@ class Consumer(Loop):
             else:
                 logger.error("wake-up failed", extra=log, exc_info=error)
             if decision is Settlement.DEAD_LETTER:
+                metrics.FAILED_DEAD_LETTERED.inc()
                 self._count_failure(wakeup, log)
             self.stop.wait(NACK_DELAY)
             requeue = decision is Settlement.REQUEUE

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import psycopg_pool
 
-from flowforge import faults, netguard, waits
+from flowforge import faults, metrics, netguard, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import perform, render_request
@@ -83,6 +83,7 @@ class Executor:
                     logger.debug("stale wake-up ignored", extra=log)
                     return
                 run.started()
+                metrics.step_started(run, sid)
                 step = run.definition.step(sid)
                 claimed = None
                 if step.type in PURE_TYPES:
@@ -142,6 +143,7 @@ class Executor:
                         "since_confirmed_s": round(time.monotonic() - lease.confirmed_at, 3),
                     },
                 )
+                metrics.REQUEST_FENCED.inc()
                 raise netguard.NotSent("lease not confirmed in time; request kept back")
             passed_fence = True
 
@@ -188,6 +190,7 @@ class Executor:
                         "outcome": outcome.kind,
                     },
                 )
+                metrics.CHECKPOINT_FENCED.inc()
                 return
             # A deadline that passed while the request was out: record it, start nothing.
             run.enforce_time_limits()

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 
 import psycopg_pool
 
+from flowforge import metrics
 from flowforge.db import wrap_exceptions
 from flowforge.worker.loop import Loop
 
@@ -130,12 +131,14 @@ class Heartbeat(Loop):
         self.leases = leases
         self.worker_id = worker_id
         self.interval = leases.lease_s / BEATS_PER_LEASE
+        self.beaten = metrics.WORKER_HEARTBEAT.labels(worker=worker_id)
 
     def first_wait(self) -> float:
         return self.interval
 
     def step(self) -> float:
         self.beat()
+        self.beaten.set_to_current_time()  # after the renewal: a beat that fails is none
         return self.interval
 
     def beat(self) -> None:
@@ -165,6 +168,7 @@ class Heartbeat(Loop):
                 # Still worked on but not renewed: taken over (a step whose checkpoint
                 # committed while we renewed is finished, not lost).
                 lease.lost = True
+                metrics.LEASES_LOST.inc()
                 logger.warning(
                     "lease lost: another worker owns the step now",
                     extra={

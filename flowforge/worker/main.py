@@ -16,7 +16,7 @@ import signal
 import sys
 from types import FrameType
 
-from flowforge.config import Settings
+from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
 from flowforge.worker.supervisor import Worker
 
@@ -27,6 +27,11 @@ def main() -> int:
     """Run until told to stop; exit 0 after a clean drain, non-zero if a thread died."""
     configure_logging()
     worker = Worker(Settings.from_env())
+    try:
+        worker.serve_metrics()
+    except ConfigError as exc:
+        logger.critical("%s", exc)
+        return 2
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if worker.stop.is_set():

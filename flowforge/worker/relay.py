@@ -19,6 +19,7 @@ import pika
 import psycopg
 import psycopg_pool
 
+from flowforge import metrics
 from flowforge.db import wrap_exceptions
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
 from flowforge.outbox import CLAIM_BATCH, DELETE_PUBLISHED, LISTEN_OUTBOX
@@ -118,6 +119,7 @@ class Relay(Loop):
                 self.topology.declare(self._channel)
             conn.execute(DELETE_PUBLISHED, {"ids": confirmed})
         self.published += len(confirmed)
+        metrics.WAKEUPS_PUBLISHED.inc(len(confirmed))
         return len(rows)
 
     def _on_return(self, _channel: Any, _method: Any, props: Any, _body: bytes) -> None:

@@ -15,14 +15,19 @@ scanner and the reaper stop; pools close last.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from prometheus_client import start_http_server
 
 from flowforge import netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
+from flowforge.errors import ConfigError
 from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
@@ -99,6 +104,7 @@ class Worker:
             ),
             Heartbeat(self.pool, self.executor.leases, settings.worker_id, self.background),
         ]
+        self.metrics_server: Any = None
 
     def run(self) -> int:
         """Start, supervise until `stop` or a dead thread, drain; return the exit status."""
@@ -108,6 +114,8 @@ class Worker:
         return status
 
     def start(self) -> None:
+        if self.metrics_server is None:
+            self.serve_metrics()
         self.pool.open(wait=False)
         for thread in [*self.services, self.consumer]:
             thread.start()
@@ -146,4 +154,25 @@ class Worker:
         for thread in self.services:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.pool.close()
+        # Last: what the drain did is still scraped while it happens.
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         logger.info("worker stopped")
+
+    def serve_metrics(self) -> None:
+        """This worker's own /metrics (FLOWFORGE_METRICS_PORT), before anything else
+        starts, so a port already taken stops the worker at once with a clear error."""
+        port, address = self.settings.metrics_port, self.settings.metrics_address
+        if not port:
+            return
+        try:
+            self.metrics_server, _thread = start_http_server(port, address)
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "is in use by another process" if taken else f"cannot be bound: {exc}"
+            raise ConfigError(
+                f"FLOWFORGE_METRICS_PORT {port} on {address} {why}; give each worker on a "
+                "host its own port (or 0 for none)"
+            ) from None
+        logger.info("serving metrics", extra={"address": address, "port": port})

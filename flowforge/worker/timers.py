@@ -15,7 +15,7 @@ import threading
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
-from flowforge import timelimits
+from flowforge import metrics, timelimits
 from flowforge.db import one, wrap_exceptions
 from flowforge.model import (
     ExecutionStatus,
@@ -50,7 +50,7 @@ WITH due AS (
     UPDATE steps s SET status = %(ready)s, ready_at = now()
     FROM due WHERE s.execution_id = due.execution_id AND s.step_id = due.step_id
       AND s.status = 'waiting'
-    RETURNING s.execution_id, s.step_id
+    RETURNING s.execution_id, s.step_id, extract(epoch FROM now() - s.wake_at) AS lag
 ), resumed AS (
     UPDATE executions e SET status = %(running)s, updated_at = now()
     WHERE e.id IN (SELECT execution_id FROM woken) AND e.status = 'waiting'
@@ -63,7 +63,7 @@ WITH due AS (
 ), wakeups AS (
     {INSERT_WAKEUPS} SELECT execution_id, step_id FROM woken
 )
-SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END FROM woken
+SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END, array_agg(lag) FROM woken
 """
 WAKE_PARAMS = {
     "ready": StepStatus.READY.value,
@@ -99,12 +99,14 @@ class TimerScanner(Loop):
         """Wake one batch; returns how many woke and how long to sleep next."""
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
-                (woken, _) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
+                (woken, _, lags) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
             # Deadlines and queue expiry: due rows too, checked every pass (at most MAX_SLEEP).
             timelimits.apply_due(conn)
             (seconds,) = one(conn.execute(NEXT_DUE))
         if woken:
             logger.info("delays due", extra={"woken": woken})
+            for lag in lags:  # due -> woken, both by PostgreSQL's clock
+                metrics.TIMER_LAG.observe(max(0.0, float(lag)))
         if seconds is None:
             return woken, MAX_SLEEP
         return woken, min(MAX_SLEEP, max(MIN_SLEEP, float(seconds)))

@@ -116,4 +116,4 @@ def test_health_and_readiness(app_client: Any) -> None:
     assert app_client.get("/healthz").get_json() == {"status": "ok"}
     assert app_client.get("/readyz").status_code == 200
     metrics = app_client.get("/metrics").get_data(as_text=True)
-    assert "flowforge_outbox_backlog 0" in metrics
+    assert "flowforge_outbox_backlog 0.0" in metrics

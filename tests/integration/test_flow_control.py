@@ -89,8 +89,8 @@ def test_a_limit_holds_at_the_target_through_a_worker_sigkill_and_nothing_is_str
     assert waiting["key"] == "" and waiting["limit"] == 2
     assert waiting["ahead"] == 9 and len(waiting["held_by"]) == 2
     metrics = requests.get(f"{client.base}/metrics", timeout=10).text
-    assert 'flowforge_slot_queue{workflow="limited"} 10' in metrics
-    assert 'flowforge_slot_holders{workflow="limited"} 2' in metrics
+    assert 'flowforge_slot_queue{workflow="limited"} 10.0' in metrics
+    assert 'flowforge_slot_holders{workflow="limited"} 2.0' in metrics
     victim = workers()
     workers()
     wait_for(lambda: len(target.received) >= 4, timeout=20, message="4 requests")

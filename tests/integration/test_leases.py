@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
+from prometheus_client import REGISTRY
 
 from flowforge import netguard
 from flowforge.db import create_pool
@@ -92,10 +93,12 @@ def test_renewal_needs_our_name_too_not_just_the_token(
     # Our claim with token 1 never committed; another worker claimed with the same number.
     _run_as(db, running_step, "worker-B", 1)
     leases = Leases(LEASE_S)
+    lost_before = REGISTRY.get_sample_value("flowforge_leases_lost_total")
     with leases.holding(running_step, "fetch", 1, confirmed_at=time.monotonic()) as lease:
         Heartbeat(pool, leases, "worker-A", threading.Event()).beat()
         assert _seconds_left(db, running_step) < 2  # B's lease runs out as B left it
         assert lease.lost and not lease.still_ours()
+    assert REGISTRY.get_sample_value("flowforge_leases_lost_total") == (lost_before or 0) + 1
 
 
 def test_a_stale_holder_leaving_keeps_the_current_holders_lease(

@@ -93,7 +93,7 @@ def test_a_resume_during_the_wait_goes_on_and_only_the_first_body_counts(
 ) -> None:
     eid, url = waiting(client, target)
     assert url.startswith(f"{api}/hooks/resume/ffw1_")
-    assert "flowforge_waits_open 1\n" in requests.get(f"{api}/metrics", timeout=10).text
+    assert "flowforge_waits_open 1.0\n" in requests.get(f"{api}/metrics", timeout=10).text
     first = post(url, {"approved": True, "by": "ana"})
     assert first.status_code == 202, first.text
     assert first.json() == {"execution_id": eid, "step": "approval", "status": "resumed"}

@@ -1,0 +1,108 @@
+"""What flowforge.metrics counts from a unit of work's changes, and when: only after the
+block that holds the transaction ended without an error."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from flowforge import intake, metrics
+from flowforge.engine import Changes, FinishedAttempt, NewAttempt, StepState
+from flowforge.model import EventKind
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def changes() -> Changes:
+    """A checkpoint: an http attempt succeeded, a transform ran, a wait began."""
+    now = datetime.now(UTC)
+    done = Changes(str(intake.uuid7()))
+    done.steps = {
+        "call": StepState(
+            "call",
+            "http_request",
+            "succeeded",
+            started_at=now - timedelta(seconds=2),
+            finished_at=now,
+        ),
+        "shape": StepState("shape", "transform", "succeeded", started_at=now, finished_at=now),
+        "approval": StepState("approval", "wait", "waiting", started_at=now),
+    }
+    done.finished_attempts = [FinishedAttempt("call", 1, "succeeded", duration_ms=2000)]
+    done.new_attempts = [NewAttempt("shape", 0, None, "succeeded")]
+    done.events = [("approval", "step.waiting", {}), ("other", EventKind.WAIT_TIMED_OUT, {})]
+    return done
+
+
+NAMES = [
+    ("flowforge_attempts_total", {"type": "http_request", "outcome": "succeeded"}),
+    ("flowforge_attempts_total", {"type": "transform", "outcome": "succeeded"}),
+    ("flowforge_waits_started_total", {}),
+    ("flowforge_waits_ended_total", {"outcome": "timed_out"}),
+    ("flowforge_step_duration_seconds_count", {"type": "http_request"}),
+]
+
+
+def snapshot() -> list[float]:
+    return [sample(name, **labels) for name, labels in NAMES]
+
+
+def test_a_committed_unit_of_work_is_counted_after_it_ends() -> None:
+    before = snapshot()
+    with metrics.after_commit():
+        metrics.saved(changes())
+        assert snapshot() == before  # not yet: the COMMIT has not happened
+    assert [b - a for a, b in zip(before, snapshot(), strict=True)] == [1, 1, 1, 1, 1]
+
+
+def test_a_rolled_back_unit_of_work_counts_nothing() -> None:
+    before = snapshot()
+    with pytest.raises(RuntimeError), metrics.after_commit():
+        metrics.saved(changes())
+        raise RuntimeError("the commit failed")
+    assert snapshot() == before
+    # And the next unit of work is not haunted by the discarded one.
+    with metrics.after_commit():
+        pass
+    assert snapshot() == before
+
+
+def test_a_nested_block_counts_with_the_outermost() -> None:
+    before = snapshot()
+    with metrics.after_commit():
+        with metrics.after_commit():
+            metrics.saved(changes())
+        assert snapshot() == before
+    assert snapshot() != before
+
+
+def test_an_execution_duration_runs_from_the_time_in_its_id() -> None:
+    done = Changes(str(intake.uuid7()))
+    done.execution_changed, done.status = True, "succeeded"
+    done.events = [(None, "execution.succeeded", {})]
+    count = "flowforge_execution_duration_seconds_count"
+    before = sample(count, status="succeeded")
+    metrics.saved(done)  # outside any unit of work: counted at once
+    assert sample(count, status="succeeded") == before + 1
+    assert metrics._accepted_at("00000000-0000-4000-8000-000000000000") is None
+
+
+@pytest.mark.parametrize(
+    ("status", "problem_type", "reason"),
+    [
+        (400, None, "bad_request"),
+        (401, None, "signature"),
+        (404, None, "not_found"),
+        (429, "urn:flowforge:problem:too-many-requests", "rate_limited"),
+        (429, metrics.QUEUE_FULL_TYPE, "queue_full"),
+        (503, None, "unavailable"),
+        (500, None, "error"),
+        (418, None, "error"),
+    ],
+)
+def test_refusal_reasons(status: int, problem_type: str | None, reason: str) -> None:
+    assert metrics.refusal_reason(status, problem_type) == reason
