@@ -114,6 +114,13 @@ def test_every_post_needs_the_sessions_csrf_token(
     assert db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone() == (
         "cancelled",
     )
+    # Recorded with the signed-in key as the actor.
+    actors = db.execute(
+        "SELECT detail->'actor'->>'name' FROM execution_events "
+        "WHERE execution_id = %s AND detail ? 'actor'",
+        (eid,),
+    ).fetchall()
+    assert actors and {name for (name,) in actors} == {"tests"}
 
 
 def test_a_read_only_key_sees_no_action_and_a_forged_post_is_refused(

@@ -18,13 +18,13 @@ def actor(key: ApiKey) -> dict[str, Any]:
 
 def cancel(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
     """Cancel an execution (a finished one is left as it is)."""
-    status, _was_terminal = actions.cancel(conn, execution_id)
+    status, _was_terminal = actions.cancel(conn, execution_id, actor=actor(key))
     return status
 
 
 def retry(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
     """Re-run the failed and cancelled steps of a finished execution."""
-    return actions.retry(conn, execution_id)
+    return actions.retry(conn, execution_id, actor=actor(key))
 
 
 def resolve(
@@ -36,7 +36,7 @@ def resolve(
     output: Any,
 ) -> str:
     """Settle a step whose outcome is unknown as succeeded (with output) or failed."""
-    return actions.resolve(conn, execution_id, step_id, outcome, output)
+    return actions.resolve(conn, execution_id, step_id, outcome, output, actor=actor(key))
 
 
 def complete_wait(
