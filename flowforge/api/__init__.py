@@ -8,6 +8,7 @@ import logging
 from flask import Flask, Response, has_request_context, request
 
 from flowforge.api import (
+    console,
     executions,
     health,
     hooks,
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     health.install(app)
     for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
+    app.register_blueprint(console.bp)
     return app
 
 

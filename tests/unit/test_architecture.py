@@ -43,6 +43,8 @@ LAYERS: dict[str, set[str]] = {
         "resumes",
         "flowcontrol",
         "timelimits",
+        "search",
+        "sessions",
     },
     "outside world": {"netguard", "http_step"},
     "entry points": {"api", "worker", "cli"},

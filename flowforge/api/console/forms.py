@@ -1,0 +1,111 @@
+"""Reading the console's query strings and form fields into checked values; anything
+malformed is a 400 page that says which field, never a 500."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+
+from flowforge import catalog, search
+from flowforge.api.problems import Problem
+from flowforge.apikeys import ApiKey
+from flowforge.jsonvalues import loads_storable
+
+# The filter fields, as the list's form names them; bulk pages carry the same ones.
+FIELDS = ("workflow", "status", "from", "to", "idempotency_key", "path", "value")
+PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_PATH_DEPTH = 8
+MAX_TEXT = 512
+
+
+@dataclass(frozen=True)
+class Query:
+    """The filter as typed (to refill the form and build links) and as a search.Filter."""
+
+    raw: dict[str, str]
+    filter: search.Filter
+
+    def link(self, **extra: str) -> str:
+        """The query string of this filter plus `extra`, for links and redirects."""
+        return urlencode({**{k: v for k, v in self.raw.items() if v}, **extra})
+
+
+def bad(field: str, message: str) -> Problem:
+    """A 400 naming the field, rendered as the console's error page."""
+    return Problem(400, "Invalid filter", f"{field}: {message}")
+
+
+def _instant(field: str, text: str) -> datetime:
+    """A datetime-local value (or ISO 8601); without an offset it is UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise bad(field, "not a date and time such as 2026-12-01T09:30") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _containment(path: str, value: str) -> Any:
+    """`customer.id` and `42` → {"customer": {"id": 42}}: the value is JSON when it parses
+    as JSON, else a string."""
+    segments = path.split(".")
+    if len(segments) > MAX_PATH_DEPTH or not all(PATH_SEGMENT.fullmatch(s) for s in segments):
+        raise bad("path", f"dotted names of letters, digits, _ or -, at most {MAX_PATH_DEPTH}")
+    try:
+        document: Any = loads_storable(value)
+    except ValueError:
+        document = value
+    for segment in reversed(segments):
+        document = {segment: document}
+    return document
+
+
+def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) -> Query:
+    """The list filter from a query string, within what the key may read."""
+    raw = {name: args.get(name, "").strip() for name in FIELDS}
+    for name, text in raw.items():
+        if len(text) > MAX_TEXT or "\x00" in text:
+            raise bad(name, f"at most {MAX_TEXT} characters, no NUL")
+    workflow = raw["workflow"]
+    keys: list[str] | None
+    if workflow:
+        if not catalog.is_key(workflow):
+            raise bad("workflow", "not a workflow key")
+        if not key.allows(workflow, write=False):
+            raise Problem(403, "Forbidden", "this API key may not read this workflow")
+        keys = [workflow]
+    else:
+        keys = list(key.workflows) if key.workflows is not None else None
+    ids: tuple[int, ...] | None = None
+    if keys is not None:
+        ids = tuple(search.workflow_ids(conn, keys).values()) or (-1,)  # -1: matches nothing
+    status = raw["status"]
+    if status and status not in search.STATUSES:
+        raise bad("status", "one of " + ", ".join(search.STATUSES))
+    if raw["value"] and not raw["path"]:
+        raise bad("path", "name the input path the value is compared with")
+    flt = search.Filter(
+        workflow_ids=ids,
+        statuses=(status,) if status else None,
+        created_from=_instant("from", raw["from"]) if raw["from"] else None,
+        created_to=_instant("to", raw["to"]) if raw["to"] else None,
+        idempotency_key=raw["idempotency_key"] or None,
+        input_match=_containment(raw["path"], raw["value"]) if raw["path"] else None,
+    )
+    return Query(raw, flt)
+
+
+def json_field(form: Mapping[str, str], name: str) -> Any:
+    """A JSON form field (an output); empty is null."""
+    text = form.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return loads_storable(text)
+    except ValueError:
+        raise Problem(422, "Invalid output", f"{name} must be JSON (or left empty)") from None

@@ -1,0 +1,220 @@
+"""The console's reads of executions: a filtered, keyset-paged list, bounded counts per
+status, the operator's attention inbox, and the selection a bulk action walks.
+
+Every query here must answer in milliseconds on a table of millions of rows, so each one
+is shaped for an index (sql/0014_console_sessions.sql): the list is a LATERAL per
+(workflow, status) pair, each branch an index range scan newest first, merged and cut to
+the page; a time range is an id range (ids are UUIDv7); counts stop at COUNT_CAP.
+The WHERE clause of a branch is joined from the constant fragments below, chosen by which
+filters are set (never from user input; the values are always parameters), so PostgreSQL
+plans each combination with the index it needs instead of one plan full of `IS NULL OR`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from flowforge.model import ExecutionStatus
+
+# A count per status stops here: the list shows "1000+" rather than count a million rows.
+COUNT_CAP = 1000
+STATUSES = tuple(status.value for status in ExecutionStatus)
+
+WORKFLOW_IDS = "SELECT id, key FROM workflows WHERE key = ANY(%(keys)s) ORDER BY key"
+
+# The filter fragments of one branch; `w` and `s` are the branch's workflow and status.
+_FRAGMENTS = {
+    "workflow": "e.workflow_id = w.workflow_id",
+    "status": "e.status = s.status",
+    "idempotency_key": "e.idempotency_key = %(idempotency_key)s",
+    "input": "e.input @> %(input)s",
+    "created_from": "e.id >= %(id_from)s",
+    "created_to": "e.id < %(id_to)s",
+    "after": "e.id < %(after)s",
+    "upto": "e.id <= %(upto)s",
+}
+# One page, newest first: each (workflow, status) branch yields its newest `limit` rows
+# after the cursor, and the merge keeps the newest `limit` of those.
+_PAGE = """
+SELECT x.id, wf.key AS workflow, v.version, x.status, x.idempotency_key, x.created_at,
+       x.finished_at
+FROM unnest(%(workflow_ids)s::bigint[]) AS w(workflow_id)
+CROSS JOIN unnest(%(statuses)s::text[]) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.workflow_id, e.version_id, e.status, e.idempotency_key, e.created_at,
+           e.finished_at
+    FROM executions e WHERE {where} ORDER BY e.id DESC LIMIT %(limit)s
+) x
+JOIN workflows wf ON wf.id = x.workflow_id
+JOIN workflow_versions v ON v.id = x.version_id
+ORDER BY x.id DESC
+LIMIT %(limit)s
+"""
+# How many executions of each status match, each (workflow, status) branch counting at
+# most `cap` rows: `capped` says a count is a lower bound.
+_COUNTS = """
+SELECT s.status, sum(c.n)::bigint AS n, bool_or(c.n >= %(cap)s) AS capped
+FROM unnest(%(workflow_ids)s::bigint[]) AS w(workflow_id)
+CROSS JOIN unnest(%(statuses)s::text[]) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (SELECT 1 FROM executions e WHERE {where} LIMIT %(cap)s) y
+) c
+GROUP BY s.status
+"""
+# The inbox: every step whose outcome is unknown (the partial index steps_unknown holds
+# only those), whatever its execution's status, oldest execution first, with the last
+# attempt: what was sent, by which worker, and when.
+ATTENTION_STEPS = """
+SELECT s.execution_id, s.step_id, s.type, s.error, e.status AS execution_status,
+       wf.key AS workflow, v.version, v.definition, e.created_at, e.input,
+       a.started_at AS sent_at, a.worker, a.error AS attempt_error, a.attempt
+FROM steps s
+JOIN executions e ON e.id = s.execution_id
+JOIN workflows wf ON wf.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+LEFT JOIN LATERAL (
+    SELECT started_at, worker, error, attempt FROM attempts
+    WHERE execution_id = s.execution_id AND step_id = s.step_id ORDER BY id DESC LIMIT 1
+) a ON true
+WHERE s.status = 'unknown'
+  AND (%(workflows)s::text[] IS NULL OR wf.key = ANY(%(workflows)s))
+ORDER BY s.execution_id, s.step_id
+LIMIT %(limit)s
+"""
+# needs_attention executions with no unknown step left (an operator must still see them).
+ATTENTION_EXECUTIONS = """
+SELECT e.id, wf.key AS workflow, v.version, e.status, e.created_at
+FROM executions e
+JOIN workflows wf ON wf.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.status = 'needs_attention'
+  AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.execution_id = e.id AND s.status = 'unknown')
+  AND (%(workflows)s::text[] IS NULL OR wf.key = ANY(%(workflows)s))
+ORDER BY e.id
+LIMIT %(limit)s
+"""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What the executions list is narrowed to; None is "any"."""
+
+    workflow_ids: tuple[int, ...] | None = None
+    statuses: tuple[str, ...] | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    idempotency_key: str | None = None
+    input_match: Any = None  # a containment document: {"customer": {"id": 42}}
+    upto: str | None = None  # bulk actions: nothing newer than the preview's newest
+
+    def narrowed(self, statuses: tuple[str, ...]) -> Filter:
+        """The same filter, its statuses cut to `statuses` (an action's eligible ones)."""
+        keep = tuple(s for s in (self.statuses or STATUSES) if s in statuses)
+        return replace(self, statuses=keep)
+
+
+def uuid_floor(instant: datetime) -> str:
+    """The smallest UUIDv7 of an instant's millisecond: `id >= uuid_floor(t)` is
+    "created at t or later", so a time range is an id range on the primary key."""
+    millis = int(instant.timestamp() * 1000)
+    return str(uuid.UUID(int=max(0, min(millis, 2**48 - 1)) << 80))
+
+
+def workflow_ids(conn: psycopg.Connection, keys: list[str]) -> dict[str, int]:
+    """The ids of the workflows named (those that exist)."""
+    return {key: wid for wid, key in conn.execute(WORKFLOW_IDS, {"keys": keys})}
+
+
+def _query(
+    template: str, flt: Filter, extra: dict[str, Any], *, statuses: bool
+) -> tuple[str, dict[str, Any]]:
+    chosen = []
+    if flt.workflow_ids is not None:
+        chosen.append("workflow")
+    if statuses:
+        chosen.append("status")
+    params: dict[str, Any] = {
+        "workflow_ids": list(flt.workflow_ids) if flt.workflow_ids is not None else [None],
+        **extra,
+    }
+    if flt.idempotency_key is not None:
+        chosen.append("idempotency_key")
+        params["idempotency_key"] = flt.idempotency_key
+    if flt.input_match is not None:
+        chosen.append("input")
+        params["input"] = Jsonb(flt.input_match)
+    if flt.created_from is not None:
+        chosen.append("created_from")
+        params["id_from"] = uuid_floor(flt.created_from)
+    if flt.created_to is not None:
+        chosen.append("created_to")
+        params["id_to"] = uuid_floor(flt.created_to)
+    if flt.upto is not None:
+        chosen.append("upto")
+        params["upto"] = flt.upto
+    if extra.get("after") is not None:
+        chosen.append("after")
+    where = " AND ".join(_FRAGMENTS[name] for name in chosen) or "true"
+    return template.format(where=where), params
+
+
+def page(
+    conn: psycopg.Connection, flt: Filter, *, limit: int, after: str | None = None
+) -> list[dict[str, Any]]:
+    """Up to `limit` matching executions, newest first, older than `after` (an id)."""
+    if flt.statuses == ():
+        return []
+    sql, params = _query(
+        _PAGE,
+        flt,
+        {
+            "statuses": list(flt.statuses) if flt.statuses is not None else [None],
+            "limit": limit,
+            "after": after,
+        },
+        statuses=flt.statuses is not None,
+    )
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql, params).fetchall()
+
+
+def _counts(
+    conn: psycopg.Connection, flt: Filter, statuses: tuple[str, ...], cap: int
+) -> dict[str, tuple[int, bool]]:
+    sql, params = _query(_COUNTS, flt, {"statuses": list(statuses), "cap": cap}, statuses=True)
+    found = dict.fromkeys(statuses, (0, False))
+    for status, n, capped in conn.execute(sql, params):
+        found[status] = (n, capped)
+    return found
+
+
+def status_counts(conn: psycopg.Connection, flt: Filter) -> dict[str, str]:
+    """How many executions of each status match the filter's other conditions, as text:
+    "12", or "1000+" once a count reached COUNT_CAP."""
+    found = _counts(conn, flt, STATUSES, COUNT_CAP)
+    return {status: f"{n}+" if capped else str(n) for status, (n, capped) in found.items()}
+
+
+def bulk_count(conn: psycopg.Connection, flt: Filter, cap: int) -> tuple[int, bool]:
+    """How many executions of the filter's statuses match, and whether counting stopped
+    at `cap` (per status) before the end."""
+    found = _counts(conn, flt, flt.statuses or STATUSES, cap)
+    return sum(n for n, _ in found.values()), any(capped for _, capped in found.values())
+
+
+def attention(
+    conn: psycopg.Connection, workflows: tuple[str, ...] | None, limit: int = 200
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The unknown steps (oldest first) and the needs_attention executions without one."""
+    params = {"workflows": list(workflows) if workflows is not None else None, "limit": limit}
+    with conn.cursor(row_factory=dict_row) as cur:
+        steps = cur.execute(ATTENTION_STEPS, params).fetchall()
+        executions = cur.execute(ATTENTION_EXECUTIONS, params).fetchall()
+    return steps, executions

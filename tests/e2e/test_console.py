@@ -1,0 +1,304 @@
+"""The console in headless Chromium (Debian's chromium + chromium-driver, driven by
+Selenium) against a real bin/api and bin/worker: an operator signs in, filters, opens an
+execution, resolves an unknown step, completes a wait while the page updates itself, and
+bulk-retries with a preview; a read-only key sees no action and its forged POST is
+refused; a POST without the CSRF token is refused. Each page is saved as a screenshot
+under the test's tmp_path. One browser serves the whole module."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from flowforge import apikeys
+from tests.support.api import Api, step
+from tests.support.definitions import unsigned
+from tests.support.processes import Process
+from tests.support.target import Reply, Target
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,1000",
+)
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """Headless Chromium with a fresh profile; the driver path is given, so Selenium's
+    driver manager never runs (SE_OFFLINE keeps it off the network regardless)."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail(
+            "chromium and chromium-driver are needed: apt-get install chromium chromium-driver"
+        )
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@contextlib.contextmanager
+def dropping_server() -> Iterator[str]:
+    """A loopback HTTP server that reads each request whole and closes the connection
+    without a word: the request was sent, its effect is unknown."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                while length and len(body) < int(length.group(1)):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    body += chunk
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+
+
+def shot(driver: WebDriver, tmp_path: Path, name: str) -> None:
+    driver.save_screenshot(str(tmp_path / f"{name}.png"))
+
+
+def until(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+
+
+def sign_in(driver: WebDriver, base: str, key: str, tmp_path: Path | None = None) -> None:
+    driver.get(f"{base}/ui/signin")
+    driver.delete_all_cookies()
+    driver.get(f"{base}/ui/signin")
+    driver.find_element(By.ID, "api_key").send_keys(key)
+    if tmp_path is not None:
+        shot(driver, tmp_path, "signin")
+    driver.find_element(By.ID, "signin").click()
+    until(driver, lambda d: "/ui/executions" in d.current_url)
+
+
+def listed(driver: WebDriver) -> list[str]:
+    return [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#executions a.mono") if a.text]
+
+
+def events(client: Api, eid: str, kind: str) -> list[dict[str, Any]]:
+    return [e for e in client.execution(eid)["events"] if e["kind"] == kind]
+
+
+def test_an_operator_filters_resolves_completes_and_bulk_retries_in_the_browser(
+    browser: WebDriver,
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    tmp_path: Path,
+) -> None:
+    client = Api(api, api_key)
+    with dropping_server() as dropper:
+        client.publish(
+            "pay",
+            unsigned(
+                [
+                    {
+                        "id": "charge",
+                        "type": "http_request",
+                        "request": {"method": "POST", "url": f"{dropper}/charge", "json": {}},
+                    },
+                    {
+                        "id": "receipt",
+                        "type": "transform",
+                        "depends_on": ["charge"],
+                        "output": {"charge": "{{ charge }}"},
+                    },
+                ]
+            ),
+        )
+        client.publish(
+            "approve",
+            unsigned(
+                [
+                    {"id": "approval", "type": "wait", "timeout_s": 3600},
+                    {
+                        "id": "ship",
+                        "type": "transform",
+                        "depends_on": ["approval"],
+                        "output": {"ok": "{{ approval.approved }}"},
+                    },
+                ]
+            ),
+        )
+        fetch = {"method": "GET", "url": f"{target.url}/flaky"}
+        flaky = unsigned([{"id": "fetch", "type": "http_request", "request": fetch}])
+        client.publish("flaky", flaky)
+        target.script = lambda r: Reply(status=400, json={"error": "not yet"})
+        workers()
+        paid = client.start("pay", {"order": 1})
+        waiting = client.start("approve", {"order": 2})
+        failed = [client.start("flaky", {"batch": "b1", "n": n}) for n in range(3)]
+        client.wait(paid, "needs_attention")
+        client.wait(waiting, "waiting")
+        for eid in failed:
+            client.wait(eid, "failed")
+
+    # Sign in, then filter by workflow and status, and by an input path.
+    sign_in(browser, api, api_key, tmp_path)
+    assert set(listed(browser)) == {paid, waiting, *failed}
+    Select(browser.find_element(By.ID, "f-workflow")).select_by_value("flaky")
+    Select(browser.find_element(By.ID, "f-status")).select_by_value("failed")
+    browser.find_element(By.ID, "apply").click()
+    until(browser, lambda d: "workflow=flaky" in d.current_url)
+    assert sorted(listed(browser)) == sorted(failed)
+    assert "failed 3" in browser.find_element(By.ID, "counts").text
+    shot(browser, tmp_path, "executions")
+    browser.get(f"{api}/ui/executions?path=n&value=1")
+    assert listed(browser) == [failed[1]]
+
+    # The execution whose charge nobody knows about: the DAG says so.
+    browser.get(f"{api}/ui/executions")
+    browser.find_element(By.LINK_TEXT, paid).click()
+    node = until(browser, lambda d: d.find_element(By.CSS_SELECTOR, 'g.node[data-step="charge"]'))
+    assert node.get_attribute("data-status") == "unknown"
+    assert "unknown" in browser.find_element(By.ID, "timeline").get_attribute("innerHTML")
+    shot(browser, tmp_path, "execution-unknown")
+
+    # The attention inbox: what was sent, and resolve as succeeded with an output.
+    browser.get(f"{api}/ui/attention")
+    section = browser.find_element(By.ID, f"unknown-{paid}-charge")
+    assert "/charge" in section.text and "sent at" in section.text
+    shot(browser, tmp_path, "attention")
+    section.find_element(By.NAME, "output").send_keys('{"id": "ch_1"}')
+    section.find_element(By.CSS_SELECTOR, "button.resolve-button").click()
+    until(browser, lambda d: d.find_elements(By.ID, "nothing-unknown"))
+    done = client.wait(paid, "succeeded")
+    assert step(done, "charge")["output"] == {"id": "ch_1"}
+    assert step(done, "receipt")["output"] == {"charge": {"id": "ch_1"}}
+    (resolved,) = events(client, paid, "step.resolved")
+    assert (resolved["detail"]["actor"]["kind"], resolved["detail"]["actor"]["name"]) == (
+        "api_key",
+        "tests",
+    )
+
+    # Complete the wait on its execution page, which then follows the run by itself.
+    browser.get(f"{api}/ui/executions/{waiting}")
+    assert browser.find_element(By.ID, "live").get_attribute("data-live") == "1"
+    browser.find_element(By.CSS_SELECTOR, "form.complete textarea").send_keys('{"approved": true}')
+    browser.find_element(By.ID, "complete-approval").click()
+    until(browser, lambda d: d.find_element(By.ID, "execution-status").text == "succeeded")
+    shot(browser, tmp_path, "execution")
+    (completed,) = events(client, waiting, "wait.completed")
+    assert completed["detail"]["actor"]["name"] == "tests"
+    assert step(client.execution(waiting), "ship")["output"] == {"ok": True}
+
+    # Bulk retry by the current filter: the preview's count, the confirmation, the result.
+    target.script = lambda r: Reply(json={"ok": True})
+    browser.get(f"{api}/ui/executions?workflow=flaky&status=failed")
+    browser.find_element(By.ID, "bulk-retry").click()
+    assert until(browser, lambda d: d.find_element(By.ID, "preview-count")).text == "3"
+    shot(browser, tmp_path, "bulk-preview")
+    browser.find_element(By.ID, "confirm").click()
+    until(browser, lambda d: d.find_elements(By.ID, "finished"))
+    assert browser.find_element(By.ID, "done").text == "3"
+    shot(browser, tmp_path, "bulk-done")
+    for eid in failed:
+        assert client.wait(eid, "succeeded")["status"] == "succeeded"
+        (retried,) = events(client, eid, "execution.retried")
+        assert retried["detail"]["actor"]["name"] == "tests"
+
+    # Workflows: a new version, and the diff between the two.
+    fetch["url"] = f"{target.url}/flaky/v2"
+    client.publish("flaky", flaky)
+    browser.get(f"{api}/ui/workflows")
+    browser.find_element(By.LINK_TEXT, "flaky").click()
+    diff = until(browser, lambda d: d.find_element(By.ID, "diff-text"))
+    assert "/flaky/v2" in diff.find_element(By.CSS_SELECTOR, "span.add").text
+    shot(browser, tmp_path, "workflow")
+
+
+def test_a_read_only_key_sees_no_action_and_posts_without_a_csrf_token_are_refused(
+    browser: WebDriver, api: str, api_key: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    client = Api(api, api_key)
+    client.publish(
+        "idle",
+        unsigned([{"id": "later", "type": "delay", "duration_s": 3600}]),
+    )
+    eid = client.start("idle", {})  # no worker: it stays queued, cancellable by a writer
+    _, viewer = apikeys.create(db, "viewer", read_only=True)
+
+    sign_in(browser, api, viewer)
+    assert listed(browser) == [eid]
+    assert not browser.find_elements(By.ID, "bulk-retry")
+    browser.get(f"{api}/ui/executions/{eid}")
+    assert browser.find_element(By.ID, "execution-status").text == "queued"
+    assert not browser.find_elements(By.CSS_SELECTOR, "main form")
+    shot(browser, tmp_path, "read-only-execution")
+
+    # A forged POST with the read-only session's own cookie and CSRF token: refused.
+    forged = requests.Session()
+    forged.cookies.set("ff_console", browser.get_cookie("ff_console")["value"])
+    csrf = CSRF.search(browser.page_source).group(1)
+    r = forged.post(f"{api}/ui/executions/{eid}/cancel", data={"csrf": csrf}, timeout=10)
+    assert r.status_code == 403
+    assert client.execution(eid)["status"] == "queued"
+
+    # A key that may cancel, without the CSRF token: refused; with it: done.
+    writer = requests.Session()
+    page = writer.get(f"{api}/ui/signin", timeout=10)
+    token = CSRF.search(page.text).group(1)
+    r = writer.post(f"{api}/ui/signin", data={"csrf": token, "api_key": api_key}, timeout=10)
+    assert r.status_code == 200 and r.url.endswith("/ui/executions")
+    csrf = CSRF.search(r.text).group(1)
+    r = writer.post(f"{api}/ui/executions/{eid}/cancel", timeout=10, allow_redirects=False)
+    assert r.status_code == 403
+    assert client.execution(eid)["status"] == "queued"
+    r = writer.post(
+        f"{api}/ui/executions/{eid}/cancel", data={"csrf": csrf}, timeout=10, allow_redirects=False
+    )
+    assert r.status_code == 303
+    assert client.execution(eid)["status"] == "cancelled"

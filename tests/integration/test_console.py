@@ -1,0 +1,223 @@
+"""The console's security properties and filters, in-process against a real database:
+sign-in cookies, CSRF on every POST, scoped and read-only keys, revoked keys, bounded
+counts and every filter of the list. (tests/e2e/test_console.py drives it in Chromium.)"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from flowforge import apikeys, search
+from tests.support.definitions import OPEN
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def _sign_in(client: Any, key: str) -> str:
+    """Sign in through the form; returns the session's CSRF token."""
+    page = client.get("/ui/signin")
+    token = CSRF.search(page.get_data(as_text=True)).group(1)
+    r = client.post("/ui/signin", data={"csrf": token, "api_key": key})
+    assert r.status_code == 303, r.get_data(as_text=True)
+    listing = client.get("/ui/executions")
+    assert listing.status_code == 200
+    return CSRF.search(listing.get_data(as_text=True)).group(1)
+
+
+@pytest.fixture
+def published(open_client: Any) -> Any:
+    """The in-process app with workflow `open` and three executions of it."""
+    for x in ("a", "b", "c"):
+        r = open_client.post("/hooks/open", json={"x": x, "customer": {"id": 7 if x == "a" else 8}})
+        assert r.status_code == 202, r.get_data(as_text=True)
+    open_client.environ_base.pop("HTTP_AUTHORIZATION")
+    return open_client
+
+
+def test_sign_in_sets_a_hardened_cookie_and_sign_out_ends_the_session(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    assert published.get("/ui/executions").headers["Location"].startswith("/ui/signin")
+    page = published.get("/ui/signin")
+    assert "HttpOnly" in page.headers["Set-Cookie"]
+    # Without the sign-in form's own token the key is not even looked at.
+    assert published.post("/ui/signin", data={"api_key": api_key}).status_code == 403
+    token = CSRF.search(page.get_data(as_text=True)).group(1)
+    assert published.post("/ui/signin", data={"csrf": token, "api_key": "ff_x"}).status_code == 401
+    r = published.post(
+        "/ui/signin", data={"csrf": token, "api_key": api_key, "next": "//evil.example/"}
+    )
+    assert r.status_code == 303 and r.headers["Location"] == "/ui/executions"
+    cookie = next(c for c in r.headers.getlist("Set-Cookie") if c.startswith("ff_console="))
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui/" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; over TLS see the next test
+    # Only a hash of the cookie's token is stored.
+    value = cookie.split(";")[0].split("=", 1)[1]
+    stored = db.execute("SELECT token_hash FROM console_sessions").fetchall()
+    assert len(stored) == 1 and value.encode() not in stored[0][0]
+    listing = published.get("/ui/executions")
+    assert listing.status_code == 200
+    assert listing.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    csrf = CSRF.search(listing.get_data(as_text=True)).group(1)
+    assert published.post("/ui/signout").status_code == 403  # no CSRF token
+    assert published.post("/ui/signout", data={"csrf": csrf}).status_code == 303
+    assert db.execute("SELECT count(*) FROM console_sessions").fetchone() == (0,)
+    assert published.get("/ui/executions").status_code == 303
+
+
+def test_the_cookie_is_secure_when_the_request_came_over_tls(published: Any, api_key: str) -> None:
+    page = published.get("/ui/signin", base_url="https://console.example")
+    token = CSRF.search(page.get_data(as_text=True)).group(1)
+    r = published.post(
+        "/ui/signin",
+        data={"csrf": token, "api_key": api_key},
+        base_url="https://console.example",
+    )
+    cookie = next(c for c in r.headers.getlist("Set-Cookie") if c.startswith("ff_console="))
+    assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+
+
+def test_a_revoked_key_ends_its_sessions(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    _sign_in(published, api_key)
+    (key_id,) = db.execute("SELECT api_key_id FROM console_sessions").fetchone()
+    apikeys.revoke(db, key_id)
+    assert published.get("/ui/executions").status_code == 303
+
+
+def test_every_post_needs_the_sessions_csrf_token(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    csrf = _sign_in(published, api_key)
+    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    for path in (
+        f"/ui/executions/{eid}/cancel",
+        f"/ui/executions/{eid}/retry",
+        f"/ui/executions/{eid}/steps/shape/resolve",
+        f"/ui/executions/{eid}/steps/shape/complete",
+        f"/ui/executions/{eid}/steps/shape/fail",
+        "/ui/bulk",
+    ):
+        assert published.post(path).status_code == 403, path
+        assert published.post(path, data={"csrf": "x" + csrf}).status_code == 403, path
+    assert db.execute("SELECT count(*) FROM executions WHERE status = 'cancelled'").fetchone() == (
+        0,
+    )
+    r = published.post(f"/ui/executions/{eid}/cancel", data={"csrf": csrf})
+    assert r.status_code == 303
+    assert db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone() == (
+        "cancelled",
+    )
+    # Recorded with the signed-in key as the actor.
+    actors = db.execute(
+        "SELECT detail->'actor'->>'name' FROM execution_events "
+        "WHERE execution_id = %s AND detail ? 'actor'",
+        (eid,),
+    ).fetchall()
+    assert actors and {name for (name,) in actors} == {"tests"}
+
+
+def test_a_read_only_key_sees_no_action_and_a_forged_post_is_refused(
+    published: Any, db: psycopg.Connection
+) -> None:
+    _, key = apikeys.create(db, "viewer", read_only=True)
+    csrf = _sign_in(published, key)
+    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
+    assert 'id="dag"' in page and 'id="events"' in page
+    assert "Cancel execution" not in page and 'id="cancel"' not in page
+    assert "bulk-cancel" not in published.get("/ui/executions").get_data(as_text=True)
+    r = published.post(f"/ui/executions/{eid}/cancel", data={"csrf": csrf})
+    assert r.status_code == 403
+    r = published.post("/ui/bulk", data={"csrf": csrf, "action": "cancel", "upto": str(eid)})
+    assert r.status_code == 403
+    assert published.get("/ui/bulk?action=cancel").status_code == 403
+    assert db.execute("SELECT count(*) FROM executions WHERE status = 'cancelled'").fetchone() == (
+        0,
+    )
+
+
+def test_a_scoped_key_sees_only_its_workflows(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    assert published.post("/api/v1/workflows/other/versions", json=OPEN).status_code == 201
+    assert published.post("/hooks/other", json={"x": "o"}).status_code == 202
+    published.environ_base.pop("HTTP_AUTHORIZATION")
+    _, key = apikeys.create(db, "other only", workflows=["other"])
+    _sign_in(published, key)
+    page = published.get("/ui/executions").get_data(as_text=True)
+    assert page.count("/ui/executions/") == 1
+    assert published.get("/ui/executions?workflow=open").status_code == 403
+    (eid,) = db.execute(
+        "SELECT e.id FROM executions e JOIN workflows w ON w.id = e.workflow_id "
+        "WHERE w.key = 'open' LIMIT 1"
+    ).fetchone()
+    assert published.get(f"/ui/executions/{eid}").status_code == 403
+    assert published.get("/ui/workflows/open").status_code == 403
+    assert "open" not in published.get("/ui/workflows").get_data(as_text=True).split("<main>")[1]
+
+
+def _ids(page: str) -> list[str]:
+    return re.findall(r'href="/ui/executions/([0-9a-f-]{36})"', page)
+
+
+def test_the_filters_narrow_the_list_and_the_counts(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    _sign_in(published, api_key)
+    all_ids = _ids(published.get("/ui/executions").get_data(as_text=True))
+    assert len(all_ids) == 3 and all_ids == sorted(all_ids, reverse=True)
+    page = published.get("/ui/executions?path=customer.id&value=7").get_data(as_text=True)
+    (only,) = _ids(page)
+    assert db.execute("SELECT input->>'x' FROM executions WHERE id = %s", (only,)).fetchone() == (
+        "a",
+    )
+    assert _ids(published.get('/ui/executions?path=x&value="b"').get_data(as_text=True))
+    assert not _ids(published.get("/ui/executions?path=customer.id&value=9").get_data(as_text=True))
+    db.execute("UPDATE executions SET idempotency_key = 'k-1' WHERE id = %s", (only,))
+    assert _ids(published.get("/ui/executions?idempotency_key=k-1").get_data(as_text=True)) == [
+        only
+    ]
+    now = datetime.now(UTC)
+    later = (now + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    earlier = (now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+    assert len(_ids(published.get(f"/ui/executions?from={earlier}").get_data(as_text=True))) == 3
+    assert not _ids(published.get(f"/ui/executions?from={later}").get_data(as_text=True))
+    assert not _ids(published.get(f"/ui/executions?to={earlier}").get_data(as_text=True))
+    status = db.execute("SELECT status FROM executions WHERE id = %s", (only,)).fetchone()[0]
+    listed = published.get(f"/ui/executions?status={status}&workflow=open").get_data(as_text=True)
+    assert only in _ids(listed)
+    for bad in ("status=nope", "workflow=Bad!", "from=yesterday", "path=a..b&value=1", "value=3"):
+        assert published.get(f"/ui/executions?{bad}").status_code == 400, bad
+
+
+def test_paging_is_keyset_and_counts_stop_at_the_cap(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    db.execute(
+        """
+        INSERT INTO executions (id, workflow_id, version_id, status, input)
+        SELECT (lpad(to_hex(1000000 + i), 12, '0') || '7000800000000000'
+                || lpad(to_hex(i), 4, '0'))::uuid,
+               w.id, v.id, 'failed', '{}'
+        FROM generate_series(1, 60) i, workflows w JOIN workflow_versions v ON v.workflow_id = w.id
+        """
+    )
+    _sign_in(published, api_key)
+    first = published.get("/ui/executions?status=failed").get_data(as_text=True)
+    ids = _ids(first)
+    assert len(ids) == 50
+    cursor = re.search(r'id="next-page" href="\?([^"]+)"', first).group(1).replace("&amp;", "&")
+    second = _ids(published.get(f"/ui/executions?{cursor}").get_data(as_text=True))
+    assert len(second) == 10 and not set(ids) & set(second) and max(second) < min(ids)
+    flt = search.Filter(statuses=("failed",))
+    assert search.status_counts(db, flt)["failed"] == "60"
+    assert search._counts(db, flt, ("failed",), 25) == {"failed": (25, True)}
+    assert search.uuid_floor(datetime(1970, 1, 1, tzinfo=UTC)) == str(uuid.UUID(int=0))
