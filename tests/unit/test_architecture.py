@@ -23,7 +23,7 @@ LAYERS: dict[str, set[str]] = {
         "logs",
         "launcher",
     },
-    "rules": {"templating", "definitions", "engine"},
+    "rules": {"templating", "cron", "definitions", "engine"},
     "persistence": {
         "db",
         "runs",
