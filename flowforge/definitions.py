@@ -227,6 +227,15 @@ def parse_definition(doc: Any, *, stored: bool = False) -> Definition:
     return definition
 
 
+def parse_schedule(raw: Any) -> Schedule:
+    """A stored `trigger.schedule` object back as a Schedule (validated when published)."""
+    parser = _Parser(stored=True)
+    schedule = parser.schedule({"trigger": {"schedule": raw}})
+    if parser.errors or schedule is None:
+        raise DefinitionInvalid(parser.errors)
+    return schedule
+
+
 def _closure(parents: Mapping[str, Iterable[str]], start: Iterable[str]) -> frozenset[str]:
     """Collect every step reachable through depends_on; tolerates cycles in invalid input."""
     seen: set[str] = set()

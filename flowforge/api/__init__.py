@@ -16,6 +16,7 @@ from flowforge.api import (
     pool,
     problems,
     resume,
+    schedules,
     workflows,
 )
 from flowforge.api.ratelimit import RateLimiter
@@ -55,7 +56,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     problems.install(app)
     paths.install(app)
     _install_request_ids(app)
-    for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
+    for blueprint in (
+        hooks.bp,
+        resume.bp,
+        workflows.bp,
+        schedules.bp,
+        executions.bp,
+        health.bp,
+        openapi.bp,
+    ):
         app.register_blueprint(blueprint)
     return app
 

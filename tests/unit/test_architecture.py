@@ -43,6 +43,7 @@ LAYERS: dict[str, set[str]] = {
         "resumes",
         "flowcontrol",
         "timelimits",
+        "schedules",
     },
     "outside world": {"netguard", "http_step"},
     "entry points": {"api", "worker", "cli"},
