@@ -1,5 +1,9 @@
 """Operator actions on an execution: cancel, retry, resolve, complete or fail a wait —
-each one unit of work."""
+each one unit of work, recorded in the history with its actor (SPEC §11).
+
+Every public function takes `actor` (required, keyword): the API passes the key that
+authenticated the request (`{"kind": "api_key", "id": ..., "name": ...}`), the CLI on the
+box `{"kind": "cli", "name": "cli@<host>"}`, flow control `model.FLOW_CONTROL_ACTOR`."""
 
 from __future__ import annotations
 
@@ -26,18 +30,22 @@ def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
     return run
 
 
-def cancel(conn: psycopg.Connection, execution_id: str) -> tuple[str, bool]:
+def cancel(
+    conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]
+) -> tuple[str, bool]:
     """Cancel an execution; returns its status and whether it had already finished."""
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         if run.terminal:
             return run.status, True
-        run.cancel()
+        run.cancel(actor=actor)
         save_run(conn, run.take_changes())
     return run.status, False
 
 
-def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None:
+def stop(
+    conn: psycopg.Connection, execution_id: str, reason: str, *, actor: dict[str, Any]
+) -> str | None:
     """Stop an execution for flow control, by the cancel rules, recording `reason`:
     `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
     status, or None when it had already ended or been stopped (nothing is changed then)."""
@@ -48,16 +56,20 @@ def stop(conn: psycopg.Connection, execution_id: str, reason: str) -> str | None
         if run.terminal or run.cancel_requested:
             return None
         if reason == "deadline":
-            run.pass_deadline()
+            run.pass_deadline(actor=actor)
         elif reason == "expired":
-            run.expire()
+            run.expire(actor=actor)
         else:
-            run.stop(reason, "execution cancelled: a newer one took its slot (cancel_oldest)")
+            run.stop(
+                reason,
+                "execution cancelled: a newer one took its slot (cancel_oldest)",
+                actor=actor,
+            )
         save_run(conn, run.take_changes())
     return run.status
 
 
-def retry(conn: psycopg.Connection, execution_id: str) -> str:
+def retry(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
     """Re-run the failed and cancelled steps of a finished execution.
 
     Steps whose outcome is unknown are not re-sent: the operator resolves them first.
@@ -79,13 +91,19 @@ def retry(conn: psycopg.Connection, execution_id: str) -> str:
             flowcontrol.take_slot_for_retry(
                 conn, run.workflow_id, run.concurrency_key, run.execution_id
             )
-        run.retry()
+        run.retry(actor=actor)
         save_run(conn, run.take_changes())
     return run.status
 
 
 def resolve(
-    conn: psycopg.Connection, execution_id: str, step_id: str, outcome: str, output: Any
+    conn: psycopg.Connection,
+    execution_id: str,
+    step_id: str,
+    outcome: str,
+    output: Any,
+    *,
+    actor: dict[str, Any],
 ) -> str:
     """Settle a step whose remote effect was unknown, as succeeded or failed."""
     with unit_of_work(conn):
@@ -95,7 +113,7 @@ def resolve(
             raise NotFound(f"execution {execution_id} has no step {step_id!r}")
         if state.status != StepStatus.UNKNOWN:
             raise Conflict(f"step {step_id!r} is {state.status}; only unknown steps are resolved")
-        run.resolve(step_id, outcome, output)
+        run.resolve(step_id, outcome, output, actor=actor)
         save_run(conn, run.take_changes())
     return run.status
 
@@ -115,7 +133,12 @@ def _open_wait(run: Run, execution_id: str, step_id: str) -> None:
 
 
 def complete_wait(
-    conn: psycopg.Connection, execution_id: str, step_id: str, output: Any, actor: dict[str, Any]
+    conn: psycopg.Connection,
+    execution_id: str,
+    step_id: str,
+    output: Any,
+    *,
+    actor: dict[str, Any],
 ) -> str:
     """An operator ends a wait as a resume would, with `output`; recorded with the actor."""
     with unit_of_work(conn):
@@ -127,7 +150,7 @@ def complete_wait(
 
 
 def fail_wait(
-    conn: psycopg.Connection, execution_id: str, step_id: str, actor: dict[str, Any]
+    conn: psycopg.Connection, execution_id: str, step_id: str, *, actor: dict[str, Any]
 ) -> str:
     """An operator fails a waiting step (the answer is no); recorded with the actor."""
     with unit_of_work(conn):

@@ -147,17 +147,17 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
 
 
 def _cancel(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    status, was_terminal = actions.cancel(conn, args.id)
+    status, was_terminal = actions.cancel(conn, args.id, actor=_cli_actor())
     print(f"execution {args.id} {'was already' if was_terminal else 'is now'} {status}")
 
 
 def _retry(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    print(f"execution {args.id} is now {actions.retry(conn, args.id)}")
+    print(f"execution {args.id} is now {actions.retry(conn, args.id, actor=_cli_actor())}")
 
 
 def _resolve(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     output = json.loads(args.output) if args.output is not None else None
-    status = actions.resolve(conn, args.id, args.step, args.outcome, output)
+    status = actions.resolve(conn, args.id, args.step, args.outcome, output, actor=_cli_actor())
     print(f"step {args.step} resolved as {args.outcome}; execution is now {status}")
 
 
@@ -168,12 +168,12 @@ def _cli_actor() -> dict[str, str]:
 
 def _complete(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     output = json.loads(args.output) if args.output is not None else None
-    status = actions.complete_wait(conn, args.id, args.step, output, _cli_actor())
+    status = actions.complete_wait(conn, args.id, args.step, output, actor=_cli_actor())
     print(f"step {args.step} completed; execution is now {status}")
 
 
 def _fail(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    status = actions.fail_wait(conn, args.id, args.step, _cli_actor())
+    status = actions.fail_wait(conn, args.id, args.step, actor=_cli_actor())
     print(f"step {args.step} failed; execution is now {status}")
 
 

@@ -43,6 +43,7 @@ from typing import Any
 from flowforge.definitions import Definition, RetryPolicy, Step, parse_until
 from flowforge.model import (
     DEFAULT_LEASE_S,
+    FLOW_CONTROL_ACTOR,
     TERMINAL_EXECUTION,
     AttemptOutcome,
     EventKind,
@@ -395,13 +396,13 @@ class Run:
         if actor is None:
             self.events.append((step_id, EventKind.WAIT_RESUMED, {}))
         else:
-            self.events.append((step_id, EventKind.WAIT_COMPLETED, {"actor": actor}))
+            self.events.append((step_id, EventKind.WAIT_COMPLETED, {"actor": dict(actor)}))
         self.set_step(step_id, S.SUCCEEDED, output=body, wake_at=None, error=None)
         self.advance()
 
     def fail_wait(self, step_id: str, actor: dict[str, Any]) -> None:
         """An operator says the awaited answer is no: the step fails, and so does the run."""
-        self.events.append((step_id, EventKind.WAIT_FAILED, {"actor": actor}))
+        self.events.append((step_id, EventKind.WAIT_FAILED, {"actor": dict(actor)}))
         self.fail_step(step_id, f"failed by {actor.get('name', 'an operator')}")
 
     def time_out(self, step_id: str) -> None:
@@ -585,15 +586,20 @@ class Run:
         self.set_step(step_id, S.UNKNOWN, error=error, lease_owner=None)
         self.derive_status()
 
-    def cancel(self) -> None:
+    def cancel(self, *, actor: dict[str, Any]) -> None:
         """Stop queued and waiting work now; running steps stop at their next boundary.
 
         `unknown` steps are left alone: cancelling does not settle what a remote system did.
         """
-        self.stop(None, "execution cancelled")
+        self.stop(None, "execution cancelled", actor=actor)
 
-    def stop(self, reason: str | None, error: str) -> None:
-        """Cancel with a reason (`concurrency`, `deadline`, `expired`) kept in the history."""
+    def stop(self, reason: str | None, error: str, *, actor: dict[str, Any]) -> None:
+        """Cancel with a reason (`concurrency`, `deadline`, `expired`) kept in the history,
+        with who asked for it."""
+        requested: dict[str, Any] = {"actor": dict(actor)}
+        if reason is not None:
+            requested["reason"] = reason
+        self.events.append((None, EventKind.CANCEL_REQUESTED, requested))
         self.cancel_requested = True
         self.stop_reason = reason
         # cancel_requested_at must be saved even if the status holds.
@@ -603,17 +609,25 @@ class Run:
                 self.set_step(step.id, S.CANCELLED, error=error, reason=reason)
         self.derive_status()
 
-    def pass_deadline(self) -> None:
+    def pass_deadline(self, *, actor: dict[str, Any] = FLOW_CONTROL_ACTOR) -> None:
         """deadline_s passed: nothing new starts, queued and waiting work stops, a request in
         flight finishes and is recorded; the execution ends `failed` (reason `deadline`)."""
         limit = self.definition.deadline_s
         self.events.append((None, EventKind.DEADLINE_PASSED, {"deadline_s": limit}))
-        self.stop("deadline", f"not run: the execution's deadline_s {limit} passed")
+        self.stop(
+            "deadline",
+            f"not run: the execution's deadline_s {limit} passed",
+            actor=actor,
+        )
 
-    def expire(self) -> None:
+    def expire(self, *, actor: dict[str, Any] = FLOW_CONTROL_ACTOR) -> None:
         """start_within_s passed while still queued: the execution ends `cancelled` (expired)."""
         limit = self.definition.start_within_s
-        self.stop("expired", f"not run: not started within start_within_s {limit}")
+        self.stop(
+            "expired",
+            f"not run: not started within start_within_s {limit}",
+            actor=actor,
+        )
 
     def enforce_time_limits(self) -> None:
         """Apply a deadline or queue expiry that is due and not applied yet (the timer
@@ -625,7 +639,7 @@ class Run:
         elif self.expired and self.status == E.QUEUED:
             self.expire()
 
-    def retry(self) -> list[str]:
+    def retry(self, *, actor: dict[str, Any]) -> list[str]:
         """Re-run failed and cancelled steps, keeping every succeeded checkpoint; returns them.
 
         `unknown` steps keep their status: re-sending a request whose effect is unknown is
@@ -647,19 +661,22 @@ class Run:
             )
         self.status = E.RUNNING
         self.changes.execution_changed = True
-        self.events.append((None, EventKind.EXECUTION_RETRIED, {"steps": rerun}))
+        self.events.append(
+            (None, EventKind.EXECUTION_RETRIED, {"steps": rerun, "actor": dict(actor)})
+        )
         self.advance()
         return rerun
 
-    def resolve(self, step_id: str, outcome: str, output: Any) -> None:
+    def resolve(self, step_id: str, outcome: str, output: Any, *, actor: dict[str, Any]) -> None:
         """An operator's verdict on a step whose remote effect was unknown."""
+        resolved = {"outcome": outcome, "actor": dict(actor)}
         if outcome == AttemptOutcome.SUCCEEDED:
             self.set_step(step_id, S.SUCCEEDED, output=output, error=None)
-            self.events.append((step_id, EventKind.STEP_RESOLVED, {"outcome": outcome}))
+            self.events.append((step_id, EventKind.STEP_RESOLVED, resolved))
             self.advance()
         else:
-            self.events.append((step_id, EventKind.STEP_RESOLVED, {"outcome": outcome}))
-            self.fail_step(step_id, "resolved as failed by an operator")
+            self.events.append((step_id, EventKind.STEP_RESOLVED, resolved))
+            self.fail_step(step_id, f"resolved as failed by {actor.get('name', 'an operator')}")
             self.derive_status()
 
     def derive_status(self) -> None:

@@ -22,7 +22,7 @@ from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.model import ExecutionStatus, StepStatus, execution_event
+from flowforge.model import FLOW_CONTROL_ACTOR, ExecutionStatus, StepStatus, execution_event
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.runs import definition_for
 
@@ -259,7 +259,7 @@ def accept(
                 # holders are cancelled as an operator cancel would, each in its own
                 # transaction (a row lock is never waited for under the slot lock).
                 for holder in decision.replaced:
-                    actions.stop(conn, holder, "concurrency")
+                    actions.stop(conn, holder, "concurrency", actor=FLOW_CONTROL_ACTOR)
             return Accepted(execution_id, replayed=False)
         existing = conn.execute(EXISTING_KEY, params).fetchone() if idempotency_key else None
         if existing is None and refused is not None:

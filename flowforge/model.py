@@ -54,6 +54,8 @@ class EventKind(StrEnum):
     execution_event for those)."""
 
     EXECUTION_RETRIED = "execution.retried"
+    # A cancel, or a flow-control stop (with its reason), was asked for, by its actor.
+    CANCEL_REQUESTED = "execution.cancel_requested"
     STEP_RESOLVED = "step.resolved"
     # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
     SLOT_GRANTED = "execution.slot_granted"
@@ -63,6 +65,12 @@ class EventKind(StrEnum):
     WAIT_COMPLETED = "wait.completed"
     WAIT_FAILED = "wait.failed"
     WAIT_TIMED_OUT = "wait.timed_out"
+
+
+# Who acted, in the history of an operator action or a stop (SPEC §11): an API key
+# ({"kind": "api_key", "id", "name"}), the CLI on the box ({"kind": "cli", "name":
+# "cli@host"}), or FlowForge itself. Callers copy it into event details, never mutate it.
+FLOW_CONTROL_ACTOR: dict[str, Any] = {"kind": "system", "name": "flow control"}
 
 
 def step_event(status: str) -> str:

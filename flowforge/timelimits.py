@@ -13,6 +13,7 @@ import logging
 import psycopg
 
 from flowforge import actions
+from flowforge.model import FLOW_CONTROL_ACTOR
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def apply_due(conn: psycopg.Connection) -> int:
         for (execution_id,) in conn.execute(statement, {"limit": BATCH}).fetchall():
             eid = str(execution_id)
             try:
-                if actions.stop(conn, eid, reason) is not None:
+                if actions.stop(conn, eid, reason, actor=FLOW_CONTROL_ACTOR) is not None:
                     stopped += 1
                     logger.info("time limit applied", extra={"execution_id": eid, "reason": reason})
             except psycopg.OperationalError:

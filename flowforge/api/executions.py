@@ -30,6 +30,12 @@ def _authorize_execution(execution_id: str, *, write: bool) -> None:
     authorize(workflow, write=write)
 
 
+def _actor() -> dict[str, Any]:
+    """Who acts, for the history: the API key that authenticated this request."""
+    key: ApiKey = g.api_key
+    return {"kind": "api_key", "id": key.id, "name": key.name}
+
+
 @bp.get("/<execution_id:execution_id>")
 @key_required
 def show(execution_id: str) -> Response:
@@ -80,7 +86,7 @@ def cancel(execution_id: str) -> tuple[Response, int]:
     """Cancel: 202 while work is stopping, 200 once the execution is terminal."""
     _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status, was_terminal = actions.cancel(conn, execution_id)
+        status, was_terminal = actions.cancel(conn, execution_id, actor=_actor())
     code = 200 if was_terminal else 202
     return jsonify({"execution_id": execution_id, "status": status}), code
 
@@ -91,7 +97,7 @@ def retry(execution_id: str) -> tuple[Response, int]:
     """Re-run failed and cancelled steps, reusing every checkpoint; unknown ones stay unknown."""
     _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status = actions.retry(conn, execution_id)
+        status = actions.retry(conn, execution_id, actor=_actor())
     return jsonify({"execution_id": execution_id, "status": status}), 202
 
 
@@ -122,14 +128,10 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
             ],
         )
     with connection() as conn:
-        status = actions.resolve(conn, execution_id, step_id, body["outcome"], body.get("output"))
+        status = actions.resolve(
+            conn, execution_id, step_id, body["outcome"], body.get("output"), actor=_actor()
+        )
     return jsonify({"execution_id": execution_id, "status": status}), 200
-
-
-def _actor() -> dict[str, Any]:
-    """Who acts, for the history: the API key that authenticated this request."""
-    key: ApiKey = g.api_key
-    return {"kind": "api_key", "id": key.id, "name": key.name}
 
 
 @bp.post("/<execution_id:execution_id>/steps/<step_id>/complete")
@@ -148,7 +150,9 @@ def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
             errors=[{"path": "$", "message": "an object with only output"}],
         )
     with connection() as conn:
-        status = actions.complete_wait(conn, execution_id, step_id, body.get("output"), _actor())
+        status = actions.complete_wait(
+            conn, execution_id, step_id, body.get("output"), actor=_actor()
+        )
     return jsonify({"execution_id": execution_id, "status": status}), 200
 
 
@@ -160,5 +164,5 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
     if not definitions.is_step_id(step_id):
         raise Problem(404, "Not found", "no such step")
     with connection() as conn:
-        status = actions.fail_wait(conn, execution_id, step_id, _actor())
+        status = actions.fail_wait(conn, execution_id, step_id, actor=_actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200

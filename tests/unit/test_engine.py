@@ -12,6 +12,7 @@ from flowforge.engine import Run, StepState, backoff_seconds
 from flowforge.model import Outcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+OPERATOR = {"kind": "api_key", "id": 7, "name": "ops"}
 
 
 def make_run(steps: list[dict[str, Any]], payload: Any = None, *, stored: bool = False) -> Run:
@@ -215,7 +216,7 @@ def test_resolve_succeeded_continues_with_the_given_output() -> None:
     )
     run.claim("post", "w1")
     run.recover_lease("post")
-    run.resolve("post", "succeeded", {"id": 42})
+    run.resolve("post", "succeeded", {"id": 42}, actor=OPERATOR)
     assert run.steps["t"].output == 42
     assert run.status == "succeeded"
 
@@ -230,7 +231,7 @@ def test_cancel_stops_waiting_work_at_once_and_running_work_at_its_boundary() ->
     )
     run.advance()
     token = run.claim("slow", "w").fencing_token
-    run.cancel()
+    run.cancel(actor=OPERATOR)
     assert run.steps["d"].status == "cancelled"
     assert run.status == "running"  # the request in flight has not come back yet
     run.record_outcome("slow", token, Outcome("succeeded", output={"status": 200}))
@@ -253,7 +254,7 @@ def test_cancel_and_retry_never_touch_succeeded_or_unknown_steps() -> None:
     run.record_outcome("paid", tokens["paid"], Outcome("succeeded", output={"id": 1}))
     run.recover_lease("lost")  # the worker died mid-POST
     assert statuses(run)["lost"] == "unknown"
-    run.cancel()
+    run.cancel(actor=OPERATOR)
     assert statuses(run) == {
         "paid": "succeeded",
         "sent": "running",
@@ -265,7 +266,7 @@ def test_cancel_and_retry_never_touch_succeeded_or_unknown_steps() -> None:
     assert statuses(run)["sent"] == "unknown"
 
     run.dispatch.clear()
-    assert run.retry() == ["next"]
+    assert run.retry(actor=OPERATOR) == ["next"]
     assert statuses(run) == {
         "paid": "succeeded",
         "sent": "unknown",
@@ -279,7 +280,7 @@ def test_cancel_and_retry_never_touch_succeeded_or_unknown_steps() -> None:
 def test_a_step_that_fails_after_cancel_is_cancelled_and_not_retried_until_asked() -> None:
     run = make_run([http("a", retry={"max_attempts": 5})])
     token = run.claim("a", "w").fencing_token
-    run.cancel()
+    run.cancel(actor=OPERATOR)
     run.record_outcome("a", token, Outcome("retry", error="HTTP 503", http_status=503))
     assert statuses(run) == {"a": "cancelled"}
     assert run.status == "cancelled"
@@ -297,7 +298,7 @@ def test_operator_retry_reruns_only_failed_steps() -> None:
     run.record_outcome("b", token, Outcome("failed", error="HTTP 400", http_status=400))
     assert run.status == "failed"
     run.dispatch.clear()  # save_run clears what it wrote
-    run.retry()
+    run.retry(actor=OPERATOR)
     assert statuses(run) == {"a": "succeeded", "b": "ready"}
     assert run.dispatch == ["b"]
     assert run.steps["b"].attempts == 0
@@ -324,3 +325,28 @@ def test_a_literal_until_that_cannot_be_stored_fails_the_delay_when_it_starts(un
     assert run.steps["d"].status == "failed"
     assert run.steps["d"].wake_at is None
     assert "can store" in (run.steps["d"].error or "")
+
+
+def test_every_operator_action_names_its_actor_in_the_history() -> None:
+    run = make_run([http("lost", method="POST"), http("next", depends_on=["lost"])])
+    run.claim("lost", "w")
+    run.recover_lease("lost")
+    run.resolve("lost", "failed", None, actor=OPERATOR)
+    run.retry(actor={"kind": "cli", "name": "cli@box"})
+    run.cancel(actor=OPERATOR)
+    actors = {kind: detail.get("actor") for _, kind, detail in run.events if "actor" in detail}
+    assert actors == {
+        "step.resolved": OPERATOR,
+        "execution.retried": {"kind": "cli", "name": "cli@box"},
+        "execution.cancel_requested": OPERATOR,
+    }
+    assert run.steps["next"].status == "cancelled"
+
+
+def test_a_deadline_is_stopped_by_flow_control() -> None:
+    run = make_run([http("a")])
+    run.pass_deadline()
+    requested = [d for _, kind, d in run.events if kind == "execution.cancel_requested"]
+    assert requested == [
+        {"actor": {"kind": "system", "name": "flow control"}, "reason": "deadline"}
+    ]

@@ -249,7 +249,7 @@ def test_timeout_follows_on_timeout(policy: str, step_status: str, run_status: s
 def test_cancel_stops_a_wait_at_once() -> None:
     run = make_run([wait()])
     run.advance()
-    run.cancel()
+    run.cancel(actor={"kind": "cli", "name": "cli@box"})
     assert run.steps["approval"].status == "cancelled"
     assert run.status == "cancelled"
     assert not run.wait_open("approval") and not run.wait_not_started("approval")
