@@ -13,10 +13,19 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions, apikeys, catalog, flowcontrol, secret_bindings, signatures, timeline
+from flowforge import (
+    actions,
+    apikeys,
+    catalog,
+    flowcontrol,
+    schedules,
+    secret_bindings,
+    signatures,
+    timeline,
+)
 from flowforge.config import Settings
 from flowforge.db import conninfo
-from flowforge.definitions import DefinitionInvalid, parse_definition
+from flowforge.definitions import DefinitionInvalid, parse_definition, parse_until
 from flowforge.errors import FlowForgeError
 from flowforge.hints import database_hint
 from flowforge.model import RESOLUTIONS, StepStatus
@@ -177,6 +186,64 @@ def _fail(conn: psycopg.Connection, args: argparse.Namespace) -> None:
     print(f"step {args.step} failed; execution is now {status}")
 
 
+def _schedule_print(shown: dict[str, Any]) -> None:
+    state = "paused" if shown["paused"] else "active"
+    spec = shown["schedule"]
+    when = f"cron {spec['cron']!r}" if "cron" in spec else f"every {spec['every_s']} s"
+    print(
+        f"{shown['workflow']} v{shown['version']}: {when} in {shown['timezone']}, "
+        f"overlap {spec.get('overlap', 'skip')}, {state}"
+    )
+    print("next:")
+    for tick in shown["next"]:
+        print(f"  {tick['tick_at']}  {tick['local']}")
+    print("ledger (newest first):")
+    for row in shown["ledger"]:
+        who = f"  by {row['actor']['name']}" if row["actor"] else ""
+        print(
+            f"  {row['tick_at']}  {row['outcome']:<9} {row['execution_id'] or '-':<36}"
+            f"  {row['reason'] or ''}{who}"
+        )
+
+
+def _schedule_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    shown = schedules.show(conn, args.key)
+    if args.json:
+        _print_json(shown)
+    else:
+        _schedule_print(shown)
+
+
+def _schedule_pause(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    schedules.set_paused(conn, args.key, True, _cli_actor())
+    print(f"schedule of {args.key} is paused")
+
+
+def _schedule_resume(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    schedules.set_paused(conn, args.key, False, _cli_actor())
+    print(f"schedule of {args.key} is active")
+
+
+def _schedule_trigger(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    outcome = schedules.Ticker().trigger(conn, args.key, _cli_actor())
+    print(
+        f"tick {schedules.iso(outcome.tick_at)} {outcome.outcome}"
+        f" {outcome.execution_id or ''} {outcome.reason or ''}".rstrip()
+    )
+
+
+def _schedule_backfill(conn: psycopg.Connection, args: argparse.Namespace) -> None:
+    start, end = parse_until(args.start), parse_until(args.end)
+    if end < start:
+        raise FlowForgeError("--to must not be before --from")
+    items = schedules.Ticker().backfill(
+        conn, args.key, start, end, dry_run=args.dry_run, actor=_cli_actor()
+    )
+    for item in items:
+        print(f"{item['tick_at']}  {item['outcome']:<13} {item['execution_id'] or ''}".rstrip())
+    print(f"{len(items)} tick(s){' (dry run: nothing fired)' if args.dry_run else ''}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command tree."""
     parser = argparse.ArgumentParser(prog="flowforge", description=__doc__)
@@ -244,6 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
     fail = add(sub, "fail", _fail, "fail a waiting wait step (the execution fails)")
     fail.add_argument("id")
     fail.add_argument("step")
+
+    schedule = sub.add_parser("schedule", help="a workflow's schedule").add_subparsers(
+        required=True
+    )
+    shown = add(schedule, "show", _schedule_show, "next fire times and the tick ledger")
+    shown.add_argument("key")
+    shown.add_argument("--json", action="store_true")
+    add(schedule, "pause", _schedule_pause, "due ticks are ledgered paused").add_argument("key")
+    add(schedule, "resume", _schedule_resume, "ticks fire again").add_argument("key")
+    add(schedule, "trigger", _schedule_trigger, "fire a tick now").add_argument("key")
+    backfill = add(schedule, "backfill", _schedule_backfill, "fire the past ticks of a range")
+    backfill.add_argument("key")
+    backfill.add_argument("--from", dest="start", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--to", dest="end", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--dry-run", action="store_true", help="list, fire nothing")
     return parser
 
 

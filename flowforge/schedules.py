@@ -53,6 +53,8 @@ LEDGER_SHOWN = 100
 # A backfill decides at most this many ticks.
 MAX_BACKFILL_TICKS = 1_000
 ON_FULL = {"skip": "skip", "buffer_one": "buffer_one", "cancel_other": "cancel_oldest"}
+# Who stops an execution a scheduled tick replaced (overlap cancel_other), in its history.
+SCHEDULER: dict[str, Any] = {"kind": "system", "name": "scheduler (overlap cancel_other)"}
 
 # The schedule row of a workflow, locked by publish while it re-derives it.
 LOCK_ROW = "SELECT next_tick_at FROM schedules WHERE workflow_id = %(workflow_id)s FOR UPDATE"
@@ -403,7 +405,7 @@ class Ticker:
             if outcome.reason is None:
                 outcome.reason = "triggered by an operator"
             self._ledger(conn, workflow_id, outcome, actor)
-        stop_replaced(conn, [outcome])
+        stop_replaced(conn, [outcome], actor)
         return outcome
 
     def backfill(
@@ -480,12 +482,14 @@ def params_for(target: intake.Target, body: bytes, key: str, overlap: str) -> di
     return params
 
 
-def stop_replaced(conn: psycopg.Connection, outcomes: list[TickOutcome]) -> None:
+def stop_replaced(
+    conn: psycopg.Connection, outcomes: list[TickOutcome], actor: dict[str, Any] = SCHEDULER
+) -> None:
     """Stop the executions `cancel_other` replaced, by the cancel rules (a request in
-    flight finishes and is recorded)."""
+    flight finishes and is recorded), in the name of `actor`."""
     for outcome in outcomes:
         for holder in outcome.replaced:
-            actions.stop(conn, holder, "concurrency")
+            actions.stop(conn, holder, "concurrency", actor=actor)
 
 
 def ticks_between(

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge import apikeys, schedules
+from flowforge import apikeys, cli, schedules
 from tests.support.processes import wait_for
 
 STEP = [{"id": "shape", "type": "transform", "output": {"at": "{{ input.scheduled_at }}"}}]
@@ -255,3 +255,48 @@ def test_the_ledger_is_trimmed_to_its_newest_rows(client: Any, db: psycopg.Conne
     )
     assert schedules.trim(db) == 50
     assert schedules.trim(db) == 0
+
+
+def test_the_cli_shows_pauses_resumes_triggers_and_backfills(
+    client: Any,
+    db: psycopg.Connection,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    publish(client, "nightly", scheduled({"cron": "0 2 * * *", "timezone": "America/New_York"}))
+    monkeypatch.setenv("FLOWFORGE_DATABASE_URL", database_url)
+
+    def run(*args: str) -> str:
+        assert cli.main(["schedule", *args]) == 0, capsys.readouterr().err
+        return capsys.readouterr().out
+
+    shown = run("show", "nightly")
+    assert "cron '0 2 * * *' in America/New_York, overlap skip, active" in shown
+    assert shown.count("T02:00:00-0") == 10  # the local times, EST or EDT
+    assert run("pause", "nightly").strip() == "schedule of nightly is paused"
+    assert ", paused" in run("show", "nightly")
+    assert run("resume", "nightly").strip() == "schedule of nightly is active"
+    assert " fired " in run("trigger", "nightly")
+    dry = run(
+        "backfill",
+        "nightly",
+        "--from",
+        "2026-01-01T00:00Z",
+        "--to",
+        "2026-01-03T12:00Z",
+        "--dry-run",
+    )
+    assert dry.count("would fire") == 3 and "dry run" in dry
+    assert (
+        run(
+            "backfill", "nightly", "--from", "2026-01-01T00:00Z", "--to", "2026-01-03T12:00Z"
+        ).count(" fired ")
+        == 3
+    )
+    actors = db.execute(
+        "SELECT DISTINCT actor->>'kind' FROM schedule_ticks WHERE actor IS NOT NULL"
+    ).fetchall()
+    assert actors == [("cli",)]
+    assert cli.main(["schedule", "show", "nobody"]) == 1
+    assert "has no schedule" in capsys.readouterr().err
