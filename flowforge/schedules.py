@@ -65,23 +65,29 @@ ON CONFLICT (workflow_id) DO UPDATE SET
     version_id = excluded.version_id, spec = excluded.spec,
     next_tick_at = excluded.next_tick_at, fire_at = excluded.fire_at, updated_at = now()
 """
-# One due schedule, claimed for this transaction; rows another worker holds are skipped.
+# Due schedules, claimed for this transaction; rows another worker holds are skipped.
 CLAIM_DUE = """
-SELECT s.workflow_id, w.key, s.spec, s.next_tick_at, s.paused_at IS NOT NULL, now()
+SELECT s.workflow_id, s.version_id, w.key, s.spec, s.next_tick_at, s.paused_at IS NOT NULL,
+       now()
 FROM schedules s JOIN workflows w ON w.id = s.workflow_id
 WHERE s.fire_at <= now() AND w.archived_at IS NULL
 ORDER BY s.fire_at
-LIMIT 1
+LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 """
+# Schedules claimed (and decided) per transaction: fewer round trips per tick when
+# thousands are due at once; one row's ticks are still bounded by TICKS_PER_PASS.
+CLAIM_BATCH = 50
 ADVANCE = """
 UPDATE schedules SET next_tick_at = %(next_tick_at)s, fire_at = %(fire_at)s, updated_at = now()
 WHERE workflow_id = %(workflow_id)s
 """
+# lag_s: from the tick's fire time to this row's write, which is the last statement
+# before the commit that makes the execution visible (clock_timestamp, not now()).
 INSERT_LEDGER = """
 INSERT INTO schedule_ticks (workflow_id, tick_at, outcome, execution_id, reason, actor, lag_s)
 VALUES (%(workflow_id)s, %(tick_at)s, %(outcome)s, %(execution_id)s, %(reason)s, %(actor)s,
-        %(lag_s)s)
+        extract(epoch FROM clock_timestamp() - %(fires_at)s::timestamptz))
 """
 # The schedule of a workflow by key, locked for an operator action (waits for a worker
 # deciding a tick of it: an action and a tick never interleave).
@@ -152,8 +158,11 @@ class TickOutcome:
     outcome: str  # fired, skipped, buffered, missed, paused
     execution_id: str | None = None
     reason: str | None = None
-    lag_s: float | None = None  # fired and buffered ticks: fire time -> execution created
+    # Fired and buffered ticks: from the fire time to the start of the transaction that
+    # created the execution (the ledger's lag_s runs to its commit), and the fire time.
+    lag_s: float | None = None
     replaced: tuple[str, ...] = field(default=(), repr=False)
+    fires_at: datetime | None = None
 
     def view(self) -> dict[str, Any]:
         """The JSON shape of an outcome in API answers."""
@@ -234,57 +243,83 @@ class Ticker:
 
     def __init__(self) -> None:
         self._targets: BoundedCache[tuple[str, str], intake.Target] = BoundedCache(4096)
+        self._schedules: BoundedCache[tuple[str, int], Schedule] = BoundedCache(4096)
 
     def decide_due(self, conn: psycopg.Connection) -> list[TickOutcome] | None:
-        """Claim one due schedule and decide its due ticks (up to TICKS_PER_PASS) in one
-        transaction; None when no schedule is due. Holders replaced by `cancel_other`
-        are stopped after the commit, each in its own transaction, as the webhook intake
-        does (a row lock is never waited for while the slot lock is held)."""
+        """Claim up to CLAIM_BATCH due schedules and decide their due ticks (up to
+        TICKS_PER_PASS each) in one transaction; None when no schedule is due. Holders
+        replaced by `cancel_other` are stopped after the commit, each in its own
+        transaction, as the webhook intake does (a row lock is never waited for while
+        the slot lock is held)."""
         with conn.transaction():
-            row = conn.execute(CLAIM_DUE).fetchone()
-            if row is None:
+            rows = conn.execute(CLAIM_DUE, {"limit": CLAIM_BATCH}).fetchall()
+            if not rows:
                 return None
-            workflow_id, key, spec, tick, paused, now = row
-            schedule = parse_schedule(spec)
-            outcomes: list[TickOutcome] = []
-            window = timedelta(seconds=schedule.catchup_window_s)
-            span = timedelta(seconds=schedule.jitter_s)
-            while tick is not None and len(outcomes) < TICKS_PER_PASS:
-                fires = fire_time(workflow_id, schedule, tick)
-                assert fires is not None
-                if fires > now:
-                    break
-                if now - fires > window:
-                    # Every tick up to now - window - span is late whatever its jitter.
-                    jump = schedule.next_after(max(tick, now - window - span))
-                    outcomes += self._missed(conn, key, workflow_id, schedule, tick, jump)
-                    tick = jump
-                    continue
-                if paused:
-                    outcomes.append(TickOutcome(key, tick, "paused", reason="schedule paused"))
-                else:
-                    outcomes.append(self.fire(conn, key, workflow_id, schedule, tick, now - fires))
-                self._ledger(conn, workflow_id, outcomes[-1])
-                tick = schedule.next_after(tick)
-            conn.execute(
-                ADVANCE,
-                {
-                    "workflow_id": workflow_id,
-                    "next_tick_at": tick,
-                    "fire_at": fire_time(workflow_id, schedule, tick),
-                },
-            )
+            decided: list[tuple[int, TickOutcome]] = []
+            advanced: list[dict[str, Any]] = []
+            for workflow_id, version_id, key, spec, tick, paused, now in rows:
+                schedule = self._schedule(conn, version_id, spec)
+                outcomes, tick = self._decide(conn, key, workflow_id, schedule, tick, paused, now)
+                decided += [(workflow_id, outcome) for outcome in outcomes]
+                advanced.append(
+                    {
+                        "workflow_id": workflow_id,
+                        "next_tick_at": tick,
+                        "fire_at": fire_time(workflow_id, schedule, tick),
+                    }
+                )
+            with conn.cursor() as cur:
+                cur.executemany(INSERT_LEDGER, [_ledger_row(w, o) for w, o in decided])
+                cur.executemany(ADVANCE, advanced)
+        outcomes = [outcome for _, outcome in decided]
         stop_replaced(conn, outcomes)
         return outcomes
 
-    def _missed(
+    def _schedule(self, conn: psycopg.Connection, version_id: int, spec: Any) -> Schedule:
+        """A version's schedule, parsed once per process (versions are immutable)."""
+        slot = (conn.info.dbname, version_id)
+        cached = self._schedules.get(slot)
+        if cached is None:
+            cached = parse_schedule(spec)
+            self._schedules.put(slot, cached)
+        return cached
+
+    def _decide(
         self,
         conn: psycopg.Connection,
         key: str,
         workflow_id: int,
         schedule: Schedule,
-        first: datetime,
-        end: datetime | None,
+        tick: datetime | None,
+        paused: bool,
+        now: datetime,
+    ) -> tuple[list[TickOutcome], datetime | None]:
+        """Decide one schedule's due ticks from `tick`; returns them and the next tick."""
+        outcomes: list[TickOutcome] = []
+        window = timedelta(seconds=schedule.catchup_window_s)
+        span = timedelta(seconds=schedule.jitter_s)
+        while tick is not None and len(outcomes) < TICKS_PER_PASS:
+            fires = fire_time(workflow_id, schedule, tick)
+            assert fires is not None
+            if fires > now:
+                break
+            if now - fires > window:
+                # Every tick up to now - window - span is late whatever its jitter.
+                jump = schedule.next_after(max(tick, now - window - span))
+                outcomes += self._missed(key, schedule, tick, jump)
+                tick = jump
+                continue
+            if paused:
+                outcomes.append(TickOutcome(key, tick, "paused", reason="schedule paused"))
+            else:
+                outcomes.append(self.fire(conn, key, workflow_id, schedule, tick, now - fires))
+                outcomes[-1].fires_at = fires
+            tick = schedule.next_after(tick)
+        return outcomes, tick
+
+    @staticmethod
+    def _missed(
+        key: str, schedule: Schedule, first: datetime, end: datetime | None
     ) -> list[TickOutcome]:
         """Ledger the ticks from `first` up to (not including) `end` as missed: one row
         each up to MISSED_ROWS, else one row that says how many (a year of downtime of an
@@ -308,8 +343,6 @@ class Ticker:
                     key, first, "missed", reason=f"{count} from {iso(first)}{upto}: {reason}"
                 )
             ]
-        for outcome in outcomes:
-            self._ledger(conn, workflow_id, outcome)
         return outcomes
 
     def fire(
@@ -333,14 +366,13 @@ class Ticker:
         for fresh in (False, True):
             target = self._target(conn, key, fresh)
             params = params_for(target, body, idempotency_key, policy)
-            try:
-                decision = flowcontrol.create(conn, params)
-            except flowcontrol.QueueFull:
+            decision = gated_intake(conn, params)
+            if not decision.current:
+                continue
+            if decision.mode == "refuse":
                 return TickOutcome(
                     key, tick, "skipped", reason=self._why_skipped(conn, workflow_id, policy)
                 )
-            if not decision.current:
-                continue
             if not decision.created:
                 existing = conn.execute(intake.EXISTING_KEY, params).fetchone()
                 return TickOutcome(
@@ -383,18 +415,7 @@ class Ticker:
     def _ledger(
         conn: psycopg.Connection, workflow_id: int, outcome: TickOutcome, actor: Any = None
     ) -> None:
-        conn.execute(
-            INSERT_LEDGER,
-            {
-                "workflow_id": workflow_id,
-                "tick_at": outcome.tick_at,
-                "outcome": outcome.outcome,
-                "execution_id": outcome.execution_id,
-                "reason": outcome.reason,
-                "actor": Jsonb(actor) if actor is not None else None,
-                "lag_s": outcome.lag_s,
-            },
-        )
+        conn.execute(INSERT_LEDGER, _ledger_row(workflow_id, outcome, actor))
 
     def trigger(self, conn: psycopg.Connection, key: str, actor: dict[str, Any]) -> TickOutcome:
         """Fire a tick now, at the database's clock, under the overlap policy; ledgered
@@ -455,6 +476,33 @@ class Ticker:
                     self._ledger(conn, workflow_id, outcome, actor)
                     items.append(outcome.view())
         return items
+
+
+def _ledger_row(workflow_id: int, outcome: TickOutcome, actor: Any = None) -> dict[str, Any]:
+    """INSERT_LEDGER's parameters for one outcome."""
+    return {
+        "workflow_id": workflow_id,
+        "tick_at": outcome.tick_at,
+        "outcome": outcome.outcome,
+        "execution_id": outcome.execution_id,
+        "reason": outcome.reason,
+        "actor": Jsonb(actor) if actor is not None else None,
+        # Only ticks that created an execution have a lag.
+        "fires_at": outcome.fires_at if outcome.lag_s is not None else None,
+    }
+
+
+def gated_intake(conn: psycopg.Connection, params: dict[str, Any]) -> flowcontrol.Decision:
+    """flowcontrol.create's statement and locks, in the caller's transaction and without
+    a savepoint (a tick's intake commits with its ledger row); mode `refuse` is returned,
+    not raised: for a tick it is the overlap policy's skip."""
+    if params["ckey"] is not None:
+        if params["max_queued"] is not None:
+            conn.execute(flowcontrol.QUEUE_LOCK, params)
+        conn.execute(flowcontrol.SLOT_LOCK, params)
+    current, created, mode, oldest, _ = one(conn.execute(flowcontrol.GATED_INTAKE, params))
+    replaced = tuple(oldest) if mode == "replace" else ()
+    return flowcontrol.Decision(bool(current), bool(created), mode, replaced)
 
 
 def params_for(target: intake.Target, body: bytes, key: str, overlap: str) -> dict[str, Any]:
