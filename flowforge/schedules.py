@@ -37,7 +37,7 @@ from flowforge import actions, flowcontrol, intake
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition, Schedule, parse_schedule
-from flowforge.errors import ClientError, Conflict, NotFound
+from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -312,8 +312,15 @@ class Ticker:
             if paused:
                 outcomes.append(TickOutcome(key, tick, "paused", reason="schedule paused"))
             else:
-                outcomes.append(self.fire(conn, key, workflow_id, schedule, tick, now - fires))
-                outcomes[-1].fires_at = fires
+                try:
+                    outcome = self.fire(conn, key, workflow_id, schedule, tick, now - fires)
+                    outcome.fires_at = fires
+                except FlowForgeError as exc:
+                    # Refused before any statement ran (a workflow concurrency key the
+                    # tick's input cannot render, the workflow archived meanwhile): the
+                    # tick is ledgered, and the other schedules of the batch go on.
+                    outcome = TickOutcome(key, tick, "skipped", reason=f"not fired: {exc}")
+                outcomes.append(outcome)
             tick = schedule.next_after(tick)
         return outcomes, tick
 

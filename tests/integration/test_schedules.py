@@ -300,3 +300,21 @@ def test_the_cli_shows_pauses_resumes_triggers_and_backfills(
     assert actors == [("cli",)]
     assert cli.main(["schedule", "show", "nobody"]) == 1
     assert "has no schedule" in capsys.readouterr().err
+
+
+def test_a_tick_refused_before_any_statement_is_skipped_and_the_batch_goes_on(
+    client: Any, db: psycopg.Connection
+) -> None:
+    keyed = {
+        **scheduled({"every_s": 1, "overlap": "allow"}),
+        "concurrency": {"limit": 1, "key": "{{ input.customer }}"},
+    }
+    publish(client, "keyed", keyed)
+    publish(client, "plain", scheduled({"every_s": 1, "overlap": "allow"}))
+    rewind(db, "keyed", 1)
+    rewind(db, "plain", 1)
+    outcomes = decide_all(db, schedules.Ticker())
+    keyed_outcomes = {o.outcome for o in outcomes if o.workflow == "keyed"}
+    assert keyed_outcomes == {"skipped"}
+    assert all("input.customer" in (o.reason or "") for o in outcomes if o.workflow == "keyed")
+    assert {o.outcome for o in outcomes if o.workflow == "plain"} == {"fired"}
