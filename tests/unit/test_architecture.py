@@ -22,6 +22,7 @@ LAYERS: dict[str, set[str]] = {
         "faults",
         "logs",
         "launcher",
+        "tables",
     },
     "rules": {"templating", "definitions", "engine"},
     "persistence": {
@@ -43,8 +44,9 @@ LAYERS: dict[str, set[str]] = {
         "resumes",
         "flowcontrol",
         "timelimits",
+        "direct",
     },
-    "outside world": {"netguard", "http_step"},
+    "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
 }
 RANK = {layer: rank for rank, layer in enumerate(LAYERS)}
