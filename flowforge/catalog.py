@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import psycopg
@@ -13,9 +12,10 @@ from flowforge import schedules, sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
+from flowforge.model import WORKFLOW_KEY
 
 # Always used with fullmatch: `$` would also match before a trailing newline.
-KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+KEY_PATTERN = WORKFLOW_KEY
 MAX_ACTIVE_SECRETS = 2
 
 # Creates the workflow on first publish; otherwise bumps its version under the row lock

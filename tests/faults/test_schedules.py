@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from tests.integration.test_cli_remote import remote
 from tests.support.api import TERMINAL, Api, step
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
@@ -142,7 +143,7 @@ def test_three_workers_fire_each_tick_once_through_a_sigkill_under_every_overlap
 
 
 def test_catch_up_after_every_worker_stopped_longer_than_the_window(
-    client: Api, db: psycopg.Connection, workers: Callable[..., Process]
+    client: Api, db: psycopg.Connection, workers: Callable[..., Process], api_key: str
 ) -> None:
     worker = workers()
     quick = [{"id": "a", "type": "transform", "output": 1}]
@@ -162,7 +163,9 @@ def test_catch_up_after_every_worker_stopped_longer_than_the_window(
         return "missed" in outcomes and "fired" in outcomes[outcomes.index("missed") :]
 
     wait_for(fired_after_missed, message="ticks to fire again after the missed ones")
-    client.post("/api/v1/workflows/sweep/schedule/pause")
+    # The remote CLI, through the API with the test's key.
+    paused = remote(client.base, api_key, "schedule", "pause", "sweep")
+    assert paused.returncode == 0 and "is paused" in paused.stdout, paused
     rows = [r for r in ledger(db, "sweep") if r[1] in ("fired", "missed")]
     outcomes = [r[1] for r in rows]
     # Before the stop: fired. Then the ticks older than 2 s: missed. Then fired again.
@@ -177,3 +180,7 @@ def test_catch_up_after_every_worker_stopped_longer_than_the_window(
     assert shown["paused"]
     triggered = [t for t in shown["ledger"] if t["reason"] == "triggered by an operator"]
     assert len(triggered) == 1 and triggered[0]["actor"]["kind"] == "api_key"
+    listed = remote(client.base, api_key, "schedule", "show", "sweep")
+    assert listed.returncode == 0, listed
+    assert "every 1 s in UTC, overlap allow, paused" in listed.stdout
+    assert "missed" in listed.stdout and "api key" in listed.stdout

@@ -22,6 +22,7 @@ LAYERS: dict[str, set[str]] = {
         "faults",
         "logs",
         "launcher",
+        "tables",
     },
     "rules": {"templating", "cron", "definitions", "engine"},
     "persistence": {
@@ -44,8 +45,9 @@ LAYERS: dict[str, set[str]] = {
         "flowcontrol",
         "timelimits",
         "schedules",
+        "direct",
     },
-    "outside world": {"netguard", "http_step"},
+    "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
 }
 RANK = {layer: rank for rank, layer in enumerate(LAYERS)}
