@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge import sealing
+from flowforge import schedules, sealing
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, NotFound
+from flowforge.model import WORKFLOW_KEY
 
 # Always used with fullmatch: `$` would also match before a trailing newline.
-KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+KEY_PATTERN = WORKFLOW_KEY
 MAX_ACTIVE_SECRETS = 2
 
 # Creates the workflow on first publish; otherwise bumps its version under the row lock
@@ -28,7 +28,7 @@ RETURNING id, latest_version
 INSERT_VERSION = """
 INSERT INTO workflow_versions (workflow_id, version, name, definition, webhook_auth, created_by)
 VALUES (%(workflow_id)s, %(version)s, %(name)s, %(definition)s, %(webhook_auth)s, %(created_by)s)
-RETURNING created_at
+RETURNING id, created_at
 """
 LIST_WORKFLOWS = """
 SELECT w.key, w.latest_version, v.name, v.webhook_auth, w.created_at, v.created_at AS updated_at
@@ -85,7 +85,7 @@ def publish(
     """Store the next immutable version of a workflow, creating the workflow if new."""
     with conn.transaction():
         workflow_id, version = one(conn.execute(BUMP_VERSION, {"key": key}))
-        (created_at,) = one(
+        (version_id, created_at) = one(
             conn.execute(
                 INSERT_VERSION,
                 {
@@ -98,6 +98,8 @@ def publish(
                 },
             )
         )
+        # The schedule follows the newest version, decided in this same transaction.
+        schedules.derive(conn, workflow_id, version_id, document, definition)
     return {
         "workflow": key,
         "version": version,

@@ -1,127 +1,230 @@
-"""The `flowforge` operator command. It talks to PostgreSQL directly (like bin/migrate),
-so an operator on the box can act even when the API is down."""
+"""The `flowforge` operator command.
+
+Remote, the way operators use it: `--api URL` (or FLOWFORGE_API_URL) with the key in
+FLOWFORGE_API_KEY runs every read and operator command as one call to the HTTP API, with
+the key's scope and read-only rules, and the key named in the history. No database
+access is needed.
+
+On the box: `--db`, or no API URL at all, talks to PostgreSQL directly (like bin/migrate),
+so an operator can act while the API is down; the history names `cli@<host>`. `apikey`
+exists only there: the API has no endpoint that makes keys.
+
+`--output json|table` on every command. Exit codes: 0 done; 1 refused or failed (403,
+404, 409, a server or connection failure); 2 a usage error (bad arguments, or the API
+said 400/422).
+
+Adding a command: a `_name(ops, args)` handler that calls one method, present with the
+same name and answer on `ApiClient` (flowforge/apiclient.py) and on `Database` below,
+and prints with `_emit`; then one `command(...)` line in build_parser.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
+import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
-import psycopg
+from flowforge.apiclient import ApiClient, ApiError, ApiUnreachable
+from flowforge.definitions import is_step_id
+from flowforge.errors import ClientError, FlowForgeError
+from flowforge.model import MAX_PAGE, RESOLUTIONS, WORKFLOW_KEY, ExecutionStatus, StepStatus
+from flowforge.tables import cell, table, to_json
 
-from flowforge import actions, apikeys, catalog, flowcontrol, secret_bindings, signatures, timeline
-from flowforge.config import Settings
-from flowforge.db import conninfo
-from flowforge.definitions import DefinitionInvalid, parse_definition
-from flowforge.errors import FlowForgeError
-from flowforge.hints import database_hint
-from flowforge.model import RESOLUTIONS, StepStatus
+if TYPE_CHECKING:
+    from flowforge.direct import Database
 
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=str))
-
-
-def _apikey_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    scope = args.workflow or None
-    key_id, key = apikeys.create(conn, args.name, scope, args.read_only, args.secrets)
-    print(f"created API key {key_id} ({args.name}); it is shown only once:")
-    print(key)
+USAGE = 2
+REFUSED = 1
+# API answers that mean the command was wrong as typed, not refused.
+USAGE_STATUSES = frozenset({400, 413, 415, 422})
+STATUSES = tuple(status.value for status in ExecutionStatus)
 
 
-def _apikey_list(conn: psycopg.Connection, _args: argparse.Namespace) -> None:
-    for row in apikeys.list_keys(conn):
-        state = "revoked" if row["revoked_at"] else "active"
-        scope = ",".join(row["workflows"]) if row["workflows"] else "*"
-        mode = "read-only" if row["read_only"] else "read-write"
-        mode += "+secrets" if row["publish_secrets"] else ""
-        used = row["last_used_at"].isoformat() if row["last_used_at"] else "never"
-        print(
-            f"{row['id']:>4}  {row['prefix']}…  {state:<8} {mode:<18} {scope:<20} "
-            f"last used {used}  {row['name']}"
-        )
+class UsageError(FlowForgeError):
+    """The command cannot run as typed."""
 
 
-def _apikey_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    apikeys.revoke(conn, args.id)
-    print(f"revoked API key {args.id}")
+# Remote mode never loads the database side (psycopg and the persistence modules): that
+# halves the start-up of every remote command.
+Ops: TypeAlias = "ApiClient | Database"
 
 
-def _workflow_publish(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    document = json.loads(Path(args.file).read_text(encoding="utf-8"))
-    key = args.key or Path(args.file).stem.replace(".", "-").lower()
-    if not catalog.is_key(key):
-        raise FlowForgeError(f"invalid workflow key {key!r}: use --key")
-    definition = parse_definition(document)
-    bindings = Settings.from_env().secret_bindings
-    secret_bindings.check(secret_bindings.references(document), key, bindings)
-    published = catalog.publish(conn, key, document, definition, None)
-    print(f"published {published['workflow']} version {published['version']}")
-
-
-def _workflow_list(conn: psycopg.Connection, _args: argparse.Namespace) -> None:
-    for w in catalog.list_workflows(conn, None):
-        print(f"{w['workflow']:<24} v{w['latest_version']:<4} {w['webhook_auth']:<9} {w['name']}")
-
-
-def _workflow_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    if args.version:
-        _print_json(catalog.get_version(conn, args.key, args.version))
+def _emit(args: argparse.Namespace, value: Any, text: str | Callable[[], str]) -> None:
+    """Print `value` as JSON with --output json, else the human text."""
+    if args.format == "json":
+        print(to_json(value))
     else:
-        _print_json(catalog.get_workflow(conn, args.key))
+        print(text if isinstance(text, str) else text())
 
 
-def _secret_create(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    encryption_key = Settings.from_env().encryption_key
-    created = catalog.create_secret(conn, args.key, signatures.new_secret(), encryption_key)
-    if warning := catalog.unsigned_warning(conn, args.key):
-        print(f"flowforge: warning: {warning}", file=sys.stderr)
-    print(f"created webhook secret {created['id']} for {args.key}; it is shown only once:")
-    print(created["secret"])
-
-
-def _secret_revoke(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    catalog.revoke_secret(conn, args.key, args.id)
-    print(f"revoked webhook secret {args.id} of {args.key}")
-
-
-def _executions_list(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    page = timeline.list_executions(
-        conn,
-        workflow=args.workflow,
-        workflows=None,
-        status=args.status,
-        limit=args.limit,
-        cursor=args.cursor,
-    )
-    for item in page["items"]:
-        print(
-            f"{item['id']}  {item['workflow']} v{item['version']:<3} {item['status']:<16}"
-            f"{item['created_at']}"
+def _database(ops: Ops, args: argparse.Namespace) -> Database:
+    if isinstance(ops, ApiClient):
+        raise UsageError(
+            f"`flowforge {args.command}` has no API endpoint: it works on the database only; "
+            "run it on the box with --db (and FLOWFORGE_DATABASE_URL)"
         )
-    if page["next_cursor"]:
-        print(f"next page: --cursor {page['next_cursor']}")
+    return ops
 
 
-def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    detail = timeline.execution_detail(conn, args.id)
-    detail["flow_control"] = flowcontrol.flow_state(conn, args.id)
-    if args.json:
-        _print_json(detail)
-        return
-    print(
-        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  {detail['status']}"
+# ---- API keys (database only) -----------------------------------------------------------
+
+
+def _apikey_create(ops: Ops, args: argparse.Namespace) -> None:
+    created = _database(ops, args).create_key(
+        args.name, args.workflow or None, args.read_only, args.secrets
     )
-    print(f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}")
-    flow = detail["flow_control"]
+    _emit(
+        args,
+        created,
+        f"created API key {created['id']} ({args.name}); it is shown only once:\n{created['key']}",
+    )
+
+
+def _apikey_list(ops: Ops, args: argparse.Namespace) -> None:
+    keys = _database(ops, args).keys()
+
+    def text() -> str:
+        rows = [
+            {
+                **row,
+                "prefix": f"{row['prefix']}…",
+                "state": "revoked" if row["revoked_at"] else "active",
+                "mode": ("read-only" if row["read_only"] else "read-write")
+                + ("+secrets" if row["publish_secrets"] else ""),
+                "scope": ",".join(row["workflows"]) if row["workflows"] else "*",
+                "last_used": row["last_used_at"] or "never",
+            }
+            for row in keys
+        ]
+        columns = [
+            ("ID", "id"),
+            ("PREFIX", "prefix"),
+            ("STATE", "state"),
+            ("MODE", "mode"),
+            ("SCOPE", "scope"),
+            ("LAST USED", "last_used"),
+            ("NAME", "name"),
+        ]
+        return table(rows, columns)
+
+    _emit(args, {"items": keys}, text)
+
+
+def _apikey_revoke(ops: Ops, args: argparse.Namespace) -> None:
+    _database(ops, args).revoke_key(args.id)
+    _emit(args, {"id": args.id, "revoked": True}, f"revoked API key {args.id}")
+
+
+# ---- workflows and signing secrets -------------------------------------------------------
+
+
+def _workflow_publish(ops: Ops, args: argparse.Namespace) -> None:
+    path = Path(args.file)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read a definition from {path}: {exc}") from None
+    key = args.key or path.stem.replace(".", "-").lower()
+    if not WORKFLOW_KEY.fullmatch(key):
+        raise UsageError(f"invalid workflow key {key!r}: use --key")
+    published = ops.publish(key, document)
+    _emit(args, published, f"published {published['workflow']} version {published['version']}")
+
+
+def _workflow_list(ops: Ops, args: argparse.Namespace) -> None:
+    items = ops.workflows()
+    columns = [
+        ("WORKFLOW", "workflow"),
+        ("VERSION", "latest_version"),
+        ("AUTH", "webhook_auth"),
+        ("NAME", "name"),
+    ]
+    _emit(args, {"items": items}, lambda: table(items, columns))
+
+
+def _workflow_show(ops: Ops, args: argparse.Namespace) -> None:
+    if args.version:
+        shown = ops.version(args.key, args.version)
+        _emit(args, shown, lambda: to_json(shown))
+        return
+    workflow = ops.workflow(args.key)
+
+    def text() -> str:
+        versions = workflow.get("versions", [])
+        head = {k: v for k, v in workflow.items() if k != "versions"}
+        lines = [f"{k}: {cell(v)}" for k, v in head.items()]
+        columns = [
+            (name.upper().replace("_", " "), name) for name in (versions[0] if versions else {})
+        ]
+        return "\n".join([*lines, "", table(versions, columns)] if columns else lines)
+
+    _emit(args, workflow, text)
+
+
+def _secret_create(ops: Ops, args: argparse.Namespace) -> None:
+    created = ops.create_secret(args.key)
+    if warning := created.get("warning"):
+        print(f"flowforge: warning: {warning}", file=sys.stderr)
+    _emit(
+        args,
+        created,
+        f"created webhook secret {created['id']} for {args.key}; it is shown only once:\n"
+        f"{created['secret']}",
+    )
+
+
+def _secret_list(ops: Ops, args: argparse.Namespace) -> None:
+    items = ops.secrets(args.key)
+    columns = [("ID", "id"), ("CREATED", "created_at"), ("REVOKED", "revoked_at")]
+    _emit(args, {"items": items}, lambda: table(items, columns))
+
+
+def _secret_revoke(ops: Ops, args: argparse.Namespace) -> None:
+    ops.revoke_secret(args.key, args.id)
+    _emit(
+        args,
+        {"workflow": args.key, "id": args.id, "revoked": True},
+        f"revoked webhook secret {args.id} of {args.key}",
+    )
+
+
+# ---- executions ----------------------------------------------------------------------
+
+
+def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
+    page = ops.list_executions(
+        workflow=args.workflow, status=args.status, limit=args.limit, cursor=args.cursor
+    )
+    columns = [
+        ("ID", "id"),
+        ("WORKFLOW", "workflow"),
+        ("VERSION", "version"),
+        ("STATUS", "status"),
+        ("CREATED", "created_at"),
+        ("FINISHED", "finished_at"),
+    ]
+    _emit(args, page, lambda: table(page["items"], columns))
+    if page["next_cursor"] and args.format != "json":
+        # On stderr: stdout stays the table, for pipes.
+        print(f"next page: --cursor {page['next_cursor']}", file=sys.stderr)
+
+
+def _execution_text(detail: dict[str, Any]) -> str:
+    """The execution as an operator reads it: status, steps and attempts, then who did what."""
+    lines = [
+        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  {detail['status']}",
+        f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}",
+    ]
+    flow = detail.get("flow_control") or {}
     if flow.get("stop_reason"):
-        print(f"  stopped: {flow['stop_reason']}")
+        lines.append(f"  stopped: {flow['stop_reason']}")
     if waiting := flow.get("waiting_for_slot"):
-        print(
+        lines.append(
             f"  waits for a slot of key {waiting['key']!r} (limit {waiting['limit']}): "
             f"{waiting['ahead']} ahead, held by {', '.join(waiting['held_by']) or '-'}"
         )
@@ -133,65 +236,271 @@ def _executions_show(conn: psycopg.Connection, args: argparse.Namespace) -> None
             line += f" error: {s['error']}"
         if s["skipped_because"]:
             line += f" because {s['skipped_because']}"
-        print(line)
+        lines.append(line)
         for a in s["attempts"]:
             extra = f" HTTP {a['http_status']}" if a["http_status"] else ""
             extra += f" {a['duration_ms']} ms" if a["duration_ms"] is not None else ""
             extra += f" ({a['error']})" if a["error"] else ""
-            print(
+            lines.append(
                 f"      attempt {a['attempt']}: {a['outcome'] or 'in flight'}{extra}"
                 f"  {a['started_at']}"
             )
         if s["output"] is not None:
-            print(f"      output: {json.dumps(s['output'])[:200]}")
+            lines.append(f"      output: {json.dumps(s['output'])[:200]}")
+    acted = [e for e in detail.get("events", []) if "actor" in (e.get("detail") or {})]
+    if acted:
+        lines.append("  operator actions:")
+        rows = [
+            {
+                "at": e["at"],
+                "event": e["kind"],
+                "step": e["step"],
+                "by": _actor_text(e["detail"]["actor"]),
+            }
+            for e in acted
+        ]
+        history = table(rows, [("AT", "at"), ("EVENT", "event"), ("STEP", "step"), ("BY", "by")])
+        lines += [f"    {line}" for line in history.splitlines()]
+    return "\n".join(lines)
 
 
-def _cancel(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    status, was_terminal = actions.cancel(conn, args.id, actor=_cli_actor())
-    print(f"execution {args.id} {'was already' if was_terminal else 'is now'} {status}")
+def _actor_text(actor: dict[str, Any]) -> str:
+    """`api key 3 (ops)`, `cli@box`, `flow control`."""
+    if actor.get("kind") == "api_key":
+        return f"api key {actor.get('id')} ({actor.get('name')})"
+    return str(actor.get("name", actor.get("kind", "?")))
 
 
-def _retry(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    print(f"execution {args.id} is now {actions.retry(conn, args.id, actor=_cli_actor())}")
+def _executions_show(ops: Ops, args: argparse.Namespace) -> None:
+    detail = ops.execution(args.id)
+    _emit(args, detail, lambda: _execution_text(detail))
 
 
-def _resolve(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    output = json.loads(args.output) if args.output is not None else None
-    status = actions.resolve(conn, args.id, args.step, args.outcome, output, actor=_cli_actor())
-    print(f"step {args.step} resolved as {args.outcome}; execution is now {status}")
+def _cancel(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.cancel(args.id)
+    verb = "was already" if done["already_finished"] else "is now"
+    _emit(args, done, f"execution {args.id} {verb} {done['status']}")
 
 
-def _cli_actor() -> dict[str, str]:
-    """Who acts, for the history, when an operator uses the CLI on the box."""
-    return {"kind": "cli", "name": f"cli@{socket.gethostname()}"}
+def _retry(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.retry(args.id)
+    _emit(args, done, f"execution {args.id} is now {done['status']}")
 
 
-def _complete(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    output = json.loads(args.output) if args.output is not None else None
-    status = actions.complete_wait(conn, args.id, args.step, output, actor=_cli_actor())
-    print(f"step {args.step} completed; execution is now {status}")
+def _resolve(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.resolve(args.id, args.step, args.outcome, args.step_output)
+    _emit(
+        args,
+        done,
+        f"step {args.step} resolved as {args.outcome}; execution is now {done['status']}",
+    )
 
 
-def _fail(conn: psycopg.Connection, args: argparse.Namespace) -> None:
-    status = actions.fail_wait(conn, args.id, args.step, actor=_cli_actor())
-    print(f"step {args.step} failed; execution is now {status}")
+def _complete(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.complete(args.id, args.step, args.step_output)
+    _emit(args, done, f"step {args.step} completed; execution is now {done['status']}")
+
+
+def _fail(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.fail(args.id, args.step)
+    _emit(args, done, f"step {args.step} failed; execution is now {done['status']}")
+
+
+# ---- schedules -----------------------------------------------------------------------
+
+
+def _schedule_text(shown: dict[str, Any]) -> str:
+    """The schedule as an operator reads it: what and when, the next ticks, the ledger."""
+    spec = shown["schedule"]
+    when = f"cron {spec['cron']!r}" if "cron" in spec else f"every {spec['every_s']} s"
+    state = "paused" if shown["paused"] else "active"
+    lines = [
+        f"{shown['workflow']} v{shown['version']}: {when} in {shown['timezone']}, "
+        f"overlap {spec.get('overlap', 'skip')}, {state}",
+        "",
+        table(
+            shown["next"], [("NEXT (UTC)", "tick_at"), ("LOCAL", "local"), ("FIRES", "fires_at")]
+        ),
+        "",
+    ]
+    rows = [{**r, "by": _actor_text(r["actor"]) if r["actor"] else ""} for r in shown["ledger"]]
+    columns = [
+        ("TICK", "tick_at"),
+        ("OUTCOME", "outcome"),
+        ("EXECUTION", "execution_id"),
+        ("REASON", "reason"),
+        ("BY", "by"),
+    ]
+    return "\n".join([*lines, table(rows, columns)])
+
+
+def _schedule_show(ops: Ops, args: argparse.Namespace) -> None:
+    shown = ops.schedule(args.key)
+    _emit(args, shown, lambda: _schedule_text(shown))
+
+
+def _schedule_pause(ops: Ops, args: argparse.Namespace) -> None:
+    shown = ops.pause_schedule(args.key)
+    _emit(args, shown, f"schedule of {args.key} is paused")
+
+
+def _schedule_resume(ops: Ops, args: argparse.Namespace) -> None:
+    shown = ops.resume_schedule(args.key)
+    _emit(args, shown, f"schedule of {args.key} is active")
+
+
+def _schedule_trigger(ops: Ops, args: argparse.Namespace) -> None:
+    tick = ops.trigger_schedule(args.key)
+    detail = " ".join(str(tick[k]) for k in ("execution_id", "reason") if tick.get(k))
+    _emit(args, tick, f"tick {tick['tick_at']} {tick['outcome']} {detail}".rstrip())
+
+
+def _schedule_backfill(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.backfill_schedule(args.key, args.start, args.end, args.dry_run)
+    columns = [("TICK", "tick_at"), ("OUTCOME", "outcome"), ("EXECUTION", "execution_id")]
+    suffix = " (dry run: nothing fired)" if args.dry_run else ""
+    _emit(
+        args,
+        done,
+        lambda: f"{table(done['items'], columns)}\n{len(done['items'])} tick(s){suffix}",
+    )
+
+
+# ---- arguments -----------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr (argparse prints the whole usage block)."""
+        self.exit(USAGE, f"error: {message} (see: {self.prog} --help)\n")
+
+
+def _execution_id(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an execution id (a UUID)") from None
+
+
+def _step_id(text: str) -> str:
+    if not is_step_id(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step id")
+    return text
+
+
+def _workflow_key(text: str) -> str:
+    if not WORKFLOW_KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a workflow key (1-64 of a-z, 0-9, '-' and '_')"
+        )
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be 1 or more")
+    return number
+
+
+def _limit(text: str) -> int:
+    number = _positive(text)
+    if number > MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"{number} is more than {MAX_PAGE}")
+    return number
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from None
+
+
+def _api_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) < len("http://x"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
+    return text
+
+
+def _common() -> Parser:
+    """Options every command takes, before or after its name. SUPPRESS as the default lets
+    a value given at either place survive the other parser."""
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--api",
+        type=_api_url,
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="run through the HTTP API at URL (default: $FLOWFORGE_API_URL), "
+        "with the key in $FLOWFORGE_API_KEY",
+    )
+    common.add_argument(
+        "--db",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="talk to PostgreSQL directly ($FLOWFORGE_DATABASE_URL), on the box",
+    )
+    common.add_argument(
+        "--output",
+        dest="format",
+        choices=("table", "json"),
+        default=argparse.SUPPRESS,
+        help="table (default) or json",
+    )
+    return common
+
+
+class _Version(argparse.Action):
+    """`--version`, looked up only when asked: importlib.metadata is slow to load."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("flowforge")
+        except PackageNotFoundError:  # run from a checkout without an install
+            found = "unknown"
+        print(f"flowforge {found}")
+        parser.exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command tree."""
-    parser = argparse.ArgumentParser(prog="flowforge", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    common = _common()
+    parser = Parser(prog="flowforge", description=__doc__, parents=[common])
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--version", action=_Version)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(parent: Any, name: str, handler: Callable[..., None], help_: str) -> Any:
-        command = parent.add_parser(name, help=help_)
-        command.set_defaults(handler=handler)
-        return command
+    def group(name: str, help_: str) -> Any:
+        return sub.add_parser(name, help=help_, parents=[common]).add_subparsers(
+            dest="action", required=True, metavar="ACTION"
+        )
 
-    apikey = sub.add_parser("apikey", help="manage API keys").add_subparsers(required=True)
-    create = add(apikey, "create", _apikey_create, "create a key (printed on the last line)")
+    def command(
+        parent: Any, name: str, handler: Callable[[Ops, argparse.Namespace], None], help_: str
+    ) -> argparse.ArgumentParser:
+        parsed: argparse.ArgumentParser = parent.add_parser(name, help=help_, parents=[common])
+        parsed.set_defaults(handler=handler)
+        return parsed
+
+    apikey = group("apikey", "manage API keys (on the box: --db)")
+    create = command(apikey, "create", _apikey_create, "create a key (printed on the last line)")
     create.add_argument("--name", required=True)
     create.add_argument(
-        "--workflow", action="append", help="limit the key to this workflow (repeatable)"
+        "--workflow",
+        action="append",
+        type=_workflow_key,
+        help="limit the key to this workflow (repeatable)",
     )
     create.add_argument("--read-only", action="store_true")
     create.add_argument(
@@ -199,78 +508,183 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
     )
-    add(apikey, "list", _apikey_list, "list keys")
-    add(apikey, "revoke", _apikey_revoke, "revoke a key").add_argument("id", type=int)
+    command(apikey, "list", _apikey_list, "list keys")
+    command(apikey, "revoke", _apikey_revoke, "revoke a key").add_argument("id", type=_positive)
 
-    workflow = sub.add_parser("workflow", help="publish and read workflows")
-    wsub = workflow.add_subparsers(required=True)
-    publish = add(wsub, "publish", _workflow_publish, "publish a definition file")
+    workflow = group("workflow", "publish and read workflows")
+    publish = command(workflow, "publish", _workflow_publish, "publish a definition file")
     publish.add_argument("file")
     publish.add_argument("--key", help="workflow key (default: the file name)")
-    add(wsub, "list", _workflow_list, "list workflows")
-    show = add(wsub, "show", _workflow_show, "show a workflow or one version")
-    show.add_argument("key")
-    show.add_argument("--version", type=int)
+    command(workflow, "list", _workflow_list, "list workflows")
+    show = command(workflow, "show", _workflow_show, "show a workflow or one version")
+    show.add_argument("key", type=_workflow_key)
+    show.add_argument("--version", type=_positive)
 
-    secret = sub.add_parser("secret", help="webhook signing secrets").add_subparsers(required=True)
-    add(secret, "create", _secret_create, "create a signing secret").add_argument("key")
-    revoke = add(secret, "revoke", _secret_revoke, "revoke a signing secret")
-    revoke.add_argument("key")
-    revoke.add_argument("id", type=int)
-
-    executions = sub.add_parser("executions", help="inspect executions").add_subparsers(
-        required=True
+    secret = group("secret", "webhook signing secrets")
+    command(secret, "create", _secret_create, "create a signing secret").add_argument(
+        "key", type=_workflow_key
     )
-    listing = add(executions, "list", _executions_list, "list executions, newest first")
-    listing.add_argument("--workflow")
-    listing.add_argument("--status")
-    listing.add_argument("--limit", type=int, default=20)
-    listing.add_argument("--cursor")
-    detail = add(executions, "show", _executions_show, "steps, attempts and outputs")
-    detail.add_argument("id")
-    detail.add_argument("--json", action="store_true")
+    command(secret, "list", _secret_list, "list a workflow's secrets").add_argument(
+        "key", type=_workflow_key
+    )
+    revoke = command(secret, "revoke", _secret_revoke, "revoke a signing secret")
+    revoke.add_argument("key", type=_workflow_key)
+    revoke.add_argument("id", type=_positive)
 
-    add(sub, "cancel", _cancel, "cancel an execution").add_argument("id")
-    add(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument("id")
-    resolve = add(sub, "resolve", _resolve, "settle a step whose outcome is unknown")
-    resolve.add_argument("id")
-    resolve.add_argument("step")
+    executions = group("executions", "inspect executions")
+    listing = command(executions, "list", _executions_list, "list executions, newest first")
+    listing.add_argument("--workflow", type=_workflow_key)
+    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--limit", type=_limit, default=20, help=f"1-{MAX_PAGE}")
+    listing.add_argument("--cursor", help="next_cursor of the previous page")
+    detail = command(executions, "show", _executions_show, "steps, attempts and who acted")
+    detail.add_argument("id", type=_execution_id)
+
+    def on_step(
+        name: str, handler: Callable[[Ops, argparse.Namespace], None], help_: str
+    ) -> argparse.ArgumentParser:
+        parsed = command(sub, name, handler, help_)
+        parsed.add_argument("id", type=_execution_id)
+        parsed.add_argument("step", type=_step_id)
+        return parsed
+
+    command(sub, "cancel", _cancel, "cancel an execution").add_argument("id", type=_execution_id)
+    command(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument(
+        "id", type=_execution_id
+    )
+    resolve = on_step("resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("outcome", choices=RESOLUTIONS)
-    resolve.add_argument("--output", help="the step's output as JSON (with succeeded)")
-    complete = add(sub, "complete", _complete, "end a waiting wait step as a resume would")
-    complete.add_argument("id")
-    complete.add_argument("step")
-    complete.add_argument("--output", help="the step's output as JSON (default null)")
-    fail = add(sub, "fail", _fail, "fail a waiting wait step (the execution fails)")
-    fail.add_argument("id")
-    fail.add_argument("step")
+    resolve.add_argument(
+        "step_output",
+        nargs="?",
+        type=_json_value,
+        metavar="OUTPUT",
+        help="the step's output as JSON (with succeeded)",
+    )
+    complete = on_step("complete", _complete, "end a waiting wait step as a resume would")
+    complete.add_argument(
+        "step_output",
+        nargs="?",
+        type=_json_value,
+        metavar="OUTPUT",
+        help="the step's output as JSON (default null)",
+    )
+    on_step("fail", _fail, "fail a waiting wait step (the execution fails)")
+
+    schedule = group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
+    shown = command(schedule, "show", _schedule_show, "next fire times and the tick ledger")
+    shown.add_argument("key", type=_workflow_key)
+    for name, handler, help_ in (
+        ("pause", _schedule_pause, "due ticks are ledgered paused, not fired"),
+        ("resume", _schedule_resume, "ticks fire again from now on"),
+        ("trigger", _schedule_trigger, "fire a tick now, under the overlap policy"),
+    ):
+        command(schedule, name, handler, help_).add_argument("key", type=_workflow_key)
+    backfill = command(schedule, "backfill", _schedule_backfill, "fire a past range's ticks")
+    backfill.add_argument("key", type=_workflow_key)
+    backfill.add_argument("--from", dest="start", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--to", dest="end", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--dry-run", action="store_true", help="list; fire nothing")
     return parser
+
+
+def _remote(args: argparse.Namespace) -> str | None:
+    """The API URL to use, or None for the database."""
+    explicit = getattr(args, "api", None)
+    if getattr(args, "db", False):
+        if explicit:
+            raise UsageError("--api and --db exclude each other")
+        return None
+    if explicit:
+        return str(explicit)
+    from_env = os.environ.get("FLOWFORGE_API_URL", "").strip()
+    if from_env:
+        try:
+            return _api_url(from_env)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"FLOWFORGE_API_URL: {exc}") from None
+    return None
+
+
+def _error(title: str, detail: str) -> None:
+    print(f"error: {title}: {detail}" if detail else f"error: {title}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `flowforge` console script."""
     args = build_parser().parse_args(argv)
-    settings = Settings.from_env()
+    args.format = getattr(args, "format", "table")
+    try:
+        url = _remote(args)
+        if url is not None:
+            return _run_remote(url, args)
+    except UsageError as exc:
+        _error("usage", str(exc))
+        return USAGE
+    return _run_local(args)
+
+
+def _run_remote(url: str, args: argparse.Namespace) -> int:
+    key = os.environ.get("FLOWFORGE_API_KEY", "").strip()
+    if not key:
+        raise UsageError(
+            f"FLOWFORGE_API_KEY is not set: --api {url} needs an API key "
+            "(`flowforge apikey create` on the box makes one)"
+        )
+    try:
+        args.handler(ApiClient(url, key), args)
+    except ApiError as exc:
+        _error(exc.title, exc.detail)
+        for error in exc.errors:
+            print(f"  {error.get('path')}: {error.get('message')}", file=sys.stderr)
+        return USAGE if exc.status in USAGE_STATUSES else REFUSED
+    except ApiUnreachable as exc:
+        _error("unreachable", str(exc))
+        return REFUSED
+    return 0
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    # Only here: remote commands never load the database driver (see Ops).
+    import psycopg
+
+    from flowforge.config import Settings
+    from flowforge.db import conninfo
+    from flowforge.definitions import DefinitionInvalid
+    from flowforge.direct import Database
+    from flowforge.hints import database_hint
+
+    try:
+        settings = Settings.from_env()
+    except FlowForgeError as exc:
+        _error("configuration", str(exc))
+        return USAGE
     try:
         with psycopg.connect(conninfo(settings.database_url), autocommit=True) as conn:
-            args.handler(conn, args)
+            args.handler(Database(conn), args)
+    except UsageError as exc:
+        _error("usage", str(exc))
+        return USAGE
     except DefinitionInvalid as exc:
-        print("flowforge: invalid definition:", file=sys.stderr)
+        _error(exc.title, f"{len(exc.errors)} problem(s):")
         for error in exc.errors:
             print(f"  {error['path']}: {error['message']}", file=sys.stderr)
-        return 2
+        return USAGE
+    except ClientError as exc:
+        _error(exc.title, exc.detail)
+        return USAGE if exc.status in USAGE_STATUSES else REFUSED
     except psycopg.OperationalError as exc:
         print(f"flowforge: {str(exc).strip()}", file=sys.stderr)
         print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
-        return 1
+        return REFUSED
     except psycopg.errors.UndefinedTable as exc:
         print(f"flowforge: {str(exc).splitlines()[0]}", file=sys.stderr)
         print(
             "flowforge: this database has no FlowForge schema yet: run bin/migrate", file=sys.stderr
         )
         print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
-        return 1
+        return REFUSED
     except (FlowForgeError, psycopg.Error, OSError, ValueError) as exc:
-        print(f"flowforge: {exc}", file=sys.stderr)
-        return 1
+        _error("failed", str(exc))
+        return REFUSED
     return 0

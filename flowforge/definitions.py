@@ -6,10 +6,11 @@ import heapq
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flowforge import templating
+from flowforge import cron, templating
 from flowforge.errors import ClientError
 from flowforge.jsonvalues import is_number
 
@@ -47,6 +48,14 @@ _TOP_KEYS = frozenset(
 )
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
 ON_FULL = ("queue", "drop_new", "cancel_oldest")
+_SCHEDULE_KEYS = frozenset(
+    {"cron", "every_s", "timezone", "overlap", "catchup_window_s", "jitter_s", "input"}
+)
+OVERLAP = ("skip", "buffer_one", "allow", "cancel_other")
+MAX_EVERY_S = 31_536_000
+MAX_CATCHUP_WINDOW_S = 604_800  # a week
+MAX_JITTER_S = 3_600
+DEFAULT_CATCHUP_WINDOW_S = 60
 # Time limits reach a year at most, like a delay.
 MAX_TIME_LIMIT_S = 31_536_000
 # How long finished executions are kept (SPEC §11). Fractions are allowed: a test or a
@@ -109,6 +118,36 @@ class Concurrency:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """When a workflow runs by itself (SPEC §9): a cron expression in a zone, or a fixed
+    interval; what a tick does while an earlier one is live; how late a tick may still
+    fire; how much to spread fires; the input each tick gets."""
+
+    cron: cron.Cron | None
+    every_s: int | None
+    timezone: str = "UTC"
+    overlap: str = "skip"
+    catchup_window_s: float = DEFAULT_CATCHUP_WINDOW_S
+    jitter_s: float = 0.0
+    input: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        """The first tick instant strictly after `after`, in UTC (None: never again).
+
+        Intervals are counted from the Unix epoch, so `every_s: 60` ticks on the minute
+        and every worker computes the same instants."""
+        if self.every_s is not None:
+            micros = self.every_s * 1_000_000
+            since = (after.astimezone(UTC) - EPOCH) // timedelta(microseconds=1)
+            return EPOCH + timedelta(microseconds=(since // micros + 1) * micros)
+        assert self.cron is not None
+        return self.cron.next_after(after, ZoneInfo(self.timezone))
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
 class Step:
     """One validated node of the workflow graph."""
 
@@ -147,6 +186,7 @@ class Definition:
     deadline_s: float | None = None
     start_within_s: float | None = None
     retention_days: float = DEFAULT_RETENTION_DAYS
+    schedule: Schedule | None = None
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
@@ -200,6 +240,15 @@ def parse_definition(doc: Any, *, stored: bool = False) -> Definition:
     if parser.errors or definition is None:
         raise DefinitionInvalid(parser.errors)
     return definition
+
+
+def parse_schedule(raw: Any) -> Schedule:
+    """A stored `trigger.schedule` object back as a Schedule (validated when published)."""
+    parser = _Parser(stored=True)
+    schedule = parser.schedule({"trigger": {"schedule": raw}})
+    if parser.errors or schedule is None:
+        raise DefinitionInvalid(parser.errors)
+    return schedule
 
 
 def _closure(parents: Mapping[str, Iterable[str]], start: Iterable[str]) -> frozenset[str]:
@@ -293,6 +342,7 @@ class _Parser:
         if "description" in doc and not isinstance(doc["description"], str):
             self.error("$.description", "description must be a string")
         auth = self.webhook_auth(doc)
+        schedule = self.schedule(doc)
         if not isinstance(steps, list) or not steps:
             self.error("$.steps", "steps is required: a non-empty array")
             return None
@@ -311,6 +361,7 @@ class _Parser:
             deadline_s=deadline_s,
             start_within_s=start_within_s,
             retention_days=retention_days,
+            schedule=schedule,
         )
 
     def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:
@@ -413,17 +464,85 @@ class _Parser:
         if "trigger" not in doc:
             return "signature"
         trigger = doc["trigger"]
-        if not isinstance(trigger, dict) or not isinstance(trigger.get("webhook"), dict):
-            self.error("$.trigger", 'trigger must be {"webhook": {"auth": "signature"|"none"}}')
+        if not isinstance(trigger, dict) or not (
+            isinstance(trigger.get("webhook"), dict) or "schedule" in trigger
+        ):
+            self.error(
+                "$.trigger",
+                'trigger must be {"webhook": {"auth": "signature"|"none"}, "schedule": {...}}'
+                " with either or both",
+            )
             return "signature"
-        self.unknown_keys(trigger, {"webhook"}, "$.trigger")
+        self.unknown_keys(trigger, {"webhook", "schedule"}, "$.trigger")
+        if "webhook" not in trigger:
+            return "signature"
         webhook = trigger["webhook"]
+        if not isinstance(webhook, dict):
+            self.error("$.trigger.webhook", 'webhook must be {"auth": "signature"|"none"}')
+            return "signature"
         self.unknown_keys(webhook, {"auth"}, "$.trigger.webhook")
         auth = webhook.get("auth", "signature")
         if auth not in ("signature", "none"):
             self.error("$.trigger.webhook.auth", 'auth must be "signature" or "none"')
             return "signature"
         return str(auth)
+
+    def schedule(self, doc: dict[str, Any]) -> Schedule | None:
+        """Check `trigger.schedule` (SPEC §9): exactly one of cron and every_s, a zone the
+        system's tz database knows, a known overlap policy, bounded windows, object input."""
+        trigger = doc.get("trigger")
+        if not isinstance(trigger, dict) or "schedule" not in trigger:
+            return None
+        raw = trigger["schedule"]
+        path = "$.trigger.schedule"
+        if not isinstance(raw, dict):
+            self.error(path, "schedule must be an object with cron or every_s")
+            return None
+        before = len(self.errors)
+        self.unknown_keys(raw, _SCHEDULE_KEYS, path)
+        expression: cron.Cron | None = None
+        every_s: Any = raw.get("every_s")
+        if ("cron" in raw) == ("every_s" in raw):
+            self.error(path, "a schedule needs exactly one of cron and every_s")
+        elif "cron" in raw:
+            if not isinstance(raw["cron"], str):
+                self.error(f"{path}.cron", "cron must be a string of five fields")
+            else:
+                try:
+                    expression = cron.parse(raw["cron"])
+                except cron.CronError as exc:
+                    self.error(f"{path}.cron", str(exc))
+        elif not _is_whole(every_s) or not 1 <= every_s <= MAX_EVERY_S:
+            self.error(f"{path}.every_s", f"every_s must be whole seconds from 1 to {MAX_EVERY_S}")
+        zone: Any = raw.get("timezone", "UTC")
+        if not _is_zone(zone):
+            self.error(f"{path}.timezone", "timezone must be an IANA name such as Europe/Lisbon")
+        overlap = raw.get("overlap", "skip")
+        if overlap not in OVERLAP:
+            self.error(f"{path}.overlap", f"overlap must be one of {', '.join(OVERLAP)}")
+        window: Any = raw.get("catchup_window_s", DEFAULT_CATCHUP_WINDOW_S)
+        if not is_number(window) or not 1 <= window <= MAX_CATCHUP_WINDOW_S:
+            self.error(
+                f"{path}.catchup_window_s",
+                f"catchup_window_s must be seconds from 1 to {MAX_CATCHUP_WINDOW_S}",
+            )
+        jitter: Any = raw.get("jitter_s", 0)
+        if not is_number(jitter) or not 0 <= jitter <= MAX_JITTER_S:
+            self.error(f"{path}.jitter_s", f"jitter_s must be seconds from 0 to {MAX_JITTER_S}")
+        given: Any = raw.get("input", {})
+        if not isinstance(given, dict):
+            self.error(f"{path}.input", "input must be a JSON object (scheduled_at is added)")
+        if len(self.errors) > before:
+            return None
+        return Schedule(
+            cron=expression,
+            every_s=every_s if expression is None else None,
+            timezone=zone,
+            overlap=overlap,
+            catchup_window_s=float(window),
+            jitter_s=float(jitter),
+            input=given,
+        )
 
     def parse_steps(self, steps: list[Any]) -> tuple[Step, ...]:
         """Check every step and the graph they form; return them in topological order."""
@@ -766,6 +885,17 @@ class _Parser:
 # session reads them, so a day of margin at each end.
 EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def _is_zone(name: Any) -> bool:
+    """Whether name is a zone the system's tz database knows (no paths, no empty names)."""
+    if not isinstance(name, str) or not 0 < len(name) <= 64 or "\x00" in name:
+        return False
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
 
 
 def _is_aware_timestamp(text: str) -> bool:

@@ -51,6 +51,15 @@ _DROPPED = json.dumps({**transition(_QUEUED, _CANCELLED), "reason": "concurrency
 _READY_KIND = step_event(StepStatus.READY)
 _MADE_READY = json.dumps(transition(_PENDING, _READY))
 
+# The concurrency key of a schedule's ticks (SPEC §9): overlap `skip`, `buffer_one` and
+# `cancel_other` are a limit of 1 on it, with on_full `skip` (nothing written), `buffer_one`
+# (queue at most one) and `cancel_oldest`. No rendered key may take it (concurrency_key).
+SCHEDULE_KEY = "@schedule"
+# The slot limit of an execution `e` pinning version `v`: 1 for schedule ticks.
+KEY_LIMIT = (
+    f"CASE WHEN e.concurrency_key = '{SCHEDULE_KEY}' THEN 1"
+    " ELSE (v.definition->'concurrency'->>'limit')::int END"
+)
 # Keys are stored and shown; a bounded length keeps index entries small.
 MAX_KEY_CHARS = 255
 # Retry-After of a refused webhook, in seconds, when nothing started in the last minute.
@@ -105,6 +114,9 @@ WITH current AS (
     SELECT CASE
         WHEN %(limit)s::int IS NULL THEN 'start'
         WHEN holders.n < %(limit)s::int AND ahead.n = 0 THEN 'start'
+        WHEN %(on_full)s::text = 'skip' THEN 'refuse'
+        WHEN %(on_full)s::text = 'buffer_one' AND ahead.n > 0 THEN 'refuse'
+        WHEN %(on_full)s::text = 'buffer_one' THEN 'queue'
         WHEN %(on_full)s::text = 'drop_new' THEN 'drop'
         WHEN %(on_full)s::text = 'cancel_oldest' AND ahead.n = 0 THEN 'replace'
         WHEN queued.n >= %(max_queued)s::int THEN 'refuse'
@@ -122,7 +134,7 @@ WITH current AS (
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
                             concurrency_key, slot_at, deadline_at, expires_at, stop_reason,
-                            finished_at)
+                            finished_at, trigger)
     SELECT %(id)s, %(workflow_id)s, %(version_id)s,
            CASE WHEN mode = 'drop' THEN '{_CANCELLED}' ELSE '{_QUEUED}' END,
            %(input)s::jsonb, %(key)s, %(ckey)s::text,
@@ -130,7 +142,8 @@ WITH current AS (
            now() + make_interval(secs => %(deadline_s)s::float8),
            now() + make_interval(secs => %(start_within_s)s::float8),
            CASE WHEN mode = 'drop' THEN 'concurrency' END,
-           CASE WHEN mode = 'drop' THEN now() END
+           CASE WHEN mode = 'drop' THEN now() END,
+           %(trigger)s
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, error,
@@ -178,7 +191,7 @@ WITH head AS (
     WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s AND {IN_QUEUE}
     ORDER BY created_at, id LIMIT 1
 ), free AS (
-    SELECT greatest((v.definition->'concurrency'->>'limit')::int - (
+    SELECT greatest({KEY_LIMIT.replace("e.concurrency_key", "%(ckey)s")} - (
                SELECT count(*) FROM executions
                WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s
                  AND {HOLDS_SLOT}), 0) AS n
@@ -220,7 +233,7 @@ SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END FROM granted
 # An operator retry takes a slot like any start, under SLOT_LOCK: the slots other
 # executions of its key hold, and its own limit (from the version it pins).
 RETRY_SLOT = f"""
-SELECT (v.definition->'concurrency'->>'limit')::int,
+SELECT {KEY_LIMIT},
        (SELECT count(*) FROM executions h
         WHERE h.workflow_id = e.workflow_id AND h.concurrency_key = e.concurrency_key
           AND h.id <> e.id AND {HOLDS_SLOT})
@@ -251,7 +264,7 @@ WHERE workflow_id = %(workflow_id)s AND slot_at > now() - interval '60 seconds'
 # Why one queued execution waits: its key, how many are ahead, who holds the slots.
 WHY_QUEUED = f"""
 SELECT e.concurrency_key AS key,
-       (v.definition->'concurrency'->>'limit')::int AS limit,
+       {KEY_LIMIT} AS limit,
        (SELECT count(*) FROM executions q
         WHERE q.workflow_id = e.workflow_id AND q.concurrency_key = e.concurrency_key
           AND q.slot_at IS NULL AND q.status = 'queued'
@@ -323,6 +336,8 @@ def concurrency_key(definition: Definition, body: bytes) -> str | None:
         raise KeyUnresolved(
             f"concurrency key must render to at most {MAX_KEY_CHARS} characters without NUL"
         )
+    if text == SCHEDULE_KEY:
+        raise KeyUnresolved(f"concurrency key {SCHEDULE_KEY!r} is reserved for schedules")
     return text
 
 
@@ -336,6 +351,7 @@ def intake_params(definition: Definition, body: bytes) -> dict[str, Any]:
         "max_queued": concurrency.max_queued if concurrency else None,
         "deadline_s": definition.deadline_s,
         "start_within_s": definition.start_within_s,
+        "trigger": "webhook",
     }
 
 

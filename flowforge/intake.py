@@ -168,7 +168,15 @@ def uuid7() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
-def _find_target(conn: psycopg.Connection, key: str, encryption_key: bytes | None) -> Target:
+def unsigned_target(conn: psycopg.Connection, key: str) -> Target:
+    """The target of an intake no webhook signed (a schedule's tick): the newest version,
+    its signing secrets left sealed."""
+    return _find_target(conn, key, None, open_secrets=False)
+
+
+def _find_target(
+    conn: psycopg.Connection, key: str, encryption_key: bytes | None, *, open_secrets: bool = True
+) -> Target:
     """The newest published version of a workflow, or NotFound. Signing secrets are opened
     only when the workflow checks signatures; one that does not open fails the lookup
     (SecretUnreadable) rather than quietly narrowing what verifies."""
@@ -177,7 +185,7 @@ def _find_target(conn: psycopg.Connection, key: str, encryption_key: bytes | Non
         raise NotFound(f"workflow {key!r} does not exist")
     workflow_id, version_id, version, auth, secret_ids, sealed_values = row
     secret_values = []
-    if auth == "signature":
+    if auth == "signature" and open_secrets:
         secret_values = [
             sealing.unseal(encryption_key, sealed, workflow_id, secret_id)
             for secret_id, sealed in zip(secret_ids, sealed_values, strict=True)

@@ -9,6 +9,7 @@ reads them back from a migrated database).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -87,6 +88,11 @@ def transition(previous: str, status: str) -> dict[str, Any]:
     """The detail of a status transition in the history: `{"from": ..., "to": ...}`."""
     return {"from": str(previous), "to": str(status)}
 
+
+# A workflow key, as the database's CHECK requires (match it whole: fullmatch).
+WORKFLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# The largest page a list answers (API `limit`, CLI `--limit`).
+MAX_PAGE = 200
 
 # How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
 DEFAULT_LEASE_S = 60.0

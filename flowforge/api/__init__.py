@@ -17,6 +17,7 @@ from flowforge.api import (
     pool,
     problems,
     resume,
+    schedules,
     workflows,
 )
 from flowforge.api.ratelimit import RateLimiter
@@ -57,7 +58,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     paths.install(app)
     _install_request_ids(app)
     health.install(app)
-    for blueprint in (hooks.bp, resume.bp, workflows.bp, executions.bp, health.bp, openapi.bp):
+    for blueprint in (
+        hooks.bp,
+        resume.bp,
+        workflows.bp,
+        schedules.bp,
+        executions.bp,
+        health.bp,
+        openapi.bp,
+    ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)
     return app

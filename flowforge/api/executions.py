@@ -12,12 +12,11 @@ from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.apikeys import ApiKey
-from flowforge.model import RESOLUTIONS, ExecutionStatus
+from flowforge.model import MAX_PAGE, RESOLUTIONS, ExecutionStatus
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
 STATUSES = tuple(status.value for status in ExecutionStatus)
-MAX_PAGE = 200
 
 
 def _authorize_execution(execution_id: str, *, write: bool) -> None:

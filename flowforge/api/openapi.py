@@ -193,10 +193,72 @@ SCHEMAS: dict[str, Any] = {
                         "type": "object",
                         "additionalProperties": False,
                         "properties": {"auth": {"type": "string", "enum": ["signature", "none"]}},
-                    }
+                    },
+                    "schedule": _ref("ScheduleDefinition"),
                 },
             },
             "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
+        },
+    },
+    "ScheduleDefinition": {
+        "type": "object",
+        "description": "SPEC §9: exactly one of cron (five fields) and every_s",
+        "additionalProperties": False,
+        "properties": {
+            "cron": {"type": "string", "examples": ["*/5 * * * *"]},
+            "every_s": {"type": "integer", "minimum": 1, "maximum": 31536000},
+            "timezone": {"type": "string", "default": "UTC", "examples": ["Europe/Lisbon"]},
+            "overlap": {
+                "type": "string",
+                "enum": ["skip", "buffer_one", "allow", "cancel_other"],
+                "default": "skip",
+            },
+            "catchup_window_s": {"type": "number", "minimum": 1, "maximum": 604800, "default": 60},
+            "jitter_s": {"type": "number", "minimum": 0, "maximum": 3600, "default": 0},
+            "input": {"type": "object", "description": "each tick's input, plus scheduled_at"},
+        },
+    },
+    "Tick": {
+        "type": "object",
+        "required": ["tick_at", "outcome"],
+        "properties": {
+            "tick_at": {"type": "string", "format": "date-time"},
+            "outcome": {
+                "type": "string",
+                "description": "fired, skipped, buffered, missed, paused; pause and resume "
+                "for operator actions; in a backfill also 'would fire' and 'fired already'",
+            },
+            "execution_id": {"type": ["string", "null"], "format": "uuid"},
+            "reason": {"type": ["string", "null"]},
+            "actor": {"type": ["object", "null"]},
+            "lag_s": {"type": ["number", "null"]},
+            "created_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "Schedule": {
+        "type": "object",
+        "required": ["workflow", "schedule", "paused", "next", "ledger"],
+        "properties": {
+            "workflow": {"type": "string"},
+            "version": {"type": "integer"},
+            "schedule": _ref("ScheduleDefinition"),
+            "timezone": {"type": "string"},
+            "paused": {"type": "boolean"},
+            "paused_at": {"type": ["string", "null"], "format": "date-time"},
+            "paused_by": {"type": ["object", "null"]},
+            "next": {
+                "type": "array",
+                "description": "the next 10 ticks: UTC instant, local time, fire time (jitter)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "tick_at": {"type": "string", "format": "date-time"},
+                        "local": {"type": "string", "format": "date-time"},
+                        "fires_at": {"type": "string", "format": "date-time"},
+                    },
+                },
+            },
+            "ledger": {"type": "array", "items": _ref("Tick"), "description": "newest first, 100"},
         },
     },
     "Published": {
@@ -496,6 +558,72 @@ PATHS: dict[str, Any] = {
                 WORKFLOW_KEY,
                 _path_param("secret_id", {"type": "integer", "minimum": 1}, "Secret id"),
             ],
+        )
+    },
+    "/api/v1/workflows/{key}/schedule": {
+        "get": _operation(
+            "The schedule: next 10 fire times (its zone and UTC) and the last 100 ledger rows",
+            {"200": _json(_ref("Schedule"), "The schedule"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["schedules"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/schedule/pause": {
+        "post": _operation(
+            "Pause: due ticks are ledgered paused and do not fire (idempotent)",
+            {"200": _json(_ref("Schedule"), "Paused"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["schedules"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/schedule/resume": {
+        "post": _operation(
+            "Resume: ticks fire again from now on (idempotent)",
+            {"200": _json(_ref("Schedule"), "Resumed"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["schedules"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/schedule/trigger": {
+        "post": _operation(
+            "Fire a tick now, under the overlap policy",
+            {
+                "201": _json(_ref("Tick"), "Fired or buffered: an execution was created"),
+                "200": _json(_ref("Tick"), "Skipped by the overlap policy"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["schedules"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/schedule/backfill": {
+        "post": _operation(
+            "Fire the ticks of a past range that have not fired (at most 1000; dry run lists)",
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "dry_run": {"type": "boolean"},
+                            "items": {"type": "array", "items": _ref("Tick")},
+                        },
+                    },
+                    "What fired, or would fire",
+                ),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["schedules"],
+            parameters=[WORKFLOW_KEY],
+            body={
+                "type": "object",
+                "required": ["from", "to"],
+                "additionalProperties": False,
+                "properties": {
+                    "from": {"type": "string", "format": "date-time"},
+                    "to": {"type": "string", "format": "date-time"},
+                    "dry_run": {"type": "boolean", "default": False},
+                },
+            },
         )
     },
     "/api/v1/executions": {

@@ -10,7 +10,7 @@ fresh process — procrastinate's `_monitor_side_tasks` and dramatiq's worker do
 Shutdown order, once `stop` is set: the consumer stops taking messages; running steps
 finish and checkpoint on the executor threads while the heartbeat keeps their leases
 alive and the consumer keeps serving acks and AMQP heartbeats; then the relay, the timer
-scanner and the reaper stop; pools close last.
+scanner, the scheduler and the reaper stop; pools close last.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from flowforge.worker.leases import Heartbeat
 from flowforge.worker.loop import Loop
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
+from flowforge.worker.scheduler import Scheduler
 from flowforge.worker.timers import TimerScanner
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class Worker:
         # Executors hold a connection only inside a transaction, never across a request.
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_concurrency + 4,
+            max_size=settings.worker_concurrency + 5,
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
@@ -96,6 +97,7 @@ class Worker:
                 self.heartbeat_s,
             ),
             TimerScanner(self.pool, self.background),
+            Scheduler(self.pool, self.background),
             Reaper(
                 self.pool,
                 lease_s=settings.lease_seconds,

@@ -30,7 +30,13 @@ from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Headings (## or ###) whose sh blocks are pasted, in README order.
-RUN = ("Running it yourself", "curl", "Waiting for the outside world", "Signed webhooks")
+RUN = (
+    "Running it yourself",
+    "curl",
+    "Schedules",
+    "Waiting for the outside world",
+    "Signed webhooks",
+)
 NOT_RUN = {
     "The two commands": "bin/demo is tests/e2e/test_demo.py; bin/test is this suite",
     "Performance": "bin/bench takes minutes and starts its own servers",
@@ -143,17 +149,24 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
     assert "already resumed with a different body" in log and "the wait is over" in log
     assert "idempotent-replayed: true" in log.lower()
     assert "no matching signature" in log
+    assert '"would fire"' in log and '"paused":true' in log.replace(" ", "")
     with psycopg.connect(private_database) as db:
         statuses = dict(
             db.execute(
                 "SELECT e.idempotency_key, e.status FROM executions e"
                 " JOIN workflows w ON w.id = e.workflow_id"
-                " WHERE w.key NOT IN ('orders', 'approval')"
+                " WHERE w.key NOT IN ('orders', 'approval', 'sweep')"
             ).fetchall()
         )
         assert statuses.pop("order-1001") == "succeeded"
         assert statuses.pop("order-1002") == "succeeded"  # resolved by the operator
         assert list(statuses.values()) == ["failed"]  # the cancelled, retried, failed one
+        # The Schedules section: one tick triggered by hand, the backfill only a dry run.
+        sweep = db.execute(
+            "SELECT e.trigger FROM executions e JOIN workflows w ON w.id = e.workflow_id"
+            " WHERE w.key = 'sweep'"
+        ).fetchall()
+        assert sweep == [("schedule",)]
         (receipt,) = db.execute(
             "SELECT s.output FROM steps s JOIN executions e ON e.id = s.execution_id"
             " WHERE e.idempotency_key = 'order-1002' AND s.step_id = 'receipt'"

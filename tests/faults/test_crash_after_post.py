@@ -150,7 +150,7 @@ def test_read_timeout_after_sending_is_unknown_then_resolve_succeeded_via_cli(
     time.sleep(SETTLE_S)
     assert len(target.requests_to("/charge")) == 1
 
-    result = cli(env, "resolve", eid, "charge", "succeeded", "--output", '{"body": {"id": "ch_4"}}')
+    result = cli(env, "resolve", eid, "charge", "succeeded", '{"body": {"id": "ch_4"}}')
     assert result.returncode == 0, result.stderr
     done = client.wait(eid, timeout=30)
     assert done["status"] == "succeeded", done

@@ -146,7 +146,8 @@ def test_an_unknown_step_survives_cancel_and_retry_and_is_listed_as_needing_atte
     assert [(i["id"], i["status"]) for i in r.json()["items"]] == [(eid, "cancelled")]
     listed = cli(env, "executions", "list", "--status", "needs_attention")
     assert listed.returncode == 0, listed.stderr
-    assert [line.split()[0] for line in listed.stdout.splitlines()] == [eid]
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[0] == "ID" and [line.split()[0] for line in rows] == [eid]
 
     # Cancel again and retry settle nothing and send nothing: the retry brings back the
     # cancelled `notify`, which waits behind the charge nobody has settled yet.

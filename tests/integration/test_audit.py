@@ -65,7 +65,7 @@ def test_api_and_cli_actions_leave_their_actor_in_the_history(
     assert cli(env, "cancel", eid).returncode == 0
     assert cli(env, "retry", eid).returncode == 0
     lose_the_lease(db, eid)
-    settled = cli(env, "resolve", eid, "charge", "succeeded", "--output", '{"id": 1}')
+    settled = cli(env, "resolve", eid, "charge", "succeeded", '{"id": 1}')
     assert settled.returncode == 0, settled.stderr
 
     assert actors(app_client, eid) == [

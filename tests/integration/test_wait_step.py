@@ -306,7 +306,7 @@ def test_operators_complete_and_fail_a_wait_with_their_name_in_the_history(
 
     third = client.start("approval", {"order": 9})
     client.wait(third, "waiting")
-    completed_cli = cli(env, "complete", third, "approval", "--output", '{"ok": true}')
+    completed_cli = cli(env, "complete", third, "approval", '{"ok": true}')
     assert completed_cli.returncode == 0, completed_cli.stderr
     assert step(client.wait(third), "approval")["output"] == {"ok": True}
     again = cli(env, "complete", third, "approval")

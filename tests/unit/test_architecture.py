@@ -22,8 +22,9 @@ LAYERS: dict[str, set[str]] = {
         "faults",
         "logs",
         "launcher",
+        "tables",
     },
-    "rules": {"templating", "definitions", "engine"},
+    "rules": {"templating", "cron", "definitions", "engine"},
     "persistence": {
         "db",
         "runs",
@@ -45,8 +46,10 @@ LAYERS: dict[str, set[str]] = {
         "timelimits",
         "search",
         "sessions",
+        "schedules",
+        "direct",
     },
-    "outside world": {"netguard", "http_step"},
+    "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
 }
 RANK = {layer: rank for rank, layer in enumerate(LAYERS)}

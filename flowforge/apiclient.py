@@ -1,0 +1,218 @@
+"""The HTTP side of the `flowforge` CLI: each read and operator command as one API call, so
+an operator needs an API key and a URL, never database access (SPEC §11).
+
+Every method returns the API's JSON answer. A problem+json answer becomes `ApiError`
+(its title, detail and `errors[]`), a server that cannot be reached `ApiUnreachable`;
+nothing from `requests` leaks past this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from flowforge.errors import FlowForgeError
+
+EXECUTIONS = "/api/v1/executions"
+WORKFLOWS = "/api/v1/workflows"
+# Long enough for a busy API (its own database wait is at most 5 s), short enough that a
+# blackholed address is reported before an operator gives up on the command.
+TIMEOUT_S = 15.0
+
+
+class ApiError(FlowForgeError):
+    """The API refused the request."""
+
+    def __init__(
+        self, status: int, title: str, detail: str, errors: list[dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(f"{title}: {detail}")
+        self.status = status
+        self.title = title
+        self.detail = detail
+        self.errors = errors or []
+
+
+class ApiUnreachable(FlowForgeError):
+    """The API did not answer."""
+
+
+def _problem(response: requests.Response) -> ApiError:
+    """The problem document of an error answer, or what can be said without one (a proxy's
+    HTML 502, say)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "title" in body:
+        errors = body.get("errors")
+        return ApiError(
+            response.status_code,
+            str(body["title"]),
+            str(body.get("detail", "")),
+            errors if isinstance(errors, list) else None,
+        )
+    reason = response.reason or "error"
+    return ApiError(response.status_code, f"HTTP {response.status_code}", reason)
+
+
+class ApiClient:
+    """One API base URL and one API key; methods named for the CLI commands they serve."""
+
+    def __init__(self, base_url: str, key: str, timeout_s: float = TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+        self.session.headers["User-Agent"] = "flowforge-cli"
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        send_body: bool = False,
+    ) -> requests.Response:
+        """Send one request; an answer of 400 or above raises ApiError."""
+        url = f"{self.base_url}{path}"
+        try:
+            response = self.session.request(
+                method,
+                url,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                json=body if send_body else None,
+                timeout=self.timeout_s,
+                allow_redirects=False,
+            )
+        except requests.exceptions.Timeout:
+            raise ApiUnreachable(
+                f"the API at {self.base_url} did not answer within {self.timeout_s:g} s"
+            ) from None
+        except requests.exceptions.ConnectionError as exc:
+            raise ApiUnreachable(
+                f"cannot connect to the API at {self.base_url}: {_reason(exc)}"
+            ) from None
+        except requests.exceptions.RequestException as exc:
+            raise ApiUnreachable(f"cannot send to the API at {self.base_url}: {exc}") from None
+        if response.status_code >= 400:
+            raise _problem(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.call(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise ApiUnreachable(
+                f"{self.base_url}{path} answered {response.status_code} without JSON: "
+                "is this a FlowForge API?"
+            ) from None
+
+    # ---- executions ------------------------------------------------------------------
+
+    def list_executions(
+        self, *, workflow: str | None, status: str | None, limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        """A page of executions, newest first."""
+        params = {"workflow": workflow, "status": status, "limit": limit, "cursor": cursor}
+        return dict(self._json("GET", EXECUTIONS, params=params))
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        """One execution with its steps, attempts, history and flow-control state."""
+        return dict(self._json("GET", f"{EXECUTIONS}/{execution_id}"))
+
+    def cancel(self, execution_id: str) -> dict[str, Any]:
+        """Cancel; `already_finished` tells a 200 (nothing to stop) from a 202."""
+        response = self.call("POST", f"{EXECUTIONS}/{execution_id}/cancel")
+        return {**response.json(), "already_finished": response.status_code == 200}
+
+    def retry(self, execution_id: str) -> dict[str, Any]:
+        """Re-run the failed and cancelled steps."""
+        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/retry"))
+
+    def resolve(self, execution_id: str, step: str, outcome: str, output: Any) -> dict[str, Any]:
+        """Settle an unknown step as succeeded (with `output`) or failed."""
+        body: dict[str, Any] = {"outcome": outcome}
+        if output is not None:
+            body["output"] = output
+        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/resolve"
+        return dict(self._json("POST", path, body=body, send_body=True))
+
+    def complete(self, execution_id: str, step: str, output: Any) -> dict[str, Any]:
+        """End a waiting wait step with `output`."""
+        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/complete"
+        return dict(self._json("POST", path, body={"output": output}, send_body=True))
+
+    def fail(self, execution_id: str, step: str) -> dict[str, Any]:
+        """Fail a waiting wait step."""
+        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/fail"
+        return dict(self._json("POST", path))
+
+    # ---- workflows and their signing secrets -----------------------------------------
+
+    def workflows(self) -> list[dict[str, Any]]:
+        """The workflows the key may see."""
+        return list(self._json("GET", WORKFLOWS)["items"])
+
+    def workflow(self, key: str) -> dict[str, Any]:
+        """One workflow with its versions."""
+        return dict(self._json("GET", f"{WORKFLOWS}/{quote(key, safe='')}"))
+
+    def version(self, key: str, version: int) -> dict[str, Any]:
+        """One version with its definition."""
+        return dict(self._json("GET", f"{WORKFLOWS}/{quote(key, safe='')}/versions/{version}"))
+
+    def publish(self, key: str, document: Any) -> dict[str, Any]:
+        """Publish the next version; the API validates it."""
+        path = f"{WORKFLOWS}/{quote(key, safe='')}/versions"
+        return dict(self._json("POST", path, body=document, send_body=True))
+
+    def create_secret(self, key: str) -> dict[str, Any]:
+        """A new signing secret (its value is in this answer only), maybe with a warning."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/webhook-secrets"))
+
+    def secrets(self, key: str) -> list[dict[str, Any]]:
+        """The workflow's signing secrets, without values."""
+        path = f"{WORKFLOWS}/{quote(key, safe='')}/webhook-secrets"
+        return list(self._json("GET", path)["items"])
+
+    def revoke_secret(self, key: str, secret_id: int) -> None:
+        """Revoke one signing secret."""
+        self.call("DELETE", f"{WORKFLOWS}/{quote(key, safe='')}/webhook-secrets/{secret_id}")
+
+    # ---- schedules -------------------------------------------------------------------
+
+    def schedule(self, key: str) -> dict[str, Any]:
+        """The schedule: next fire times and the recent ledger."""
+        return dict(self._json("GET", f"{WORKFLOWS}/{quote(key, safe='')}/schedule"))
+
+    def pause_schedule(self, key: str) -> dict[str, Any]:
+        """Pause the schedule; answers the schedule."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/schedule/pause"))
+
+    def resume_schedule(self, key: str) -> dict[str, Any]:
+        """Resume the schedule; answers the schedule."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/schedule/resume"))
+
+    def trigger_schedule(self, key: str) -> dict[str, Any]:
+        """Fire a tick now; answers what became of it."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/schedule/trigger"))
+
+    def backfill_schedule(self, key: str, start: str, end: str, dry_run: bool) -> dict[str, Any]:
+        """Fire (or, dry, list) the ticks of a past range that have not fired."""
+        path = f"{WORKFLOWS}/{quote(key, safe='')}/schedule/backfill"
+        body = {"from": start, "to": end, "dry_run": dry_run}
+        return dict(self._json("POST", path, body=body, send_body=True))
+
+
+def _reason(exc: requests.exceptions.ConnectionError) -> str:
+    """The innermost cause, as one short phrase: `connection refused`, a DNS failure."""
+    text = str(exc)
+    for phrase in ("Connection refused", "Name or service not known", "No route to host"):
+        if phrase in text:
+            return phrase.lower()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,649 @@
+"""Schedules (SPEC §9): each workflow's schedule row, the ledger of its ticks, and every
+decision about a tick, as SQL and transactions. The worker's scheduler, the API and the
+CLI (and later a console page) all go through here.
+
+How a tick is decided, once, whatever the number of workers: the schedule's row is
+claimed FOR UPDATE SKIP LOCKED when its `fire_at` is due, so one worker at a time decides
+its ticks; the tick's execution is created by the flow-control intake statement with the
+idempotency key `schedule:<tick instant>` and trigger `schedule`, and the tick's ledger
+row and the row's next tick are written in the same transaction. A worker killed at any
+point either committed all three or none.
+
+Overlap reuses flow control's slots (flowcontrol.SCHEDULE_KEY, a limit of 1): `skip` is
+on_full `skip` (nothing written), `buffer_one` queues at most one, `cancel_other` is
+on_full `cancel_oldest`, `allow` has no slot of its own (the workflow's `concurrency`, if
+any, applies as to any execution).
+
+The ledger is bounded: ticks older than the catch-up window are written one row each up
+to MISSED_ROWS, beyond that as one summary row; each schedule keeps its newest
+LEDGER_KEEP rows (trim, run by the scheduler once a minute).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from flowforge import actions, flowcontrol, intake
+from flowforge.cache import BoundedCache
+from flowforge.db import one
+from flowforge.definitions import Definition, Schedule, parse_schedule
+from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
+
+logger = logging.getLogger(__name__)
+
+# Ticks decided per claimed row and transaction (a catch-up goes on in the next pass).
+TICKS_PER_PASS = 100
+# Late ticks written one row each; more than this become one summary row.
+MISSED_ROWS = 100
+# Ledger rows kept per schedule.
+LEDGER_KEEP = 1_000
+# What the API shows.
+NEXT_FIRES = 10
+LEDGER_SHOWN = 100
+# A backfill decides at most this many ticks.
+MAX_BACKFILL_TICKS = 1_000
+ON_FULL = {"skip": "skip", "buffer_one": "buffer_one", "cancel_other": "cancel_oldest"}
+# Who stops an execution a scheduled tick replaced (overlap cancel_other), in its history.
+SCHEDULER: dict[str, Any] = {"kind": "system", "name": "scheduler (overlap cancel_other)"}
+
+# The schedule row of a workflow, locked by publish while it re-derives it.
+LOCK_ROW = "SELECT next_tick_at FROM schedules WHERE workflow_id = %(workflow_id)s FOR UPDATE"
+UPSERT_ROW = """
+INSERT INTO schedules (workflow_id, version_id, spec, next_tick_at, fire_at)
+VALUES (%(workflow_id)s, %(version_id)s, %(spec)s, %(next_tick_at)s, %(fire_at)s)
+ON CONFLICT (workflow_id) DO UPDATE SET
+    version_id = excluded.version_id, spec = excluded.spec,
+    next_tick_at = excluded.next_tick_at, fire_at = excluded.fire_at, updated_at = now()
+"""
+# Due schedules, claimed for this transaction; rows another worker holds are skipped.
+CLAIM_DUE = """
+SELECT s.workflow_id, s.version_id, w.key, s.spec, s.next_tick_at, s.paused_at IS NOT NULL,
+       now()
+FROM schedules s JOIN workflows w ON w.id = s.workflow_id
+WHERE s.fire_at <= now() AND w.archived_at IS NULL
+ORDER BY s.fire_at
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED
+"""
+# Schedules claimed (and decided) per transaction: fewer round trips per tick when
+# thousands are due at once; one row's ticks are still bounded by TICKS_PER_PASS.
+CLAIM_BATCH = 50
+ADVANCE = """
+UPDATE schedules SET next_tick_at = %(next_tick_at)s, fire_at = %(fire_at)s, updated_at = now()
+WHERE workflow_id = %(workflow_id)s
+"""
+# lag_s: from the tick's fire time to this row's write, which is the last statement
+# before the commit that makes the execution visible (clock_timestamp, not now()).
+INSERT_LEDGER = """
+INSERT INTO schedule_ticks (workflow_id, tick_at, outcome, execution_id, reason, actor, lag_s)
+VALUES (%(workflow_id)s, %(tick_at)s, %(outcome)s, %(execution_id)s, %(reason)s, %(actor)s,
+        extract(epoch FROM clock_timestamp() - %(fires_at)s::timestamptz))
+"""
+# The schedule of a workflow by key, locked for an operator action (waits for a worker
+# deciding a tick of it: an action and a tick never interleave).
+LOCK_BY_KEY = """
+SELECT s.workflow_id, s.spec, s.next_tick_at, s.paused_at, s.paused_by, now()
+FROM schedules s JOIN workflows w ON w.id = s.workflow_id
+WHERE w.key = %(key)s AND w.archived_at IS NULL
+FOR UPDATE OF s
+"""
+READ_BY_KEY = """
+SELECT s.workflow_id, s.spec, s.next_tick_at, s.fire_at, s.paused_at, s.paused_by, v.version,
+       now()
+FROM schedules s JOIN workflows w ON w.id = s.workflow_id
+JOIN workflow_versions v ON v.id = s.version_id
+WHERE w.key = %(key)s
+"""
+LEDGER = """
+SELECT tick_at, outcome, execution_id, reason, actor, lag_s, created_at FROM schedule_ticks
+WHERE workflow_id = %(workflow_id)s ORDER BY id DESC LIMIT %(limit)s
+"""
+SET_PAUSED = """
+UPDATE schedules SET paused_at = %(paused_at)s, paused_by = %(actor)s, updated_at = now()
+WHERE workflow_id = %(workflow_id)s
+"""
+# Whether a tick instant already fired (its idempotency key may be forgotten after 24 h).
+FIRED_AT = """
+SELECT execution_id FROM schedule_ticks
+WHERE workflow_id = %(workflow_id)s AND tick_at = %(tick_at)s
+  AND outcome IN ('fired', 'buffered')
+LIMIT 1
+"""
+# The live execution that holds (or waits for) the schedule's slot, for a skip's reason.
+LIVE = f"""
+SELECT id FROM executions
+WHERE workflow_id = %(workflow_id)s AND concurrency_key = '{flowcontrol.SCHEDULE_KEY}'
+  AND status IN ('queued', 'running', 'waiting', 'needs_attention')
+ORDER BY created_at LIMIT 1
+"""
+# Keep the newest LEDGER_KEEP rows of every schedule (one statement, index-driven).
+TRIM = """
+DELETE FROM schedule_ticks t
+USING (SELECT s.workflow_id,
+              (SELECT x.id FROM schedule_ticks x WHERE x.workflow_id = s.workflow_id
+               ORDER BY x.id DESC OFFSET %(keep)s LIMIT 1) AS floor
+       FROM schedules s) f
+WHERE t.workflow_id = f.workflow_id AND t.id <= f.floor
+"""
+
+
+class NoSchedule(NotFound):
+    """This workflow's newest version has no schedule."""
+
+
+class BackfillInvalid(ClientError):
+    """The backfill range is not a bounded range of past instants."""
+
+    status = 422
+    title = "Invalid backfill"
+
+
+@dataclass
+class TickOutcome:
+    """What became of one tick: for the ledger, the logs and (at merge) the metrics
+    `flowforge_schedule_ticks_total{outcome}` and `flowforge_schedule_lag_seconds`."""
+
+    workflow: str
+    tick_at: datetime
+    outcome: str  # fired, skipped, buffered, missed, paused
+    execution_id: str | None = None
+    reason: str | None = None
+    # Fired and buffered ticks: from the fire time to the start of the transaction that
+    # created the execution (the ledger's lag_s runs to its commit), and the fire time.
+    lag_s: float | None = None
+    replaced: tuple[str, ...] = field(default=(), repr=False)
+    fires_at: datetime | None = None
+
+    def view(self) -> dict[str, Any]:
+        """The JSON shape of an outcome in API answers."""
+        return {
+            "tick_at": iso(self.tick_at),
+            "outcome": self.outcome,
+            "execution_id": self.execution_id,
+            "reason": self.reason,
+        }
+
+
+def iso(instant: datetime) -> str:
+    """An instant as the ledger and the idempotency key spell it: UTC, `Z`, microseconds
+    only when there are any."""
+    text = instant.astimezone(UTC).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def jitter(workflow_id: int, tick: datetime, jitter_s: float) -> timedelta:
+    """The delay of one tick's fire, the same on every worker (a hash, not a random
+    draw): a jitter moves when a tick fires, never its instant or its key."""
+    if jitter_s <= 0:
+        return timedelta(0)
+    digest = hashlib.sha256(f"{workflow_id}/{iso(tick)}".encode()).digest()
+    fraction = int.from_bytes(digest[:8]) / 2**64
+    return timedelta(seconds=round(fraction * jitter_s, 3))
+
+
+def fire_time(workflow_id: int, schedule: Schedule, tick: datetime | None) -> datetime | None:
+    """When a tick fires: its instant plus its jitter."""
+    return None if tick is None else tick + jitter(workflow_id, tick, schedule.jitter_s)
+
+
+def derive(
+    conn: psycopg.Connection,
+    workflow_id: int,
+    version_id: int,
+    document: Any,
+    definition: Definition,
+) -> None:
+    """Re-derive a workflow's schedule row from a version being published, in the publish
+    transaction. The next tick is the new schedule's first at or after the old row's next
+    tick (or now, whichever is earlier): ticks before it were decided under the old
+    schedule, so none is decided twice, and none between is lost."""
+    row = conn.execute(LOCK_ROW, {"workflow_id": workflow_id}).fetchone()
+    schedule = definition.schedule
+    if schedule is None:
+        if row is not None:
+            conn.execute(
+                UPSERT_ROW,
+                {
+                    "workflow_id": workflow_id,
+                    "version_id": version_id,
+                    "spec": None,
+                    "next_tick_at": None,
+                    "fire_at": None,
+                },
+            )
+        return
+    (now,) = one(conn.execute("SELECT now()"))
+    anchor = now if row is None or row[0] is None else min(row[0], now)
+    tick = schedule.next_after(anchor - timedelta(microseconds=1))
+    conn.execute(
+        UPSERT_ROW,
+        {
+            "workflow_id": workflow_id,
+            "version_id": version_id,
+            "spec": Jsonb(document["trigger"]["schedule"]),
+            "next_tick_at": tick,
+            "fire_at": fire_time(workflow_id, schedule, tick),
+        },
+    )
+
+
+class Ticker:
+    """Decides due ticks: the scheduler's one pass, and the operator's trigger and
+    backfill. Holds a small cache of intake targets (re-checked by the intake statement)."""
+
+    def __init__(self) -> None:
+        self._targets: BoundedCache[tuple[str, str], intake.Target] = BoundedCache(4096)
+        self._schedules: BoundedCache[tuple[str, int], Schedule] = BoundedCache(4096)
+
+    def decide_due(self, conn: psycopg.Connection) -> list[TickOutcome] | None:
+        """Claim up to CLAIM_BATCH due schedules and decide their due ticks (up to
+        TICKS_PER_PASS each) in one transaction; None when no schedule is due. Holders
+        replaced by `cancel_other` are stopped after the commit, each in its own
+        transaction, as the webhook intake does (a row lock is never waited for while
+        the slot lock is held)."""
+        with conn.transaction():
+            rows = conn.execute(CLAIM_DUE, {"limit": CLAIM_BATCH}).fetchall()
+            if not rows:
+                return None
+            decided: list[tuple[int, TickOutcome]] = []
+            advanced: list[dict[str, Any]] = []
+            for workflow_id, version_id, key, spec, tick, paused, now in rows:
+                schedule = self._schedule(conn, version_id, spec)
+                outcomes, tick = self._decide(conn, key, workflow_id, schedule, tick, paused, now)
+                decided += [(workflow_id, outcome) for outcome in outcomes]
+                advanced.append(
+                    {
+                        "workflow_id": workflow_id,
+                        "next_tick_at": tick,
+                        "fire_at": fire_time(workflow_id, schedule, tick),
+                    }
+                )
+            with conn.cursor() as cur:
+                cur.executemany(INSERT_LEDGER, [_ledger_row(w, o) for w, o in decided])
+                cur.executemany(ADVANCE, advanced)
+        outcomes = [outcome for _, outcome in decided]
+        stop_replaced(conn, outcomes)
+        return outcomes
+
+    def _schedule(self, conn: psycopg.Connection, version_id: int, spec: Any) -> Schedule:
+        """A version's schedule, parsed once per process (versions are immutable)."""
+        slot = (conn.info.dbname, version_id)
+        cached = self._schedules.get(slot)
+        if cached is None:
+            cached = parse_schedule(spec)
+            self._schedules.put(slot, cached)
+        return cached
+
+    def _decide(
+        self,
+        conn: psycopg.Connection,
+        key: str,
+        workflow_id: int,
+        schedule: Schedule,
+        tick: datetime | None,
+        paused: bool,
+        now: datetime,
+    ) -> tuple[list[TickOutcome], datetime | None]:
+        """Decide one schedule's due ticks from `tick`; returns them and the next tick."""
+        outcomes: list[TickOutcome] = []
+        window = timedelta(seconds=schedule.catchup_window_s)
+        span = timedelta(seconds=schedule.jitter_s)
+        while tick is not None and len(outcomes) < TICKS_PER_PASS:
+            fires = fire_time(workflow_id, schedule, tick)
+            assert fires is not None
+            if fires > now:
+                break
+            if now - fires > window:
+                # Every tick up to now - window - span is late whatever its jitter.
+                jump = schedule.next_after(max(tick, now - window - span))
+                outcomes += self._missed(key, schedule, tick, jump)
+                tick = jump
+                continue
+            if paused:
+                outcomes.append(TickOutcome(key, tick, "paused", reason="schedule paused"))
+            else:
+                try:
+                    outcome = self.fire(conn, key, workflow_id, schedule, tick, now - fires)
+                    outcome.fires_at = fires
+                except FlowForgeError as exc:
+                    # Refused before any statement ran (a workflow concurrency key the
+                    # tick's input cannot render, the workflow archived meanwhile): the
+                    # tick is ledgered, and the other schedules of the batch go on.
+                    outcome = TickOutcome(key, tick, "skipped", reason=f"not fired: {exc}")
+                outcomes.append(outcome)
+            tick = schedule.next_after(tick)
+        return outcomes, tick
+
+    @staticmethod
+    def _missed(
+        key: str, schedule: Schedule, first: datetime, end: datetime | None
+    ) -> list[TickOutcome]:
+        """Ledger the ticks from `first` up to (not including) `end` as missed: one row
+        each up to MISSED_ROWS, else one row that says how many (a year of downtime of an
+        `every_s: 1` schedule is one row, not thirty million)."""
+        ticks: list[datetime] = []
+        tick: datetime | None = first
+        while tick is not None and (end is None or tick < end) and len(ticks) <= MISSED_ROWS:
+            ticks.append(tick)
+            tick = schedule.next_after(tick)
+        reason = "older than the catch-up window"
+        if len(ticks) <= MISSED_ROWS:
+            outcomes = [TickOutcome(key, t, "missed", reason=reason) for t in ticks]
+        else:
+            if schedule.every_s is not None and end is not None:
+                count = f"{-(-(end - first) // timedelta(seconds=schedule.every_s))} ticks"
+            else:
+                count = f"more than {MISSED_ROWS} ticks"
+            upto = f" up to {iso(end)}" if end is not None else ""
+            outcomes = [
+                TickOutcome(
+                    key, first, "missed", reason=f"{count} from {iso(first)}{upto}: {reason}"
+                )
+            ]
+        return outcomes
+
+    def fire(
+        self,
+        conn: psycopg.Connection,
+        key: str,
+        workflow_id: int,
+        schedule: Schedule,
+        tick: datetime,
+        lag: timedelta | None,
+        *,
+        overlap: str | None = None,
+    ) -> TickOutcome:
+        """Create a tick's execution through the flow-control intake statement, under the
+        overlap policy's slot (in the caller's transaction; the ledger row is the
+        caller's). A tick that fired already is reported with its execution."""
+        body = json.dumps({**schedule.input, "scheduled_at": iso(tick)}).encode()
+        idempotency_key = f"schedule:{iso(tick)}"
+        policy = overlap or schedule.overlap
+        lag_s = None if lag is None else lag.total_seconds()
+        for fresh in (False, True):
+            target = self._target(conn, key, fresh)
+            params = params_for(target, body, idempotency_key, policy)
+            decision = gated_intake(conn, params)
+            if not decision.current:
+                continue
+            if decision.mode == "refuse":
+                return TickOutcome(
+                    key, tick, "skipped", reason=self._why_skipped(conn, workflow_id, policy)
+                )
+            if not decision.created:
+                existing = conn.execute(intake.EXISTING_KEY, params).fetchone()
+                return TickOutcome(
+                    key,
+                    tick,
+                    "skipped",
+                    execution_id=str(existing[1]) if existing else None,
+                    reason="this tick fired already",
+                )
+            if decision.mode == "queue":
+                return TickOutcome(
+                    key, tick, "buffered", params["id"], "waits for the live execution", lag_s
+                )
+            reason = None
+            if decision.mode == "drop":
+                reason = "cancelled by the workflow's concurrency (on_full drop_new)"
+            elif decision.replaced:
+                reason = "cancels " + ", ".join(decision.replaced)
+            return TickOutcome(key, tick, "fired", params["id"], reason, lag_s, decision.replaced)
+        raise Conflict(f"workflow {key!r} keeps changing; try again")
+
+    def _target(self, conn: psycopg.Connection, key: str, fresh: bool) -> intake.Target:
+        slot = (conn.info.dbname, key)
+        cached = None if fresh else self._targets.get(slot)
+        if cached is None:
+            cached = intake.unsigned_target(conn, key)
+            self._targets.put(slot, cached)
+        return cached
+
+    @staticmethod
+    def _why_skipped(conn: psycopg.Connection, workflow_id: int, policy: str) -> str:
+        live = conn.execute(LIVE, {"workflow_id": workflow_id}).fetchone()
+        if policy == "buffer_one":
+            return "a tick is already buffered behind the live execution"
+        if policy == "skip":
+            return f"execution {live[0]} is live (overlap skip)" if live else "overlap skip"
+        return "the workflow's queue is full (concurrency.max_queued)"
+
+    @staticmethod
+    def _ledger(
+        conn: psycopg.Connection, workflow_id: int, outcome: TickOutcome, actor: Any = None
+    ) -> None:
+        conn.execute(INSERT_LEDGER, _ledger_row(workflow_id, outcome, actor))
+
+    def trigger(self, conn: psycopg.Connection, key: str, actor: dict[str, Any]) -> TickOutcome:
+        """Fire a tick now, at the database's clock, under the overlap policy; ledgered
+        with the operator who asked."""
+        with conn.transaction():
+            workflow_id, schedule, _, _, now = _locked(conn, key)
+            outcome = self.fire(conn, key, workflow_id, schedule, now, None)
+            if outcome.reason is None:
+                outcome.reason = "triggered by an operator"
+            self._ledger(conn, workflow_id, outcome, actor)
+        stop_replaced(conn, [outcome], actor)
+        return outcome
+
+    def backfill(
+        self,
+        conn: psycopg.Connection,
+        key: str,
+        start: datetime,
+        end: datetime,
+        *,
+        dry_run: bool,
+        actor: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        """Fire every tick of the schedule in [start, end] (past instants only, at most
+        MAX_BACKFILL_TICKS) that has not fired, as `allow` would: a backfill asks for each
+        tick, and the workflow's own concurrency still applies. A dry run lists them."""
+        with conn.transaction():
+            workflow_id, schedule, _, _, now = _locked(conn, key)
+            if end > now:
+                raise BackfillInvalid("to must not be in the future: a backfill fires past ticks")
+            ticks = ticks_between(schedule, start, end, MAX_BACKFILL_TICKS)
+            if ticks is None:
+                raise BackfillInvalid(
+                    f"the range holds more than {MAX_BACKFILL_TICKS} ticks; backfill a shorter one"
+                )
+            items: list[dict[str, Any]] = []
+            for tick in ticks:
+                done = conn.execute(
+                    FIRED_AT, {"workflow_id": workflow_id, "tick_at": tick}
+                ).fetchone()
+                if done is not None:
+                    items.append(
+                        {
+                            "tick_at": iso(tick),
+                            "outcome": "fired already",
+                            "execution_id": str(done[0]),
+                        }
+                    )
+                elif dry_run:
+                    items.append(
+                        {"tick_at": iso(tick), "outcome": "would fire", "execution_id": None}
+                    )
+                else:
+                    outcome = self.fire(
+                        conn, key, workflow_id, schedule, tick, None, overlap="allow"
+                    )
+                    outcome.reason = outcome.reason or "backfill"
+                    self._ledger(conn, workflow_id, outcome, actor)
+                    items.append(outcome.view())
+        return items
+
+
+def _ledger_row(workflow_id: int, outcome: TickOutcome, actor: Any = None) -> dict[str, Any]:
+    """INSERT_LEDGER's parameters for one outcome."""
+    return {
+        "workflow_id": workflow_id,
+        "tick_at": outcome.tick_at,
+        "outcome": outcome.outcome,
+        "execution_id": outcome.execution_id,
+        "reason": outcome.reason,
+        "actor": Jsonb(actor) if actor is not None else None,
+        # Only ticks that created an execution have a lag.
+        "fires_at": outcome.fires_at if outcome.lag_s is not None else None,
+    }
+
+
+def gated_intake(conn: psycopg.Connection, params: dict[str, Any]) -> flowcontrol.Decision:
+    """flowcontrol.create's statement and locks, in the caller's transaction and without
+    a savepoint (a tick's intake commits with its ledger row); mode `refuse` is returned,
+    not raised: for a tick it is the overlap policy's skip."""
+    if params["ckey"] is not None:
+        if params["max_queued"] is not None:
+            conn.execute(flowcontrol.QUEUE_LOCK, params)
+        conn.execute(flowcontrol.SLOT_LOCK, params)
+    current, created, mode, oldest, _ = one(conn.execute(flowcontrol.GATED_INTAKE, params))
+    replaced = tuple(oldest) if mode == "replace" else ()
+    return flowcontrol.Decision(bool(current), bool(created), mode, replaced)
+
+
+def params_for(target: intake.Target, body: bytes, key: str, overlap: str) -> dict[str, Any]:
+    """The flow-control intake parameters of a tick: the webhook intake's (intake.accept),
+    with trigger `schedule` and the overlap policy's slot in place of the workflow's
+    concurrency for skip, buffer_one and cancel_other."""
+    params: dict[str, Any] = {
+        "id": str(intake.uuid7()),
+        "workflow_id": target.workflow_id,
+        "version_id": target.version_id,
+        "version": target.version,
+        "secret_id": None,
+        "input": body.decode(),
+        "key": key,
+        "body_sha256": hashlib.sha256(body).digest(),
+        **intake.INTAKE_PARAMS,
+        **target.steps,
+        **flowcontrol.intake_params(target.definition, body),
+        "trigger": "schedule",
+    }
+    if overlap in ON_FULL:
+        params.update(
+            ckey=flowcontrol.SCHEDULE_KEY, limit=1, on_full=ON_FULL[overlap], max_queued=None
+        )
+    return params
+
+
+def stop_replaced(
+    conn: psycopg.Connection, outcomes: list[TickOutcome], actor: dict[str, Any] = SCHEDULER
+) -> None:
+    """Stop the executions `cancel_other` replaced, by the cancel rules (a request in
+    flight finishes and is recorded), in the name of `actor`."""
+    for outcome in outcomes:
+        for holder in outcome.replaced:
+            actions.stop(conn, holder, "concurrency", actor=actor)
+
+
+def ticks_between(
+    schedule: Schedule, start: datetime, end: datetime, cap: int
+) -> list[datetime] | None:
+    """The tick instants in [start, end]; None when there are more than `cap`."""
+    ticks: list[datetime] = []
+    tick = schedule.next_after(start - timedelta(microseconds=1))
+    while tick is not None and tick <= end:
+        if len(ticks) == cap:
+            return None
+        ticks.append(tick)
+        tick = schedule.next_after(tick)
+    return ticks
+
+
+def _locked(
+    conn: psycopg.Connection, key: str
+) -> tuple[int, Schedule, datetime | None, Any, datetime]:
+    """The schedule of a workflow, its row locked for an operator action."""
+    row = conn.execute(LOCK_BY_KEY, {"key": key}).fetchone()
+    if row is None or row[1] is None:
+        raise NoSchedule(f"workflow {key!r} has no schedule")
+    workflow_id, spec, next_tick_at, paused_at, _, now = row
+    return workflow_id, parse_schedule(spec), next_tick_at, paused_at, now
+
+
+def set_paused(
+    conn: psycopg.Connection, key: str, paused: bool, actor: dict[str, Any]
+) -> dict[str, Any]:
+    """Pause or resume a schedule (idempotent), recorded in the ledger with the actor.
+    While paused, each due tick is ledgered `paused` and does not fire; resuming fires the
+    ticks from then on, never the paused ones."""
+    with conn.transaction():
+        workflow_id, _, _, paused_at, now = _locked(conn, key)
+        if (paused_at is not None) != paused:
+            conn.execute(
+                SET_PAUSED,
+                {
+                    "workflow_id": workflow_id,
+                    "paused_at": now if paused else None,
+                    "actor": Jsonb(actor) if paused else None,
+                },
+            )
+            Ticker._ledger(
+                conn,
+                workflow_id,
+                TickOutcome(key, now, "pause" if paused else "resume", reason="by an operator"),
+                actor,
+            )
+    return show(conn, key)
+
+
+def show(conn: psycopg.Connection, key: str) -> dict[str, Any]:
+    """A schedule as the API shows it: its definition, whether it is paused, its next
+    NEXT_FIRES fire times in its zone and in UTC, and its last LEDGER_SHOWN ledger rows."""
+    row = conn.execute(READ_BY_KEY, {"key": key}).fetchone()
+    if row is None or row[1] is None:
+        raise NoSchedule(f"workflow {key!r} has no schedule")
+    workflow_id, spec, next_tick_at, _, paused_at, paused_by, version, _ = row
+    schedule = parse_schedule(spec)
+    zone = ZoneInfo(schedule.timezone)
+    upcoming: list[dict[str, Any]] = []
+    tick = next_tick_at
+    while tick is not None and len(upcoming) < NEXT_FIRES:
+        upcoming.append(
+            {
+                "tick_at": iso(tick),
+                "local": tick.astimezone(zone).isoformat(),
+                "fires_at": iso(fire_time(workflow_id, schedule, tick) or tick),
+            }
+        )
+        tick = schedule.next_after(tick)
+    with conn.cursor(row_factory=dict_row) as cur:
+        ledger = cur.execute(LEDGER, {"workflow_id": workflow_id, "limit": LEDGER_SHOWN}).fetchall()
+    return {
+        "workflow": key,
+        "version": version,
+        "schedule": spec,
+        "timezone": schedule.timezone,
+        "paused": paused_at is not None,
+        "paused_at": paused_at.isoformat() if paused_at else None,
+        "paused_by": paused_by,
+        "next": upcoming,
+        "ledger": [
+            {
+                "tick_at": iso(r["tick_at"]),
+                "outcome": r["outcome"],
+                "execution_id": str(r["execution_id"]) if r["execution_id"] else None,
+                "reason": r["reason"],
+                "actor": r["actor"],
+                "lag_s": r["lag_s"],
+                "created_at": r["created_at"].isoformat(),
+            }
+            for r in ledger
+        ],
+    }
+
+
+def trim(conn: psycopg.Connection) -> int:
+    """Keep the newest LEDGER_KEEP ledger rows of every schedule; returns how many went."""
+    return conn.execute(TRIM, {"keep": LEDGER_KEEP}).rowcount

@@ -1,0 +1,85 @@
+"""The scheduler: decides due schedule ticks (SPEC §9). Every worker runs one; they
+coordinate through PostgreSQL alone (schedules.Ticker: due rows claimed FOR UPDATE SKIP
+LOCKED, each tick's execution claimed by its idempotency key in the intake statement).
+
+A pass decides due schedules one transaction each until none is due (or BATCH were),
+then sleeps until the next fire time the index knows, at most MAX_SLEEP — so a tick
+fires within a few milliseconds of its time when the database keeps up, and a new
+schedule published meanwhile waits at most MAX_SLEEP.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg_pool
+
+from flowforge import schedules
+from flowforge.db import one, wrap_exceptions
+from flowforge.worker.loop import Loop
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+MAX_SLEEP = 1.0
+MIN_SLEEP = 0.005
+TRIM_SECONDS = 60.0
+# How long until the next schedule fires, through schedules_due.
+NEXT_FIRE = (
+    "SELECT extract(epoch FROM min(fire_at) - now()) FROM schedules WHERE fire_at IS NOT NULL"
+)
+
+
+class Scheduler(Loop):
+    """Fires, skips, buffers or ledgers every due tick; trims the ledger once a minute."""
+
+    interval = MAX_SLEEP
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
+        super().__init__("scheduler", stop)
+        self.pool = pool
+        self.ticker = schedules.Ticker()
+        self._trimmed_at = 0.0
+
+    def step(self) -> float:
+        decided, pause = self.scan()
+        return 0.0 if decided >= BATCH else pause
+
+    def scan(self) -> tuple[int, float]:
+        """Decide up to BATCH due schedules; returns how many and how long to sleep."""
+        decided = 0
+        with wrap_exceptions(), self.pool.connection() as conn:
+            while decided < BATCH and not self.stop.is_set():
+                outcomes = self.ticker.decide_due(conn)
+                if outcomes is None:
+                    break
+                decided += 1
+                for outcome in outcomes:
+                    record(outcome)
+            if time.monotonic() - self._trimmed_at >= TRIM_SECONDS:
+                trimmed = schedules.trim(conn)
+                self._trimmed_at = time.monotonic()
+                if trimmed:
+                    logger.info("schedule ledger trimmed", extra={"count": trimmed})
+            (seconds,) = one(conn.execute(NEXT_FIRE))
+        if seconds is None:
+            return decided, MAX_SLEEP
+        return decided, min(MAX_SLEEP, max(MIN_SLEEP, float(seconds)))
+
+
+def record(outcome: schedules.TickOutcome) -> None:
+    """The one place a tick's outcome and lag are reported: the log line here, and (at
+    merge) flowforge_schedule_ticks_total{outcome} and flowforge_schedule_lag_seconds."""
+    logger.info(
+        "schedule tick %s",
+        outcome.outcome,
+        extra={
+            "workflow": outcome.workflow,
+            "tick_at": schedules.iso(outcome.tick_at),
+            "outcome": outcome.outcome,
+            "execution_id": outcome.execution_id,
+            "lag_s": outcome.lag_s,
+        },
+    )

@@ -1,0 +1,120 @@
+"""Scheduler figures (issue 13): 1,000 schedules of `every_s: 1` each.
+
+    .venv/bin/python -m tests.bench.schedules [--schedules 1000] [--seconds 20] [--schedulers 1]
+
+Creates a private, migrated database on the local PostgreSQL, publishes `--schedules`
+workflows (one transform step, `overlap: allow`, so no execution has to run for the next
+tick to fire), and runs `--schedulers` scheduler threads (worker/scheduler.Scheduler,
+what each bin/worker runs) for `--seconds`. Prints, from the ledger:
+
+- scheduler lag (a tick's fire time -> its execution created, in the same transaction)
+  p50 / p99 / max, over every fired tick after the first two seconds of warm-up;
+- ticks decided per second, missed ticks (a lag past the 60 s catch-up window);
+- CPU per tick: this process's CPU time (all scheduler threads) divided by the ticks;
+  PostgreSQL's own CPU is not included (the load average is printed beside it).
+
+All 1,000 schedules tick at the same instants (every_s counts from the epoch), the worst
+case: each second brings 1,000 due rows at once. A figure, not a test: nothing is
+asserted; the database is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import psycopg
+
+from flowforge import catalog
+from flowforge.db import create_pool
+from flowforge.definitions import parse_definition
+from flowforge.migrate import migrate
+from flowforge.worker.scheduler import Scheduler
+
+ADMIN_URL = os.environ.get(
+    "FLOWFORGE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+WARM_UP_S = 2.0
+LAG = """
+SELECT count(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY lag_s),
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY lag_s), max(lag_s)
+FROM schedule_ticks WHERE outcome = 'fired' AND tick_at >= %(since)s AND tick_at < %(until)s
+"""
+COUNTS = "SELECT outcome, count(*) FROM schedule_ticks GROUP BY outcome ORDER BY outcome"
+
+
+def definition(n: int) -> dict[str, object]:
+    return {
+        "name": f"tick {n}",
+        "trigger": {"schedule": {"every_s": 1, "overlap": "allow", "input": {"n": n}}},
+        "steps": [{"id": "a", "type": "transform", "output": "{{ input.n }}"}],
+    }
+
+
+def main() -> None:
+    """Measure and print; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--schedules", type=int, default=1_000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--schedulers", type=int, default=1, help="threads, as workers")
+    args = parser.parse_args()
+    name = f"ff_bench_sched_{uuid.uuid4().hex[:10]}"
+    url = psycopg.conninfo.make_conninfo(ADMIN_URL, dbname=name)
+    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        migrate(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for n in range(args.schedules):
+                document = definition(n)
+                catalog.publish(conn, f"tick-{n}", document, parse_definition(document), None)
+        pool = create_pool(url, max_size=args.schedulers + 1, name="bench-scheduler")
+        pool.open(wait=True)
+        stop = threading.Event()
+        threads = [Scheduler(pool, stop) for _ in range(args.schedulers)]
+        with psycopg.connect(url, autocommit=True) as conn:
+            (started_at,) = conn.execute("SELECT now()").fetchone() or (None,)
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            for thread in threads:
+                thread.start()
+            time.sleep(args.seconds)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+            pool.close()
+            load = os.getloadavg()
+            (ended_at,) = conn.execute("SELECT now()").fetchone() or (None,)
+            counts = dict(conn.execute(COUNTS).fetchall())
+            window = {
+                "since": started_at + timedelta(seconds=WARM_UP_S),
+                "until": ended_at - timedelta(seconds=2),
+            }
+            fired, p50, p99, worst = conn.execute(LAG, window).fetchone() or (0, 0, 0, 0)
+        decided = sum(counts.values())
+        print(
+            f"{args.schedules:,} schedules every_s 1, {args.schedulers} scheduler thread(s), "
+            f"{wall:.1f} s on {os.cpu_count()} cores (load average {load[0]:.2f} {load[1]:.2f})"
+        )
+        print(f"ticks decided: {decided:,} ({decided / wall:,.0f}/s); by outcome: {counts}")
+        if fired:
+            print(
+                f"scheduler lag (fire time -> execution created) over {fired:,} ticks after "
+                f"warm-up: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+                f"max {worst * 1000:.1f} ms"
+            )
+        print(
+            f"CPU of the scheduler process: {cpu:.1f} s, {cpu / max(decided, 1) * 1e6:.0f} µs "
+            "per tick (PostgreSQL's own CPU not included)"
+        )
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The `flowforge` CLI in remote mode (SPEC §11): a real bin/api, the CLI as a subprocess
+with an API URL and key and a database URL that leads nowhere — an operator needs no
+database access. Reads, every operator action, scoped and read-only keys, the errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import psycopg
+import requests
+
+from flowforge import apikeys
+from flowforge.runs import load_run, save_run, unit_of_work
+from tests.faults.helpers import FLOWFORGE
+from tests.integration.test_audit import CHARGE, lose_the_lease
+from tests.support.definitions import unsigned
+from tests.support.processes import free_port
+
+WAITER = unsigned([{"id": "approval", "type": "wait", "timeout_s": 3600}])
+
+
+def remote(api: str, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`flowforge ARGS` from an operator's laptop: the API's URL and a key, no database."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/root"),
+        "FLOWFORGE_API_URL": api,
+        "FLOWFORGE_API_KEY": key,
+        "FLOWFORGE_DATABASE_URL": f"postgresql://127.0.0.1:{free_port()}/nowhere",
+    }
+    return subprocess.run([FLOWFORGE, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result
+    assert result.stderr == "", result.stderr
+    return result.stdout
+
+
+def refused(result: subprocess.CompletedProcess[str], code: int, start: str) -> str:
+    """A refusal is one line on stderr, with its exit code, and never a traceback."""
+    assert result.returncode == code, result
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(start), result.stderr
+    return result.stderr
+
+
+def start(api: str, workflow: str) -> str:
+    r = requests.post(f"{api}/hooks/{workflow}", json={}, timeout=10)
+    assert r.status_code == 202, r.text
+    return str(r.json()["execution_id"])
+
+
+def start_the_wait(db: psycopg.Connection, execution_id: str) -> None:
+    """What a worker does first with a root wait step: it begins to wait."""
+    with unit_of_work(db):
+        run = load_run(db, execution_id)
+        assert run is not None
+        run.advance()
+        save_run(db, run.take_changes())
+
+
+def assert_aligned(text: str) -> list[dict[str, str]]:
+    """Every column starts where its header starts; returns the rows by header."""
+    header, *lines = text.splitlines()
+    names = header.split()
+    starts = [header.index(name) for name in names]
+    rows = []
+    for line in lines:
+        for at in starts[1:]:
+            assert line[at - 2 : at] == "  " and line[at] != " ", (header, line)
+        cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+        rows.append(dict(zip(names, cells, strict=True)))
+    return rows
+
+
+def test_operators_read_and_act_through_the_api_with_their_keys_rules(
+    api: str, api_key: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    _, read_only = apikeys.create(db, "auditor", read_only=True)
+    scoped_id, scoped = apikeys.create(db, "charge-ops", ["charge"])
+    (tmp_path / "charge.json").write_text(json.dumps(CHARGE))
+    published = ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "charge.json")))
+    assert published == "published charge version 1\n"
+    r = requests.post(
+        f"{api}/api/v1/workflows/waiter/versions",
+        json=WAITER,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    charge, waiter, other = start(api, "charge"), start(api, "waiter"), start(api, "waiter")
+
+    # Reads: an aligned table under its header, JSON that parses, with a read-only key.
+    rows = assert_aligned(ok(remote(api, read_only, "executions", "list")))
+    assert [(r["ID"], r["WORKFLOW"], r["STATUS"]) for r in rows] == [
+        (other, "waiter", "queued"),
+        (waiter, "waiter", "queued"),
+        (charge, "charge", "queued"),
+    ]
+    listed = remote(api, read_only, "--output", "json", "executions", "list", "--limit", "2")
+    page = json.loads(ok(listed))
+    assert [item["id"] for item in page["items"]] == [other, waiter] and page["next_cursor"]
+
+    # Writes: a read-only key is refused, a scoped key acts only on its workflow.
+    refused(remote(api, read_only, "cancel", charge), 1, "error: Forbidden: ")
+    refused(remote(api, scoped, "cancel", waiter), 1, "error: Forbidden: ")
+    assert ok(remote(api, scoped, "cancel", charge)) == f"execution {charge} is now cancelled\n"
+    again = json.loads(ok(remote(api, scoped, "cancel", charge, "--output", "json")))
+    assert again == {"execution_id": charge, "status": "cancelled", "already_finished": True}
+    assert ok(remote(api, scoped, "retry", charge)) == f"execution {charge} is now running\n"
+    refused(remote(api, scoped, "retry", charge), 1, "error: Conflict: execution is running")
+    lose_the_lease(db, charge)
+    settled = ok(remote(api, scoped, "resolve", charge, "charge", "succeeded", '{"id": 7}'))
+    assert settled == "step charge resolved as succeeded; execution is now succeeded\n"
+    start_the_wait(db, waiter)
+    start_the_wait(db, other)
+    completed = ok(remote(api, api_key, "complete", waiter, "approval", '{"ok": true}'))
+    assert completed == "step approval completed; execution is now succeeded\n"
+    assert "execution is now failed" in ok(remote(api, api_key, "fail", other, "approval"))
+
+    # The history names the key that acted, and `show` prints who did what.
+    shown = remote(api, read_only, "executions", "show", charge, "--output", "json")
+    detail = json.loads(ok(shown))
+    by_scoped = {"kind": "api_key", "id": scoped_id, "name": "charge-ops"}
+    acted = [
+        (e["kind"], e["detail"]["actor"])
+        for e in detail["events"]
+        if "actor" in (e["detail"] or {})
+    ]
+    assert acted == [  # the second cancel changed nothing, so it is not in the history
+        ("execution.cancel_requested", by_scoped),
+        ("execution.retried", by_scoped),
+        ("step.resolved", by_scoped),
+    ]
+    assert [s["output"] for s in detail["steps"]] == [{"id": 7}]
+    text = ok(remote(api, read_only, "executions", "show", charge)).splitlines()
+    assert text[0].startswith(f"execution {charge}  charge v1  succeeded")
+    assert text[text.index("  operator actions:") + 1].split() == ["AT", "EVENT", "STEP", "BY"]
+    assert text[-1].split()[1:] == [
+        "step.resolved",
+        "charge",
+        "api",
+        "key",
+        str(scoped_id),
+        "(charge-ops)",
+    ]
+
+    # The API's refusals: one line each; 1 when refused, 2 when the request was bad.
+    missing = remote(api, read_only, "executions", "show", str(uuid.uuid4()))
+    refused(missing, 1, "error: Not found: ")
+    cursor = remote(api, read_only, "executions", "list", "--cursor", "bogus")
+    refused(cursor, 2, "error: Invalid cursor: ")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(unsigned([{"id": "x", "type": "nope"}])))
+    invalid = remote(api, api_key, "workflow", "publish", str(broken))
+    assert invalid.returncode == 2, invalid
+    first, *paths = invalid.stderr.splitlines()
+    assert first.startswith("error: Invalid definition: ")
+    assert paths and all(line.startswith("  $.") for line in paths), invalid.stderr
