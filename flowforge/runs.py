@@ -50,31 +50,27 @@ FROM steps WHERE execution_id = %(id)s
 """
 LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
 
-# A step claimed in this unit of work gets its lease (lease_s); a running step that was
-# not claimed here keeps the lease it has.
-SAVE_STEP = """
-UPDATE steps SET
-    status = %(status)s, attempts = %(attempts)s, fencing_token = %(fencing_token)s,
-    wake_at = %(wake_at)s, output = %(output)s, error = %(error)s,
-    lease_owner = %(lease_owner)s,
-    lease_expires_at = CASE WHEN %(status)s = 'running'
-                            THEN coalesce(now() + make_interval(secs => %(lease_s)s),
-                                          lease_expires_at) END,
-    ready_at = CASE WHEN %(status)s = 'ready' THEN now() ELSE ready_at END,
+# Every step a unit of work changed, in one statement: each statement in a pipeline is
+# its own message to send and for the server to receive, so a chain of pure steps costs
+# one UPDATE rather than one per step. A step claimed in this unit of work gets its lease
+# (lease_s); a running step that was not claimed here keeps the lease it has.
+SAVE_STEPS = """
+UPDATE steps s SET
+    status = c.status, attempts = c.attempts, fencing_token = c.fencing_token,
+    wake_at = c.wake_at, output = c.output, error = c.error, lease_owner = c.lease_owner,
+    lease_expires_at = CASE WHEN c.status = 'running'
+                            THEN coalesce(now() + make_interval(secs => c.lease_s),
+                                          s.lease_expires_at) END,
+    ready_at = CASE WHEN c.status = 'ready' THEN now() ELSE s.ready_at END,
     failed_wakeups = 0, recovery_failures = 0,
-    started_at = %(started_at)s, finished_at = %(finished_at)s
-WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
-"""
-# Attempt numbers count every try of the step, across operator retries too.
-INSERT_ATTEMPT = """
-INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
-                      outcome, error, http_status, duration_ms)
-VALUES (%(execution_id)s, %(step_id)s,
-        (SELECT coalesce(max(attempt), 0) + 1 FROM attempts
-         WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s),
-        %(fencing_token)s, %(worker)s,
-        CASE WHEN %(outcome)s::text IS NULL THEN NULL ELSE clock_timestamp() END,
-        %(outcome)s, %(error)s, %(http_status)s, %(duration_ms)s)
+    started_at = c.started_at, finished_at = c.finished_at
+FROM unnest(%(step_id)s::text[], %(status)s::text[], %(attempts)s::integer[],
+            %(fencing_token)s::bigint[], %(wake_at)s::timestamptz[], %(output)s::jsonb[],
+            %(error)s::text[], %(lease_owner)s::text[], %(lease_s)s::float8[],
+            %(started_at)s::timestamptz[], %(finished_at)s::timestamptz[])
+     AS c(step_id, status, attempts, fencing_token, wake_at, output, error, lease_owner,
+          lease_s, started_at, finished_at)
+WHERE s.execution_id = %(execution_id)s AND s.step_id = c.step_id
 """
 # Closes only the attempt that holds this fencing token and is still open.
 FINISH_ATTEMPT = """
@@ -86,6 +82,31 @@ WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
 INSERT_EVENT = """
 INSERT INTO execution_events (execution_id, step_id, kind, detail)
 VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
+"""
+# Several attempts or events in one statement, in the order given (ids and attempt numbers
+# follow it); the attempt number counts the step's earlier rows and those before it here.
+INSERT_ATTEMPTS = """
+INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
+                      outcome, error, http_status, duration_ms)
+SELECT %(execution_id)s, a.step_id,
+       (SELECT coalesce(max(attempt), 0) FROM attempts
+        WHERE execution_id = %(execution_id)s AND step_id = a.step_id)
+       + row_number() OVER (PARTITION BY a.step_id ORDER BY a.n),
+       a.fencing_token, a.worker,
+       CASE WHEN a.outcome IS NULL THEN NULL ELSE clock_timestamp() END,
+       a.outcome, a.error, a.http_status, a.duration_ms
+FROM unnest(%(step_id)s::text[], %(fencing_token)s::bigint[], %(worker)s::text[],
+            %(outcome)s::text[], %(error)s::text[], %(http_status)s::integer[],
+            %(duration_ms)s::integer[]) WITH ORDINALITY
+     AS a(step_id, fencing_token, worker, outcome, error, http_status, duration_ms, n)
+ORDER BY a.n
+"""
+INSERT_EVENTS = """
+INSERT INTO execution_events (execution_id, step_id, kind, detail)
+SELECT %(execution_id)s, e.step_id, e.kind, e.detail
+FROM unnest(%(step_id)s::text[], %(kind)s::text[], %(detail)s::jsonb[]) WITH ORDINALITY
+     AS e(step_id, kind, detail, n)
+ORDER BY e.n
 """
 SAVE_EXECUTION = """
 UPDATE executions SET
@@ -125,12 +146,17 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
 
 
 def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
-    """Lock an execution and load it (each step says whether its lease has run out)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        head = cur.execute(LOCK_EXECUTION, {"id": execution_id}).fetchone()
+    """Lock an execution and load it (each step says whether its lease has run out).
+
+    Both reads are sent before either is fetched: in a unit of work's pipeline they travel
+    in one round trip, and the server still runs the lock first."""
+    with conn.cursor(row_factory=dict_row) as cur, conn.cursor(row_factory=dict_row) as steps:
+        cur.execute(LOCK_EXECUTION, {"id": execution_id})
+        steps.execute(LOAD_STEPS, {"id": execution_id})
+        head = cur.fetchone()
         if head is None:
             return None
-        rows = cur.execute(LOAD_STEPS, {"id": execution_id}).fetchall()
+        rows = steps.fetchall()
     definition = definition_for(conn, head["version_id"])
     run = Run(
         execution_id=str(execution_id),
@@ -162,12 +188,15 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     metrics.saved(changes)
     with conn.pipeline(), conn.cursor() as cur:
         if changes.steps:
-            cur.executemany(
-                SAVE_STEP,
-                [
-                    _step_params(eid, s, changes.leases.get(s.step_id))
-                    for s in changes.steps.values()
-                ],
+            cur.execute(
+                SAVE_STEPS,
+                _columns(
+                    eid,
+                    [
+                        _step_params(s, changes.leases.get(s.step_id))
+                        for s in changes.steps.values()
+                    ],
+                ),
             )
         if changes.finished_attempts:
             cur.executemany(
@@ -175,17 +204,13 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
                 [{"execution_id": eid, **vars(a)} for a in changes.finished_attempts],
             )
         if changes.new_attempts:
-            cur.executemany(
-                INSERT_ATTEMPT, [{"execution_id": eid, **vars(a)} for a in changes.new_attempts]
-            )
+            cur.execute(INSERT_ATTEMPTS, _columns(eid, [vars(a) for a in changes.new_attempts]))
         if changes.events:
-            cur.executemany(
-                INSERT_EVENT,
-                [
-                    {"execution_id": eid, "step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
-                    for step_id, kind, detail in changes.events
-                ],
-            )
+            events = [
+                {"step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
+                for step_id, kind, detail in changes.events
+            ]
+            cur.execute(INSERT_EVENTS, _columns(eid, events))
         if changes.applied_resumes:
             cur.executemany(
                 APPLY_RESUME,
@@ -212,9 +237,13 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
         flowcontrol.fill_slots(conn, *changes.released_slot)
 
 
-def _step_params(execution_id: str, state: StepState, lease_s: float | None) -> dict[str, Any]:
+def _columns(execution_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rows of equal keys as one array per key, for the unnest() statements above."""
+    return {"execution_id": execution_id, **{key: [row[key] for row in rows] for key in rows[0]}}
+
+
+def _step_params(state: StepState, lease_s: float | None) -> dict[str, Any]:
     return {
-        "execution_id": execution_id,
         "step_id": state.step_id,
         "status": state.status,
         "attempts": state.attempts,
@@ -223,7 +252,7 @@ def _step_params(execution_id: str, state: StepState, lease_s: float | None) -> 
         "output": None if state.output is None else Jsonb(state.output),
         "error": state.error,
         "lease_owner": state.lease_owner,
-        "lease_s": lease_s,
+        "lease_s": None if lease_s is None else float(lease_s),
         "started_at": state.started_at,
         "finished_at": state.finished_at,
     }

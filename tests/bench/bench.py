@@ -1,7 +1,10 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--quick] [--json FILE] [--api-workers N] [--worker-concurrency N]
-              [--profile DIR] [--keep-logs]
+    bin/bench [--phase saturation|steady|all] [--quick] [--json FILE] [--api-workers N]
+              [--worker-concurrency N] [--profile DIR] [--keep-logs]
+
+The saturation phase sends as fast as the server takes it; the steady phase
+(tests/bench/steady.py) sends a steady stream, where nothing batches.
 
 On a shared 2-core machine an absolute figure means little; a ratio measured in the same
 run means a lot. Everything runs on 127.0.0.1 in a private database and RabbitMQ vhost
@@ -27,7 +30,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from flowforge.worker.broker import BROKER_ERRORS
-from tests.bench import figures, flow_control, limits, load, resume_latency
+from tests.bench import figures, flow_control, limits, load, resume_latency, steady
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
 from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
 
@@ -579,6 +582,12 @@ def table(report: dict[str, Any]) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     default_workers = int(os.environ.get("FLOWFORGE_API_WORKERS", 2 * (os.cpu_count() or 1) + 1))
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--phase",
+        choices=("saturation", "steady", "all"),
+        default="all",
+        help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all",
+    )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
     p.add_argument(
@@ -609,8 +618,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of bin/bench."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = QUICK if args.quick else FULL
+    report: dict[str, Any] = {}
     try:
-        report = run(plan, args)
+        if args.phase in ("saturation", "all"):
+            report = run(plan, args)
+            print(table(report), flush=True)
+        if args.phase in ("steady", "all"):
+            report["steady"] = steady.run(args, log)
+            print(steady.table(report["steady"]), flush=True)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
@@ -624,7 +639,6 @@ def main(argv: list[str] | None = None) -> int:
         # On a shared machine another session may restart PostgreSQL or RabbitMQ.
         print(f"bench: a service went away during the run: {exc!r}", file=sys.stderr)
         return 1
-    print(table(report))
     if args.json:
         args.json.write_text(json.dumps(_clean(report), indent=2, default=str) + "\n")
         log(f"figures written to {args.json}")
