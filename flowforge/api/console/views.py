@@ -83,7 +83,12 @@ def _harden(response: Response) -> Response:
 
 
 @bp.errorhandler(SignInNeeded)
-def _sign_in(_exc: SignInNeeded) -> BaseResponse:
+def _sign_in(_exc: SignInNeeded) -> BaseResponse | tuple[str, int]:
+    if request.headers.get("X-Requested-With") == "fetch":
+        # The live page's script: a sign-in form is no fragment; it stops polling on 401.
+        return render_template(
+            "error.html", status=401, title="Unauthorized", detail="sign in again"
+        ), 401
     return redirect(url_for("console.signin", next=request.full_path.rstrip("?")), 303)
 
 
