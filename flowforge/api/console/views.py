@@ -40,6 +40,7 @@ from flowforge.api.console.session import (
 )
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.engine import RETRIED_STEP
 from flowforge.errors import ClientError
 from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, StepStatus
 
@@ -255,7 +256,13 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
         "can_cancel": writable and detail["status"] not in TERMINAL_EXECUTION,
-        "can_retry": writable and detail["status"] in actions.RETRIED_EXECUTION,
+        # As actions.retry decides: with an unknown step, only if something else can re-run.
+        "can_retry": writable
+        and detail["status"] in actions.RETRIED_EXECUTION
+        and (
+            any(s["status"] in RETRIED_STEP for s in detail["steps"])
+            or not any(s["status"] == StepStatus.UNKNOWN for s in detail["steps"])
+        ),
         "can_resolve": writable,
         "wait_open": {
             s["id"]
