@@ -38,7 +38,7 @@ INPUT_PROBE = """
 SELECT count(*) FROM (SELECT 1 FROM executions e WHERE e.input @> %(input)s LIMIT %(cap)s) x
 """
 # For a common value: no bitmap scan (the whole GIN posting list), walk the indexes in order.
-WALK_IN_ORDER = "SET LOCAL enable_bitmapscan = off"
+WALK_IN_ORDER = "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off"
 WORKFLOW_IDS = "SELECT id, key FROM workflows WHERE key = ANY(%(keys)s) ORDER BY key"
 
 # The filter fragments of one branch; `w` and `s` are the branch's workflow and status.
