@@ -287,6 +287,13 @@ def test_a_read_only_key_sees_no_action_and_posts_without_a_csrf_token_are_refus
     assert r.status_code == 403
     assert client.execution(eid)["status"] == "queued"
 
+    # Behind nginx on TLS (X-Forwarded-Proto from 127.0.0.1, gunicorn's trusted proxy
+    # address) the cookies are Secure; over plain HTTP they cannot be.
+    tls = requests.get(f"{api}/ui/signin", headers={"X-Forwarded-Proto": "https"}, timeout=10)
+    assert "Secure" in tls.headers["Set-Cookie"] and "SameSite=Strict" in tls.headers["Set-Cookie"]
+    plain = requests.get(f"{api}/ui/signin", timeout=10)
+    assert "Secure" not in plain.headers["Set-Cookie"]
+
     # A key that may cancel, without the CSRF token: refused; with it: done.
     writer = requests.Session()
     page = writer.get(f"{api}/ui/signin", timeout=10)

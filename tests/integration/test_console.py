@@ -221,3 +221,48 @@ def test_paging_is_keyset_and_counts_stop_at_the_cap(
     assert search.status_counts(db, flt)["failed"] == "60"
     assert search._counts(db, flt, ("failed",), 25) == {"failed": (25, True)}
     assert search.uuid_floor(datetime(1970, 1, 1, tzinfo=UTC)) == str(uuid.UUID(int=0))
+
+
+def _hidden(page: str) -> dict[str, str]:
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page))
+
+
+def test_bulk_cancel_goes_in_batches_and_leaves_later_arrivals_alone(
+    published: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    published.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    for n in range(130):
+        assert published.post("/hooks/open", json={"x": str(n)}).status_code == 202
+    published.environ_base.pop("HTTP_AUTHORIZATION")
+    csrf = _sign_in(published, api_key)
+    preview = published.get("/ui/bulk?action=cancel&workflow=open")
+    assert preview.status_code == 200
+    page = preview.get_data(as_text=True)
+    assert re.search(r'id="preview-count">(\d+)<', page).group(1) == "133"
+    form = _hidden(page)
+    assert form["csrf"] == csrf and form["workflow"] == "open"
+    # Arrives after the preview: not part of what was confirmed.
+    published.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    late = published.post("/hooks/open", json={"x": "late"}).get_json()["execution_id"]
+    published.environ_base.pop("HTTP_AUTHORIZATION")
+
+    first = published.post("/ui/bulk", data=form).get_data(as_text=True)
+    assert re.search(r'id="done">(\d+)<', first).group(1) == "100"
+    assert 'data-autosubmit="1"' in first
+    second = published.post("/ui/bulk", data=_hidden(first)).get_data(as_text=True)
+    assert re.search(r'id="done">(\d+)<', second).group(1) == "133"
+    assert 'id="finished"' in second
+    statuses = dict(
+        db.execute(
+            "SELECT status, count(*) FROM executions WHERE id <> %s GROUP BY status", (late,)
+        ).fetchall()
+    )
+    assert statuses == {"cancelled": 133}
+    assert db.execute("SELECT status FROM executions WHERE id = %s", (late,)).fetchone() == (
+        "queued",
+    )
+    (recorded,) = db.execute(
+        "SELECT count(DISTINCT execution_id) FROM execution_events "
+        "WHERE detail->'actor'->>'name' = 'tests'"
+    ).fetchone()
+    assert recorded == 133

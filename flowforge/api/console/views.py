@@ -40,6 +40,7 @@ from flowforge.api.console.session import (
 )
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.engine import RETRIED_STEP
 from flowforge.errors import ClientError
 from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, StepStatus
 
@@ -83,7 +84,12 @@ def _harden(response: Response) -> Response:
 
 
 @bp.errorhandler(SignInNeeded)
-def _sign_in(_exc: SignInNeeded) -> BaseResponse:
+def _sign_in(_exc: SignInNeeded) -> BaseResponse | tuple[str, int]:
+    if request.headers.get("X-Requested-With") == "fetch":
+        # The live page's script: a sign-in form is no fragment; it stops polling on 401.
+        return render_template(
+            "error.html", status=401, title="Unauthorized", detail="sign in again"
+        ), 401
     return redirect(url_for("console.signin", next=request.full_path.rstrip("?")), 303)
 
 
@@ -250,7 +256,13 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
         "can_cancel": writable and detail["status"] not in TERMINAL_EXECUTION,
-        "can_retry": writable and detail["status"] in actions.RETRIED_EXECUTION,
+        # As actions.retry decides: with an unknown step, only if something else can re-run.
+        "can_retry": writable
+        and detail["status"] in actions.RETRIED_EXECUTION
+        and (
+            any(s["status"] in RETRIED_STEP for s in detail["steps"])
+            or not any(s["status"] == StepStatus.UNKNOWN for s in detail["steps"])
+        ),
         "can_resolve": writable,
         "wait_open": {
             s["id"]

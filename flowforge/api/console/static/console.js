@@ -16,6 +16,7 @@
       }
       fetch(live.dataset.src, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
         .then(function (response) {
+          if (response.status === 401) { live.dataset.live = "0"; return null; }
           if (!response.ok) { throw new Error(String(response.status)); }
           var more = response.headers.get("X-Live") === "1";
           return response.text().then(function (html) {
