@@ -30,7 +30,13 @@ from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Headings (## or ###) whose sh blocks are pasted, in README order.
-RUN = ("Running it yourself", "curl", "Waiting for the outside world", "Signed webhooks")
+RUN = (
+    "Running it yourself",
+    "curl",
+    "The operator CLI",
+    "Waiting for the outside world",
+    "Signed webhooks",
+)
 NOT_RUN = {
     "The two commands": "bin/demo is tests/e2e/test_demo.py; bin/test is this suite",
     "Performance": "bin/bench takes minutes and starts its own servers",
@@ -143,6 +149,10 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
     assert "already resumed with a different body" in log and "the wait is over" in log
     assert "idempotent-replayed: true" in log.lower()
     assert "no matching signature" in log
+    # The operator CLI went through the API: the history names the key, not cli@host.
+    assert re.search(r"step\.resolved +charge +api key 1 \(me\)", log), log
+    assert "was already failed" in log
+    assert "is not an execution id (a UUID)" in log and "exit 2" in log
     with psycopg.connect(private_database) as db:
         statuses = dict(
             db.execute(
