@@ -14,8 +14,9 @@ exists only there: the API has no endpoint that makes keys.
 said 400/422).
 
 Adding a command: a `_name(ops, args)` handler that calls one method, present with the
-same name and answer on `ApiClient` (flowforge/apiclient.py) and on `Database` below,
-and prints with `_emit`; then one `command(...)` line in build_parser.
+same name and answer on `ApiClient` (flowforge/apiclient.py) and on `Database`
+(flowforge/direct.py), and prints with `_emit`; then one `command(...)` line in
+build_parser. A command with no API endpoint takes `_database(ops, args)` instead.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _emit(args: argparse.Namespace, value: Any, text: str | Callable[[], str]) -
 
 
 def _database(ops: Ops, args: argparse.Namespace) -> Database:
+    """The database side, for a command that has no API endpoint; a usage error remotely."""
     if isinstance(ops, ApiClient):
         raise UsageError(
             f"`flowforge {args.command}` has no API endpoint: it works on the database only; "

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = (
     "Running it yourself",
     "curl",
+    "The operator CLI",
     "Schedules",
     "Waiting for the outside world",
     "Signed webhooks",
@@ -149,6 +150,10 @@ def test_the_readme_walkthrough_works_pasted_into_a_fresh_shell(
     assert "already resumed with a different body" in log and "the wait is over" in log
     assert "idempotent-replayed: true" in log.lower()
     assert "no matching signature" in log
+    # The operator CLI went through the API: the history names the key, not cli@host.
+    assert re.search(r"step\.resolved +charge +api key 1 \(me\)", log), log
+    assert "was already failed" in log
+    assert "is not an execution id (a UUID)" in log and "exit 2" in log
     assert '"would fire"' in log and '"paused":true' in log.replace(" ", "")
     with psycopg.connect(private_database) as db:
         statuses = dict(
