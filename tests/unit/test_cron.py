@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from flowforge import cron
 from flowforge.definitions import DefinitionInvalid, parse_definition
 
-SETTINGS = settings(max_examples=300, deadline=None)
+SETTINGS = settings(max_examples=200, deadline=None)
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")
 NAMES = {3: cron.MONTHS, 4: cron.DAYS}
 BOUNDS = [(low, high) for _, low, high, _ in cron.FIELDS]
