@@ -393,6 +393,7 @@ def bare_roundtrip(url: str, count: int) -> float:
 def run(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
     """The whole steady phase, in its own private database and vhost."""
     plan = QUICK if args.quick else FULL
+    started = time.monotonic()
     report: dict[str, Any] = {"plan": plan.__dict__, "peers": "issue 17, not re-measured"}
     with Session(
         args.admin_url,
@@ -474,6 +475,7 @@ def run(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
         failed = s.scalar("SELECT count(*) FROM executions WHERE status <> 'succeeded'")
         report["failed_executions"] = failed
     report["targets"] = targets(report)
+    report["duration_s"] = round(time.monotonic() - started, 1)
     return report
 
 
@@ -572,4 +574,5 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"  {t['figure']:<{width}}{t['value']:>8.2f}  {t['target']}: {verdict}  ({t['note']})"
         )
+    lines.append(f"\nsteady phase took {report['duration_s']:.0f}s")
     return "\n".join(lines)
