@@ -1,10 +1,11 @@
 """The outbox relay: publishes committed wake-ups to RabbitMQ, in confirmed batches.
 
-A batch is one PostgreSQL transaction: claim up to BATCH rows (FOR UPDATE SKIP LOCKED),
-publish them as persistent, mandatory messages inside one AMQP transaction, and delete
-them only after the broker's tx.commit-ok — the broker has then taken responsibility for
-every message it did not return as unroutable. One AMQP commit per batch instead of one
-confirm per message is what makes the relay fast; see the issue for the figures.
+A batch is one PostgreSQL transaction: delete up to BATCH rows (FOR UPDATE SKIP LOCKED),
+publish them as persistent, mandatory messages inside one AMQP transaction, and commit
+the delete only after the broker's tx.commit-ok — the broker has then taken
+responsibility for every message it did not return as unroutable (those are put back).
+One AMQP commit per batch instead of one confirm per message is what makes the relay
+fast; see the issue for the figures.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import psycopg_pool
 from flowforge import metrics
 from flowforge.db import wrap_exceptions
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.outbox import CLAIM_BATCH, DELETE_PUBLISHED, LISTEN_OUTBOX
+from flowforge.outbox import LISTEN_OUTBOX, PUT_BACK, TAKE_BATCH
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
@@ -90,11 +91,11 @@ class Relay(Loop):
     def publish_batch(self) -> int:
         """Publish and delete one batch; returns how many rows it claimed."""
         with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
-            rows = conn.execute(CLAIM_BATCH, {"limit": BATCH}).fetchall()
+            rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
                 return 0
             self._returned.clear()
-            for outbox_id, execution_id, step_id in rows:
+            for outbox_id, execution_id, step_id, _created_at in rows:
                 self._channel.basic_publish(
                     self.topology.exchange,
                     ROUTING_KEY,
@@ -110,16 +111,24 @@ class Relay(Loop):
             # Returns precede commit-ok on the wire; this dispatches them to _on_return.
             assert self._broker is not None
             self._broker.process_data_events(0)
-            confirmed = [row[0] for row in rows if row[0] not in self._returned]
             if self._returned:
                 logger.error(
                     "broker returned unroutable wake-ups; keeping them for later",
                     extra={"count": len(self._returned)},
                 )
                 self.topology.declare(self._channel)
-            conn.execute(DELETE_PUBLISHED, {"ids": confirmed})
-        self.published += len(confirmed)
-        metrics.WAKEUPS_PUBLISHED.inc(len(confirmed))
+                returned = set(self._returned)
+                kept = [row for row in rows if row[0] in returned]
+                conn.execute(
+                    PUT_BACK,
+                    {
+                        key: [row[i] for row in kept]
+                        for i, key in enumerate(("id", "execution_id", "step_id", "created_at"))
+                    },
+                )
+        published = len(rows) - len(self._returned)
+        self.published += published
+        metrics.WAKEUPS_PUBLISHED.inc(published)
         return len(rows)
 
     def _on_return(self, _channel: Any, _method: Any, props: Any, _body: bytes) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from flowforge.api.serve import gunicorn_argv
-from tests.bench import bare_serve
+from tests.bench import bare_serve, steady
 from tests.bench.bench import _clean, _judge
 from tests.bench.load import _parse
 
@@ -46,3 +46,37 @@ def test_unmeasured_figures_become_null_in_the_json() -> None:
         "a": [None, 1.0],
         "b": {"c": None},
     }
+
+
+def test_steady_targets_compare_with_the_fastest_peer_and_the_bare_flask_run() -> None:
+    def segment(per_s: float, cpu: float, api: float = 0.0, worker: float = 0.0) -> dict:
+        return {
+            "per_s": per_s,
+            "services_cpu_ms": cpu,
+            "p50_ms": 4.0,
+            "p99_ms": 13.0,
+            "cpu_ms": {"api": api, "worker": worker},
+        }
+
+    report = {
+        "senders_1": segment(124.0, 8.2),
+        "senders_8": segment(125.0, 7.9),
+        "open_20": segment(20.0, 9.0),
+        "open_60": segment(60.0, 8.0, api=2.6, worker=2.0),
+        "bare_60": {"cpu_ms": {"bare": 2.0}, "roundtrip_ms": 4.0},
+        "roundtrip": {"webhook_ms": 5.2, "healthz_ms": 4.0, "ratio": 1.3},
+    }
+    verdicts = {t["figure"]: t["met"] for t in steady.targets(report)}
+    assert verdicts == {
+        "1 sender: executions/s": True,  # 2 x Procrastinate's 62.0
+        "1 sender: machine CPU ms per execution": False,  # 24.3 / 3 = 8.1
+        "8 senders: executions/s": False,  # 2 x 62.8
+        "8 senders: machine CPU ms per execution": True,  # 23.8 / 3
+        "CPU ms per chain3 at 60/s": True,
+        "API CPU per webhook / bare Flask": True,  # 1.3, on the bound
+        "worker CPU per chain3 / bare Flask": True,
+        "webhook round trip / /healthz": True,
+        "p50 submit->done at 20/s, ms": True,
+        "p99 submit->done at 20/s, ms": False,
+    }
+    assert steady.percentile([5.0, 1.0, 3.0], 0.5) == 3.0
