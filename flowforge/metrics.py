@@ -164,8 +164,7 @@ WORKER_HEARTBEAT = Gauge(
 )
 
 # ---- schedules (SPEC §9) --------------------------------------------------------------
-# Declared for the scheduler the `schedules` branch builds in parallel; nothing counts
-# them yet. The lead wires them in at merge (one tick per outcome, the lag of each fire).
+# Counted by worker/scheduler.record after each tick's commit.
 SCHEDULE_TICKS = Counter(
     "flowforge_schedule_ticks", "Schedule ticks, by what became of them.", ["outcome"]
 )

@@ -150,7 +150,7 @@ class BackfillInvalid(ClientError):
 
 @dataclass
 class TickOutcome:
-    """What became of one tick: for the ledger, the logs and (at merge) the metrics
+    """What became of one tick: for the ledger, the logs and the metrics
     `flowforge_schedule_ticks_total{outcome}` and `flowforge_schedule_lag_seconds`."""
 
     workflow: str

@@ -16,7 +16,7 @@ import time
 
 import psycopg_pool
 
-from flowforge import schedules
+from flowforge import metrics, schedules
 from flowforge.db import one, wrap_exceptions
 from flowforge.worker.loop import Loop
 
@@ -70,8 +70,13 @@ class Scheduler(Loop):
 
 
 def record(outcome: schedules.TickOutcome) -> None:
-    """The one place a tick's outcome and lag are reported: the log line here, and (at
-    merge) flowforge_schedule_ticks_total{outcome} and flowforge_schedule_lag_seconds."""
+    """The one place a tick's outcome and lag are reported, after its commit: the log line,
+    flowforge_schedule_ticks_total{outcome} (one per ledger row, so a summary row of many
+    missed ticks counts once) and flowforge_schedule_lag_seconds for ticks that started
+    an execution."""
+    metrics.TICKS[outcome.outcome].inc()
+    if outcome.lag_s is not None:
+        metrics.SCHEDULE_LAG.observe(outcome.lag_s)
     logger.info(
         "schedule tick %s",
         outcome.outcome,

@@ -76,6 +76,12 @@ SHORT_WAIT = {
     "steps": [{"id": "nap", "type": "wait", "timeout_s": 0.5, "on_timeout": "continue"}],
 }
 
+TICKING = {
+    "name": "ticking",
+    "trigger": {"schedule": {"every_s": 1}},
+    "steps": [{"id": "nap", "type": "wait", "timeout_s": 0.5, "on_timeout": "continue"}],
+}
+
 
 def metrics_dir(tmp: Path) -> Path:
     """The multiprocess directory bin/api made under its TMPDIR (launcher.py)."""
@@ -211,6 +217,19 @@ def test_api_and_worker_metrics_move_as_executions_run(
         beats = [k for k in done if k[0] == "flowforge_worker_heartbeat_timestamp_seconds"]
         assert len(beats) == 1 and done[beats[0]] > 0
         assert len(target.requests_to("/ship")) == n + 1
+
+        # A schedule's ticks are counted by outcome, with the lag of each one fired.
+        client.publish("tick", TICKING)
+        ticked = wait_for(
+            lambda: (
+                (s := scrape(worker_metrics))
+                and value(s, "flowforge_schedule_ticks_total", outcome="fired") >= 2
+                and s
+            ),
+            message="the scheduler to count fired ticks",
+        )
+        assert value(ticked, "flowforge_schedule_lag_seconds_count") >= 2
+        assert value(ticked, "flowforge_schedule_ticks_total", outcome="missed") == 0
     finally:
         code = worker.stop()
         api_proc.stop()
