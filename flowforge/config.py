@@ -15,6 +15,11 @@ from flowforge.model import DEFAULT_LEASE_S
 
 __all__ = ["ConfigError", "Settings"]
 
+# Idempotency keys are remembered at least this long (SPEC §4, §11); see _key_hours.
+DEFAULT_IDEMPOTENCY_KEY_HOURS = 24.0
+MIN_IDEMPOTENCY_KEY_HOURS = 1.0
+MAX_IDEMPOTENCY_KEY_HOURS = 87_600.0  # ten years, as a definition's retention_days
+
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name, "").strip()
@@ -40,6 +45,30 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value
+
+
+def _key_hours(env: Mapping[str, str]) -> float:
+    """FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long a webhook's idempotency key is remembered.
+
+    At least an hour: senders retry a failed delivery for minutes to days (Standard
+    Webhooks, Stripe), so a shorter memory would turn an ordinary retry into a second
+    execution — almost surely a mistake (minutes meant as hours) rather than a wish."""
+    name = "FLOWFORGE_IDEMPOTENCY_KEY_HOURS"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return DEFAULT_IDEMPOTENCY_KEY_HOURS
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = float("nan")
+    # Written so that nan fails too.
+    if not MIN_IDEMPOTENCY_KEY_HOURS <= hours <= MAX_IDEMPOTENCY_KEY_HOURS:
+        raise ConfigError(
+            f"{name} must be a number of hours from {MIN_IDEMPOTENCY_KEY_HOURS:g} to "
+            f"{MAX_IDEMPOTENCY_KEY_HOURS:g} (default {DEFAULT_IDEMPOTENCY_KEY_HOURS:g}); "
+            f"got {raw!r}"
+        )
+    return hours
 
 
 def _port(env: Mapping[str, str], name: str) -> int:
@@ -122,6 +151,8 @@ class Settings:
     metrics_address: str = "127.0.0.1"
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
+    idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -156,4 +187,5 @@ class Settings:
             metrics_port=_port(env, "FLOWFORGE_METRICS_PORT"),
             metrics_address=env.get("FLOWFORGE_METRICS_ADDRESS", "").strip() or cls.metrics_address,
             secret_bindings=bindings,
+            idempotency_key_hours=_key_hours(env),
         )

@@ -2,10 +2,12 @@
 at an exact line.
 
 FLOWFORGE_FAULTS="after_http_response=kill,after_checkpoint_commit=sleep:5" arms points;
-actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`. They arm only
-beside FLOWFORGE_TEST_MODE=1: a stray FLOWFORGE_FAULTS in a production environment file
-must not make the worker kill itself. Settings.from_env refuses that combination at
-start-up, so the process says why instead of silently ignoring it.
+actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`. A point inside a
+loop that checks a stop event passes it: its sleep then ends when the loop is told to
+stop, as the work it stands in for would. They arm only beside FLOWFORGE_TEST_MODE=1: a
+stray FLOWFORGE_FAULTS in a production environment file must not make the worker kill
+itself. Settings.from_env refuses that combination at start-up, so the process says why
+instead of silently ignoring it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Mapping
 
@@ -41,8 +44,8 @@ def armed(env: Mapping[str, str]) -> dict[str, str]:
 _ARMED = armed(os.environ)
 
 
-def hit(name: str) -> None:
-    """Trigger the fault armed at this point, if any."""
+def hit(name: str, stop: threading.Event | None = None) -> None:
+    """Trigger the fault armed at this point, if any; a sleep ends early once `stop` is set."""
     action = _ARMED.get(name)
     if action is None:
         return
@@ -50,6 +53,10 @@ def hit(name: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action.startswith("sleep:"):
-        time.sleep(float(action.removeprefix("sleep:")))
+        seconds = float(action.removeprefix("sleep:"))
+        if stop is None:
+            time.sleep(seconds)
+        else:
+            stop.wait(seconds)
     elif action == "raise":
         raise InjectedFault(name)

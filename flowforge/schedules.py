@@ -112,7 +112,7 @@ SET_PAUSED = """
 UPDATE schedules SET paused_at = %(paused_at)s, paused_by = %(actor)s, updated_at = now()
 WHERE workflow_id = %(workflow_id)s
 """
-# Whether a tick instant already fired (its idempotency key may be forgotten after 24 h).
+# Whether a tick instant already fired (its idempotency key may be forgotten, housekeeping.py).
 FIRED_AT = """
 SELECT execution_id FROM schedule_ticks
 WHERE workflow_id = %(workflow_id)s AND tick_at = %(tick_at)s

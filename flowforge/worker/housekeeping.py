@@ -1,5 +1,11 @@
-"""Housekeeping: idempotency keys are forgotten after their 24 hours (SPEC §4), then
-finished executions past their workflow's retention are deleted (retention.py, SPEC §11)."""
+"""The housekeeping thread: idempotency keys are forgotten once they are older than
+FLOWFORGE_IDEMPOTENCY_KEY_HOURS (default 24, SPEC §4, §11), then finished executions past
+their workflow's retention are deleted (retention.py).
+
+A thread of its own, not a job of the reaper: a backlog of keys or executions keeps a
+pass busy for seconds, and lease recovery and the reconciler must never wait behind it.
+Every batch checks the stop event, so a drain is not held up either.
+"""
 
 from __future__ import annotations
 
@@ -9,63 +15,77 @@ import time
 
 import psycopg_pool
 
+from flowforge import faults
+from flowforge.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
 from flowforge.db import wrap_exceptions
+from flowforge.worker.loop import Loop
 from flowforge.worker.retention import Retention
 
 logger = logging.getLogger(__name__)
 
 HOUSEKEEPING_SECONDS = 60.0
+# Per pass for the keys (and RETENTION_BUDGET_S for executions): a backlog of one kind
+# does not starve the other, and each pass logs what it did.
 HOUSEKEEPING_BUDGET_S = 5.0
 FORGET_BATCH = 10_000
-# One batch of keys past their 24 hours, oldest first through idempotency_keys_by_age.
+# One batch of keys older than their lifetime (hours, a parameter), oldest first through
+# idempotency_keys_by_age; row locks only on the keys it deletes.
 FORGET_IDEMPOTENCY_KEYS = """
 DELETE FROM idempotency_keys
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
-                       WHERE created_at < now() - interval '24 hours'
+                       WHERE created_at < now() - %(key_hours)s::float8 * interval '1 hour'
                        ORDER BY created_at LIMIT %(limit)s))
 """
 
 
-class Housekeeping:
+class Housekeeping(Loop):
     """Forgets expired idempotency keys and old executions, once a minute, until caught up."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
+    interval = HOUSEKEEPING_SECONDS
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool,
+        stop: threading.Event,
+        *,
+        key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS,
+    ) -> None:
+        super().__init__("housekeeping", stop)
         self.pool = pool
-        self.stop = stop
-        self._housekept_at = 0.0
-        self.retention = Retention(pool, stop)
+        self.key_hours = key_hours
+        self.retention = Retention(pool, stop, key_hours=key_hours)
 
-    def housekeep(self) -> int:
-        """Forget keys older than 24 hours, then expire executions; once a minute, until caught up.
+    def step(self) -> float:
+        """One pass; an unfinished backlog goes on at once instead of waiting a minute."""
+        _forgotten, caught_up = self.housekeep()
+        return self.interval if caught_up else 0.0
 
-        An unfinished backlog (see forget_expired_keys) goes on in the next pass instead
-        of waiting a minute; so does one of executions past their retention, deleted after
-        the keys so that an execution whose key was just forgotten goes in the same pass.
-        Returns how many keys were forgotten.
+    def housekeep(self) -> tuple[int, bool]:
+        """Forget expired keys, then expire executions; returns keys forgotten, caught up.
+
+        Executions go after the keys so that one whose key was just forgotten goes in the
+        same pass.
         """
-        if time.monotonic() - self._housekept_at < HOUSEKEEPING_SECONDS:
-            return 0
         forgotten, keys_caught_up = self.forget_expired_keys()
         _expired, executions_caught_up = self.retention.expire()
-        if keys_caught_up and executions_caught_up:
-            self._housekept_at = time.monotonic()
         if forgotten:
             logger.info("forgot old idempotency keys", extra={"count": forgotten})
-        return forgotten
+        return forgotten, keys_caught_up and executions_caught_up
 
     def forget_expired_keys(self) -> tuple[int, bool]:
         """Delete expired keys batch after batch; returns how many and whether caught up.
 
         One batch per statement keeps each delete's locks short; batches follow each other
         until one comes back short, so cleanup keeps up with any intake rate the database
-        can delete at. At most HOUSEKEEPING_BUDGET_S per call, so reaping never waits long
-        behind a backlog.
+        can delete at, for at most HOUSEKEEPING_BUDGET_S per call.
         """
         started = time.monotonic()
         forgotten = 0
+        params = {"limit": FORGET_BATCH, "key_hours": self.key_hours}
         with wrap_exceptions(), self.pool.connection() as conn:
+            faults.hit("housekeeping_keys", self.stop)
             while not self.stop.is_set():
-                deleted = conn.execute(FORGET_IDEMPOTENCY_KEYS, {"limit": FORGET_BATCH}).rowcount
+                deleted = conn.execute(FORGET_IDEMPOTENCY_KEYS, params).rowcount
                 forgotten += deleted
                 if deleted < FORGET_BATCH:
                     return forgotten, True

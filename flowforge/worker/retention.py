@@ -7,7 +7,8 @@ keys ON DELETE CASCADE, each reached through an index on execution_id), only whe
 `succeeded`, `failed` or `cancelled`, finished longer ago than that, has no `unknown`
 step (also under a cancelled execution: what a remote system did is still unsettled),
 and its idempotency key, if any, is forgotten: a duplicate webhook is answered with the
-original execution for as long as the key is remembered (24 hours, housekeeping.py).
+original execution for as long as the key is remembered (FLOWFORGE_IDEMPOTENCY_KEY_HOURS,
+default 24, housekeeping.py).
 `needs_attention` and live executions are never candidates.
 
 Outbox rows are left alone: a finished execution rarely has one (the relay deletes each
@@ -28,6 +29,7 @@ import time
 
 import psycopg_pool
 
+from flowforge.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
 from flowforge.db import wrap_exceptions
 from flowforge.definitions import DEFAULT_RETENTION_DAYS
 from flowforge.model import ExecutionStatus, StepStatus
@@ -35,10 +37,8 @@ from flowforge.model import ExecutionStatus, StepStatus
 logger = logging.getLogger(__name__)
 
 RETENTION_BATCH = 500
-# Per housekeeping pass; an unfinished backlog goes on in the reaper's next pass.
+# Per housekeeping pass; an unfinished backlog goes on in the next pass, at once.
 RETENTION_BUDGET_S = 3.0
-# Executions with a key are kept at least as long as the key (FORGET_IDEMPOTENCY_KEYS).
-IDEMPOTENCY_KEY_HOURS = 24
 
 _FINISHED = ", ".join(
     f"'{status.value}'"
@@ -62,9 +62,10 @@ def _expire(keyed: bool) -> str:
     if keyed:
         index = "executions_finished_keyed"
         kind = "x.idempotency_key IS NOT NULL"
-        # An execution finishes after it was created, with its key: finished a day ago,
-        # its key has expired and, unless housekeeping lags, is forgotten.
-        cutoff = f"least(p.cutoff, now() - interval '{IDEMPOTENCY_KEY_HOURS} hours')"
+        # Kept at least as long as its key (FORGET_IDEMPOTENCY_KEYS, the same key_hours):
+        # an execution finishes after it was created, with its key, so finished longer
+        # ago than that, its key has expired and, unless housekeeping lags, is forgotten.
+        cutoff = "least(p.cutoff, now() - %(key_hours)s::float8 * interval '1 hour')"
         remembered = """
           AND NOT EXISTS (SELECT 1 FROM idempotency_keys k
                           WHERE k.workflow_id = x.workflow_id AND k.key = x.idempotency_key
@@ -112,8 +113,10 @@ class Retention:
         *,
         batch: int = RETENTION_BATCH,
         budget_s: float = RETENTION_BUDGET_S,
+        key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS,
     ) -> None:
         self.pool = pool
+        self.key_hours = key_hours
         self.stop = stop
         self.batch = batch
         self.budget_s = budget_s
@@ -128,7 +131,11 @@ class Retention:
         started = time.monotonic()
         deleted = 0
         pending = [EXPIRE_UNKEYED, EXPIRE_KEYED]
-        params = {"limit": self.batch, "default_days": DEFAULT_RETENTION_DAYS}
+        params = {
+            "limit": self.batch,
+            "default_days": DEFAULT_RETENTION_DAYS,
+            "key_hours": self.key_hours,
+        }
         with wrap_exceptions(), self.pool.connection() as conn:
             while pending and not self.stop.is_set():
                 for statement in list(pending):

@@ -10,7 +10,7 @@ fresh process — procrastinate's `_monitor_side_tasks` and dramatiq's worker do
 Shutdown order, once `stop` is set: the consumer stops taking messages; running steps
 finish and checkpoint on the executor threads while the heartbeat keeps their leases
 alive and the consumer keeps serving acks and AMQP heartbeats; then the relay, the timer
-scanner, the scheduler and the reaper stop; pools close last.
+scanner, the scheduler, the reaper and housekeeping stop; pools close last.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from flowforge.errors import ConfigError
 from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
+from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.leases import Heartbeat
 from flowforge.worker.loop import Loop
 from flowforge.worker.reaper import Reaper
@@ -46,6 +47,9 @@ MONITOR_SECONDS = 0.5
 JOIN_SECONDS = 10.0
 # Exit status of a worker that stopped because one of its threads died.
 THREAD_DIED = 1
+# Services that each take one pooled connection at a time: relay, timers, scheduler,
+# reaper, housekeeping, heartbeat.
+POOLED_SERVICES = 6
 
 
 class Worker:
@@ -56,10 +60,12 @@ class Worker:
         allow = netguard.Allowlist.parse(settings.http_allow)
         topology = Topology(settings.amqp_prefix)
         self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
-        # Executors hold a connection only inside a transaction, never across a request.
+        # Executors hold a connection only inside a transaction, never across a request;
+        # each of the six pooled services below holds at most one (the relay's LISTEN
+        # connection is its own, outside the pool).
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_concurrency + 5,
+            max_size=settings.worker_concurrency + POOLED_SERVICES,
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
@@ -104,6 +110,7 @@ class Worker:
                 reconcile_s=settings.reconcile_seconds,
                 stop=self.background,
             ),
+            Housekeeping(self.pool, self.background, key_hours=settings.idempotency_key_hours),
             Heartbeat(self.pool, self.executor.leases, settings.worker_id, self.background),
         ]
         self.metrics_server: Any = None
@@ -155,6 +162,9 @@ class Worker:
         deadline = time.monotonic() + JOIN_SECONDS
         for thread in self.services:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = [thread.name for thread in self.services if thread.is_alive()]
+        if stuck:
+            logger.warning("services still running at exit", extra={"threads": stuck})
         self.pool.close()
         # Last: what the drain did is still scraped while it happens.
         if self.metrics_server is not None:

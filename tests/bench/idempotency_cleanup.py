@@ -20,7 +20,7 @@ import psycopg
 
 from flowforge.db import create_pool
 from flowforge.migrate import migrate
-from flowforge.worker.reaper import Reaper
+from flowforge.worker.housekeeping import Housekeeping
 
 ADMIN_URL = "postgresql://root@127.0.0.1:5432/postgres"
 EXPIRED = """
@@ -62,12 +62,12 @@ def main() -> None:
         feeder = threading.Thread(target=intake, daemon=True)
         pool = create_pool(url, max_size=2, name="bench-reaper")
         pool.open(wait=True)
-        reaper = Reaper(pool, lease_s=60.0, reconcile_s=30.0, stop=threading.Event())
+        housekeeping = Housekeeping(pool, threading.Event())
         feeder.start()
         started = time.monotonic()
         forgotten, passes = 0, 0
         while forgotten < args.keys:  # passes back to back, as while a backlog lasts
-            forgotten += reaper.forget_expired_keys()[0]
+            forgotten += housekeeping.forget_expired_keys()[0]
             passes += 1
         elapsed = time.monotonic() - started
         stop.set()
@@ -75,7 +75,7 @@ def main() -> None:
         pool.close()
         print(
             f"forgot {forgotten:,} expired idempotency keys in {elapsed:.1f} s over {passes} "
-            f"reaper passes while intake added {args.intake:,}/s: {forgotten / elapsed:,.0f} "
+            f"housekeeping passes while intake added {args.intake:,}/s: {forgotten / elapsed:,.0f} "
             f"keys/s, {forgotten / elapsed / args.intake:.0f}x the intake rate"
         )
     finally:

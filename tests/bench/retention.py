@@ -14,12 +14,12 @@ growing queue). The workers' own housekeeping deletes what is past its retention
 of executions, steps, attempts, execution_events and idempotency_keys.
 
 The webhooks carry no Idempotency-Key: an execution with a key is kept as long as its key
-(24 hours), so with keys a soak of minutes would measure the key lifetime, not retention
-(tests/bench/idempotency_cleanup.py measures that cleanup). PostgreSQL reuses the space
-of deleted rows only once they are vacuumed; this machine's server runs with autovacuum
-off, so the soak runs a plain VACUUM of those tables every `--vacuum-s` seconds (0:
-never), which is what autovacuum does in production. A figure, not a test: nothing is
-asserted.
+(FLOWFORGE_IDEMPOTENCY_KEY_HOURS, at least an hour), so with keys a soak of minutes would
+measure the key lifetime, not retention (tests/bench/idempotency_cleanup.py measures that
+cleanup). PostgreSQL reuses the space of deleted rows only once they are vacuumed; this
+machine's server runs with autovacuum off, so the soak runs a plain VACUUM of those tables
+every `--vacuum-s` seconds (0: never), which is what autovacuum does in production. A
+figure, not a test: nothing is asserted.
 
 `--delete-only N` measures retention's own pace instead: N expired executions shaped like
 chain3's (three steps, three attempts, eight events each) are bulk-inserted into a private

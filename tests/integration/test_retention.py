@@ -15,7 +15,7 @@ import psycopg_pool
 import pytest
 
 from flowforge.db import create_pool
-from flowforge.worker.reaper import Reaper
+from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_KEYED, EXPIRE_UNKEYED, Retention
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
@@ -191,11 +191,11 @@ def test_a_duplicate_webhook_is_answered_with_the_original_until_its_key_is_forg
     publish(open_client, "short", retention_days=SHORT_DAYS)
     original, _ = hook(open_client, "short", "delivery-1")
     finish(db, original, "succeeded", "25 hours")
-    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())
+    housekeeping = Housekeeping(pool, threading.Event())
 
-    # Past its retention, but the key is remembered for 24 hours: kept, and a duplicate
-    # still gets the original execution, which can still be read.
-    assert reaper.housekeep() == 0
+    # Past its retention, but the key is remembered for 24 hours by default: kept, and a
+    # duplicate still gets the original execution, which can still be read.
+    assert housekeeping.housekeep() == (0, True)
     assert existing(db, [original]) == {original}
     assert hook(open_client, "short", "delivery-1") == (original, True)
     assert open_client.get(f"/api/v1/executions/{original}").status_code == 200
@@ -203,8 +203,7 @@ def test_a_duplicate_webhook_is_answered_with_the_original_until_its_key_is_forg
     # Once the key expired, housekeeping forgets it and then deletes the execution in the
     # same pass; the same delivery now starts a new execution, as after any 24 hours.
     db.execute("UPDATE idempotency_keys SET created_at = now() - interval '25 hours'")
-    reaper = Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=threading.Event())  # due now
-    assert reaper.housekeep() == 1
+    assert housekeeping.housekeep() == (1, True)
     assert existing(db, [original]) == set()
     again, replayed = hook(open_client, "short", "delivery-1")
     assert (again != original, replayed) == (True, False)
@@ -224,7 +223,10 @@ def test_finding_candidates_goes_through_the_partial_indexes(
     )
     db.execute("SET enable_seqscan = off")
     plan = "\n".join(
-        row[0] for row in db.execute("EXPLAIN " + statement, {"limit": 500, "default_days": 30})
+        row[0]
+        for row in db.execute(
+            "EXPLAIN " + statement, {"limit": 500, "default_days": 30, "key_hours": 24}
+        )
     )
     assert f"Index Scan using {index} on executions" in plan, plan
     assert "steps_unknown" in plan, plan
@@ -274,3 +276,36 @@ def test_a_bad_retention_is_a_422_naming_its_path_and_publishes_nothing(
     assert response.content_type == "application/problem+json"
     assert [e["path"] for e in response.get_json()["errors"]] == ["$.retention_days"]
     assert db.execute("SELECT count(*) FROM workflows WHERE key = 'short'").fetchone() == (0,)
+
+
+def test_a_worker_keeps_idempotency_keys_as_long_as_configured_then_forgets_them(
+    open_client: Any, db: psycopg.Connection, workers: Callable[..., Process]
+) -> None:
+    """FLOWFORGE_IDEMPOTENCY_KEY_HOURS at its floor, 1 hour, on a real bin/worker; the
+    keys' ages are moved into the past (90 and 30 minutes), as retention's tests do."""
+    publish(open_client, "short", retention_days=SHORT_DAYS)
+    expired, _ = hook(open_client, "short", "delivery-1")
+    live, _ = hook(open_client, "short", "delivery-2")
+    for eid, key, age in (
+        (expired, "delivery-1", "90 minutes"),
+        (live, "delivery-2", "30 minutes"),
+    ):
+        finish(db, eid, "succeeded", age)  # both past their workflow's retention of 86 s
+        db.execute(
+            "UPDATE idempotency_keys SET created_at = now() - %s::interval WHERE key = %s",
+            (age, key),
+        )
+
+    # Housekeeping's first pass, at start: the hour-old key is forgotten (with the default
+    # 24 hours it would be kept), then its execution goes; the younger one stays.
+    worker = workers(FLOWFORGE_IDEMPOTENCY_KEY_HOURS="1")
+    wait_for(lambda: not existing(db, [expired]), timeout=30, message="retention to delete it")
+    assert "forgot old idempotency keys" in worker.log()
+    keys = db.execute("SELECT key FROM idempotency_keys").fetchall()
+    assert keys == [("delivery-2",)]
+    assert existing(db, [live]) == {live}
+
+    # Before expiry a duplicate gets the original; after it, the same delivery is new.
+    assert hook(open_client, "short", "delivery-2") == (live, True)
+    again, replayed = hook(open_client, "short", "delivery-1")
+    assert (again != expired, replayed) == (True, False)
