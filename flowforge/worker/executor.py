@@ -4,9 +4,9 @@ Pure steps run inside the claiming transaction (no lease: the row lock is the le
 An http_request is claimed in one committed transaction (new fencing token, open attempt
 row holding the rendered request, redacted) before the request leaves, sent with no
 transaction open, and checkpointed in a second transaction that writes nothing unless the
-step still holds our token. The lease
-is held (and renewed by the heartbeat) only from the claim's commit until the checkpoint,
-and the request leaves only while the lease is known to be ours (see `leases.py`).
+step still holds our token. The lease is held (and renewed by the heartbeat) only from the
+claim's commit until the checkpoint, and the request leaves only while the lease is known
+to be ours (see `leases.py`).
 """
 
 from __future__ import annotations
