@@ -124,26 +124,37 @@ def dropping() -> Iterator[tuple[str, list[bytes]]]:
     server = socket.create_server(("127.0.0.1", 0))
     seen: list[bytes] = []
 
+    def read_request(conn: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < length(data):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    def length(data: bytes) -> int:
+        head = data.partition(b"\r\n\r\n")[0].lower()
+        return (
+            int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+            if b"content-length:" in head
+            else 0
+        )
+
     def serve() -> None:
         while True:
             try:
                 conn, _ = server.accept()
             except OSError:
-                return
+                return  # shut down
             with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                while len(body) < length:
-                    body += conn.recv(65536)
-                seen.append(data)
+                seen.append(read_request(conn))
                 conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"id":')
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.getsockname()[1]}", seen
+    server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone would not)
     server.close()
     thread.join(timeout=5)
 
