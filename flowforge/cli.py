@@ -247,6 +247,10 @@ def _execution_text(detail: dict[str, Any]) -> str:
                 f"      attempt {a['attempt']}: {a['outcome'] or 'in flight'}{extra}"
                 f"  {a['started_at']}"
             )
+            if sent := a.get("request"):
+                lines.append(f"        sent {sent['method']} {sent['url']}")
+            if a["outcome"] in ("unknown", "lost_lease") and not a.get("response"):
+                lines.append(f"        no answer (by {a['worker'] or '?'})")
         if s["output"] is not None:
             lines.append(f"      output: {json.dumps(s['output'])[:200]}")
     acted = [e for e in detail.get("events", []) if "actor" in (e.get("detail") or {})]

@@ -105,6 +105,7 @@ class NewAttempt:
     error: str | None = None
     http_status: int | None = None
     duration_ms: int | None = None
+    request: dict[str, Any] | None = None  # what an http_request sends (Rendered.record)
 
 
 @dataclass
@@ -117,6 +118,7 @@ class FinishedAttempt:
     error: str | None = None
     http_status: int | None = None
     duration_ms: int | None = None
+    response: dict[str, Any] | None = None  # what came back, if anything (Outcome.response)
 
 
 @dataclass
@@ -467,6 +469,7 @@ class Run:
             error=outcome.error,
             http_status=outcome.http_status,
             duration_ms=outcome.duration_ms,
+            response=outcome.response,
         )
         policy = self.definition.step(step_id).retry
         if outcome.output is not None:
@@ -486,9 +489,15 @@ class Run:
         else:
             self.fail_step(step_id, outcome.error or "failed")
 
-    def claim(self, step_id: str, worker: str, lease_s: float = DEFAULT_LEASE_S) -> StepState:
+    def claim(
+        self,
+        step_id: str,
+        worker: str,
+        lease_s: float = DEFAULT_LEASE_S,
+        request: dict[str, Any] | None = None,
+    ) -> StepState:
         """Take a ready step for `lease_s` seconds: new fencing token, new attempt row
-        (committed before any I/O)."""
+        (committed before any I/O, with the request about to be sent)."""
         state = self.steps[step_id]
         self.changes.leases[step_id] = lease_s
         state.fencing_token += 1
@@ -496,7 +505,7 @@ class Run:
         self.set_step(
             step_id, S.RUNNING, lease_owner=worker, started_at=state.started_at or self.now
         )
-        self.new_attempts.append(NewAttempt(step_id, state.fencing_token, worker))
+        self.new_attempts.append(NewAttempt(step_id, state.fencing_token, worker, request=request))
         self.derive_status()
         return state
 

@@ -29,6 +29,12 @@ RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 # Response headers worth keeping in the step output; the rest are noise or private.
 KEPT_HEADERS = ("content-type", "content-length", "location", "etag", "retry-after", "x-request-id")
 REDACTED = "[redacted]"
+# How much body an attempt's own record keeps of what it sent and what came back
+# (attempts.request / attempts.response): enough for an operator to see what happened;
+# the step's output keeps the last response up to the worker's full limit.
+ATTEMPT_BODY_BYTES = 4096
+# What jsonb cannot hold in a string; replaced so recording an attempt never fails.
+_NOT_STORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,22 @@ class Rendered:
     def redact(self, text: str) -> str:
         """The text without any spelling of the secrets this request uses."""
         return _redact(text, self.redactor)
+
+    def record(self) -> dict[str, Any]:
+        """The request as it leaves, for its attempt's row (written with the claim, before
+        the first byte): redacted as a step output is, its body cut at ATTEMPT_BODY_BYTES."""
+        body, truncated = None, False
+        if self.body is not None:
+            body, truncated = _preview(self.body, self.redactor, self.redactor_reach)
+        return {
+            "method": self.method,
+            "url": _storable(self.redact(self.url)),
+            "headers": {
+                name: _storable(self.redact(value)) for name, value in self.headers.items()
+            },
+            "body": body,
+            "truncated": truncated,
+        }
 
 
 class SecretMissing(TemplateError):
@@ -293,9 +315,20 @@ def perform(
         error = _redact(f"no response: {exc}", rendered.redactor)
         return Outcome("retry" if safe else "unknown", error=error)
     output = _output(result, rendered.redactor, max_response_bytes)
+    body, truncated = _preview(result.body, rendered.redactor, rendered.redactor_reach)
+    response = {
+        "status": result.status,
+        "headers": output["headers"],
+        "body": body,
+        "truncated": truncated or result.truncated,
+    }
     if 200 <= result.status < 300:
         return Outcome(
-            "succeeded", output=output, http_status=result.status, duration_ms=result.duration_ms
+            "succeeded",
+            output=output,
+            http_status=result.status,
+            duration_ms=result.duration_ms,
+            response=response,
         )
     error = f"HTTP {result.status} from {rendered.method} request"
     kind = "retry" if safe and result.status in RETRYABLE_STATUS else "failed"
@@ -306,6 +339,7 @@ def perform(
         http_status=result.status,
         duration_ms=result.duration_ms,
         retry_after_s=result.retry_after_s,
+        response=response,
     )
 
 
@@ -337,6 +371,21 @@ def _output(
         "body": body,
         "truncated": truncated,
     }
+
+
+def _preview(data: bytes, secrets: re.Pattern[str] | None, reach: int) -> tuple[str, bool]:
+    """A body cut at ATTEMPT_BODY_BYTES as text, and whether it was cut: redacted before the
+    cut like a truncated step output, reading only as far past it as one secret reaches."""
+    truncated = len(data) > ATTEMPT_BODY_BYTES
+    if not truncated:
+        return _storable(_redact(data.decode("utf-8", errors="replace"), secrets)), False
+    kept = len(data[:ATTEMPT_BODY_BYTES].decode("utf-8", errors="replace"))
+    text = data[: ATTEMPT_BODY_BYTES + reach].decode("utf-8", errors="replace")
+    return _storable(_redact_prefix(text, secrets, kept)), True
+
+
+def _storable(text: str) -> str:
+    return _NOT_STORABLE.sub("\ufffd", text)
 
 
 def _parsed(text: str, secrets: re.Pattern[str] | None) -> Any:

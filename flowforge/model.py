@@ -113,6 +113,8 @@ class Outcome:
     http_status: int | None = None
     duration_ms: int | None = None
     retry_after_s: float | None = None
+    # The attempt's own record of the answer (attempts.response), redacted and capped.
+    response: dict[str, Any] | None = None
 
     @property
     def attempt_outcome(self) -> str:

@@ -75,7 +75,8 @@ WHERE s.execution_id = %(execution_id)s AND s.step_id = c.step_id
 # Closes only the attempt that holds this fencing token and is still open.
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = clock_timestamp(), outcome = %(outcome)s, error = %(error)s,
-                    http_status = %(http_status)s, duration_ms = %(duration_ms)s
+                    http_status = %(http_status)s, duration_ms = %(duration_ms)s,
+                    response = %(response)s
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
   AND fencing_token = %(fencing_token)s AND outcome IS NULL
 """
@@ -87,18 +88,18 @@ VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
 # follow it); the attempt number counts the step's earlier rows and those before it here.
 INSERT_ATTEMPTS = """
 INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
-                      outcome, error, http_status, duration_ms)
+                      outcome, error, http_status, duration_ms, request)
 SELECT %(execution_id)s, a.step_id,
        (SELECT coalesce(max(attempt), 0) FROM attempts
         WHERE execution_id = %(execution_id)s AND step_id = a.step_id)
        + row_number() OVER (PARTITION BY a.step_id ORDER BY a.n),
        a.fencing_token, a.worker,
        CASE WHEN a.outcome IS NULL THEN NULL ELSE clock_timestamp() END,
-       a.outcome, a.error, a.http_status, a.duration_ms
+       a.outcome, a.error, a.http_status, a.duration_ms, a.request
 FROM unnest(%(step_id)s::text[], %(fencing_token)s::bigint[], %(worker)s::text[],
             %(outcome)s::text[], %(error)s::text[], %(http_status)s::integer[],
-            %(duration_ms)s::integer[]) WITH ORDINALITY
-     AS a(step_id, fencing_token, worker, outcome, error, http_status, duration_ms, n)
+            %(duration_ms)s::integer[], %(request)s::jsonb[]) WITH ORDINALITY
+     AS a(step_id, fencing_token, worker, outcome, error, http_status, duration_ms, request, n)
 ORDER BY a.n
 """
 INSERT_EVENTS = """
@@ -201,10 +202,14 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
         if changes.finished_attempts:
             cur.executemany(
                 FINISH_ATTEMPT,
-                [{"execution_id": eid, **vars(a)} for a in changes.finished_attempts],
+                [
+                    {"execution_id": eid, **vars(a), "response": _jsonb(a.response)}
+                    for a in changes.finished_attempts
+                ],
             )
         if changes.new_attempts:
-            cur.execute(INSERT_ATTEMPTS, _columns(eid, [vars(a) for a in changes.new_attempts]))
+            attempts = [{**vars(a), "request": _jsonb(a.request)} for a in changes.new_attempts]
+            cur.execute(INSERT_ATTEMPTS, _columns(eid, attempts))
         if changes.events:
             events = [
                 {"step_id": step_id, "kind": kind, "detail": Jsonb(detail)}
@@ -240,6 +245,10 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
 def _columns(execution_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Rows of equal keys as one array per key, for the unnest() statements above."""
     return {"execution_id": execution_id, **{key: [row[key] for row in rows] for key in rows[0]}}
+
+
+def _jsonb(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
 
 
 def _step_params(state: StepState, lease_s: float | None) -> dict[str, Any]:

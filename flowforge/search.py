@@ -86,13 +86,14 @@ GROUP BY s.status
 ATTENTION_STEPS = """
 SELECT s.execution_id, s.step_id, s.type, s.error, e.status AS execution_status,
        wf.key AS workflow, v.version, v.definition, e.created_at, e.input,
-       a.started_at AS sent_at, a.worker, a.error AS attempt_error, a.attempt
+       a.started_at AS sent_at, a.worker, a.error AS attempt_error, a.attempt,
+       a.request AS sent, a.response
 FROM steps s
 JOIN executions e ON e.id = s.execution_id
 JOIN workflows wf ON wf.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
 LEFT JOIN LATERAL (
-    SELECT started_at, worker, error, attempt FROM attempts
+    SELECT started_at, worker, error, attempt, request, response FROM attempts
     WHERE execution_id = s.execution_id AND step_id = s.step_id ORDER BY id DESC LIMIT 1
 ) a ON true
 WHERE s.status = 'unknown'

@@ -28,7 +28,8 @@ SELECT step_id, type, status, attempts, wake_at, output, error, started_at, fini
 FROM steps WHERE execution_id = %(id)s ORDER BY position
 """
 ATTEMPTS = """
-SELECT step_id, attempt, worker, started_at, finished_at, outcome, error, http_status, duration_ms
+SELECT step_id, attempt, worker, started_at, finished_at, outcome, error, http_status, duration_ms,
+       request, response
 FROM attempts WHERE execution_id = %(id)s ORDER BY id
 """
 EVENTS = """
@@ -111,6 +112,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
                 "error": a["error"],
                 "http_status": a["http_status"],
                 "duration_ms": a["duration_ms"],
+                "request": a["request"],
+                "response": a["response"],
             }
         )
     skipped_because = {

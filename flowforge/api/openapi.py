@@ -323,6 +323,39 @@ SCHEMAS: dict[str, Any] = {
             "error": {"type": ["string", "null"]},
             "http_status": {"type": ["integer", "null"]},
             "duration_ms": {"type": ["integer", "null"]},
+            "request": {
+                "description": (
+                    "What this attempt sent, as rendered, recorded before it left; secrets "
+                    "and resume tokens redacted, body cut at 4 KiB. Null for pure steps."
+                ),
+                "oneOf": [_ref("AttemptRequest"), {"type": "null"}],
+            },
+            "response": {
+                "description": (
+                    "What came back to this attempt, redacted, body cut at 4 KiB; null when "
+                    "no answer came (an unknown attempt) or for pure steps."
+                ),
+                "oneOf": [_ref("AttemptResponse"), {"type": "null"}],
+            },
+        },
+    },
+    "AttemptRequest": {
+        "type": "object",
+        "properties": {
+            "method": {"type": "string"},
+            "url": {"type": "string"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": ["string", "null"]},
+            "truncated": {"type": "boolean"},
+        },
+    },
+    "AttemptResponse": {
+        "type": "object",
+        "properties": {
+            "status": {"type": "integer"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": "string"},
+            "truncated": {"type": "boolean"},
         },
     },
     "ExecutionStep": {

@@ -2,10 +2,11 @@
 
 Pure steps run inside the claiming transaction (no lease: the row lock is the lease).
 An http_request is claimed in one committed transaction (new fencing token, open attempt
-row) before the request leaves, sent with no transaction open, and checkpointed in a
-second transaction that writes nothing unless the step still holds our token. The lease
-is held (and renewed by the heartbeat) only from the claim's commit until the checkpoint,
-and the request leaves only while the lease is known to be ours (see `leases.py`).
+row holding the rendered request, redacted) before the request leaves, sent with no
+transaction open, and checkpointed in a second transaction that writes nothing unless the
+step still holds our token. The lease is held (and renewed by the heartbeat) only from the
+claim's commit until the checkpoint, and the request leaves only while the lease is known
+to be ours (see `leases.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import psycopg_pool
 from flowforge import faults, metrics, netguard, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
-from flowforge.http_step import perform, render_request
+from flowforge.http_step import Rendered, perform, render_request
 from flowforge.model import Outcome, StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
 from flowforge.templating import TemplateError
@@ -89,7 +90,11 @@ class Executor:
                 if step.type in PURE_TYPES:
                     run.advance()
                 elif run.when_allows(sid):
-                    claimed = run.claim(sid, self.worker_id, self.lease_s)
+                    # Rendered before the claim commits, so that its attempt row holds
+                    # what is about to be sent, with no round trip of its own.
+                    prepared = self._render(run, sid)
+                    sent = prepared.record() if isinstance(prepared, Rendered) else None
+                    claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
                 save_run(conn, run.take_changes())
                 if claimed is not None:
                     faults.hit("before_claim_commit")
@@ -98,7 +103,7 @@ class Executor:
             token = claimed.fencing_token
             with self.leases.holding(eid, sid, token, confirmed_at=began) as lease:
                 faults.hit("after_claim_commit")
-                outcome = self._attempt(run, sid, lease)
+                outcome = self._attempt(run, sid, lease, prepared)
                 faults.hit("after_http_response")
                 self._checkpoint(eid, sid, lease, outcome)
         faults.hit("before_ack")
@@ -111,10 +116,10 @@ class Executor:
                 {"execution_id": wakeup.execution_id, "step_id": wakeup.step_id},
             )
 
-    def _attempt(self, run: Run, sid: str, lease: Lease) -> Outcome:
-        """Render and send the request; never raises, so the step is always checkpointed."""
+    def _render(self, run: Run, sid: str) -> Rendered | Outcome:
+        """The request to send, or the failed outcome of a request that cannot be rendered;
+        never raises, so the step is always checkpointed."""
         step = run.definition.step(sid)
-        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
         try:
             rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
         except TemplateError as exc:
@@ -122,12 +127,19 @@ class Executor:
         except Exception as exc:
             # Its message may quote a secret, and there is no redactor yet: the name only.
             name = type(exc).__name__
-            logger.error("internal error rendering the request", extra={**log, "error": name})
+            log = {"execution_id": run.execution_id, "step": sid, "error": name}
+            logger.error("internal error rendering the request", extra=log)
             return Outcome("failed", error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
-        rendered = dataclasses.replace(
-            rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s)
-        )
+        return dataclasses.replace(rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s))
+
+    def _attempt(self, run: Run, sid: str, lease: Lease, prepared: Rendered | Outcome) -> Outcome:
+        """Send the rendered request; never raises, so the step is always checkpointed."""
+        if isinstance(prepared, Outcome):
+            return prepared
+        rendered = prepared
+        step = run.definition.step(sid)
+        log = {"execution_id": run.execution_id, "step": sid, "fencing_token": lease.token}
         passed_fence = False  # from then on the request may have left
 
         def fence() -> None:

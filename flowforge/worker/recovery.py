@@ -148,6 +148,7 @@ class LeaseRecovery:
                     "error": error,
                     "http_status": None,
                     "duration_ms": None,
+                    "response": None,
                 },
             )
             events: list[tuple[str | None, str, dict[str, Any]]] = [

@@ -5,6 +5,7 @@ counts and every filter of the list. (tests/e2e/test_console.py drives it in Chr
 from __future__ import annotations
 
 import re
+import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,8 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge import apikeys, search
-from tests.support.definitions import OPEN
+from flowforge import apikeys, netguard, search
+from flowforge.db import create_pool
+from flowforge.worker.broker import Wakeup
+from flowforge.worker.executor import Executor
+from tests.support.definitions import OPEN, unsigned
+from tests.support.target import Reply, Target
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -266,3 +271,80 @@ def test_bulk_cancel_goes_in_batches_and_leaves_later_arrivals_alone(
         "WHERE detail->'actor'->>'name' = 'tests'"
     ).fetchone()
     assert recorded == 133
+
+
+def test_the_pages_show_what_each_attempt_sent_and_got_back(
+    app_client: Any,
+    api_key: str,
+    database_url: str,
+    target: Target,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real executor (in-process) runs a GET that answers and a POST whose answer never
+    comes: the execution page shows each attempt's request and response as recorded,
+    redacted; the attention page what the unknown one sent, when and by whom."""
+    value = "Tok" + secrets.token_hex(12)
+    monkeypatch.setenv("FLOWFORGE_SECRET_TOK", value)
+    target.script = lambda r: (
+        Reply(json={"id": "q_1", "echo": r.headers["x-api-token"]})
+        if r.path == "/quote"
+        else Reply(json={}, delay_s=0.6)
+    )
+    token = {"X-Api-Token": "{{ secrets.tok }}"}
+    definition = unsigned(
+        [
+            {
+                "id": "quote",
+                "type": "http_request",
+                "request": {"method": "GET", "url": f"{target.url}/quote", "headers": token},
+            },
+            {
+                "id": "charge",
+                "type": "http_request",
+                "depends_on": ["quote"],
+                "request": {
+                    "method": "POST",
+                    "url": f"{target.url}/charge",
+                    "headers": token,
+                    "json": {"quote": "{{ quote.body.id }}"},
+                    "timeout_s": 0.3,
+                },
+            },
+        ]
+    )
+    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    assert app_client.post("/api/v1/workflows/pay/versions", json=definition).status_code == 201
+    eid = app_client.post("/hooks/pay", json={}).get_json()["execution_id"]
+    app_client.environ_base.pop("HTTP_AUTHORIZATION")
+    pool = create_pool(database_url, max_size=2, name="test-console")
+    pool.open(wait=True, timeout=10)
+    try:
+        executor = Executor(
+            pool,
+            worker_id="worker-console",
+            lease_s=10,
+            allow=netguard.Allowlist.parse("127.0.0.1"),
+            secret_bindings={"TOK": frozenset({"pay"})},
+        )
+        executor.handle(Wakeup(eid, "quote"))
+        executor.handle(Wakeup(eid, "charge"))
+    finally:
+        pool.close()
+    assert [r.headers["x-api-token"] for r in target.received] == [value, value]
+
+    _sign_in(app_client, api_key)
+    page = app_client.get(f"/ui/executions/{eid}").get_data(as_text=True)
+    assert 'id="exchange-quote-1"' in page and 'id="exchange-charge-1"' in page
+    assert f"<b>GET</b> {target.url}/quote" in page
+    assert "X-Api-Token: [redacted]" in page
+    assert "HTTP <b>200</b>" in page and "q_1" in page
+    assert f"<b>POST</b> {target.url}/charge" in page
+    assert 'by worker <span class="mono">worker-console</span>, no answer.' in page
+    assert value not in page
+
+    attention = app_client.get("/ui/attention").get_data(as_text=True)
+    section = attention.split(f'id="unknown-{eid}-charge"')[1]
+    assert "What was sent (redacted)" in section
+    assert f"<b>POST</b> {target.url}/charge" in section and "q_1" in section
+    assert "X-Api-Token: [redacted]" in section and "no answer." in section
+    assert value not in attention

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from flowforge.http_step import redactor_reach
+from flowforge.http_step import ATTEMPT_BODY_BYTES, redactor_reach
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
@@ -131,6 +131,11 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
     assert set(forms.values()) == {REDACTED}
     inner = json.loads(parsed["body"]["inner"])["forms"]
     assert inner.count(REDACTED) == len(spellings(value)) - 1
+    # Each attempt's own record of the exchange holds no spelling either (searched below).
+    for step_id in ("plain", "truncated", "json"):
+        [attempt] = step(done, step_id)["attempts"]
+        assert attempt["request"]["headers"]["X-Api-Token"] == REDACTED
+        assert REDACTED in attempt["response"]["body"], attempt["response"]
 
     places = {
         "API answers": "\n".join(
@@ -168,6 +173,8 @@ def straddling(request: Received) -> Reply:
     if case == "past_what_is_read":
         before = percent_encoded(token) * 200
         cut += redactor_reach([token])
+    elif case == "attempt_preview":
+        cut = ATTEMPT_BODY_BYTES  # where an attempt's own record of the answer is cut
     pad = "x" * (cut - len(before) - len(form) // 2)
     body = before + pad + form + "y" * 5_000
     return Reply(body=body.encode(), headers={"Content-Type": "text/plain"})
@@ -187,10 +194,17 @@ def test_a_secret_a_cut_goes_through_is_redacted_whole(
     ends = {"as_sent": f"x{REDACTED}", "percent_encoded": f"x{REDACTED}", "past_what_is_read": "x"}
     client.publish(
         WORKFLOW,
-        unsigned([call(case, f"{target.url}/straddle/{case}") for case in ends], name="Cut"),
+        unsigned(
+            [call(case, f"{target.url}/straddle/{case}") for case in [*ends, "attempt_preview"]],
+            name="Cut",
+        ),
     )
     done = client.wait(client.start(WORKFLOW, {"n": 1}))
     assert done["status"] == "succeeded", done
+    preview = step(done, "attempt_preview")
+    assert preview["attempts"][0]["response"]["truncated"] is True
+    assert preview["attempts"][0]["response"]["body"].endswith(f"x{REDACTED}")
+    assert preview["output"]["body"].endswith(f"x{REDACTED}" + "y" * 5_000)
     for case, end in ends.items():
         output = step(done, case)["output"]
         assert output["truncated"] is True

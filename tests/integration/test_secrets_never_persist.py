@@ -130,6 +130,14 @@ def test_secret_reaches_the_target_and_is_stored_nowhere(
     assert output["body"]["nested"]["list"] == [REDACTED, f"prefix-{REDACTED}-suffix"]
     assert output["headers"]["x-request-id"] == REDACTED
     assert step(done, "shape")["output"]["where"] == f"/next?token={REDACTED}"
+    # So is what the attempt recorded it sent, and what came back to it.
+    [attempt] = step(done, "call")["attempts"]
+    assert attempt["request"]["url"].endswith(f"/echo/A1?key={REDACTED}")
+    assert attempt["request"]["headers"]["Authorization"] == f"Bearer {REDACTED}"
+    assert attempt["request"]["headers"]["X-Api-Token"] == REDACTED
+    assert f'"token":"{REDACTED}"' in attempt["request"]["body"]
+    assert attempt["response"]["headers"]["x-request-id"] == REDACTED
+    assert f'"x-api-token": "{REDACTED}"' in attempt["response"]["body"]
 
     # Search every place the value could have ended up.
     answers = [

@@ -259,6 +259,10 @@ def test_the_token_never_lands_in_the_database_logs_or_api_output(
     done = client.wait(eid)
     assert done["status"] == "succeeded"
     assert step(done, "ask")["output"]["body"]["echo"].endswith("/hooks/resume/[redacted]")
+    # The attempt's record of what it sent and what came back holds the URL redacted too.
+    [asked] = step(done, "ask")["attempts"]
+    assert "/hooks/resume/[redacted]" in asked["request"]["body"]
+    assert "/hooks/resume/[redacted]" in asked["response"]["body"]
 
     assert token not in json.dumps(done)
     listing = client.session.get(f"{client.base}/api/v1/executions", timeout=10)

@@ -8,11 +8,18 @@ import sys
 from urllib.parse import quote, quote_plus
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from flowforge import netguard
-from flowforge.http_step import REDACTED, _redact, redactor
+from flowforge.http_step import (
+    ATTEMPT_BODY_BYTES,
+    REDACTED,
+    Rendered,
+    _redact,
+    redactor,
+    redactor_reach,
+)
 
 ENCODINGS = {
     "as is": lambda v: v,
@@ -103,3 +110,35 @@ def test_a_long_run_of_backslashes_is_redacted_in_linear_time() -> None:
     )
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stderr
+
+
+def _rendered(value: str, url: str, body: bytes | None) -> Rendered:
+    return Rendered(
+        method="POST",
+        url=url,
+        headers={"Authorization": f"Bearer {value}", "X-Nul": "a\x00b"},
+        body=body,
+        timeout_s=1.0,
+        redactor=redactor([value]),
+        redactor_reach=redactor_reach([value]),
+        url_holds_secret=True,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=secret_values, encoding=st.sampled_from(sorted(ENCODINGS)))
+def test_an_attempts_record_of_its_request_holds_no_secret(value: str, encoding: str) -> None:
+    """attempts.request: URL, headers and body redacted; a body longer than an attempt
+    keeps is cut, and a secret the cut goes through is redacted whole."""
+    assume(value[0].lower() != "x")  # the match must start where the secret does, not in the pad
+    form = ENCODINGS[encoding](value)
+    pad = "x" * (ATTEMPT_BODY_BYTES - len(form.encode()) // 2)
+    body = (pad + form + "y" * 100).encode()
+    record = _rendered(value, f"https://api.example/x?k={quote(value, safe='')}", body).record()
+    assert record["url"] == f"https://api.example/x?k={REDACTED}"
+    assert record["headers"] == {"Authorization": f"Bearer {REDACTED}", "X-Nul": "a\ufffdb"}
+    assert record["truncated"] is True
+    assert record["body"] == pad + REDACTED
+    short = _rendered(value, "https://api.example/", f"[{form}]".encode()).record()
+    assert (short["body"], short["truncated"]) == (f"[{REDACTED}]", False)
+    assert _rendered(value, "https://api.example/", None).record()["body"] is None
