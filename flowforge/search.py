@@ -2,7 +2,7 @@
 status, the operator's attention inbox, and the selection a bulk action walks.
 
 Every query here must answer in milliseconds on a table of millions of rows, so each one
-is shaped for an index (sql/0014_console_sessions.sql): the list is a LATERAL per
+is shaped for an index (sql/0013_console_sessions.sql): the list is a LATERAL per
 (workflow, status) pair, each branch an index range scan newest first, merged and cut to
 the page; a time range is an id range (ids are UUIDv7); counts stop at COUNT_CAP.
 The WHERE clause of a branch is joined from the constant fragments below, chosen by which

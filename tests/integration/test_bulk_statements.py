@@ -116,7 +116,7 @@ def test_timer_scan_writes_the_engines_transitions(db: psycopg.Connection, execu
 
     (before,) = one(db.execute(LAST_EVENT, {"id": execution}))
     with db.transaction():
-        (woken, _) = one(db.execute(WAKE_DUE, {"limit": 10, **WAKE_PARAMS}))
+        (woken, _, _lags) = one(db.execute(WAKE_DUE, {"limit": 10, **WAKE_PARAMS}))
     assert woken == 1
 
     after = loaded(db, execution)

@@ -9,7 +9,7 @@
 -- and those the key still protects never sit in front of unkeyed candidates. Each
 -- execution is in at most one of the two, entering it once, when it finishes.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0013_retention');
+INSERT INTO schema_migrations (version) VALUES ('0012_retention');
 CREATE INDEX executions_finished ON executions (workflow_id, finished_at)
     WHERE status IN ('succeeded', 'failed', 'cancelled') AND idempotency_key IS NULL;
 CREATE INDEX executions_finished_keyed ON executions (workflow_id, finished_at)

@@ -4,7 +4,7 @@
 -- however many finished executions the table holds. Its predicate is the one of the
 -- gauge query in flowforge/metrics.py (LIVE_EXECUTIONS) and of flowcontrol's SLOT_GAUGES.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0015_live_executions_index');
+INSERT INTO schema_migrations (version) VALUES ('0014_live_executions_index');
 CREATE INDEX executions_live_status ON executions (status)
     WHERE status IN ('queued', 'running', 'waiting', 'needs_attention');
 COMMIT;

@@ -7,6 +7,6 @@
 -- that got no answer, and rows older than this migration. Nullable without a default:
 -- adding them rewrites nothing.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0016_attempt_exchange');
+INSERT INTO schema_migrations (version) VALUES ('0015_attempt_exchange');
 ALTER TABLE attempts ADD COLUMN request jsonb, ADD COLUMN response jsonb;
 COMMIT;

@@ -6,7 +6,7 @@
 -- forms carry; a session is honoured only while its key is not revoked, so revoking a key
 -- ends every console session it opened.
 BEGIN;
-INSERT INTO schema_migrations (version) VALUES ('0014_console_sessions');
+INSERT INTO schema_migrations (version) VALUES ('0013_console_sessions');
 CREATE TABLE console_sessions (
     token_hash bytea PRIMARY KEY,
     api_key_id bigint NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
