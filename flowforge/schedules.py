@@ -81,11 +81,13 @@ FOR UPDATE OF s SKIP LOCKED
 # thousands are due at once; one row's ticks are still bounded by TICKS_PER_PASS. Each
 # gated schedule of a batch holds its slot lock to the commit (one lock-table entry).
 CLAIM_BATCH = 200
-# The next tick of every schedule a pass decided, in one statement.
+# The next tick of every schedule a pass decided, in one statement. The set-based
+# statements take their rows as one JSON array (jsonb_to_recordset): one parameter to
+# send instead of a dozen arrays to adapt, a few microseconds a tick less.
 ADVANCE_ALL = """
 UPDATE schedules s SET next_tick_at = a.next_tick_at, fire_at = a.fire_at, updated_at = now()
-FROM unnest(%(workflow_ids)s::bigint[], %(next_tick_ats)s::timestamptz[],
-            %(fire_ats)s::timestamptz[]) AS a(workflow_id, next_tick_at, fire_at)
+FROM jsonb_to_recordset(%(rows)s::jsonb)
+     AS a(workflow_id bigint, next_tick_at timestamptz, fire_at timestamptz)
 WHERE s.workflow_id = a.workflow_id
 """
 # lag_s: from the tick's fire time to this row's write, which is the last statement
@@ -100,8 +102,9 @@ INSERT_LEDGER_ALL = """
 INSERT INTO schedule_ticks (workflow_id, tick_at, outcome, execution_id, reason, lag_s)
 SELECT workflow_id, tick_at, outcome, execution_id, reason,
        extract(epoch FROM clock_timestamp() - fires_at)
-FROM unnest(%(workflow_ids)s::bigint[], %(tick_ats)s::timestamptz[], %(outcomes)s::text[],
-            %(execution_ids)s::uuid[], %(reasons)s::text[], %(fires_ats)s::timestamptz[])
+FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb)
+                AS (workflow_id bigint, tick_at timestamptz, outcome text,
+                    execution_id uuid, reason text, fires_at timestamptz))
      WITH ORDINALITY AS r(workflow_id, tick_at, outcome, execution_id, reason, fires_at, n)
 ORDER BY n
 """
@@ -123,17 +126,19 @@ FROM (SELECT DISTINCT w FROM unnest(%(workflow_ids)s::bigint[]) AS w ORDER BY w)
 # Returns the positions (1-based) of the ticks created.
 BATCH_INTAKE = f"""
 WITH tick AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(workflow_ids)s::bigint[], %(version_ids)s::bigint[],
-                         %(versions)s::int[], %(keys)s::text[], %(inputs)s::text[],
-                         %(body_sha256s)s::bytea[], %(ckeys)s::text[],
-                         %(deadline_ss)s::float8[], %(start_within_ss)s::float8[],
-                         %(events)s::text[])
+    SELECT * FROM ROWS FROM (jsonb_to_recordset(%(ticks)s::jsonb)
+                             AS (id uuid, workflow_id bigint, version_id bigint,
+                                 version int, key text, input jsonb, body_sha256 text,
+                                 ckey text, deadline_s float8, start_within_s float8))
         WITH ORDINALITY AS t(id, workflow_id, version_id, version, key, input, body_sha256,
-                             ckey, deadline_s, start_within_s, event, n)
+                             ckey, deadline_s, start_within_s, n)
+), version AS (
+    SELECT * FROM jsonb_to_recordset(%(versions)s::jsonb)
+        AS v(version_id bigint, event jsonb, steps text[], types text[], roots bool[])
 ), step AS (
-    SELECT * FROM unnest(%(step_ticks)s::int[], %(step_ids)s::text[], %(step_types)s::text[],
-                         %(step_roots)s::bool[], %(step_positions)s::int[])
-        AS s(n, step_id, type, root, position)
+    SELECT v.version_id, s.step_id, s.type, s.root, s.position
+    FROM version v, unnest(v.steps, v.types, v.roots) WITH ORDINALITY
+        AS s(step_id, type, root, position)
 ), free AS (
     SELECT t.* FROM tick t JOIN workflows w ON w.id = t.workflow_id
     WHERE w.latest_version = t.version AND w.archived_at IS NULL
@@ -143,7 +148,7 @@ WITH tick AS (
             AND (({flowcontrol.HOLDS_SLOT}) OR ({flowcontrol.IN_QUEUE}))))
 ), claim AS (
     INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-    SELECT workflow_id, key, body_sha256, id FROM free
+    SELECT workflow_id, key, decode(body_sha256, 'hex'), id FROM free
     ON CONFLICT (workflow_id, key) DO NOTHING
     RETURNING execution_id
 ), accepted AS (
@@ -151,7 +156,7 @@ WITH tick AS (
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
                             concurrency_key, slot_at, deadline_at, expires_at, trigger)
-    SELECT id, workflow_id, version_id, %(queued)s, input::jsonb, key, ckey,
+    SELECT id, workflow_id, version_id, %(queued)s, input, key, ckey,
            CASE WHEN ckey IS NOT NULL THEN now() END,
            now() + make_interval(secs => deadline_s),
            now() + make_interval(secs => start_within_s),
@@ -162,13 +167,14 @@ WITH tick AS (
     SELECT a.id, s.step_id, s.type, s.position,
            CASE WHEN s.root THEN %(ready)s ELSE %(pending)s END,
            CASE WHEN s.root THEN now() END
-    FROM accepted a JOIN step s ON s.n = a.n
+    FROM accepted a JOIN step s ON s.version_id = a.version_id
 ), wakeups AS (
     {INSERT_WAKEUPS}
-    SELECT a.id, s.step_id FROM accepted a JOIN step s ON s.n = a.n WHERE s.root
+    SELECT a.id, s.step_id FROM accepted a JOIN step s ON s.version_id = a.version_id
+    WHERE s.root
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
-    SELECT id, %(queued_kind)s, event::jsonb FROM accepted
+    SELECT a.id, %(queued_kind)s, v.event FROM accepted a JOIN version v USING (version_id)
     UNION ALL
     SELECT id, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', ckey)
     FROM accepted WHERE ckey IS NOT NULL
@@ -292,9 +298,9 @@ class Candidate:
     tick: datetime
 
 
-def tick_body(schedule: Schedule, tick: datetime) -> bytes:
+def tick_input(schedule: Schedule, tick: datetime) -> dict[str, Any]:
     """A tick's execution input: the schedule's input and the tick instant."""
-    return json.dumps({**schedule.input, "scheduled_at": iso(tick)}).encode()
+    return {**schedule.input, "scheduled_at": iso(tick)}
 
 
 def tick_key(tick: datetime) -> str:
@@ -406,16 +412,7 @@ class Ticker:
                         outcome = item
                     decided.append((plan.workflow_id, outcome))
             conn.execute(INSERT_LEDGER_ALL, _ledger_rows(decided))
-            conn.execute(
-                ADVANCE_ALL,
-                {
-                    "workflow_ids": [plan.workflow_id for plan in plans],
-                    "next_tick_ats": [plan.next_tick for plan in plans],
-                    "fire_ats": [
-                        fire_time(plan.workflow_id, plan.schedule, plan.next_tick) for plan in plans
-                    ],
-                },
-            )
+            conn.execute(ADVANCE_ALL, {"rows": json.dumps([_advance_row(p) for p in plans])})
         outcomes = [outcome for _, outcome in decided]
         stop_replaced(conn, outcomes)
         return outcomes
@@ -554,7 +551,7 @@ class Ticker:
         """Create a tick's execution through the flow-control intake statement, under the
         overlap policy's slot (in the caller's transaction; the ledger row is the
         caller's). A tick that fired already is reported with its execution."""
-        body = tick_body(schedule, tick)
+        body = json.dumps(tick_input(schedule, tick)).encode()
         idempotency_key = tick_key(tick)
         policy = overlap or schedule.overlap
         lag_s = None if lag is None else lag.total_seconds()
@@ -684,69 +681,72 @@ def fire_batch(conn: psycopg.Connection, candidates: list[Candidate]) -> list[st
     gated = [c.target.workflow_id for c in candidates if c.schedule.overlap in ON_FULL]
     if gated:
         conn.execute(BATCH_SLOT_LOCKS, {"workflow_ids": gated})
-    params: dict[str, Any] = {
-        "ids": [],
-        "workflow_ids": [],
-        "version_ids": [],
-        "versions": [],
-        "keys": [],
-        "inputs": [],
-        "body_sha256s": [],
-        "ckeys": [],
-        "deadline_ss": [],
-        "start_within_ss": [],
-        "events": [],
-        "step_ticks": [],
-        "step_ids": [],
-        "step_types": [],
-        "step_roots": [],
-        "step_positions": [],
-        **intake.INTAKE_PARAMS,
-    }
-    roots: dict[int, set[str]] = {}
-    for n, candidate in enumerate(candidates, 1):
+    ticks: list[dict[str, Any]] = []
+    versions: dict[int, dict[str, Any]] = {}
+    for candidate in candidates:
         target, definition = candidate.target, candidate.target.definition
         if definition.concurrency is not None:
             raise ValueError("fire_batch takes workflows without their own concurrency")
-        body = tick_body(candidate.schedule, candidate.tick)
-        params["ids"].append(intake.uuid7())
-        params["workflow_ids"].append(target.workflow_id)
-        params["version_ids"].append(target.version_id)
-        params["versions"].append(target.version)
-        params["keys"].append(tick_key(candidate.tick))
-        params["inputs"].append(body.decode())
-        params["body_sha256s"].append(hashlib.sha256(body).digest())
-        gate = candidate.schedule.overlap in ON_FULL
-        params["ckeys"].append(flowcontrol.SCHEDULE_KEY if gate else None)
-        params["deadline_ss"].append(definition.deadline_s)
-        params["start_within_ss"].append(definition.start_within_s)
-        params["events"].append(target.steps["event"])
-        if target.version_id not in roots:
-            roots[target.version_id] = set(definition.roots())
-        for position, step in enumerate(definition.steps, 1):
-            params["step_ticks"].append(n)
-            params["step_ids"].append(step.id)
-            params["step_types"].append(step.type)
-            params["step_roots"].append(step.id in roots[target.version_id])
-            params["step_positions"].append(position)
+        data = tick_input(candidate.schedule, candidate.tick)
+        body = json.dumps(data).encode()
+        ticks.append(
+            {
+                "id": str(intake.uuid7()),
+                "workflow_id": target.workflow_id,
+                "version_id": target.version_id,
+                "version": target.version,
+                "key": tick_key(candidate.tick),
+                "input": data,
+                "body_sha256": hashlib.sha256(body).hexdigest(),
+                "ckey": flowcontrol.SCHEDULE_KEY if candidate.schedule.overlap in ON_FULL else None,
+                "deadline_s": definition.deadline_s,
+                "start_within_s": definition.start_within_s,
+            }
+        )
+        if target.version_id not in versions:
+            roots = set(definition.roots())
+            versions[target.version_id] = {
+                "version_id": target.version_id,
+                "event": json.loads(target.steps["event"]),
+                "steps": [step.id for step in definition.steps],
+                "types": [step.type for step in definition.steps],
+                "roots": [step.id in roots for step in definition.steps],
+            }
+    params = {
+        "ticks": json.dumps(ticks),
+        "versions": json.dumps(list(versions.values())),
+        **intake.INTAKE_PARAMS,
+    }
     created, _ = one(conn.execute(BATCH_INTAKE, params))
     fired = set(created)
-    return [
-        str(params["ids"][n - 1]) if n in fired else None for n in range(1, len(candidates) + 1)
-    ]
+    return [tick["id"] if n in fired else None for n, tick in enumerate(ticks, 1)]
+
+
+def _advance_row(plan: _Plan) -> dict[str, Any]:
+    """ADVANCE_ALL's row for a schedule a pass decided."""
+    fires = fire_time(plan.workflow_id, plan.schedule, plan.next_tick)
+    return {
+        "workflow_id": plan.workflow_id,
+        "next_tick_at": plan.next_tick.isoformat() if plan.next_tick else None,
+        "fire_at": fires.isoformat() if fires else None,
+    }
 
 
 def _ledger_rows(decided: list[tuple[int, TickOutcome]]) -> dict[str, Any]:
     """INSERT_LEDGER_ALL's parameters for a pass's outcomes, in order."""
-    return {
-        "workflow_ids": [w for w, _ in decided],
-        "tick_ats": [o.tick_at for _, o in decided],
-        "outcomes": [o.outcome for _, o in decided],
-        "execution_ids": [o.execution_id for _, o in decided],
-        "reasons": [o.reason for _, o in decided],
-        # Only ticks that created an execution have a lag.
-        "fires_ats": [o.fires_at if o.lag_s is not None else None for _, o in decided],
-    }
+    rows = [
+        {
+            "workflow_id": workflow_id,
+            "tick_at": o.tick_at.isoformat(),
+            "outcome": o.outcome,
+            "execution_id": o.execution_id,
+            "reason": o.reason,
+            # Only ticks that created an execution have a lag.
+            "fires_at": o.fires_at.isoformat() if o.lag_s is not None and o.fires_at else None,
+        }
+        for workflow_id, o in decided
+    ]
+    return {"rows": json.dumps(rows)}
 
 
 def _ledger_row(workflow_id: int, outcome: TickOutcome, actor: Any = None) -> dict[str, Any]:
