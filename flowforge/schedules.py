@@ -109,29 +109,45 @@ FROM ROWS FROM (jsonb_to_recordset(%(rows)s::jsonb)
 ORDER BY n
 """
 # The slot locks of a batch's gated schedules (flowcontrol.SLOT_LOCK of each, in workflow
-# order), taken before BATCH_INTAKE so its statement snapshot sees every slot handed out.
+# order), taken before BATCH_CLAIM so its statement snapshot sees every slot handed out.
 BATCH_SLOT_LOCKS = f"""
 SELECT count(pg_advisory_xact_lock(
            hashtextextended(w::text || '/' || '{flowcontrol.SCHEDULE_KEY}', 0)))
 FROM (SELECT DISTINCT w FROM unnest(%(workflow_ids)s::bigint[]) AS w ORDER BY w) locks
 """
-# Many ticks' executions in one statement: flowcontrol.GATED_INTAKE's `start` for each
-# tick (the only mode it takes), set-based. A tick is created only if its target is still
-# current (the newest version, not archived), its idempotency key `schedule:<instant>` is
-# claimed here (of two workers racing for a tick, one claims it; the other's insert waits
-# for that commit and gets no row), and, for a gated tick (`ckey` @schedule: overlap skip,
-# buffer_one, cancel_other), its schedule's slot is free with nobody queued for it — under
-# BATCH_SLOT_LOCKS. Every other tick is left to the caller, which decides it one by one
-# through the full intake (a refusal, a buffer, a replace, a replay, a stale target).
-# Returns the positions (1-based) of the ticks created.
-BATCH_INTAKE = f"""
-WITH tick AS (
-    SELECT * FROM ROWS FROM (jsonb_to_recordset(%(ticks)s::jsonb)
-                             AS (id uuid, workflow_id bigint, version_id bigint,
-                                 version int, key text, input jsonb, body_sha256 text,
-                                 ckey text, deadline_s float8, start_within_s float8))
-        WITH ORDINALITY AS t(id, workflow_id, version_id, version, key, input, body_sha256,
-                             ckey, deadline_s, start_within_s, n)
+# Many ticks' executions in two statements: flowcontrol.GATED_INTAKE's `start` for each
+# tick (the only mode they take), set-based. First the claim: a tick's idempotency key
+# `schedule:<instant>` is claimed only if its target is still current (the newest
+# version, not archived) and, for a gated tick (`ckey` @schedule: overlap skip,
+# buffer_one, cancel_other), its schedule's slot is free with nobody queued for it, under
+# BATCH_SLOT_LOCKS. Of two workers racing for a tick, one claims it; the other's insert
+# waits for that commit and gets no row. Returns the execution ids claimed.
+BATCH_CLAIM = f"""
+INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
+SELECT t.workflow_id, t.key, decode(t.body_sha256, 'hex'), t.id
+FROM jsonb_to_recordset(%(ticks)s::jsonb)
+     AS t(id uuid, workflow_id bigint, version int, key text, body_sha256 text, ckey text)
+WHERE EXISTS (SELECT 1 FROM workflows w
+              WHERE w.id = t.workflow_id AND w.latest_version = t.version
+                AND w.archived_at IS NULL)
+  AND (t.ckey IS NULL OR NOT EXISTS (
+      SELECT 1 FROM executions
+      WHERE workflow_id = t.workflow_id AND concurrency_key = t.ckey
+        AND (({flowcontrol.HOLDS_SLOT}) OR ({flowcontrol.IN_QUEUE}))))
+ON CONFLICT (workflow_id, key) DO NOTHING
+RETURNING execution_id
+"""
+# Then, for the claimed ticks only: the executions (a gated one holding its slot), their
+# steps (roots ready), the root wake-ups, the history and a NOTIFY for the relay. Two
+# statements rather than one: joining the claim's RETURNING back to its input inside one
+# statement is a nested loop over two CTEs the planner cannot size (quadratic in the
+# batch). Every tick not claimed is left to the caller, which decides it through the
+# full intake (a refusal, a buffer, a replace, a replay, a stale target).
+BATCH_CREATE = f"""
+WITH accepted AS (
+    SELECT * FROM jsonb_to_recordset(%(ticks)s::jsonb)
+        AS t(id uuid, workflow_id bigint, version_id bigint, key text, input jsonb,
+             ckey text, deadline_s float8, start_within_s float8)
 ), version AS (
     SELECT * FROM jsonb_to_recordset(%(versions)s::jsonb)
         AS v(version_id bigint, event jsonb, steps text[], types text[], roots bool[])
@@ -139,20 +155,6 @@ WITH tick AS (
     SELECT v.version_id, s.step_id, s.type, s.root, s.position
     FROM version v, unnest(v.steps, v.types, v.roots) WITH ORDINALITY
         AS s(step_id, type, root, position)
-), free AS (
-    SELECT t.* FROM tick t JOIN workflows w ON w.id = t.workflow_id
-    WHERE w.latest_version = t.version AND w.archived_at IS NULL
-      AND (t.ckey IS NULL OR NOT EXISTS (
-          SELECT 1 FROM executions
-          WHERE workflow_id = t.workflow_id AND concurrency_key = t.ckey
-            AND (({flowcontrol.HOLDS_SLOT}) OR ({flowcontrol.IN_QUEUE}))))
-), claim AS (
-    INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-    SELECT workflow_id, key, decode(body_sha256, 'hex'), id FROM free
-    ON CONFLICT (workflow_id, key) DO NOTHING
-    RETURNING execution_id
-), accepted AS (
-    SELECT f.* FROM free f JOIN claim c ON c.execution_id = f.id
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
                             concurrency_key, slot_at, deadline_at, expires_at, trigger)
@@ -179,8 +181,7 @@ WITH tick AS (
     SELECT id, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', ckey)
     FROM accepted WHERE ckey IS NOT NULL
 )
-SELECT ARRAY(SELECT n FROM accepted ORDER BY n),
-       CASE WHEN EXISTS (SELECT 1 FROM accepted) THEN {NOTIFY} END
+SELECT {NOTIFY}
 """
 # The schedule of a workflow by key, locked for an operator action (waits for a worker
 # deciding a tick of it: an action and a tick never interleave).
@@ -671,9 +672,9 @@ class Ticker:
 
 
 def fire_batch(conn: psycopg.Connection, candidates: list[Candidate]) -> list[str | None]:
-    """Create the executions of many ticks in one statement (BATCH_INTAKE), in the
-    caller's transaction: each tick's execution id, or None for a tick left to the full
-    intake (its slot taken or queued for, its key claimed already, its target stale).
+    """Create the executions of many ticks in two statements (BATCH_CLAIM, BATCH_CREATE),
+    in the caller's transaction: each tick's execution id, or None for a tick left to the
+    full intake (its slot taken or queued for, its key claimed already, its target stale).
 
     Only for workflows without their own `concurrency`; a gated tick (overlap skip,
     buffer_one, cancel_other) starts only on a free slot, so never more than one per
@@ -712,14 +713,19 @@ def fire_batch(conn: psycopg.Connection, candidates: list[Candidate]) -> list[st
                 "types": [step.type for step in definition.steps],
                 "roots": [step.id in roots for step in definition.steps],
             }
-    params = {
-        "ticks": json.dumps(ticks),
-        "versions": json.dumps(list(versions.values())),
-        **intake.INTAKE_PARAMS,
+    claimed = {
+        str(execution_id)
+        for (execution_id,) in conn.execute(BATCH_CLAIM, {"ticks": json.dumps(ticks)})
     }
-    created, _ = one(conn.execute(BATCH_INTAKE, params))
-    fired = set(created)
-    return [tick["id"] if n in fired else None for n, tick in enumerate(ticks, 1)]
+    accepted = [tick for tick in ticks if tick["id"] in claimed]
+    if accepted:
+        params = {
+            "ticks": json.dumps(accepted),
+            "versions": json.dumps(list(versions.values())),
+            **intake.INTAKE_PARAMS,
+        }
+        conn.execute(BATCH_CREATE, params)
+    return [tick["id"] if tick["id"] in claimed else None for tick in ticks]
 
 
 def _advance_row(plan: _Plan) -> dict[str, Any]:
