@@ -4,10 +4,12 @@ CLI (and later a console page) all go through here.
 
 How a tick is decided, once, whatever the number of workers: the schedule's row is
 claimed FOR UPDATE SKIP LOCKED when its `fire_at` is due, so one worker at a time decides
-its ticks; the tick's execution is created by the flow-control intake statement with the
-idempotency key `schedule:<tick instant>` and trigger `schedule`, and the tick's ledger
-row and the row's next tick are written in the same transaction. A worker killed at any
-point either committed all three or none.
+its ticks; the tick's execution is created with the idempotency key `schedule:<tick
+instant>` and trigger `schedule`, and the tick's ledger row and the row's next tick are
+written in the same transaction. A worker killed at any point either committed all three
+or none. The executions of the ticks that start whatever else happens (overlap `allow`,
+or a free slot) are created set-based for a whole batch of schedules (fire_batch); every
+other tick by the flow-control intake statement, one by one (Ticker.fire).
 
 Overlap reuses flow control's slots (flowcontrol.SCHEDULE_KEY, a limit of 1): `skip` is
 on_full `skip` (nothing written), `buffer_one` queues at most one, `cancel_other` is
