@@ -8,13 +8,14 @@ in tests/faults/test_schedules.py stop real workers instead).
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from flowforge import apikeys, cli, schedules
+from flowforge import apikeys, cli, intake, schedules
 from tests.support.processes import wait_for
 
 STEP = [{"id": "shape", "type": "transform", "output": {"at": "{{ input.scheduled_at }}"}}]
@@ -36,6 +37,13 @@ def client(app_client: Any, api_key: str) -> Any:
 def publish(client: Any, key: str, definition: dict[str, Any]) -> None:
     r = client.post(f"/api/v1/workflows/{key}/versions", json=definition)
     assert r.status_code == 201, r.get_json()
+
+
+# Every schedule's next tick: the coming whole second (one instant for all of them).
+NEXT_SECOND = (
+    "UPDATE schedules SET next_tick_at = date_trunc('second', now()) + interval '1 second',"
+    " fire_at = date_trunc('second', now()) + interval '1 second'"
+)
 
 
 def rewind(db: psycopg.Connection, key: str, seconds: float) -> datetime:
@@ -318,3 +326,110 @@ def test_a_tick_refused_before_any_statement_is_skipped_and_the_batch_goes_on(
     assert keyed_outcomes == {"skipped"}
     assert all("input.customer" in (o.reason or "") for o in outcomes if o.workflow == "keyed")
     assert {o.outcome for o in outcomes if o.workflow == "plain"} == {"fired"}
+
+
+def test_one_batch_fires_the_free_schedules_while_live_ones_follow_their_policy(
+    client: Any, db: psycopg.Connection
+) -> None:
+    busy = ("busy-skip", "busy-buffer", "busy-cancel")
+    for key, policy in zip(busy, ("skip", "buffer_one", "cancel_other"), strict=True):
+        publish(client, key, scheduled({"every_s": 1, "overlap": policy}))
+    db.execute(NEXT_SECOND)
+    ticker = schedules.Ticker()
+    wait_for(lambda: ticker.decide_due(db), message="the first ticks")
+    # Their executions stay live (nothing runs them); two free schedules join them, and
+    # the next tick of all five is decided in one batch.
+    publish(client, "free-skip", scheduled({"every_s": 1, "overlap": "skip"}))
+    publish(client, "open", scheduled({"every_s": 1, "overlap": "allow"}))
+    db.execute(NEXT_SECOND)
+    outcomes = wait_for(lambda: ticker.decide_due(db), message="the next ticks")
+    assert outcomes is not None
+    by: dict[str, schedules.TickOutcome] = {}
+    for o in outcomes:
+        by.setdefault(o.workflow, o)
+    assert len(by) == 5 and {o.tick_at for o in by.values()} == {by["open"].tick_at}
+    assert by["busy-skip"].outcome == "skipped"
+    assert "is live (overlap skip)" in (by["busy-skip"].reason or "")
+    assert by["busy-buffer"].outcome == "buffered"
+    assert by["busy-cancel"].outcome == "fired" and by["busy-cancel"].replaced
+    assert by["free-skip"].outcome == "fired" and by["open"].outcome == "fired"
+    # A batched tick's rows are those of the one-by-one intake: the gated `free-skip`
+    # (batched) against `busy-cancel`'s replacement (one by one), `open` without a slot.
+    shape = """
+        SELECT e.status, e.trigger, e.concurrency_key, e.slot_at IS NOT NULL,
+               e.idempotency_key = 'schedule:' || (e.input->>'scheduled_at'),
+               (SELECT array_agg(s.status || '/' || (s.ready_at IS NOT NULL)) FROM steps s
+                WHERE s.execution_id = e.id),
+               (SELECT array_agg(x.kind ORDER BY x.id) FROM execution_events x
+                WHERE x.execution_id = e.id),
+               (SELECT count(*) FROM outbox o WHERE o.execution_id = e.id),
+               (SELECT count(*) FROM idempotency_keys k
+                WHERE k.execution_id = e.id AND k.key = e.idempotency_key)
+        FROM executions e WHERE e.id = %s
+    """
+    rows = {
+        key: db.execute(shape, (by[key].execution_id,)).fetchone()
+        for key in ("free-skip", "busy-cancel", "open")
+    }
+    assert rows["free-skip"] == rows["busy-cancel"]
+    assert rows["free-skip"][:5] == ("queued", "schedule", "@schedule", True, True)
+    assert rows["open"][2:4] == (None, False) and rows["open"][5:] == (
+        ["ready/true"],
+        ["execution.queued"],
+        1,
+        1,
+    )
+    ledgered = db.execute(
+        "SELECT w.key, t.outcome, t.execution_id::text, t.lag_s IS NOT NULL"
+        " FROM schedule_ticks t JOIN workflows w ON w.id = t.workflow_id"
+        " WHERE t.tick_at = %s ORDER BY t.id",
+        (by["open"].tick_at,),
+    ).fetchall()
+    assert ledgered == [
+        (o.workflow, o.outcome, o.execution_id, o.outcome in ("fired", "buffered"))
+        for o in by.values()
+    ]
+
+
+def test_two_batches_racing_for_the_same_ticks_create_one_execution_per_tick(
+    client: Any, db: psycopg.Connection, database_url: str
+) -> None:
+    for key, policy in (("race-allow", "allow"), ("race-skip", "skip")):
+        publish(client, key, scheduled({"every_s": 1, "overlap": policy}))
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=10)
+    allow = schedules.parse_schedule({"every_s": 1, "overlap": "allow"})
+    skip = schedules.parse_schedule({"every_s": 1, "overlap": "skip"})
+    candidates = [
+        schedules.Candidate(
+            intake.unsigned_target(db, "race-allow"), allow, base + timedelta(seconds=n)
+        )
+        for n in range(3)
+    ] + [schedules.Candidate(intake.unsigned_target(db, "race-skip"), skip, base)]
+    results: dict[str, list[str | None]] = {}
+    with psycopg.connect(database_url, autocommit=True) as other:
+        pid = other.info.backend_pid
+
+        def second() -> None:
+            with other.transaction():
+                results["second"] = schedules.fire_batch(other, candidates)
+
+        with db.transaction():
+            results["first"] = schedules.fire_batch(db, candidates)
+            racer = threading.Thread(target=second)
+            racer.start()
+            wait_for(
+                lambda: db.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()[0],
+                message="the second batch to wait for the first",
+            )
+        racer.join(timeout=30)
+    assert all(results["first"]) and results["second"] == [None] * len(candidates)
+    rows = db.execute(
+        "SELECT idempotency_key, count(*) FROM executions GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    # race-skip's tick has the same key as race-allow's first one, in another workflow.
+    assert db.execute(
+        "SELECT count(*), count(DISTINCT (workflow_id, idempotency_key)) FROM executions"
+    ).fetchone() == (len(candidates), len(candidates))
+    assert len(rows) == 3
