@@ -72,7 +72,6 @@ class Relay(Loop):
         self.run_pure = run_pure
         self.taking_work = taking_work
         self.ran_inline = 0
-        self._caught_up = True
         # A wake-up whose run here failed is published on the next pass instead: the
         # consumer's path retries, counts and dead-letters it like any other.
         self._publish_only: int | None = None
@@ -92,9 +91,7 @@ class Relay(Loop):
         self._ensure_channel()
         while self.publish_batch() == BATCH and not self.stop.is_set():
             pass
-        # Work committed while this pass ran: the relay is behind, and runs nothing itself
-        # in the next pass, so that the executor threads share that work.
-        self._caught_up = not self._wait_for_notify()
+        self._wait_for_notify()
         return 0.0
 
     def backoff(self, failures: int) -> float:
@@ -164,9 +161,7 @@ class Relay(Loop):
         return len(rows)
 
     def _runs_here(self, rows: list[Any]) -> bool:
-        if self.run_pure is None or len(rows) != 1 or not self._caught_up:
-            return False
-        if not self.taking_work():  # draining: nothing new starts here
+        if self.run_pure is None or len(rows) != 1 or not self.taking_work():
             return False
         outbox_id, _eid, _sid, _created_at, step_type = rows[0]
         return step_type in PURE_TYPES and outbox_id != self._publish_only
@@ -206,9 +201,8 @@ class Relay(Loop):
             self._listener = psycopg.connect(self.database_url, autocommit=True)
             self._listener.execute(LISTEN_OUTBOX)
 
-    def _wait_for_notify(self) -> bool:
-        """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile;
-        returns whether one was already waiting.
+    def _wait_for_notify(self) -> None:
+        """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile.
 
         pika's BlockingConnection sends and checks heartbeats only inside its own calls; a
         relay that sat in LISTEN through a quiet spell would be dropped by the broker for
@@ -217,11 +211,8 @@ class Relay(Loop):
         assert self._listener is not None and self._broker is not None
         slice_s = min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
         deadline = time.monotonic() + POLL_SECONDS
+        notified = False
         with wrap_exceptions():
-            waiting = False
-            for _ in self._listener.notifies(timeout=0):
-                waiting = True
-            notified = waiting
             while not notified and not self.stop.is_set():
                 self._broker.process_data_events(0)
                 left = deadline - time.monotonic()
@@ -232,7 +223,6 @@ class Relay(Loop):
             # Several commits may have notified while we published: one pass serves them all.
             for _ in self._listener.notifies(timeout=0):
                 pass
-        return waiting
 
     def _close_broker(self) -> None:
         broker, self._broker, self._channel = self._broker, None, None
