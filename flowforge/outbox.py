@@ -30,11 +30,17 @@ INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 # only, set by the statement itself to save another round trip): a delete lost in a crash
 # only publishes its wake-ups again, and a duplicate changes nothing (SPEC §7). Every
 # other writer of the outbox commits synchronously.
+# Each row comes with its step's type (NULL: no such step), so that the relay can run a
+# lone pure step itself (relay.py) without a look at the execution first.
 TAKE_BATCH = """
-DELETE FROM outbox
-WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-RETURNING id, execution_id, step_id, created_at
+WITH taken AS (
+    DELETE FROM outbox
+    WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+      AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+    RETURNING id, execution_id, step_id, created_at
+)
+SELECT t.id, t.execution_id, t.step_id, t.created_at, s.type
+FROM taken t LEFT JOIN steps s ON s.execution_id = t.execution_id AND s.step_id = t.step_id
 """
 # What the broker returned as unroutable goes back, unchanged, for a later batch.
 PUT_BACK = """

@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
+import psycopg
 import psycopg_pool
 
 from flowforge import faults, metrics, netguard, waits
@@ -30,6 +31,9 @@ from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
+
+# For the rest of the caller's transaction (see run_pure).
+SYNCHRONOUS_COMMIT = "SELECT set_config('synchronous_commit', 'on', true)"
 
 # A wake-up that failed and was dead-lettered counts against its step (while it is still
 # the ready step it was): the reconciler waits twice as long per failure before it sends
@@ -66,25 +70,13 @@ class Executor:
     def handle(self, wakeup: Wakeup) -> None:
         """Process one wake-up; stale and duplicate ones change nothing."""
         eid, sid = wakeup.execution_id, wakeup.step_id
-        log = {"execution_id": eid, "step": sid}
         with wrap_exceptions(), self.pool.connection() as conn:
             # No later than the transaction's now(), which sets the lease's expiry.
             began = time.monotonic()
             with unit_of_work(conn):
-                run = load_run(conn, eid)
+                run = _take_up(conn, wakeup)
                 if run is None:
-                    logger.warning("wake-up for an unknown execution", extra=log)
                     return
-                # Nothing new starts past a deadline or queue expiry, even in the moment
-                # before the timer scanner applies it.
-                run.enforce_time_limits()
-                state = run.steps.get(sid)
-                if run.terminal or state is None or state.status != StepStatus.READY:
-                    save_run(conn, run.take_changes())
-                    logger.debug("stale wake-up ignored", extra=log)
-                    return
-                run.started()
-                metrics.step_started(run, sid)
                 step = run.definition.step(sid)
                 claimed = None
                 if step.type in PURE_TYPES:
@@ -107,6 +99,27 @@ class Executor:
                 faults.hit("after_http_response")
                 self._checkpoint(eid, sid, lease, outcome)
         faults.hit("before_ack")
+
+    def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
+        """Handle the wake-up of a pure step in the caller's open transaction.
+
+        The relay calls this for a lone wake-up whose outbox row it deleted in that same
+        transaction: the delete and the step's progress commit together or not at all, so
+        a crash before the commit leaves the row for the next relay (SPEC §7), and no
+        message, delivery or ack is needed. The step must be pure (the relay checks);
+        an http_request needs its claim committed before the request leaves.
+        """
+        with conn.pipeline():
+            # The relay's transaction skips the WAL flush; progress never does.
+            conn.execute(SYNCHRONOUS_COMMIT)
+            run = _take_up(conn, wakeup)
+            if run is None:
+                return
+            step = run.definition.step(wakeup.step_id)
+            if step.type not in PURE_TYPES:
+                raise ValueError(f"a {step.type} step cannot run inside the relay")
+            run.advance()
+            save_run(conn, run.take_changes())
 
     def wakeup_failed(self, wakeup: Wakeup) -> None:
         """Count a dead-lettered wake-up against its step, so the reconciler backs off."""
@@ -215,6 +228,28 @@ class Executor:
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+
+def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:
+    """Lock and load the wake-up's execution; None (after saving what time limits changed)
+    when the wake-up is stale or a duplicate, else the run with its step started."""
+    eid, sid = wakeup.execution_id, wakeup.step_id
+    log = {"execution_id": eid, "step": sid}
+    run = load_run(conn, eid)
+    if run is None:
+        logger.warning("wake-up for an unknown execution", extra=log)
+        return None
+    # Nothing new starts past a deadline or queue expiry, even in the moment before the
+    # timer scanner applies it.
+    run.enforce_time_limits()
+    state = run.steps.get(sid)
+    if run.terminal or state is None or state.status != StepStatus.READY:
+        save_run(conn, run.take_changes())
+        logger.debug("stale wake-up ignored", extra=log)
+        return None
+    run.started()
+    metrics.step_started(run, sid)
+    return run
 
 
 def _traceback(exc: BaseException) -> str:

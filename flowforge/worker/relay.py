@@ -6,6 +6,13 @@ the delete only after the broker's tx.commit-ok — the broker has then taken
 responsibility for every message it did not return as unroutable (those are put back).
 One AMQP commit per batch instead of one confirm per message is what makes the relay
 fast; see the issue for the figures.
+
+A batch of one wake-up for a pure step (the steady trickle: a webhook, then its chain of
+transforms) is not published at all: the relay runs the step in the transaction that
+deletes its row (Executor.run_pure), which then commits synchronously. Crash safety is
+the outbox's own: until that commit the row is there for the next relay. No message, no
+delivery, no ack and no hand-off between threads; under load batches are larger and go
+through RabbitMQ to every worker's executor threads as before.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -22,6 +30,7 @@ import psycopg_pool
 
 from flowforge import metrics
 from flowforge.db import wrap_exceptions
+from flowforge.engine import PURE_TYPES
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
 from flowforge.outbox import LISTEN_OUTBOX, PUT_BACK, TAKE_BATCH
 from flowforge.worker.broker import (
@@ -53,8 +62,19 @@ class Relay(Loop):
         topology: Topology,
         stop: threading.Event,
         heartbeat_s: int = MAX_HEARTBEAT_S,
+        *,
+        run_pure: Callable[[psycopg.Connection, Wakeup], None] | None = None,
+        taking_work: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__("relay", stop)
+        # Runs a lone pure wake-up here instead of publishing it (None: always publish),
+        # while the worker still takes work (not once its drain began).
+        self.run_pure = run_pure
+        self.taking_work = taking_work
+        self.ran_inline = 0
+        # A wake-up whose run here failed is published on the next pass instead: the
+        # consumer's path retries, counts and dead-letters it like any other.
+        self._publish_only: int | None = None
         self.heartbeat_s = heartbeat_s
         self.pool = pool
         self.database_url = database_url
@@ -89,13 +109,22 @@ class Relay(Loop):
         self._close_listener()
 
     def publish_batch(self) -> int:
-        """Publish and delete one batch; returns how many rows it claimed."""
-        with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
+        """Publish and delete one batch (or run its lone pure step); returns how many rows
+        it claimed."""
+        with (
+            metrics.after_commit(),
+            wrap_exceptions(),
+            self.pool.connection() as conn,
+            conn.transaction(),
+        ):
             rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
                 return 0
+            if self._runs_here(rows):
+                self._run_here(conn, rows[0])
+                return 1
             self._returned.clear()
-            for outbox_id, execution_id, step_id, _created_at in rows:
+            for outbox_id, execution_id, step_id, _created_at, _type in rows:
                 self._channel.basic_publish(
                     self.topology.exchange,
                     ROUTING_KEY,
@@ -130,6 +159,25 @@ class Relay(Loop):
         self.published += published
         metrics.WAKEUPS_PUBLISHED.inc(published)
         return len(rows)
+
+    def _runs_here(self, rows: list[Any]) -> bool:
+        if self.run_pure is None or len(rows) != 1 or not self.taking_work():
+            return False
+        outbox_id, _eid, _sid, _created_at, step_type = rows[0]
+        return step_type in PURE_TYPES and outbox_id != self._publish_only
+
+    def _run_here(self, conn: psycopg.Connection, row: Any) -> None:
+        assert self.run_pure is not None
+        outbox_id, execution_id, step_id = row[:3]
+        try:
+            self.run_pure(conn, Wakeup(str(execution_id), step_id))
+        except (DatabaseUnavailable, psycopg.OperationalError):
+            raise
+        except Exception:
+            # Rolled back with the delete; the next pass publishes it.
+            self._publish_only = outbox_id
+            raise
+        self.ran_inline += 1
 
     def _on_return(self, _channel: Any, _method: Any, props: Any, _body: bytes) -> None:
         self._returned.append(int(props.message_id))

@@ -101,6 +101,8 @@ class Worker:
                 topology,
                 self.background,
                 self.heartbeat_s,
+                run_pure=self.executor.run_pure,
+                taking_work=lambda: not self.stop.is_set(),
             ),
             TimerScanner(self.pool, self.background),
             Scheduler(self.pool, self.background),

@@ -269,3 +269,64 @@ def test_a_batch_the_broker_cannot_route_stays_in_the_outbox_until_it_can(
         )
     finally:
         conn.close()
+
+
+def test_the_relay_runs_a_lone_pure_wakeup_in_the_transaction_that_deletes_its_row(
+    worker: InProcessWorker,
+    app_client: Any,
+    api_key: str,
+    db: psycopg.Connection,
+    database_url: str,
+    amqp_url: str,
+) -> None:
+    publish(app_client, api_key, CHAIN)
+    crashed = threading.Event()
+
+    def crash_before_commit(conn: psycopg.Connection, wakeup: Wakeup) -> None:
+        """The step's whole run, then a death before the relay's commit."""
+        worker.executor.run_pure(conn, wakeup)
+        crashed.set()
+        raise RuntimeError("died before the commit")
+
+    relay = Relay(
+        worker.pool,
+        conninfo(database_url),
+        amqp_url,
+        worker.topology,
+        threading.Event(),
+        run_pure=crash_before_commit,
+    )
+    try:
+        relay.step()  # connected and declared, nothing to publish yet
+        eid = start(app_client, "chain", {"n": 7})
+        with pytest.raises(RuntimeError):
+            relay.publish_batch()
+        assert crashed.is_set()
+        # Rolled back with the delete: the row is still there, nothing ran.
+        assert outbox(db, eid) == ["a"]
+        assert {k: s[0] for k, s in steps(db, eid).items()} == {
+            "a": "ready",
+            "b": "pending",
+            "c": "pending",
+        }
+        assert relay.publish_batch() == 1  # the failed one goes through the broker instead
+        assert (relay.published, relay.ran_inline) == (1, 0)
+
+        relay.run_pure = worker.executor.run_pure
+        again = start(app_client, "chain", {"n": 8})
+        assert relay.publish_batch() == 1
+        assert (relay.published, relay.ran_inline) == (1, 1)
+        # a and b ran and c is ready, its wake-up in the outbox: no message for a.
+        assert outbox(db, again) == ["c"]
+        assert {k: s[0] for k, s in steps(db, again).items()} == {
+            "a": "succeeded",
+            "b": "succeeded",
+            "c": "ready",
+        }
+        assert relay.publish_batch() == 1  # c is an http_request: published
+        assert (relay.published, relay.ran_inline) == (2, 1)
+        with pika.BlockingConnection(pika.URLParameters(amqp_url)) as conn:
+            queue = conn.channel().queue_declare(worker.topology.queue, passive=True)
+            assert queue.method.message_count == 2
+    finally:
+        relay.close()
