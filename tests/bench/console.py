@@ -24,7 +24,6 @@ import os
 import re
 import statistics
 import time
-import uuid
 from typing import Any
 
 import psycopg
@@ -33,6 +32,7 @@ from flowforge import apikeys
 from flowforge.api import create_app
 from flowforge.config import Settings
 from flowforge.migrate import migrate
+from tests.bench.infra import PrivateDatabase
 
 ADMIN_URL = os.environ.get(
     "FLOWFORGE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -171,10 +171,8 @@ def main() -> None:
     parser.add_argument("--executions", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args()
-    name = f"ff_bench_console_{uuid.uuid4().hex[:10]}"
-    url = psycopg.conninfo.make_conninfo(ADMIN_URL, dbname=name)
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    database = PrivateDatabase.create(ADMIN_URL)
+    url = database.url
     try:
         migrate(url)
         _fill(url, args.executions)
@@ -202,8 +200,7 @@ def main() -> None:
             print(f"{label:40} {quantiles[49]:8.1f} {quantiles[98]:8.1f}  {rows}")
         app.extensions["flowforge.pool"].close()
     finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database.drop()
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-import uuid
 
 import psycopg
 
 from flowforge.db import create_pool
 from flowforge.migrate import migrate
 from flowforge.worker.housekeeping import Housekeeping
+from tests.bench.infra import PrivateDatabase
 
 ADMIN_URL = "postgresql://root@127.0.0.1:5432/postgres"
 EXPIRED = """
@@ -43,10 +43,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--intake", type=int, default=1_000, help="fresh keys per second")
     args = parser.parse_args()
-    name = f"ff_bench_idem_{uuid.uuid4().hex[:10]}"
-    url = psycopg.conninfo.make_conninfo(ADMIN_URL, dbname=name)
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    database = PrivateDatabase.create(ADMIN_URL)
+    url = database.url
     try:
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
@@ -79,8 +77,7 @@ def main() -> None:
             f"keys/s, {forgotten / elapsed / args.intake:.0f}x the intake rate"
         )
     finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database.drop()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import argparse
 import os
 import threading
 import time
-import uuid
 from datetime import timedelta
 
 import psycopg
@@ -37,6 +36,7 @@ from flowforge.db import create_pool
 from flowforge.definitions import parse_definition
 from flowforge.migrate import migrate
 from flowforge.worker.scheduler import Scheduler
+from tests.bench.infra import PrivateDatabase
 
 ADMIN_URL = os.environ.get(
     "FLOWFORGE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -90,10 +90,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--schedulers", type=int, default=1, help="threads, as workers")
     args = parser.parse_args()
-    name = f"ff_bench_sched_{uuid.uuid4().hex[:10]}"
-    url = psycopg.conninfo.make_conninfo(ADMIN_URL, dbname=name)
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+    database = PrivateDatabase.create(ADMIN_URL)
+    url = database.url
     try:
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
@@ -150,8 +148,7 @@ def main() -> None:
             f"{server / max(decided, 1) * 1e6:.0f} µs per tick"
         )
     finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database.drop()
 
 
 if __name__ == "__main__":

@@ -212,7 +212,9 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert value(done, "flowforge_resume_latency_seconds_count") == n + 1
         assert value(done, "flowforge_step_duration_seconds_count", type="http_request") == n + 1
         assert value(done, "flowforge_timer_lag_seconds_count") >= 1
-        assert value(done, "flowforge_wakeups_published_total") >= 2 * n
+        # Every http step's wake-up is published; a lone pure step's (the wait's start) may
+        # be run by the relay itself instead (Executor.run_pure).
+        assert value(done, "flowforge_wakeups_published_total") >= n + 1
         assert value(done, "flowforge_leases_lost_total") == 0
         beats = [k for k in done if k[0] == "flowforge_worker_heartbeat_timestamp_seconds"]
         assert len(beats) == 1 and done[beats[0]] > 0
