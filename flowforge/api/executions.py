@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge import actions, catalog, definitions, flowcontrol, timeline
@@ -27,12 +25,6 @@ def _authorize_execution(execution_id: str, *, write: bool) -> None:
     with connection() as conn:
         workflow = timeline.workflow_of(conn, execution_id)
     authorize(workflow, write=write)
-
-
-def _actor() -> dict[str, Any]:
-    """Who acts, for the history: the API key that authenticated this request."""
-    key: ApiKey = g.api_key
-    return {"kind": "api_key", "id": key.id, "name": key.name}
 
 
 @bp.get("/<execution_id:execution_id>")
@@ -85,7 +77,7 @@ def cancel(execution_id: str) -> tuple[Response, int]:
     """Cancel: 202 while work is stopping, 200 once the execution is terminal."""
     _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status, was_terminal = actions.cancel(conn, execution_id, actor=_actor())
+        status, was_terminal = actions.cancel(conn, execution_id, actor=_request_key().actor())
     code = 200 if was_terminal else 202
     return jsonify({"execution_id": execution_id, "status": status}), code
 
@@ -96,7 +88,7 @@ def retry(execution_id: str) -> tuple[Response, int]:
     """Re-run failed and cancelled steps, reusing every checkpoint; unknown ones stay unknown."""
     _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status = actions.retry(conn, execution_id, actor=_actor())
+        status = actions.retry(conn, execution_id, actor=_request_key().actor())
     return jsonify({"execution_id": execution_id, "status": status}), 202
 
 
@@ -128,7 +120,12 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
         )
     with connection() as conn:
         status = actions.resolve(
-            conn, execution_id, step_id, body["outcome"], body.get("output"), actor=_actor()
+            conn,
+            execution_id,
+            step_id,
+            body["outcome"],
+            body.get("output"),
+            actor=_request_key().actor(),
         )
     return jsonify({"execution_id": execution_id, "status": status}), 200
 
@@ -150,7 +147,7 @@ def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
         )
     with connection() as conn:
         status = actions.complete_wait(
-            conn, execution_id, step_id, body.get("output"), actor=_actor()
+            conn, execution_id, step_id, body.get("output"), actor=_request_key().actor()
         )
     return jsonify({"execution_id": execution_id, "status": status}), 200
 
@@ -163,5 +160,11 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
     if not definitions.is_step_id(step_id):
         raise Problem(404, "Not found", "no such step")
     with connection() as conn:
-        status = actions.fail_wait(conn, execution_id, step_id, actor=_actor())
+        status = actions.fail_wait(conn, execution_id, step_id, actor=_request_key().actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+def _request_key() -> ApiKey:
+    """The API key that authenticated this request (api/auth.key_required put it in g)."""
+    key: ApiKey = g.api_key
+    return key

@@ -22,12 +22,6 @@ bp = Blueprint("schedules", __name__, url_prefix="/api/v1/workflows")
 _TICKER = schedules.Ticker()
 
 
-def _actor() -> dict[str, Any]:
-    """Who acts, for the ledger: the API key that authenticated this request."""
-    key: ApiKey = g.api_key
-    return {"kind": "api_key", "id": key.id, "name": key.name}
-
-
 @bp.get("/<workflow_key:key>/schedule")
 @key_required
 def show(key: str) -> Response:
@@ -43,7 +37,7 @@ def pause(key: str) -> Response:
     """Pause: due ticks are ledgered `paused` and do not fire (idempotent)."""
     authorize(key, write=True)
     with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, True, _actor()))
+        return jsonify(schedules.set_paused(conn, key, True, _request_key().actor()))
 
 
 @bp.post("/<workflow_key:key>/schedule/resume")
@@ -52,7 +46,7 @@ def resume(key: str) -> Response:
     """Resume: ticks fire again from now on (idempotent)."""
     authorize(key, write=True)
     with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, False, _actor()))
+        return jsonify(schedules.set_paused(conn, key, False, _request_key().actor()))
 
 
 @bp.post("/<workflow_key:key>/schedule/trigger")
@@ -61,7 +55,7 @@ def trigger(key: str) -> tuple[Response, int]:
     """Fire a tick now, under the overlap policy; the answer says what became of it."""
     authorize(key, write=True)
     with connection() as conn:
-        outcome = _TICKER.trigger(conn, key, _actor())
+        outcome = _TICKER.trigger(conn, key, _request_key().actor())
     return jsonify(outcome.view()), 201 if outcome.execution_id else 200
 
 
@@ -89,7 +83,9 @@ def backfill(key: str) -> Response:
     if end < start:
         raise Problem(422, "Invalid backfill", "to must not be before from")
     with connection() as conn:
-        items = _TICKER.backfill(conn, key, start, end, dry_run=dry_run, actor=_actor())
+        items = _TICKER.backfill(
+            conn, key, start, end, dry_run=dry_run, actor=_request_key().actor()
+        )
     return jsonify({"dry_run": dry_run, "items": items})
 
 
@@ -103,3 +99,9 @@ def _instant(value: Any, name: str) -> datetime:
         raise Problem(
             422, "Invalid backfill", f"{name} must be an ISO-8601 instant with a timezone"
         ) from None
+
+
+def _request_key() -> ApiKey:
+    """The API key that authenticated this request (api/auth.key_required put it in g)."""
+    key: ApiKey = g.api_key
+    return key

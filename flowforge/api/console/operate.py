@@ -11,20 +11,15 @@ from flowforge import actions
 from flowforge.apikeys import ApiKey
 
 
-def actor(key: ApiKey) -> dict[str, Any]:
-    """Who acts, for the history: the API key the console session signed in with."""
-    return {"kind": "api_key", "id": key.id, "name": key.name}
-
-
 def cancel(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
     """Cancel an execution (a finished one is left as it is)."""
-    status, _was_terminal = actions.cancel(conn, execution_id, actor=actor(key))
+    status, _was_terminal = actions.cancel(conn, execution_id, actor=key.actor())
     return status
 
 
 def retry(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
     """Re-run the failed and cancelled steps of a finished execution."""
-    return actions.retry(conn, execution_id, actor=actor(key))
+    return actions.retry(conn, execution_id, actor=key.actor())
 
 
 def resolve(
@@ -36,16 +31,16 @@ def resolve(
     output: Any,
 ) -> str:
     """Settle a step whose outcome is unknown as succeeded (with output) or failed."""
-    return actions.resolve(conn, execution_id, step_id, outcome, output, actor=actor(key))
+    return actions.resolve(conn, execution_id, step_id, outcome, output, actor=key.actor())
 
 
 def complete_wait(
     conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id: str, output: Any
 ) -> str:
     """End a waiting wait step with `output`, as a resume would."""
-    return actions.complete_wait(conn, execution_id, step_id, output, actor=actor(key))
+    return actions.complete_wait(conn, execution_id, step_id, output, actor=key.actor())
 
 
 def fail_wait(conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id: str) -> str:
     """Fail a waiting wait step: the answer is no."""
-    return actions.fail_wait(conn, execution_id, step_id, actor=actor(key))
+    return actions.fail_wait(conn, execution_id, step_id, actor=key.actor())
