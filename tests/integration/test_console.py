@@ -348,3 +348,25 @@ def test_the_pages_show_what_each_attempt_sent_and_got_back(
     assert f"<b>POST</b> {target.url}/charge" in section and "q_1" in section
     assert "X-Api-Token: [redacted]" in section and "no answer." in section
     assert value not in attention
+
+
+def test_the_workflow_page_shows_its_schedule_next_ticks_and_ledger(
+    published: Any, api_key: str
+) -> None:
+    _sign_in(published, api_key)
+    assert 'id="schedule-ledger"' not in published.get("/ui/workflows/open").get_data(as_text=True)
+    scheduled = {**OPEN, "trigger": {"webhook": {"auth": "none"}, "schedule": {"every_s": 3600}}}
+    published.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    assert published.post("/api/v1/workflows/open/versions", json=scheduled).status_code == 201
+    fired = published.post("/api/v1/workflows/open/schedule/trigger")
+    assert fired.status_code == 201, fired.get_data(as_text=True)
+    assert published.post("/api/v1/workflows/open/schedule/pause").status_code == 200
+    shown = published.get("/api/v1/workflows/open/schedule").get_json()
+    published.environ_base.pop("HTTP_AUTHORIZATION")
+    (execution_id,) = {r["execution_id"] for r in shown["ledger"] if r["outcome"] == "fired"}
+
+    page = published.get("/ui/workflows/open").get_data(as_text=True)
+    assert 'id="schedule-ledger"' in page and "every 3600 s in UTC" in page
+    assert "paused" in page.split('id="schedule-state"')[1].split("</p>")[0]
+    assert f'href="/ui/executions/{execution_id}"' in page
+    assert shown["next"][0]["tick_at"] in page

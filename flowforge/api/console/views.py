@@ -24,7 +24,16 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
-from flowforge import actions, apikeys, catalog, definitions, search, sessions, timeline
+from flowforge import (
+    actions,
+    apikeys,
+    catalog,
+    definitions,
+    schedules,
+    search,
+    sessions,
+    timeline,
+)
 from flowforge.api.console import forms, graph, operate
 from flowforge.api.console.session import (
     COOKIE,
@@ -507,7 +516,8 @@ def _version_number(name: str, default: int, latest: int) -> int:
 @bp.get("/workflows/<workflow_key:key>")
 @signed_in
 def workflow(key: str) -> str:
-    """A workflow's versions, one definition, and a diff between any two versions."""
+    """A workflow's versions, one definition, a diff between any two versions, and its
+    schedule with the next fire times and the ledger, as the API's GET …/schedule."""
     require(key, write=False)
     with connection() as conn:
         found = catalog.get_workflow(conn, key)
@@ -518,6 +528,10 @@ def workflow(key: str) -> str:
         definition = catalog.get_version(conn, key, shown)["definition"]
         left = catalog.get_version(conn, key, a)["definition"]
         right = catalog.get_version(conn, key, b)["definition"]
+        try:
+            schedule = schedules.show(conn, key)
+        except schedules.NoSchedule:
+            schedule = None
     diff = list(
         difflib.unified_diff(
             _pretty(left).splitlines(),
@@ -535,5 +549,6 @@ def workflow(key: str) -> str:
         a=a,
         b=b,
         diff=diff,
+        schedule=schedule,
         executions_link=urlencode({"workflow": key}),
     )
