@@ -20,6 +20,7 @@ import psycopg
 import pytest
 import requests
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -109,7 +110,14 @@ def shot(driver: WebDriver, tmp_path: Path, name: str) -> None:
 
 
 def until(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    """Wait for `condition`; a live page swaps its fragment every 2 s, so an element found
+    a moment ago may be gone when read: that is a retry, not a failure."""
+    return WebDriverWait(
+        driver,
+        timeout,
+        poll_frequency=0.1,
+        ignored_exceptions=(StaleElementReferenceException,),
+    ).until(condition)
 
 
 def sign_in(driver: WebDriver, base: str, key: str, tmp_path: Path | None = None) -> None:
