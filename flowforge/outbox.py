@@ -32,15 +32,22 @@ INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 # other writer of the outbox commits synchronously.
 # Each row comes with its step's type (NULL: no such step), so that the relay can run a
 # lone pure step itself (relay.py) without a look at the execution first.
+# Written so that its plan cannot depend on statistics (a table never analysed, as with
+# autovacuum off, or a burst that outgrew them): `= ANY (ARRAY(...))` deletes through the
+# primary key and the step's type is a primary-key lookup per row, where `IN (...)` and a
+# join were planned as sequential scans of outbox and steps on fresh statistics.
 TAKE_BATCH = """
 WITH taken AS (
     DELETE FROM outbox
-    WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+    WHERE id = ANY (ARRAY(SELECT id FROM outbox ORDER BY id LIMIT %(limit)s
+                          FOR UPDATE SKIP LOCKED))
       AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
     RETURNING id, execution_id, step_id, created_at
 )
-SELECT t.id, t.execution_id, t.step_id, t.created_at, s.type
-FROM taken t LEFT JOIN steps s ON s.execution_id = t.execution_id AND s.step_id = t.step_id
+SELECT t.id, t.execution_id, t.step_id, t.created_at,
+       (SELECT s.type FROM steps s
+        WHERE s.execution_id = t.execution_id AND s.step_id = t.step_id)
+FROM taken t
 """
 # What the broker returned as unroutable goes back, unchanged, for a later batch.
 PUT_BACK = """

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from flowforge import flowcontrol, metrics
 from flowforge.cache import BoundedCache
-from flowforge.db import one
+from flowforge.db import one, pipelined_transaction
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import Changes, Run, StepState
 from flowforge.model import TERMINAL_EXECUTION, StepStatus
@@ -130,7 +130,7 @@ def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
     """One pipelined transaction: BEGIN, the lock and the reads travel in one round trip,
     the writes and the COMMIT in another (save_run adds no sync of its own). What it did is
     counted after the COMMIT."""
-    with metrics.after_commit(), conn.pipeline(), conn.transaction():
+    with metrics.after_commit(), pipelined_transaction(conn):
         yield
 
 

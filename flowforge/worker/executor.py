@@ -101,7 +101,9 @@ class Executor:
         faults.hit("before_ack")
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
-        """Handle the wake-up of a pure step in the caller's open transaction.
+        """Handle the wake-up of a pure step in the caller's open pipelined transaction
+        (db.pipelined_transaction): its reads travel in one round trip, its writes with
+        the caller's COMMIT.
 
         The relay calls this for a lone wake-up whose outbox row it deleted in that same
         transaction: the delete and the step's progress commit together or not at all, so
@@ -109,17 +111,16 @@ class Executor:
         message, delivery or ack is needed. The step must be pure (the relay checks);
         an http_request needs its claim committed before the request leaves.
         """
-        with conn.pipeline():
-            # The relay's transaction skips the WAL flush; progress never does.
-            conn.execute(SYNCHRONOUS_COMMIT)
-            run = _take_up(conn, wakeup)
-            if run is None:
-                return
-            step = run.definition.step(wakeup.step_id)
-            if step.type not in PURE_TYPES:
-                raise ValueError(f"a {step.type} step cannot run inside the relay")
-            run.advance()
-            save_run(conn, run.take_changes())
+        # The relay's transaction skips the WAL flush; progress never does.
+        conn.execute(SYNCHRONOUS_COMMIT)
+        run = _take_up(conn, wakeup)
+        if run is None:
+            return
+        step = run.definition.step(wakeup.step_id)
+        if step.type not in PURE_TYPES:
+            raise ValueError(f"a {step.type} step cannot run inside the relay")
+        run.advance()
+        save_run(conn, run.take_changes())
 
     def wakeup_failed(self, wakeup: Wakeup) -> None:
         """Count a dead-lettered wake-up against its step, so the reconciler backs off."""
