@@ -313,9 +313,8 @@ def step_started(run: Run, step_id: str) -> None:
 
 
 # ---- gauges read from PostgreSQL ---------------------------------------------------------
-# Live executions by status: the predicate is the one of the partial index
-# executions_live_status (sql/0014), so the count reads live rows only, however many
-# finished ones the table holds.
+# Live executions by status, through executions_by_status (status, id): the count reads
+# the live rows' index entries only, however many finished ones the table holds.
 LIVE_EXECUTIONS = """
 SELECT status, count(*) FROM executions
 WHERE status IN ('queued', 'running', 'waiting', 'needs_attention')
