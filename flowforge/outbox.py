@@ -17,10 +17,8 @@ NOTIFY = f"pg_notify('{CHANNEL}', '')"
 NOTIFY_OUTBOX = f"SELECT {NOTIFY}"
 LISTEN_OUTBOX = f"LISTEN {CHANNEL}"
 
-# One wake-up (runs.save_run) ...
-INSERT_WAKEUP = "INSERT INTO outbox (execution_id, step_id) VALUES (%(execution_id)s, %(step_id)s)"
-# ... or a set of them, for set-based statements: followed by a SELECT of
-# (execution_id, step_id), as in `wakeups AS ({INSERT_WAKEUPS} SELECT ... FROM woken)`.
+# Wake-ups, for set-based statements (runs.SAVE_RUN, the intake, ...): followed by a
+# SELECT of (execution_id, step_id), as in `wakeups AS ({INSERT_WAKEUPS} SELECT ... FROM woken)`.
 INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 
 # Oldest first; rows locked by another relay are skipped, not waited for. Claimed and

@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -26,14 +25,19 @@ from flowforge.db import one, pipelined_transaction
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import Changes, Run, StepState
 from flowforge.model import TERMINAL_EXECUTION, StepStatus
-from flowforge.outbox import INSERT_WAKEUP, NOTIFY_OUTBOX
-from flowforge.waits import APPLY_RESUME, PENDING_RESUMES
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.waits import APPLY_RESUMES, PENDING_RESUMES
 
 logger = logging.getLogger(__name__)
 
-# Locks the execution row: every change to an execution and its steps starts here.
+# Locks the execution row: every change to an execution and its steps starts here. It
+# also makes the transaction's COMMIT wait for the WAL flush, whatever the transaction
+# set before (the relay's claim turns that off for itself, and runs a pure step in the
+# same transaction): progress is never committed without it. One statement less than a
+# SET of its own.
 LOCK_EXECUTION = """
 SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
+       set_config('synchronous_commit', 'on', true) AS synchronous_commit,
        e.version_id, w.key AS workflow, v.version, now() AS now,
        e.workflow_id, e.concurrency_key, e.stop_reason,
        e.slot_at IS NOT NULL AND e.cancel_requested_at IS NULL
@@ -54,76 +58,87 @@ FROM steps WHERE execution_id = %(id)s
 """
 LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
 
-# Every step a unit of work changed, in one statement: each statement in a pipeline is
-# its own message to send and for the server to receive, so a chain of pure steps costs
-# one UPDATE rather than one per step. A step claimed in this unit of work gets its lease
-# (lease_s); a running step that was not claimed here keeps the lease it has.
-# The rows travel as one JSON array (json.dumps runs in C) rather than one array
-# parameter per column, which psycopg dumps element by element in Python: that was a
-# third of the worker's CPU for a chain of transforms.
-SAVE_STEPS = """
-UPDATE steps s SET
-    status = c.status, attempts = c.attempts, fencing_token = c.fencing_token,
-    wake_at = c.wake_at, output = c.output, error = c.error, lease_owner = c.lease_owner,
-    lease_expires_at = CASE WHEN c.status = 'running'
-                            THEN coalesce(now() + make_interval(secs => c.lease_s),
-                                          s.lease_expires_at) END,
-    ready_at = CASE WHEN c.status = 'ready' THEN now() ELSE s.ready_at END,
-    failed_wakeups = 0, recovery_failures = 0,
-    started_at = c.started_at, finished_at = c.finished_at
-FROM jsonb_to_recordset(%(rows)s)
-     AS c(step_id text, status text, attempts integer, fencing_token bigint,
-          wake_at timestamptz, output jsonb, error text, lease_owner text, lease_s float8,
-          started_at timestamptz, finished_at timestamptz)
-WHERE s.execution_id = %(execution_id)s AND s.step_id = c.step_id
-"""
-# Closes only the attempt that holds this fencing token and is still open.
-FINISH_ATTEMPT = """
-UPDATE attempts SET finished_at = clock_timestamp(), outcome = %(outcome)s, error = %(error)s,
-                    http_status = %(http_status)s, duration_ms = %(duration_ms)s,
-                    response = %(response)s
-WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
-  AND fencing_token = %(fencing_token)s AND outcome IS NULL
-"""
-INSERT_EVENT = """
-INSERT INTO execution_events (execution_id, step_id, kind, detail)
-VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
-"""
-# Several attempts or events in one statement, in the order given (ids and attempt numbers
-# follow it); the attempt number counts the step's earlier rows and those before it here.
-INSERT_ATTEMPTS = """
-INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
-                      outcome, error, http_status, duration_ms, request)
-SELECT %(execution_id)s, a.step_id,
-       (SELECT coalesce(max(attempt), 0) FROM attempts
-        WHERE execution_id = %(execution_id)s AND step_id = a.step_id)
-       + row_number() OVER (PARTITION BY a.step_id ORDER BY a.n),
-       a.fencing_token, a.worker,
-       CASE WHEN a.outcome IS NULL THEN NULL ELSE clock_timestamp() END,
-       a.outcome, a.error, a.http_status, a.duration_ms, a.request
-FROM ROWS FROM (jsonb_to_recordset(%(rows)s)
-                AS (step_id text, fencing_token bigint, worker text, outcome text, error text,
-                    http_status integer, duration_ms integer, request jsonb))
-     WITH ORDINALITY
-     AS a(step_id, fencing_token, worker, outcome, error, http_status, duration_ms, request, n)
-ORDER BY a.n
-"""
-INSERT_EVENTS = """
-INSERT INTO execution_events (execution_id, step_id, kind, detail)
-SELECT %(execution_id)s, e.step_id, e.kind, e.detail
-FROM ROWS FROM (jsonb_to_recordset(%(rows)s) AS (step_id text, kind text, detail jsonb))
-     WITH ORDINALITY AS e(step_id, kind, detail, n)
-ORDER BY e.n
-"""
-SAVE_EXECUTION = """
-UPDATE executions SET
-    status = %(status)s, updated_at = now(),
-    started_at = CASE WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
-    finished_at = CASE WHEN %(terminal)s THEN coalesce(finished_at, now()) END,
-    cancel_requested_at = CASE WHEN %(cancel_requested)s
-                               THEN coalesce(cancel_requested_at, now()) END,
-    stop_reason = %(stop_reason)s
-WHERE id = %(id)s
+# Everything a unit of work changed, in one statement: each statement in a pipeline is
+# its own message for the client to build and the server to parse, bind and run, and a
+# unit of work used to send up to nine. Each part is fed one JSON array of rows (json.dumps
+# runs in C; psycopg dumps array parameters element by element in Python) and writes
+# nothing when its array is empty. The parts see one snapshot and touch different rows,
+# so they cannot see or undo each other: a new attempt is numbered from the rows that
+# were there before (its step's earlier tries), an attempt is finished only if it was
+# open before, a step row is updated once. The foreign keys are checked at the end of
+# the statement, the relay's NOTIFY is delivered at COMMIT and only if a wake-up was
+# written.
+#
+# steps: a step claimed in this unit of work gets its lease (lease_s); a running step
+# that was not claimed here keeps the lease it has. attempts: numbered in the order given
+# within each step. execution: written only when `execution_changed`.
+SAVE_RUN = f"""
+WITH saved_steps AS (
+    UPDATE steps s SET
+        status = c.status, attempts = c.attempts, fencing_token = c.fencing_token,
+        wake_at = c.wake_at, output = c.output, error = c.error, lease_owner = c.lease_owner,
+        lease_expires_at = CASE WHEN c.status = 'running'
+                                THEN coalesce(now() + make_interval(secs => c.lease_s),
+                                              s.lease_expires_at) END,
+        ready_at = CASE WHEN c.status = 'ready' THEN now() ELSE s.ready_at END,
+        failed_wakeups = 0, recovery_failures = 0,
+        started_at = c.started_at, finished_at = c.finished_at
+    FROM jsonb_to_recordset(%(steps)s)
+         AS c(step_id text, status text, attempts integer, fencing_token bigint,
+              wake_at timestamptz, output jsonb, error text, lease_owner text, lease_s float8,
+              started_at timestamptz, finished_at timestamptz)
+    WHERE s.execution_id = %(execution_id)s AND s.step_id = c.step_id
+), finished_attempts AS (
+    UPDATE attempts a SET
+        finished_at = clock_timestamp(), outcome = f.outcome, error = f.error,
+        http_status = f.http_status, duration_ms = f.duration_ms, response = f.response
+    FROM jsonb_to_recordset(%(finished_attempts)s)
+         AS f(step_id text, fencing_token bigint, outcome text, error text,
+              http_status integer, duration_ms integer, response jsonb)
+    WHERE a.execution_id = %(execution_id)s AND a.step_id = f.step_id
+      AND a.fencing_token = f.fencing_token AND a.outcome IS NULL
+), new_attempts AS (
+    INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, worker, finished_at,
+                          outcome, error, http_status, duration_ms, request)
+    SELECT %(execution_id)s, a.step_id,
+           (SELECT coalesce(max(attempt), 0) FROM attempts
+            WHERE execution_id = %(execution_id)s AND step_id = a.step_id)
+           + row_number() OVER (PARTITION BY a.step_id ORDER BY a.n),
+           a.fencing_token, a.worker,
+           CASE WHEN a.outcome IS NULL THEN NULL ELSE clock_timestamp() END,
+           a.outcome, a.error, a.http_status, a.duration_ms, a.request
+    FROM ROWS FROM (jsonb_to_recordset(%(new_attempts)s)
+                    AS (step_id text, fencing_token bigint, worker text, outcome text,
+                        error text, http_status integer, duration_ms integer, request jsonb))
+         WITH ORDINALITY
+         AS a(step_id, fencing_token, worker, outcome, error, http_status, duration_ms,
+              request, n)
+    ORDER BY a.n
+), events AS (
+    INSERT INTO execution_events (execution_id, step_id, kind, detail)
+    SELECT %(execution_id)s, e.step_id, e.kind, e.detail
+    FROM ROWS FROM (jsonb_to_recordset(%(events)s) AS (step_id text, kind text, detail jsonb))
+         WITH ORDINALITY AS e(step_id, kind, detail, n)
+    ORDER BY e.n
+), applied_resumes AS (
+    {APPLY_RESUMES}
+), wakeups AS (
+    {INSERT_WAKEUPS}
+    SELECT %(execution_id)s, d.step_id
+    FROM jsonb_array_elements_text(%(dispatch)s) WITH ORDINALITY AS d(step_id, n)
+    ORDER BY d.n
+    RETURNING 1
+), execution AS (
+    UPDATE executions SET
+        status = %(status)s, updated_at = now(),
+        started_at = CASE WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
+        finished_at = CASE WHEN %(terminal)s THEN coalesce(finished_at, now()) END,
+        cancel_requested_at = CASE WHEN %(cancel_requested)s
+                                   THEN coalesce(cancel_requested_at, now()) END,
+        stop_reason = %(stop_reason)s
+    WHERE id = %(execution_id)s AND %(execution_changed)s
+)
+SELECT {NOTIFY} FROM (SELECT FROM wakeups LIMIT 1) AS woken
 """
 
 DEFINITION_CACHE_SIZE = 1024
@@ -194,49 +209,26 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
     eid = changes.execution_id
     metrics.saved(changes)
-    # Already in a pipeline (a unit of work's): the writes travel with the COMMIT that
-    # follows, instead of a sync (one round trip) of their own before it.
-    pipelined = conn.info.pipeline_status != pq.PipelineStatus.OFF
-    with nullcontext() if pipelined else conn.pipeline(), conn.cursor() as cur:
-        if changes.steps:
-            steps = [_step_row(s, changes.leases.get(s.step_id)) for s in changes.steps.values()]
-            cur.execute(SAVE_STEPS, _rows(eid, steps))
-        if changes.finished_attempts:
-            cur.executemany(
-                FINISH_ATTEMPT,
-                [
-                    {"execution_id": eid, **vars(a), "response": _jsonb(a.response)}
-                    for a in changes.finished_attempts
-                ],
-            )
-        if changes.new_attempts:
-            cur.execute(INSERT_ATTEMPTS, _rows(eid, [vars(a) for a in changes.new_attempts]))
-        if changes.events:
-            events = [
-                {"step_id": step_id, "kind": kind, "detail": detail}
-                for step_id, kind, detail in changes.events
-            ]
-            cur.execute(INSERT_EVENTS, _rows(eid, events))
-        if changes.applied_resumes:
-            cur.executemany(
-                APPLY_RESUME,
-                [{"execution_id": eid, "step_id": s} for s in changes.applied_resumes],
-            )
-        dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
-        if dispatch:
-            cur.executemany(INSERT_WAKEUP, [{"execution_id": eid, "step_id": s} for s in dispatch])
-            cur.execute(NOTIFY_OUTBOX)
-        if changes.execution_changed:
-            cur.execute(
-                SAVE_EXECUTION,
-                {
-                    "id": eid,
-                    "status": changes.status,
-                    "terminal": changes.status in TERMINAL_EXECUTION,
-                    "cancel_requested": changes.cancel_requested,
-                    "stop_reason": changes.stop_reason,
-                },
-            )
+    dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
+    params = {
+        "execution_id": eid,
+        "steps": _rows(_step_row(s, changes.leases.get(s.step_id)) for s in changes.steps.values()),
+        "finished_attempts": _rows(vars(a) for a in changes.finished_attempts),
+        "new_attempts": _rows(vars(a) for a in changes.new_attempts),
+        "events": _rows(
+            {"step_id": step_id, "kind": kind, "detail": detail}
+            for step_id, kind, detail in changes.events
+        ),
+        "applied_resumes": _rows(changes.applied_resumes),
+        "dispatch": _rows(dispatch),
+        "execution_changed": changes.execution_changed,
+        "status": changes.status,
+        "terminal": changes.status in TERMINAL_EXECUTION,
+        "cancel_requested": changes.cancel_requested,
+        "stop_reason": changes.stop_reason,
+    }
+    # In a unit of work's pipeline it travels with the COMMIT that follows.
+    conn.execute(SAVE_RUN, params)
     if changes.released_slot is not None:
         # The slot this execution held is free: the next of its key starts in this same
         # transaction (lock order: this execution's row, then the key's slot lock).
@@ -253,13 +245,9 @@ def _instant(value: Any) -> str:
 _dump_rows = functools.partial(json.dumps, default=_instant)
 
 
-def _rows(execution_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rows as one JSON array, for the jsonb_to_recordset() statements above."""
-    return {"execution_id": execution_id, "rows": Jsonb(rows, dumps=_dump_rows)}
-
-
-def _jsonb(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
+def _rows(rows: Iterable[Any]) -> Jsonb:
+    """Rows (or values) as one JSON array, for a part of SAVE_RUN."""
+    return Jsonb(list(rows), dumps=_dump_rows)
 
 
 def _step_row(state: StepState, lease_s: float | None) -> dict[str, Any]:

@@ -52,9 +52,11 @@ VALUES (%(execution_id)s, %(step_id)s, %(body_sha256)s, %(body)s::jsonb,
 PENDING_RESUMES = """
 SELECT step_id, body FROM resumes WHERE execution_id = %(id)s AND applied_at IS NULL
 """
-APPLY_RESUME = """
-UPDATE resumes SET applied_at = now()
-WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s AND applied_at IS NULL
+# The resumes a unit of work applied, as a part of runs.SAVE_RUN (a JSON array of step ids).
+APPLY_RESUMES = """
+UPDATE resumes r SET applied_at = now()
+FROM jsonb_array_elements_text(%(applied_resumes)s) AS a(step_id)
+WHERE r.execution_id = %(execution_id)s AND r.step_id = a.step_id AND r.applied_at IS NULL
 """
 # The workflow's active signing secrets, for wait steps with "auth": "signature".
 SIGNING_SECRETS = """

@@ -32,9 +32,6 @@ from flowforge.worker.leases import Lease, Leases
 
 logger = logging.getLogger(__name__)
 
-# For the rest of the caller's transaction (see run_pure).
-SYNCHRONOUS_COMMIT = "SELECT set_config('synchronous_commit', 'on', true)"
-
 # A wake-up that failed and was dead-lettered counts against its step (while it is still
 # the ready step it was): the reconciler waits twice as long per failure before it sends
 # the next one (see reconciler.py). Any change of the step resets the count.
@@ -111,8 +108,7 @@ class Executor:
         message, delivery or ack is needed. The step must be pure (the relay checks);
         an http_request needs its claim committed before the request leaves.
         """
-        # The relay's transaction skips the WAL flush; progress never does.
-        conn.execute(SYNCHRONOUS_COMMIT)
+        # The relay's claim skipped the WAL flush; load_run's lock turns it back on.
         run = _take_up(conn, wakeup)
         if run is None:
             return

@@ -26,7 +26,7 @@ from flowforge.model import (
     step_event,
     transition,
 )
-from flowforge.runs import FINISH_ATTEMPT, INSERT_EVENT, load_run, save_run, unit_of_work
+from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,18 @@ RETURNING fencing_token
 SETTLE_EXECUTION = """
 UPDATE executions SET status = 'needs_attention', updated_at = now(), finished_at = NULL
 WHERE id = %(id)s
+"""
+# Closes only the attempt that holds this fencing token and is still open.
+FINISH_ATTEMPT = """
+UPDATE attempts SET finished_at = clock_timestamp(), outcome = %(outcome)s, error = %(error)s,
+                    http_status = %(http_status)s, duration_ms = %(duration_ms)s,
+                    response = %(response)s
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+  AND fencing_token = %(fencing_token)s AND outcome IS NULL
+"""
+INSERT_EVENT = """
+INSERT INTO execution_events (execution_id, step_id, kind, detail)
+VALUES (%(execution_id)s, %(step_id)s, %(kind)s, %(detail)s)
 """
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from flowforge.db import pipelined_transaction
 from flowforge.outbox import TAKE_BATCH
-from flowforge.runs import unit_of_work
+from flowforge.runs import load_run, unit_of_work
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -121,3 +122,30 @@ def test_the_relays_claim_never_scans_outbox_or_steps(db: psycopg.Connection) ->
     plan = "\n".join(row[0] for row in db.execute("EXPLAIN " + TAKE_BATCH, {"limit": 500}))
     assert "Seq Scan" not in plan, plan
     assert "outbox_pkey" in plan and "steps_pkey" in plan, plan
+
+
+def test_a_run_loaded_in_the_relays_transaction_commits_durably(
+    db: psycopg.Connection, app_client: Any, api_key: str
+) -> None:
+    """The relay's claim turns synchronous_commit off for its transaction; a pure step it
+    runs there must not commit progress without the WAL flush: loading the run turns it
+    back on."""
+    document = {
+        "name": "durable",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [{"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}}],
+    }
+    headers = {"Authorization": f"Bearer {api_key}"}
+    published = app_client.post(
+        "/api/v1/workflows/durable/versions", json=document, headers=headers
+    )
+    assert published.status_code == 201, published.get_data(as_text=True)
+    accepted = app_client.post("/hooks/durable", json={"n": 1})
+    assert accepted.status_code == 202
+    setting = "SELECT current_setting('synchronous_commit')"
+    with pipelined_transaction(db):
+        (claimed,) = db.execute(TAKE_BATCH, {"limit": 500}).fetchall()
+        assert str(claimed[1]) == accepted.get_json()["execution_id"]
+        assert db.execute(setting).fetchone() == ("off",)
+        assert load_run(db, str(claimed[1])) is not None
+        assert db.execute(setting).fetchone() == ("on",)
