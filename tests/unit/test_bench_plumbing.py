@@ -65,6 +65,7 @@ def test_steady_targets_compare_with_the_fastest_peer_and_the_bare_flask_run() -
         "open_60": segment(60.0, 8.0, api=2.6, worker=2.0),
         "bare_60": {"cpu_ms": {"bare": 2.0}, "roundtrip_ms": 4.0},
         "roundtrip": {"webhook_ms": 5.2, "healthz_ms": 4.0, "ratio": 1.3},
+        "ratios": {"api_vs_bare": 1.3, "worker_vs_bare": 1.0},
     }
     verdicts = {t["figure"]: t["met"] for t in steady.targets(report)}
     assert verdicts == {
@@ -80,3 +81,16 @@ def test_steady_targets_compare_with_the_fastest_peer_and_the_bare_flask_run() -
         "p99 submit->done at 20/s, ms": False,
     }
     assert steady.percentile([5.0, 1.0, 3.0], 0.5) == 3.0
+
+
+def test_steady_rounds_are_summed_up_figure_by_figure_as_medians() -> None:
+    rounds = [
+        {"open_20": {"p50_ms": 9.0, "cpu_ms": {"api": 2.0}}, "name": "a", "ok": True},
+        {"open_20": {"p50_ms": 4.0, "cpu_ms": {"api": 3.0}}, "name": "b", "ok": False},
+        {"open_20": {"p50_ms": 5.0, "cpu_ms": {"api": 1.0}}, "name": "c", "ok": False},
+    ]
+    assert steady._medians(rounds) == {
+        "open_20": {"p50_ms": 5.0, "cpu_ms": {"api": 2.0}},
+        "name": "a",
+        "ok": True,
+    }
