@@ -25,25 +25,26 @@ logger = logging.getLogger(__name__)
 # Checking a connection with a query on every checkout costs a round trip (and a commit)
 # per unit of work. Instead: an idle connection's socket is readable only when the server
 # sent something — a termination notice, or EOF after a restart — so a zero-cost poll
-# catches dead connections; one idle for longer than this is checked with a query too.
+# catches dead connections; one last handed out longer ago than this (so possibly idle
+# that long) is checked with a query too. The time is taken at checkout, in the caller's
+# thread: a pool `reset` callback to note returns would send every returned connection
+# through one of the pool's worker threads, a thread hand-off per unit of work.
 CHECK_IDLE_SECONDS = 30.0
-_returned_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+_handed_out_at: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
     weakref.WeakKeyDictionary()
 )
-_returned_lock = threading.Lock()
-
-
-def _stamp_return(conn: psycopg.Connection[Any]) -> None:
-    with _returned_lock:
-        _returned_at[conn] = time.monotonic()
+_handed_out_lock = threading.Lock()
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:
-    with _returned_lock:
-        returned = _returned_at.get(conn)
+    with _handed_out_lock:
+        last = _handed_out_at.get(conn)
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable or returned is None or time.monotonic() - returned > CHECK_IDLE_SECONDS:
+    now = time.monotonic()
+    if readable or last is None or now - last > CHECK_IDLE_SECONDS:
         psycopg_pool.ConnectionPool.check_connection(conn)
+    with _handed_out_lock:
+        _handed_out_at[conn] = now
 
 
 _TIMESTAMPTZ = psycopg.adapters.types["timestamptz"].oid
@@ -165,7 +166,6 @@ def create_pool(
         name=name,
         kwargs={"autocommit": True},
         check=_check,
-        reset=_stamp_return,
         timeout=timeout_s,
         reconnect_timeout=RECONNECT_TIMEOUT_S,
         open=False,
