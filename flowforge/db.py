@@ -177,7 +177,7 @@ COMMIT = "COMMIT"
 
 
 @contextmanager
-def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pipeline]:
     """A transaction on an autocommit connection in which BEGIN travels with the first
     statements and COMMIT with the last ones: a unit of work that reads, then writes,
     costs two round trips. psycopg's own transaction() inside a pipeline costs five (it
@@ -188,13 +188,17 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     Whatever goes wrong — an error in the block, a failed statement, a failed COMMIT —
     the transaction is rolled back before the error propagates (psycopg's rollback also
     forgets statements it prepared in the pipeline after the failure), so the connection
-    goes back to its pool idle."""
+    goes back to its pool idle.
+
+    Between two syncs the server counts the session as active, so neither
+    statement_timeout nor idle_in_transaction_session_timeout runs: a block that waits on
+    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`)."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise psycopg.ProgrammingError("pipelined_transaction() needs an idle connection")
     try:
-        with conn.pipeline():
+        with conn.pipeline() as pipeline:
             conn.execute(BEGIN)
-            yield
+            yield pipeline
             conn.execute(COMMIT)
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -27,7 +27,9 @@ INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 # That commit need not wait for the disk (synchronous_commit off, for this transaction
 # only, set by the statement itself to save another round trip): a delete lost in a crash
 # only publishes its wake-ups again, and a duplicate changes nothing (SPEC §7). Every
-# other writer of the outbox commits synchronously.
+# other writer of the outbox commits synchronously. The configured value is kept in
+# flowforge.synchronous_commit for the pure step the relay may run in the same
+# transaction: runs.LOCK_EXECUTION puts it back.
 # Each row comes with its step's type (NULL: no such step), so that the relay can run a
 # lone pure step itself (relay.py) without a look at the execution first.
 # Written so that its plan cannot depend on statistics (a table never analysed, as with
@@ -39,7 +41,11 @@ WITH taken AS (
     DELETE FROM outbox
     WHERE id = ANY (ARRAY(SELECT id FROM outbox ORDER BY id LIMIT %(limit)s
                           FOR UPDATE SKIP LOCKED))
-      AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+      AND (SELECT set_config('synchronous_commit',
+                             CASE WHEN set_config('flowforge.synchronous_commit',
+                                                  current_setting('synchronous_commit'), true)
+                                       IS NOT NULL THEN 'off' END,
+                             true)) IS NOT NULL
     RETURNING id, execution_id, step_id, created_at
 )
 SELECT t.id, t.execution_id, t.step_id, t.created_at,

@@ -31,13 +31,17 @@ from flowforge.waits import APPLY_RESUMES, PENDING_RESUMES
 logger = logging.getLogger(__name__)
 
 # Locks the execution row: every change to an execution and its steps starts here. It
-# also makes the transaction's COMMIT wait for the WAL flush, whatever the transaction
-# set before (the relay's claim turns that off for itself, and runs a pure step in the
-# same transaction): progress is never committed without it. One statement less than a
-# SET of its own.
+# also gives the transaction back the configured synchronous_commit, which the relay's
+# claim turned off for itself before it runs a pure step in the same transaction
+# (outbox.TAKE_BATCH kept the value): progress is never committed with less durability
+# than the server, database or role asks for. One statement less than a SET of its own;
+# elsewhere it sets the value the transaction already has.
 LOCK_EXECUTION = """
 SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
-       set_config('synchronous_commit', 'on', true) AS synchronous_commit,
+       set_config('synchronous_commit',
+                  coalesce(nullif(current_setting('flowforge.synchronous_commit', true), ''),
+                           current_setting('synchronous_commit')),
+                  true) AS synchronous_commit,
        e.version_id, w.key AS workflow, v.version, now() AS now,
        e.workflow_id, e.concurrency_key, e.stop_reason,
        e.slot_at IS NOT NULL AND e.cancel_requested_at IS NULL

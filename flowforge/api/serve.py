@@ -49,6 +49,8 @@ DEFAULTS = [
     "--limit-request-field_size", "8190",
 ]  # fmt: skip
 
+# The longest a connection may wait in the backlog when the worker woken for it exits.
+MAX_ACCEPT_WAIT_S = 1.0
 # gunicorn's errors that are the client's doing, most specific first, with the answer.
 CLIENT_ERRORS: list[tuple[type[BaseException], int, str]] = [
     (errors.LimitRequestLine, 414, "the request line is longer than this server accepts"),
@@ -172,7 +174,10 @@ class ProblemWorker(SyncWorker):
                 self._epoll.register(fd, select.EPOLLIN | select.EPOLLEXCLUSIVE)
             self._epoll.register(self.PIPE[0], select.EPOLLIN)
         ready = []
-        for fd, _events in self._epoll.poll(timeout):
+        # A worker woken for a connection may exit before accepting it (a signal in
+        # between); nobody else is woken for it. Polling at least this often, the others
+        # find it still waiting (level-triggered) within a second.
+        for fd, _events in self._epoll.poll(min(timeout, MAX_ACCEPT_WAIT_S)):
             if fd == self.PIPE[0]:
                 os.read(fd, 1)
                 ready.append(fd)

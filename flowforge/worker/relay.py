@@ -112,12 +112,13 @@ class Relay(Loop):
         """Publish and delete one batch (or run its lone pure step); returns how many rows
         it claimed."""
         # Pipelined: BEGIN travels with the claim and COMMIT with the last write, so a
-        # batch costs two round trips, and a lone pure step run here three.
+        # lone pure step run here costs three round trips, a published batch three (its
+        # claim is settled before the broker is waited on).
         with (
             metrics.after_commit(),
             wrap_exceptions(),
             self.pool.connection() as conn,
-            pipelined_transaction(conn),
+            pipelined_transaction(conn) as pipeline,
         ):
             rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
@@ -125,6 +126,10 @@ class Relay(Loop):
             if self._runs_here(rows):
                 self._run_here(conn, rows[0])
                 return 1
+            # Idle in transaction from here, not active: while the broker takes its time
+            # the server's idle-in-transaction timeout still bounds how long the claimed
+            # rows stay locked away from every other relay.
+            pipeline.sync()
             self._returned.clear()
             for outbox_id, execution_id, step_id, _created_at, _type in rows:
                 self._channel.basic_publish(

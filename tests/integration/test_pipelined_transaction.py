@@ -124,7 +124,7 @@ def test_the_relays_claim_never_scans_outbox_or_steps(db: psycopg.Connection) ->
     assert "outbox_pkey" in plan and "steps_pkey" in plan, plan
 
 
-def test_a_run_loaded_in_the_relays_transaction_commits_durably(
+def test_a_run_loaded_in_the_relays_transaction_commits_as_durably_as_configured(
     db: psycopg.Connection, app_client: Any, api_key: str
 ) -> None:
     """The relay's claim turns synchronous_commit off for its transaction; a pure step it
@@ -143,9 +143,21 @@ def test_a_run_loaded_in_the_relays_transaction_commits_durably(
     accepted = app_client.post("/hooks/durable", json={"n": 1})
     assert accepted.status_code == 202
     setting = "SELECT current_setting('synchronous_commit')"
+    eid = accepted.get_json()["execution_id"]
     with pipelined_transaction(db):
         (claimed,) = db.execute(TAKE_BATCH, {"limit": 500}).fetchall()
-        assert str(claimed[1]) == accepted.get_json()["execution_id"]
+        assert str(claimed[1]) == eid
         assert db.execute(setting).fetchone() == ("off",)
-        assert load_run(db, str(claimed[1])) is not None
+        assert load_run(db, eid) is not None
         assert db.execute(setting).fetchone() == ("on",)
+    # What the role or database asks for is given back, not replaced by `on`...
+    db.execute("SET synchronous_commit = 'remote_apply'")
+    db.execute("INSERT INTO outbox (execution_id, step_id) VALUES (%s, 'a')", (eid,))
+    with pipelined_transaction(db):
+        assert len(db.execute(TAKE_BATCH, {"limit": 500}).fetchall()) == 1
+        assert load_run(db, eid) is not None
+        assert db.execute(setting).fetchone() == ("remote_apply",)
+    # ... and a unit of work outside the relay keeps it.
+    with pipelined_transaction(db):
+        assert load_run(db, eid) is not None
+        assert db.execute(setting).fetchone() == ("remote_apply",)

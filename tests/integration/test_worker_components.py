@@ -330,3 +330,31 @@ def test_the_relay_runs_a_lone_pure_wakeup_in_the_transaction_that_deletes_its_r
             assert queue.method.message_count == 2
     finally:
         relay.close()
+
+
+def test_while_the_relay_waits_on_the_broker_its_claim_is_idle_in_transaction(
+    worker: InProcessWorker, app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    """Not `active`: only a session idle in its transaction is bounded by the server's
+    idle_in_transaction_session_timeout, which frees the claimed rows for another relay
+    when the broker never answers."""
+    publish(app_client, api_key, CALLS)
+    worker.relay.step()  # connected and declared, nothing to publish yet
+    start(app_client, "calls", {})
+    channel = worker.relay._channel
+    publish_one = channel.basic_publish
+    seen: list[tuple[str, str]] = []
+
+    def observed(*args: Any, **kwargs: Any) -> None:
+        seen.extend(
+            db.execute(
+                "SELECT state, left(ltrim(query, E' \\n'), 13) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND ltrim(query, E' \\n') LIKE 'WITH taken AS%%'"
+            ).fetchall()
+        )
+        publish_one(*args, **kwargs)
+
+    channel.basic_publish = observed
+    assert worker.relay.publish_batch() == 2
+    assert seen and {state for state, _ in seen} == {"idle in transaction"}, seen
