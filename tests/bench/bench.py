@@ -120,14 +120,7 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     report["machine"]["background_cpu_pct"] = background_cpu_pct()
     connections = 2 * args.api_workers
-    with Session(
-        args.admin_url,
-        args.api_workers,
-        args.worker_concurrency,
-        args.keep_logs,
-        args.profile,
-        own_postgres=args.own_postgres,
-    ) as s:
+    with Session.from_args(args) as s:
         report["machine"]["postgresql"] = s.scalar("SHOW server_version")
         report["machine"]["postgresql_server"] = (
             "own throwaway cluster (--own-postgres) with the local server's settings: "

@@ -154,6 +154,18 @@ class Session:
         # Whether other backends may still hold unreported commit counts (see figures).
         self.stats_dirty = True
 
+    @classmethod
+    def from_args(cls, args: Any) -> Session:
+        """The session bin/bench's command line asks for (both phases use it)."""
+        return cls(
+            args.admin_url,
+            args.api_workers,
+            args.worker_concurrency,
+            args.keep_logs,
+            args.profile,
+            own_postgres=args.own_postgres,
+        )
+
     # ---- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> Session:

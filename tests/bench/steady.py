@@ -399,14 +399,7 @@ def run(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
     plan = QUICK if args.quick else FULL
     started = time.monotonic()
     report: dict[str, Any] = {"plan": plan.__dict__, "peers": "issue 17, not re-measured"}
-    with Session(
-        args.admin_url,
-        args.api_workers,
-        args.worker_concurrency,
-        args.keep_logs,
-        args.profile,
-        own_postgres=args.own_postgres,
-    ) as s:
+    with Session.from_args(args) as s:
         s.start_api()
         s.publish("chain3", CHAIN3)
         s.conn.execute(DONE_TRIGGER)
