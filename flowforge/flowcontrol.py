@@ -123,10 +123,10 @@ WITH current AS (
         ELSE 'queue' END AS mode
     FROM holders, ahead, queued
 ), claim AS (
-    INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-    SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s
+    INSERT INTO idempotency_keys (workflow_id, origin, key, body_sha256, execution_id)
+    SELECT %(workflow_id)s, %(key_origin)s, %(key)s, %(body_sha256)s, %(id)s
     FROM current, decision WHERE %(key)s::text IS NOT NULL AND decision.mode <> 'refuse'
-    ON CONFLICT (workflow_id, key) DO NOTHING
+    ON CONFLICT (workflow_id, origin, key) DO NOTHING
     RETURNING 1
 ), accepted AS (
     SELECT mode FROM current, decision WHERE %(key)s::text IS NULL AND mode <> 'refuse'

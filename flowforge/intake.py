@@ -22,7 +22,13 @@ from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.model import FLOW_CONTROL_ACTOR, ExecutionStatus, StepStatus, execution_event
+from flowforge.model import (
+    FLOW_CONTROL_ACTOR,
+    ExecutionStatus,
+    KeyOrigin,
+    StepStatus,
+    execution_event,
+)
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.runs import definition_for
 
@@ -54,10 +60,10 @@ CREATE_EXECUTION = f"""
 WITH current AS (
     {flowcontrol.STILL_CURRENT}
 ), claim AS (
-    INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-    SELECT %(workflow_id)s, %(key)s, %(body_sha256)s, %(id)s
+    INSERT INTO idempotency_keys (workflow_id, origin, key, body_sha256, execution_id)
+    SELECT %(workflow_id)s, %(key_origin)s, %(key)s, %(body_sha256)s, %(id)s
     FROM current WHERE %(key)s::text IS NOT NULL
-    ON CONFLICT (workflow_id, key) DO NOTHING
+    ON CONFLICT (workflow_id, origin, key) DO NOTHING
     RETURNING 1
 ), accepted AS (
     SELECT 1 FROM current WHERE %(key)s::text IS NULL
@@ -92,7 +98,7 @@ INTAKE_PARAMS = {
 }
 EXISTING_KEY = """
 SELECT body_sha256, execution_id FROM idempotency_keys
-WHERE workflow_id = %(workflow_id)s AND key = %(key)s
+WHERE workflow_id = %(workflow_id)s AND origin = %(key_origin)s AND key = %(key)s
 """
 
 
@@ -233,6 +239,8 @@ def accept(
         # Already validated JSON: jsonb parses the raw text, no re-serialising in Python.
         "input": body.decode(),
         "key": idempotency_key,
+        # A webhook's key is the client's, whatever it spells (SPEC §12).
+        "key_origin": KeyOrigin.CLIENT.value,
         "body_sha256": body_sha256,
         **INTAKE_PARAMS,
         **target.steps,

@@ -50,6 +50,17 @@ class AttemptOutcome(StrEnum):
     LOST_LEASE = "lost_lease"
 
 
+class KeyOrigin(StrEnum):
+    """Who made an idempotency key; `idempotency_keys.origin`, part of its primary key
+    (SPEC §12). A client's `Idempotency-Key` or `webhook-id` is always `client`, whatever
+    it spells; every identity FlowForge makes for itself (a schedule tick's, and any later
+    retry, resume or re-ingest key) is `system`, so no client key can claim, block or
+    replay one."""
+
+    CLIENT = "client"
+    SYSTEM = "system"
+
+
 class EventKind(StrEnum):
     """The history entries that are not a status transition (see step_event and
     execution_event for those)."""

@@ -5,7 +5,8 @@ CLI (and later a console page) all go through here.
 How a tick is decided, once, whatever the number of workers: the schedule's row is
 claimed FOR UPDATE SKIP LOCKED when its `fire_at` is due, so one worker at a time decides
 its ticks; the tick's execution is created with the idempotency key `schedule:<tick
-instant>` and trigger `schedule`, and the tick's ledger row and the row's next tick are
+instant>` in the system's key space (origin `system`, which no webhook's key can reach)
+and trigger `schedule`, and the tick's ledger row and the row's next tick are
 written in the same transaction. A worker killed at any point either committed all three
 or none. The executions of the ticks that start whatever else happens (overlap `allow`,
 or a free slot) are created set-based for a whole batch of schedules (fire_batch); every
@@ -40,7 +41,7 @@ from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition, Schedule, parse_schedule
 from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
-from flowforge.model import EventKind
+from flowforge.model import EventKind, KeyOrigin
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 
 logger = logging.getLogger(__name__)
@@ -119,14 +120,15 @@ FROM (SELECT DISTINCT w FROM unnest(%(workflow_ids)s::bigint[]) AS w ORDER BY w)
 """
 # Many ticks' executions in two statements: flowcontrol.GATED_INTAKE's `start` for each
 # tick (the only mode they take), set-based. First the claim: a tick's idempotency key
-# `schedule:<instant>` is claimed only if its target is still current (the newest
-# version, not archived) and, for a gated tick (`ckey` @schedule: overlap skip,
-# buffer_one, cancel_other), its schedule's slot is free with nobody queued for it, under
-# BATCH_SLOT_LOCKS. Of two workers racing for a tick, one claims it; the other's insert
-# waits for that commit and gets no row. Returns the execution ids claimed.
+# `schedule:<instant>`, in the system's key space (origin `system`), is claimed only if
+# its target is still current (the newest version, not archived) and, for a gated tick
+# (`ckey` @schedule: overlap skip, buffer_one, cancel_other), its schedule's slot is free
+# with nobody queued for it, under BATCH_SLOT_LOCKS. Of two workers racing for a tick, one
+# claims it; the other's insert waits for that commit and gets no row. Returns the
+# execution ids claimed.
 BATCH_CLAIM = f"""
-INSERT INTO idempotency_keys (workflow_id, key, body_sha256, execution_id)
-SELECT t.workflow_id, t.key, decode(t.body_sha256, 'hex'), t.id
+INSERT INTO idempotency_keys (workflow_id, origin, key, body_sha256, execution_id)
+SELECT t.workflow_id, '{KeyOrigin.SYSTEM}', t.key, decode(t.body_sha256, 'hex'), t.id
 FROM jsonb_to_recordset(%(ticks)s::jsonb)
      AS t(id uuid, workflow_id bigint, version int, key text, body_sha256 text, ckey text)
 WHERE EXISTS (SELECT 1 FROM workflows w
@@ -136,7 +138,7 @@ WHERE EXISTS (SELECT 1 FROM workflows w
       SELECT 1 FROM executions
       WHERE workflow_id = t.workflow_id AND concurrency_key = t.ckey
         AND (({flowcontrol.HOLDS_SLOT}) OR ({flowcontrol.IN_QUEUE}))))
-ON CONFLICT (workflow_id, key) DO NOTHING
+ON CONFLICT (workflow_id, origin, key) DO NOTHING
 RETURNING execution_id
 """
 # Then, for the claimed ticks only: the executions (a gated one holding its slot), their
@@ -796,6 +798,8 @@ def params_for(target: intake.Target, body: bytes, key: str, overlap: str) -> di
         "secret_id": None,
         "input": body.decode(),
         "key": key,
+        # The scheduler's own key space: no webhook's key can claim a tick (SPEC §12).
+        "key_origin": KeyOrigin.SYSTEM.value,
         "body_sha256": hashlib.sha256(body).digest(),
         **intake.INTAKE_PARAMS,
         **target.steps,
