@@ -17,6 +17,7 @@ import pytest
 from flowforge import apikeys
 from flowforge.migrate import migrate
 from flowforge.sealing import parse_key
+from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
     TEST_RESUME_KEY,

@@ -11,10 +11,7 @@ drains the worker the same way and exits non-zero (see `supervisor.py`).
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
-from types import FrameType
 
 from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
@@ -33,15 +30,8 @@ def main() -> int:
         logger.critical("%s", exc)
         return 2
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if worker.stop.is_set():
-            logger.warning("second signal: exiting now")
-            os._exit(1)
-        logger.info("draining", extra={"signal": signal.Signals(signum).name})
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # The handlers only set a flag and wake the main thread (see signals.py).
+    worker.signals.install()
     return worker.run()
 
 

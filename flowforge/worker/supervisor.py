@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ from flowforge.worker.loop import Loop
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.scheduler import Scheduler
+from flowforge.worker.signals import StopSignals
 from flowforge.worker.timers import TimerScanner
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class Worker:
             timeout_s=settings.db_timeout_seconds,
         )
         self.stop = threading.Event()  # stops taking work
+        self.signals = StopSignals()  # SIGTERM/SIGINT, set by bin/worker's handlers
         self.background = threading.Event()  # stops the housekeeping threads, after the drain
         self.executor = Executor(
             self.pool,
@@ -141,8 +144,15 @@ class Worker:
         )
 
     def supervise(self) -> int:
-        """Wait for `stop`; a thread that died sets it, and makes the exit status non-zero."""
-        while not self.stop.wait(MONITOR_SECONDS):
+        """Wait for a stop signal; a thread that died stops the worker too, and makes the
+        exit status non-zero. `stop` is set here, in the main thread's ordinary code,
+        never in a signal handler."""
+        while not self.stop.is_set():
+            signum = self.signals.wait(MONITOR_SECONDS)
+            if signum is not None:
+                logger.info("draining", extra={"signal": signal.Signals(signum).name})
+                self.stop.set()
+                return 0
             dead = [t.name for t in [*self.services, self.consumer] if not t.is_alive()]
             if dead:
                 logger.critical(

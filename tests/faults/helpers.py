@@ -1,12 +1,11 @@
 """What the fault tests share: the operator CLI, the broker as a test sees it, the
-database as a test sees it, process statistics, signed webhooks and the local services'
-control commands (rabbitmqctl, pg_ctlcluster)."""
+database as a test sees it, process statistics and signed webhooks. Whole-server outages
+use servers of the test's own: tests/support/own_servers.py."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -133,67 +132,7 @@ def publish_wakeup(amqp_url: str, prefix: str, execution_id: str, step_id: str) 
     publish_raw(amqp_url, prefix, body)
 
 
-def rabbitmqctl(*args: str, timeout: float = 120) -> None:
-    """Control the local broker; fails the test loudly when the command fails."""
-    result = subprocess.run(
-        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, f"rabbitmqctl {' '.join(args)}: {result.stderr}"
-
-
-@contextlib.contextmanager
-def broker_stopped() -> Iterator[None]:
-    """`rabbitmqctl stop_app` for the body of the block, then start it again no matter what.
-
-    The local broker is shared with every other test run on this box: the outage stays as
-    short as the block, and the broker is always started again and awaited.
-    """
-    rabbitmqctl("stop_app")
-    try:
-        yield
-    finally:
-        rabbitmqctl("start_app")
-        rabbitmqctl("await_startup", "--timeout", "120")
-
-
 # ---- PostgreSQL ------------------------------------------------------------------------
-
-
-def pg_version() -> str:
-    """The local cluster's major version (the one bin/local-env starts)."""
-    return sorted(os.listdir("/etc/postgresql"))[0]
-
-
-def pg_ctl(action: str, *extra: str) -> None:
-    """pg_ctlcluster on the local `main` cluster."""
-    result = subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", pg_version(), "main", action, *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, f"pg_ctlcluster {action}: {result.stderr}"
-
-
-def pg_ready(url: str) -> bool:
-    """Whether PostgreSQL accepts connections again."""
-    try:
-        with psycopg.connect(url, connect_timeout=2):
-            return True
-    except psycopg.Error:
-        return False
-
-
-@contextlib.contextmanager
-def postgres_stopped(admin_url: str) -> Iterator[None]:
-    """Stop the local server (fast mode: sessions are cut) and always start it again."""
-    pg_ctl("stop", "-m", "fast")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(AssertionError):
-            pg_ctl("start")
-        wait_for(lambda: pg_ready(admin_url), timeout=60, interval=0.2, message="PostgreSQL up")
 
 
 def terminate_backends(db: psycopg.Connection) -> int:

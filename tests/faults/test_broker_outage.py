@@ -4,7 +4,8 @@ Promise: every webhook still gets 202, because intake writes only to PostgreSQL 
 execution, its steps and an outbox row, in one transaction); the executions stay queued
 with their outbox rows; once the broker is back the worker publishes and finishes them
 all. Proved twice: with a fault proxy between the worker and the broker (cut and
-blackhole), and with a real `rabbitmqctl stop_app` / `start_app` of the local broker.
+blackhole), and with a real `rabbitmqctl stop_app` / `start_app` and a stop and start of
+a whole node — a RabbitMQ node of the test's own (`own_rabbitmq`), never the shared one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from flowforge.errors import BrokerUnavailable
 from flowforge.worker import broker
 from tests.faults.helpers import (
     StartWorker,
-    broker_stopped,
     http,
     logged,
     scalar,
@@ -28,6 +28,7 @@ from tests.faults.helpers import (
 )
 from tests.support.api import Api
 from tests.support.faultproxy import FaultProxy
+from tests.support.own_servers import OwnRabbitMQ
 from tests.support.processes import Process, wait_for
 from tests.support.target import Target
 
@@ -113,18 +114,32 @@ def test_a_reset_during_the_amqp_handshake_is_a_broker_outage_not_a_crash(
 
 
 @pytest.mark.slow
-def test_rabbitmq_stop_app_keeps_webhooks_and_finishes_them_after_start_app(
-    client: Api, db: psycopg.Connection, workers: StartWorker, target: Target
+@pytest.mark.parametrize("outage", ["stop_app", "node stop"])
+def test_broker_outage_keeps_webhooks_and_finishes_them_after_start(
+    outage: str,
+    client: Api,
+    db: psycopg.Connection,
+    workers: StartWorker,
+    target: Target,
+    own_rabbitmq: OwnRabbitMQ,
 ) -> None:
-    """Defined last in the module so the real broker outage runs after the proxy tests."""
+    """The whole broker goes away (its app, or the node itself) and comes back."""
     _publish(client, target)
-    worker = workers()
+    worker = workers(FLOWFORGE_AMQP_URL=own_rabbitmq.url)
     warm = client.start("orders", {"n": -1})
     assert client.wait(warm)["status"] == "succeeded"
     target.received.clear()
 
-    with broker_stopped():
-        wait_logged(worker, "broker connection lost")
-        ids = _accept_while_down(client, db, target)
+    if outage == "stop_app":
+        with own_rabbitmq.app_stopped():
+            wait_logged(worker, "broker connection lost")
+            ids = _accept_while_down(client, db, target)
+    else:
+        own_rabbitmq.stop()
+        try:
+            wait_logged(worker, "broker connection lost")
+            ids = _accept_while_down(client, db, target)
+        finally:
+            own_rabbitmq.start()
 
     _all_finish(client, db, target, ids)

@@ -3,14 +3,16 @@
 Promise: the API answers 503 problem details while the database is gone — never a 500
 and never a trace; workers and the API reconnect by themselves; nothing that was
 accepted (answered 202) is lost, and every accepted execution finishes. Proved with
-`pg_terminate_backend` of every session mid-run, and with a real stop and start of the
-local server while a sender keeps delivering webhooks.
+`pg_terminate_backend` of every session mid-run, and with a real stop and start of a
+server while a sender keeps delivering webhooks. Every test here runs on a PostgreSQL
+server of the module's own (`own_postgres`), never on the shared one.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -22,17 +24,24 @@ from tests.faults.helpers import (
     StartWorker,
     http,
     is_problem,
-    postgres_stopped,
     rows,
     succeeded_twice,
     terminate_backends,
     workflow,
 )
 from tests.support.api import Api
+from tests.support.own_servers import OwnPostgres
 from tests.support.processes import wait_for
 from tests.support.target import Reply, Target
 
 RUNS = 12
+
+
+@pytest.fixture
+def database_url(own_postgres: OwnPostgres) -> Iterator[str]:
+    """The test's database lives on the module's own server, which the tests stop."""
+    with own_postgres.database() as url:
+        yield url
 
 
 def _chain(target: Target) -> dict:
@@ -109,12 +118,12 @@ def test_server_restart_answers_503_then_loses_nothing(
     api_key: str,
     db: psycopg.Connection,
     database_url: str,
-    pg_admin_url: str,
+    own_postgres: OwnPostgres,
     workers: StartWorker,
     target: Target,
 ) -> None:
     # Four gunicorn workers: the probes and the sender wait out their pool timeouts in
-    # parallel, which keeps the outage of the shared server short.
+    # parallel.
     base = api4
     client = Api(base, api_key)
     client.publish("chain", _chain(target))
@@ -127,7 +136,7 @@ def test_server_restart_answers_503_then_loses_nothing(
         wait_for(lambda: len(sender.accepted) >= 5, message="webhooks accepted before")
         db.close()
         down_at = time.monotonic()
-        with postgres_stopped(pg_admin_url):
+        with own_postgres.stopped("fast"):
             # While it is down, the API answers, with 503 problem details.
             with ThreadPoolExecutor(3) as pool:
                 outage = list(
