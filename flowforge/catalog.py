@@ -8,15 +8,23 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge import schedules, sealing
+from flowforge import schedules, sealing, signatures
 from flowforge.db import one
 from flowforge.definitions import Definition
-from flowforge.errors import Conflict, NotFound
+from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.model import WORKFLOW_KEY
 
 # Always used with fullmatch: `$` would also match before a trailing newline.
 KEY_PATTERN = WORKFLOW_KEY
 MAX_ACTIVE_SECRETS = 2
+
+
+class SecretInvalid(ClientError):
+    """A supplied webhook secret the workflow could not verify with."""
+
+    status = 422
+    title = "Invalid secret"
+
 
 # Creates the workflow on first publish; otherwise bumps its version under the row lock
 # the upsert takes, so concurrent publishers get distinct, gap-free version numbers.
@@ -177,6 +185,17 @@ def unsigned_warning(conn: psycopg.Connection, key: str) -> str | None:
         '"auth": "none"); this secret is checked only after you publish a version '
         "without it"
     )
+
+
+def check_supplied_secret(conn: psycopg.Connection, key: str, value: str) -> None:
+    """Refuse (422) a supplied secret the newest version could never verify with: Standard
+    Webhooks (`auth: signature`) secrets are `whsec_` + base64 of the key bytes."""
+    versions = get_workflow(conn, key)["versions"]
+    if versions and versions[-1]["webhook_auth"] == "signature" and not signatures.is_secret(value):
+        raise SecretInvalid(
+            f"workflow {key!r} checks Standard Webhooks signatures (auth signature): its "
+            "secrets are whsec_ + base64; omit the body to have one made"
+        )
 
 
 def create_secret(

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from flowforge import cron, templating
 from flowforge.errors import ClientError
 from flowforge.jsonvalues import is_number
+from flowforge.model import WebhookAuth
 
 MAX_DEFINITION_BYTES = 262_144
 MAX_STEPS = 100
@@ -482,8 +483,11 @@ class _Parser:
             return "signature"
         self.unknown_keys(webhook, {"auth"}, "$.trigger.webhook")
         auth = webhook.get("auth", "signature")
-        if auth not in ("signature", "none"):
-            self.error("$.trigger.webhook.auth", 'auth must be "signature" or "none"')
+        if auth not in set(WebhookAuth):
+            self.error(
+                "$.trigger.webhook.auth",
+                f"auth must be one of {', '.join(sorted(WebhookAuth))}",
+            )
             return "signature"
         return str(auth)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from flowforge import actions, flowcontrol, sealing
+from flowforge import actions, flowcontrol, metrics, presets, sealing
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
@@ -151,6 +151,7 @@ class Targets:
             if cached is not None:
                 return cached
         target = _find_target(conn, key, encryption_key)
+        metrics.INTAKE_TARGET_READS.inc()
         self._cached.put(slot, target)
         return target
 
@@ -191,7 +192,7 @@ def _find_target(
         raise NotFound(f"workflow {key!r} does not exist")
     workflow_id, version_id, version, auth, secret_ids, sealed_values = row
     secret_values = []
-    if auth == "signature" and open_secrets:
+    if auth in presets.SIGNED and open_secrets:
         secret_values = [
             sealing.unseal(encryption_key, sealed, workflow_id, secret_id)
             for secret_id, sealed in zip(secret_ids, sealed_values, strict=True)

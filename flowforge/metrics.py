@@ -71,6 +71,11 @@ WEBHOOKS_ACCEPTED = Counter(
 WEBHOOKS_REFUSED = Counter(
     "flowforge_webhooks_refused", "Webhooks answered with a problem, by reason.", ["reason"]
 )
+INTAKE_TARGET_READS = Counter(
+    "flowforge_intake_target_reads",
+    "Reads of a workflow's intake target (newest version, active secrets) from PostgreSQL: "
+    "first webhooks per process, and re-checks after a signature the cache did not verify.",
+)
 RESUMES = Counter(
     "flowforge_resumes",
     "Requests to resume URLs (POST /hooks/resume/<token>), by answer.",

@@ -27,6 +27,20 @@ class ExecutionStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class WebhookAuth(StrEnum):
+    """How a workflow's webhooks prove their sender (SPEC §15); `workflow_versions.webhook_auth`.
+
+    `signature` is Standard Webhooks; the others are the providers' own schemes, verified
+    as each provider documents (flowforge/presets.py)."""
+
+    NONE = "none"
+    SIGNATURE = "signature"
+    STRIPE = "stripe"
+    GITHUB = "github"
+    SHOPIFY = "shopify"
+    SLACK = "slack"
+
+
 class StepStatus(StrEnum):
     """Where one step of an execution stands; `steps.status`."""
 

@@ -29,11 +29,21 @@ def new_secret() -> str:
     return _PREFIX + base64.b64encode(token_bytes(24)).decode("ascii")
 
 
-def _key(secret: str) -> bytes:
-    """Decode a stored secret; a malformed one is a server bug, not the caller's fault."""
+def _key(secret: str) -> bytes | None:
+    """Decode a stored secret, or None for one that is no Standard Webhooks secret (a
+    provider's secret supplied by the user, kept while a workflow changes its auth): it
+    can sign nothing here."""
     if not secret.startswith(_PREFIX):
-        raise ValueError("signing secret lacks the whsec_ prefix")
-    return base64.b64decode(secret.removeprefix(_PREFIX), validate=True)
+        return None
+    try:
+        return base64.b64decode(secret.removeprefix(_PREFIX), validate=True) or None
+    except binascii.Error:
+        return None
+
+
+def is_secret(value: str) -> bool:
+    """Whether `value` is usable as a Standard Webhooks secret (whsec_ + base64)."""
+    return _key(value) is not None
 
 
 def _candidates(signature_header: str) -> list[bytes]:
@@ -75,7 +85,9 @@ def verify(
     candidates = _candidates(signature_header)
     content = f"{msg_id}.{timestamp}.".encode() + body
     for secret in secrets:
-        expected = hmac.new(_key(secret), content, hashlib.sha256).digest()
+        if (key := _key(secret)) is None:
+            continue
+        expected = hmac.new(key, content, hashlib.sha256).digest()
         if any(hmac.compare_digest(expected, candidate) for candidate in candidates):
             return secret
     raise SignatureInvalid("no matching signature")

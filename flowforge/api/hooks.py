@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import flowcontrol, intake, signatures
+from flowforge import flowcontrol, intake, presets, signatures
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -23,14 +23,14 @@ TARGETS = intake.Targets()
 MAX_IDEMPOTENCY_KEY = 255
 
 
-def _idempotency_key(target: intake.Target) -> str | None:
-    """The identity of this webhook. For a signed workflow it is the signed `webhook-id`
-    alone: an `Idempotency-Key` header is not covered by the signature, so anyone who saw
-    one signed request could otherwise replay it as a new execution by adding one. For
-    auth "none" nothing is signed, and the sender's `Idempotency-Key` (else `webhook-id`)
-    is used."""
-    if target.webhook_auth == "signature":
-        key = request.headers.get("webhook-id")
+def _idempotency_key(target: intake.Target, verified: presets.Verified | None) -> str | None:
+    """The identity of this webhook. For a signed workflow it is the provider's delivery id
+    (presets.py: `webhook-id`, Stripe's event id, X-GitHub-Delivery, ...) alone: an
+    `Idempotency-Key` header is not covered by any signature, so anyone who saw one signed
+    request could otherwise replay it as a new execution by adding one. For auth "none"
+    nothing is signed, and the sender's `Idempotency-Key` (else `webhook-id`) is used."""
+    if verified is not None:
+        key = verified.identity
     else:
         key = request.headers.get("Idempotency-Key") or request.headers.get("webhook-id")
     if key is None:
@@ -39,55 +39,55 @@ def _idempotency_key(target: intake.Target) -> str | None:
         raise Problem(
             400,
             "Invalid idempotency key",
-            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
+            f"the webhook's identity must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
         )
     return key
 
 
-def _signed_by(target: intake.Target, raw: bytes) -> int | None:
-    """The id of the secret that signed this webhook (None for auth "none")."""
-    if target.webhook_auth != "signature":
+def _verified(target: intake.Target, raw: bytes) -> presets.Verified | None:
+    """The proof that this webhook comes from a secret holder (None for auth "none")."""
+    if target.webhook_auth not in presets.SIGNED:
         return None
-    ids: dict[str, int] = {}
-    for secret_id, secret in target.secrets:
-        ids.setdefault(secret, secret_id)
-    headers = request.headers
+    values = [secret for _, secret in target.secrets]
     try:
-        signed_with = signatures.verify(
-            list(ids),
-            headers.get("webhook-id"),
-            headers.get("webhook-timestamp"),
-            headers.get("webhook-signature"),
-            raw,
-            time.time(),
-        )
+        return presets.verify(target.webhook_auth, values, request.headers, raw, time.time())
     except signatures.SignatureInvalid as exc:
-        if ids:
+        if values:
             raise
         # No active secret: nothing can pass. Say so, and what is wrong with the headers.
         raise signatures.SignatureInvalid(
             "this workflow has no active signing secret: create one (flowforge secret "
             f"create, or POST .../webhook-secrets) and sign with it; also: {exc}"
         ) from None
-    return ids[signed_with]
 
 
-def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted:
+def _secret_id(target: intake.Target, verified: presets.Verified | None) -> int | None:
+    """The id of the secret that signed the webhook (the oldest of equal values)."""
+    if verified is None:
+        return None
+    return next(sid for sid, value in target.secrets if value == verified.secret)
+
+
+def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted | str:
     """Authenticate against the cached target, then accept; look again once when the cache
-    is behind (a new secret, a new version, a revoked secret)."""
+    is behind (a new secret, a new version, a revoked secret). A signed Slack
+    url_verification is answered with its challenge (returned as a str) and starts nothing."""
     for attempt in range(2):
         encryption_key = current_app.extensions["flowforge.settings"].encryption_key
         target = TARGETS.get(conn, key, encryption_key, fresh=attempt > 0)
         try:
-            secret_id = _signed_by(target, raw)
+            verified = _verified(target, raw)
         except signatures.SignatureInvalid as exc:
             if attempt == 0:
                 continue
             logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
             raise
+        if verified is not None and verified.challenge is not None:
+            return verified.challenge
         try:
             parse_json(raw)  # validates: 400 for what jsonb would refuse
-            return intake.accept(conn, target, raw, _idempotency_key(target), secret_id)
+            identity = _idempotency_key(target, verified)
+            return intake.accept(conn, target, raw, identity, _secret_id(target, verified))
         except intake.StaleTarget:
             continue
         except flowcontrol.QueueFull as exc:
@@ -121,6 +121,8 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     raw = read_body()
     with connection() as conn:
         accepted = _accept(conn, key, raw)
+    if isinstance(accepted, str):
+        return jsonify({"challenge": accepted}), 200, {}
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"

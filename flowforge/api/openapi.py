@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge.model import RESOLUTIONS, AttemptOutcome, ExecutionStatus, StepStatus
+from flowforge.model import RESOLUTIONS, AttemptOutcome, ExecutionStatus, StepStatus, WebhookAuth
 
 bp = Blueprint("openapi", __name__)
 
@@ -22,6 +22,7 @@ OPS = ["exists", "eq", "ne", "gt", "gte", "lt", "lte", "in"]
 STATUSES = [status.value for status in ExecutionStatus]
 STEP_STATUSES = [status.value for status in StepStatus]
 OUTCOMES = [outcome.value for outcome in AttemptOutcome]
+WEBHOOK_AUTHS = [auth.value for auth in WebhookAuth]
 
 PROBLEM_TEXT = {
     400: "Malformed JSON or an invalid parameter",
@@ -192,12 +193,24 @@ SCHEMAS: dict[str, Any] = {
                     "webhook": {
                         "type": "object",
                         "additionalProperties": False,
-                        "properties": {"auth": {"type": "string", "enum": ["signature", "none"]}},
+                        "properties": {
+                            "auth": {
+                                "type": "string",
+                                "enum": WEBHOOK_AUTHS,
+                                "description": "signature: Standard Webhooks; stripe, github, "
+                                "shopify, slack: the provider's own scheme (SPEC §15)",
+                            }
+                        },
                     },
                     "schedule": _ref("ScheduleDefinition"),
                 },
             },
             "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
+            "input_schema": {
+                "type": ["object", "boolean"],
+                "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
+                "with each error's path otherwise); local $ref only",
+            },
         },
     },
     "ScheduleDefinition": {
@@ -268,7 +281,7 @@ SCHEMAS: dict[str, Any] = {
             "workflow": {"type": "string"},
             "version": {"type": "integer"},
             "name": {"type": "string"},
-            "webhook_auth": {"type": "string", "enum": ["signature", "none"]},
+            "webhook_auth": {"type": "string", "enum": WEBHOOK_AUTHS},
             "steps": {"type": "array", "items": {"type": "string"}},
             "created_at": {"type": "string", "format": "date-time"},
         },
@@ -290,7 +303,8 @@ SCHEMAS: dict[str, Any] = {
             "secret": {
                 "type": "string",
                 "pattern": "^whsec_",
-                "description": "Only in the answer that created it",
+                "description": "Only in the answer that created it, and only for a secret "
+                "FlowForge made (not for a supplied value)",
             },
             "created_at": {"type": "string", "format": "date-time"},
             "revoked_at": {"type": ["string", "null"], "format": "date-time"},
@@ -476,7 +490,11 @@ PATHS: dict[str, Any] = {
                         "Idempotent-Replayed": {"schema": {"type": "string", "enum": ["true"]}},
                     },
                 },
-                **_problems(400, 401, 404, 409, 413, 415, 503),
+                "200": _json(
+                    {"type": "object", "properties": {"challenge": {"type": "string"}}},
+                    "auth slack: a signed url_verification answered; nothing started",
+                ),
+                **_problems(400, 401, 404, 409, 413, 415, 422, 503),
             },
             tags=["webhooks"],
             parameters=[WORKFLOW_KEY, *WEBHOOK_HEADERS],
@@ -558,14 +576,32 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/workflows/{key}/webhook-secrets": {
         "post": _operation(
-            "Create a signing secret (shown once; at most two active)",
+            "Create a signing secret (shown once; at most two active), or store a "
+            'provider\'s secret sent as {"value": "..."} (SPEC §15)',
             {
                 "201": _json(_ref("WebhookSecret"), "Created; the secret is in this answer only"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
+                **_problems(403, 404, 409, 422, *AUTHENTICATED),
             },
             tags=["webhook secrets"],
             parameters=[WORKFLOW_KEY],
-        ),
+        )
+        | {
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["value"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "value": {"type": "string", "minLength": 16, "maxLength": 1024}
+                            },
+                        }
+                    }
+                },
+            }
+        },
         "get": _operation(
             "The workflow's signing secrets, without their values",
             {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g, jsonify
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from flowforge import catalog, secret_bindings, signatures
 from flowforge.api.auth import authorize, key_required
@@ -11,6 +11,9 @@ from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.apikeys import ApiKey
 from flowforge.definitions import parse_definition
+
+# A supplied secret's length: the providers' are 32-70 characters; shorter is guessable.
+MIN_SECRET, MAX_SECRET = 16, 1024
 
 bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
@@ -72,15 +75,43 @@ def show_version(key: str, version: int) -> Response:
 @bp.post("/<workflow_key:key>/webhook-secrets")
 @key_required
 def create_secret(key: str) -> tuple[Response, int]:
-    """Create a signing secret; its value is shown in this answer only."""
+    """Create a signing secret; its value is shown in this answer only. Without a body
+    FlowForge makes a Standard Webhooks secret; with `{"value": "..."}` it stores the one
+    a provider gave (Stripe, GitHub, Shopify, Slack: SPEC §15), sealed the same way."""
     authorize(key, write=True)
+    supplied = _supplied_secret()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        created = catalog.create_secret(conn, key, signatures.new_secret(), encryption_key)
+        if supplied is not None:
+            catalog.check_supplied_secret(conn, key, supplied)
+        value = supplied if supplied is not None else signatures.new_secret()
+        created = catalog.create_secret(conn, key, value, encryption_key)
         warning = catalog.unsigned_warning(conn, key)
+    if supplied is not None:
+        del created["secret"]  # the caller has it; an answer need not carry it again
     if warning:
         created = {**created, "warning": warning}
     return jsonify(created), 201
+
+
+def _supplied_secret() -> str | None:
+    """The `value` of a user-supplied secret, or None when the request has no body."""
+    if not request.content_length and not request.get_data(cache=True):
+        return None
+    document = json_body()
+    if not isinstance(document, dict) or set(document) != {"value"}:
+        raise Problem(422, "Invalid secret", 'send {"value": "<the provider\'s secret>"}')
+    value = document["value"]
+    if not isinstance(value, str) or not MIN_SECRET <= len(value) <= MAX_SECRET:
+        raise Problem(
+            422,
+            "Invalid secret",
+            f"value must be a string of {MIN_SECRET}-{MAX_SECRET} characters",
+            errors=[{"path": "$.value", "message": "a string of 16-1024 characters"}],
+        )
+    if not value.isprintable():
+        raise Problem(422, "Invalid secret", "value must be printable characters")
+    return value
 
 
 @bp.get("/<workflow_key:key>/webhook-secrets")

@@ -9,7 +9,7 @@ from enum import StrEnum
 import psycopg
 import pytest
 
-from flowforge.model import AttemptOutcome, ExecutionStatus, KeyOrigin, StepStatus
+from flowforge.model import AttemptOutcome, ExecutionStatus, KeyOrigin, StepStatus, WebhookAuth
 
 CHECK_OF_COLUMN = """
 SELECT pg_get_constraintdef(c.oid)
@@ -33,6 +33,7 @@ def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
         ("steps", "status", StepStatus),
         ("attempts", "outcome", AttemptOutcome),
         ("idempotency_keys", "origin", KeyOrigin),
+        ("workflow_versions", "webhook_auth", WebhookAuth),
     ],
 )
 def test_check_constraint_lists_exactly_the_enum(
