@@ -1,4 +1,5 @@
-"""Operator actions on an execution: cancel, retry, resolve, complete or fail a wait —
+"""Operator actions on an execution: cancel, retry, resolve, complete or fail a wait,
+pause, resume or fail a paused one —
 each one unit of work, recorded in the history with its actor (SPEC §11).
 
 Every public function takes `actor` (required, keyword): the API passes the key that
@@ -14,7 +15,7 @@ import psycopg
 from flowforge import flowcontrol
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
-from flowforge.model import ExecutionStatus, StepStatus
+from flowforge.model import ExecutionStatus, PauseReason, StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
 
 # An operator retry restarts these; a running or succeeded execution is left alone.
@@ -157,5 +158,50 @@ def fail_wait(
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
         run.fail_wait(step_id, actor)
+        save_run(conn, run.take_changes())
+    return run.status
+
+
+def pause(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
+    """Pause an execution (SPEC §14): nothing of it starts or continues until it is
+    resumed; a request in flight finishes and is recorded. Pausing a paused one is a no-op."""
+    with unit_of_work(conn):
+        run = _locked(conn, execution_id)
+        if run.terminal or run.cancel_requested:
+            raise Conflict(f"execution is {run.status}; only a live execution can be paused")
+        run.pause(PauseReason.OPERATOR, actor=actor)
+        save_run(conn, run.take_changes())
+    return run.status
+
+
+def resume(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
+    """Resume a paused execution: it goes on as it was (a step whose tries ran out runs
+    again); one that was queued for a concurrency slot takes its place in the queue."""
+    with unit_of_work(conn):
+        run = _locked(conn, execution_id)
+        if not run.paused:
+            raise Conflict(f"execution is {run.status}; only a paused execution can be resumed")
+        if run.workflow_paused_by is not None:
+            raise Conflict(
+                f"workflow {run.workflow!r} is paused; resume the workflow to resume its executions"
+            )
+        run.unpause(actor=actor)
+        save_run(conn, run.take_changes())
+        if run.status == ExecutionStatus.QUEUED and run.concurrency_key is not None:
+            flowcontrol.fill_slots(conn, run.workflow_id, run.concurrency_key)
+    return run.status
+
+
+def fail_paused(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
+    """An operator fails an execution paused at a step whose tries ran out (SPEC §14)."""
+    with unit_of_work(conn):
+        run = _locked(conn, execution_id)
+        exhausted = any(s.status == StepStatus.FAILED for s in run.steps.values())
+        if not run.paused or not exhausted:
+            raise Conflict(
+                f"execution is {run.status}; only one paused at a step whose tries ran out "
+                "can be failed (cancel it otherwise)"
+            )
+        run.fail_paused(actor=actor)
         save_run(conn, run.take_changes())
     return run.status

@@ -154,6 +154,26 @@ class ApiClient:
 
     # ---- workflows and their signing secrets -----------------------------------------
 
+    def pause(self, execution_id: str) -> dict[str, Any]:
+        """Pause an execution (SPEC §14)."""
+        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/pause"))
+
+    def resume(self, execution_id: str) -> dict[str, Any]:
+        """Resume a paused execution."""
+        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/resume"))
+
+    def fail_paused(self, execution_id: str) -> dict[str, Any]:
+        """Fail an execution paused at a step whose tries ran out."""
+        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/fail"))
+
+    def pause_workflow(self, key: str) -> dict[str, Any]:
+        """Pause a workflow: webhooks queue, nothing starts or continues."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/pause"))
+
+    def resume_workflow(self, key: str) -> dict[str, Any]:
+        """Resume a workflow: its paused executions in arrival order, then its queues."""
+        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/resume"))
+
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""
         return list(self._json("GET", WORKFLOWS)["items"])

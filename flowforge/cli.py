@@ -312,6 +312,36 @@ def _fail(ops: Ops, args: argparse.Namespace) -> None:
     _emit(args, done, f"step {args.step} failed; execution is now {done['status']}")
 
 
+def _pause(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.pause(args.id)
+    _emit(args, done, f"execution {args.id} is now {done['status']}")
+
+
+def _resume(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.resume(args.id)
+    _emit(args, done, f"execution {args.id} is now {done['status']}")
+
+
+def _fail_paused(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.fail_paused(args.id)
+    _emit(args, done, f"execution {args.id} is now {done['status']}")
+
+
+def _workflow_pause(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.pause_workflow(args.key)
+    _emit(args, done, f"workflow {args.key} is paused ({done['held']} executions held)")
+
+
+def _workflow_resume(ops: Ops, args: argparse.Namespace) -> None:
+    done = ops.resume_workflow(args.key)
+    _emit(
+        args,
+        done,
+        f"workflow {args.key} is running again ({done['resumed']} executions resumed, "
+        f"{done['started']} started from the queue)",
+    )
+
+
 # ---- schedules -----------------------------------------------------------------------
 
 
@@ -525,6 +555,12 @@ def build_parser() -> argparse.ArgumentParser:
     show = command(workflow, "show", _workflow_show, "show a workflow or one version")
     show.add_argument("key", type=_workflow_key)
     show.add_argument("--version", type=_positive)
+    command(
+        workflow, "pause", _workflow_pause, "webhooks queue; nothing starts until resumed"
+    ).add_argument("key", type=_workflow_key)
+    command(
+        workflow, "resume", _workflow_resume, "release paused and queued work in arrival order"
+    ).add_argument("key", type=_workflow_key)
 
     secret = group("secret", "webhook signing secrets")
     command(secret, "create", _secret_create, "create a signing secret").add_argument(
@@ -558,6 +594,12 @@ def build_parser() -> argparse.ArgumentParser:
     command(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument(
         "id", type=_execution_id
     )
+    for name, handler, help_ in (
+        ("pause", _pause, "pause an execution: nothing of it starts until resumed"),
+        ("resume", _resume, "resume a paused execution (an exhausted step runs again)"),
+        ("fail-paused", _fail_paused, "fail an execution paused at an exhausted step"),
+    ):
+        command(sub, name, handler, help_).add_argument("id", type=_execution_id)
     resolve = on_step("resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("outcome", choices=RESOLUTIONS)
     resolve.add_argument(

@@ -106,6 +106,13 @@ class RetryPolicy:
     initial_interval_s: float = 1.0
     backoff_coefficient: float = 2.0
     max_interval_s: float = 300.0
+    # SPEC §14: what a step whose tries ran out does to its execution: `fail` it, or
+    # `pause` it for an operator (who resumes it to run the step again, or fails it).
+    on_exhausted: str = "fail"
+
+
+# retry.on_exhausted's choices.
+ON_EXHAUSTED = ("fail", "pause")
 
 
 @dataclass(frozen=True)
@@ -786,7 +793,10 @@ class _Parser:
             self.error(f"{path}.max_interval_s", "max_interval_s must be a number up to 86400")
         elif is_number(initial) and maximum < initial:
             self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
-        return RetryPolicy(attempts, initial, coefficient, maximum)
+        on_exhausted = retry.get("on_exhausted", default.on_exhausted)
+        if on_exhausted not in ON_EXHAUSTED:
+            self.error(f"{path}.on_exhausted", 'on_exhausted must be "fail" or "pause"')
+        return RetryPolicy(attempts, initial, coefficient, maximum, on_exhausted)
 
     def delay(
         self, raw: dict[str, Any], path: str, ancestors: frozenset[str]

@@ -18,6 +18,7 @@ from flowforge import (
     apikeys,
     catalog,
     flowcontrol,
+    pausing,
     schedules,
     secret_bindings,
     signatures,
@@ -76,6 +77,29 @@ class Database:
         """Fail a waiting wait step."""
         status = actions.fail_wait(self.conn, execution_id, step, actor=_cli_actor())
         return {"execution_id": execution_id, "status": status}
+
+    def pause(self, execution_id: str) -> dict[str, Any]:
+        """Pause an execution (SPEC §14)."""
+        status = actions.pause(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def resume(self, execution_id: str) -> dict[str, Any]:
+        """Resume a paused execution."""
+        status = actions.resume(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def fail_paused(self, execution_id: str) -> dict[str, Any]:
+        """Fail an execution paused at a step whose tries ran out."""
+        status = actions.fail_paused(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def pause_workflow(self, key: str) -> dict[str, Any]:
+        """Pause a workflow: webhooks queue, nothing starts or continues."""
+        return {"workflow": key, **pausing.pause_workflow(self.conn, key, actor=_cli_actor())}
+
+    def resume_workflow(self, key: str) -> dict[str, Any]:
+        """Resume a workflow: its paused executions in arrival order, then its queues."""
+        return {"workflow": key, **pausing.resume_workflow(self.conn, key, actor=_cli_actor())}
 
     def workflows(self) -> list[dict[str, Any]]:
         """Every workflow."""

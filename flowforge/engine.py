@@ -45,9 +45,11 @@ from flowforge.model import (
     DEFAULT_LEASE_S,
     FLOW_CONTROL_ACTOR,
     TERMINAL_EXECUTION,
+    WORKFLOW_PAUSE_ACTOR,
     AttemptOutcome,
     EventKind,
     Outcome,
+    PauseReason,
     execution_event,
     step_event,
     transition,
@@ -66,6 +68,8 @@ CANCELLABLE_STEP = frozenset({S.PENDING, S.READY, S.WAITING})
 RETRIED_STEP = frozenset({S.FAILED, S.CANCELLED})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
 PURE_TYPES = frozenset({"transform", "delay", "wait"})
+# What a paused execution was (and resume gives back), SPEC §14.
+PAUSABLE_EXECUTION = frozenset({E.QUEUED, E.RUNNING, E.WAITING, E.NEEDS_ATTENTION})
 
 
 def _describe(condition: dict[str, Any]) -> str:
@@ -144,6 +148,9 @@ class Changes:
     released_slot: tuple[int, str] | None = None
     # Wait steps that took their early resume: saving marks those resumes applied.
     applied_resumes: list[str] = field(default_factory=list)
+    # SPEC §14: what a paused execution was, and why it is paused (None: not paused).
+    paused_from: str | None = None
+    pause_reason: str | None = None
 
 
 @dataclass
@@ -174,6 +181,11 @@ class Run:
     # Resumes recorded before their wait step was ready (step id -> body); loaded only for
     # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
+    # Pause (SPEC §14): what the execution was when paused and why (both None unless it
+    # is `paused`), and whether its workflow is paused, by whom (the actor of the pause).
+    paused_from: str | None = None
+    pause_reason: str | None = None
+    workflow_paused_by: dict[str, Any] | None = None
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -207,6 +219,8 @@ class Run:
         changes.status = self.status
         changes.cancel_requested = self.cancel_requested
         changes.stop_reason = self.stop_reason
+        changes.paused_from = self.paused_from
+        changes.pause_reason = self.pause_reason
         if self.releases_slot and self.concurrency_key is not None:
             changes.released_slot = (self.workflow_id, self.concurrency_key)
             self.held_slot = False
@@ -234,6 +248,12 @@ class Run:
     def terminal(self) -> bool:
         """Whether the execution has finished for good."""
         return self.status in TERMINAL_EXECUTION
+
+    @property
+    def paused(self) -> bool:
+        """Whether the execution is paused (SPEC §14): nothing of it starts or continues.
+        Read from the reason, which resume clears before the status is derived again."""
+        return self.pause_reason is not None
 
     @property
     def releases_slot(self) -> bool:
@@ -285,6 +305,9 @@ class Run:
         chain of transforms costs one commit instead of a broker round trip per step.
         """
         if self.cancel_requested or self.terminal:
+            self.derive_status()
+            return
+        if self.hold():
             self.derive_status()
             return
         moved = True
@@ -452,7 +475,9 @@ class Run:
         return allowed
 
     def fail_step(self, step_id: str, error: str) -> None:
-        """Fail a step and stop everything that has not started: a failure fails the run."""
+        """Fail a step and stop everything that has not started: a failure fails the run,
+        paused or not (a request that was in flight when it was paused ends it too)."""
+        self._forget_pause()
         self.set_step(step_id, S.FAILED, error=error, lease_owner=None)
         for other in self.definition.steps:
             state = self.steps[other.id]
@@ -486,6 +511,8 @@ class Run:
             step_id, policy, outcome.error or "failed", outcome.retry_after_s
         ):
             return
+        elif outcome.kind == "retry" and policy.on_exhausted == "pause":
+            self.pause_exhausted(step_id, outcome.error or "failed")
         else:
             self.fail_step(step_id, outcome.error or "failed")
 
@@ -525,7 +552,11 @@ class Run:
             if self.cancel_requested:
                 self.set_step(step_id, S.CANCELLED, error=error, lease_owner=None)
                 self.derive_status()
-            elif not self.retry_later(step_id, step.retry, error):
+            elif self.retry_later(step_id, step.retry, error):
+                pass
+            elif step.retry.on_exhausted == "pause":
+                self.pause_exhausted(step_id, error)
+            else:
                 self.fail_step(step_id, error)
         else:
             self.finish_attempt(
@@ -611,6 +642,7 @@ class Run:
         self.events.append((None, EventKind.CANCEL_REQUESTED, requested))
         self.cancel_requested = True
         self.stop_reason = reason
+        self._forget_pause()
         # cancel_requested_at must be saved even if the status holds.
         self.changes.execution_changed = True
         for step in self.definition.steps:
@@ -645,7 +677,8 @@ class Run:
             return
         if self.deadline_passed:
             self.pass_deadline()
-        elif self.expired and self.status == E.QUEUED:
+        elif self.expired and (self.status == E.QUEUED or self.paused_from == E.QUEUED):
+            # Paused while it waited in the queue: start_within_s still applies.
             self.expire()
 
     def retry(self, *, actor: dict[str, Any]) -> list[str]:
@@ -706,6 +739,10 @@ class Run:
             status = E.SUCCEEDED
         else:
             status = E.FAILED
+        if self.paused and not self.cancel_requested and status != E.SUCCEEDED:
+            # Held until resumed; only an execution with nothing left to do leaves a pause.
+            return
+        self._forget_pause()
         if status != self.status:
             detail = transition(self.status, status)
             if self.stop_reason is not None and status in TERMINAL_EXECUTION:
@@ -713,6 +750,86 @@ class Run:
             self.events.append((None, execution_event(status), detail))
             self.status = status
             self.changes.execution_changed = True
+
+    # ---- pause and resume (SPEC §14) -----------------------------------------------
+
+    def hold(self) -> bool:
+        """Whether nothing may start or continue now: the execution is paused, or its
+        workflow is — which pauses it here, the first time a worker touches it."""
+        if self.terminal or self.cancel_requested:
+            return False
+        if self.workflow_paused_by is not None and not self.paused:
+            self.pause(PauseReason.WORKFLOW, actor=self.workflow_paused_by or WORKFLOW_PAUSE_ACTOR)
+        return self.paused
+
+    def pause(
+        self, reason: str, *, actor: dict[str, Any], detail: dict[str, Any] | None = None
+    ) -> None:
+        """Hold the execution: ready steps are not claimed, nothing new is promoted, a
+        request in flight finishes and is recorded. A paused one stays as it is."""
+        if self.paused or self.terminal or self.cancel_requested:
+            return
+        self.paused_from = self.status if self.status in PAUSABLE_EXECUTION else E.RUNNING
+        self.pause_reason = reason
+        entry = {**transition(self.status, E.PAUSED), "reason": reason, "actor": dict(actor)}
+        self.events.append((None, execution_event(E.PAUSED), {**entry, **(detail or {})}))
+        self.status = E.PAUSED
+        self.changes.execution_changed = True
+
+    def pause_exhausted(self, step_id: str, error: str) -> None:
+        """retry.on_exhausted "pause": the step's tries ran out; it is `failed` but nothing
+        else is stopped, and the execution waits, paused, for an operator."""
+        self.set_step(step_id, S.FAILED, error=error, lease_owner=None)
+        self.pause(PauseReason.EXHAUSTED, actor=FLOW_CONTROL_ACTOR, detail={"step": step_id})
+        self.derive_status()
+
+    def _forget_pause(self) -> None:
+        self.paused_from = None
+        self.pause_reason = None
+
+    def unpause(self, *, actor: dict[str, Any]) -> list[str]:
+        """Resume a paused execution: steps whose tries ran out run again (a fresh set of
+        tries), ready steps are dispatched again, and it goes on as it was. One that was
+        queued for a slot goes back to its place in the queue (the caller fills slots).
+        Returns the steps run again."""
+        was = self.paused_from or E.RUNNING
+        rerun = [s.id for s in self.definition.steps if self.steps[s.id].status == S.FAILED]
+        for step_id in rerun:
+            self.set_step(
+                step_id,
+                S.READY,
+                attempts=0,
+                error=None,
+                wake_at=None,
+                started_at=None,  # budget_s counts from the first attempt of this run
+                finished_at=None,
+            )
+        self.events.append(
+            (None, EventKind.EXECUTION_RESUMED, {"actor": dict(actor), "steps": rerun})
+        )
+        self._forget_pause()
+        self.changes.execution_changed = True
+        if was == E.QUEUED:
+            self.events.append((None, execution_event(E.QUEUED), transition(E.PAUSED, E.QUEUED)))
+            self.status = E.QUEUED
+            if self.concurrency_key is not None and not self.held_slot:
+                return rerun
+        for step in self.definition.steps:
+            ready = self.steps[step.id].status == S.READY
+            if ready and step.type not in PURE_TYPES and step.id not in self.dispatch:
+                self.dispatch.append(step.id)
+        self.advance()
+        return rerun
+
+    def fail_paused(self, *, actor: dict[str, Any]) -> None:
+        """An operator gives up on an execution paused at a step whose tries ran out: it
+        fails as it would have under on_exhausted "fail"."""
+        failed = [s.id for s in self.definition.steps if self.steps[s.id].status == S.FAILED]
+        name = actor.get("name", "an operator")
+        self.events.append((None, EventKind.FAIL_REQUESTED, {"actor": dict(actor)}))
+        for step_id in failed:
+            error = self.steps[step_id].error or "failed"
+            self.fail_step(step_id, f"{error}; failed by {name} while paused")
 
     def started(self) -> None:
         """Leave `queued` when a worker first touches the execution."""

@@ -68,7 +68,7 @@ IDLE_RETRY_AFTER_S = 60
 # Predicates over one `executions` row (unqualified: used inside single-table subqueries).
 HOLDS_SLOT = (
     "slot_at IS NOT NULL AND cancel_requested_at IS NULL"
-    " AND status IN ('queued', 'running', 'waiting', 'needs_attention')"
+    " AND status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')"
 )
 IN_QUEUE = "slot_at IS NULL AND concurrency_key IS NOT NULL AND status = 'queued'"
 
@@ -184,7 +184,8 @@ SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
 # make their root steps ready (roots read from the pinned definition) with their
 # wake-ups, and record it. The limit is the one of the version the queue's head pins.
-# Queued rows another transaction holds (being cancelled or expired) are skipped.
+# Queued rows another transaction holds (being cancelled or expired) are skipped. A paused
+# workflow hands out no slot: its queue waits, in arrival order, for the resume (SPEC §14).
 FILL_SLOTS = f"""
 WITH head AS (
     SELECT version_id FROM executions
@@ -201,6 +202,8 @@ WITH head AS (
     WHERE workflow_id = %(workflow_id)s AND concurrency_key = %(ckey)s AND {IN_QUEUE}
       AND (expires_at IS NULL OR expires_at > now())
       AND (deadline_at IS NULL OR deadline_at > now())
+      AND NOT EXISTS (SELECT 1 FROM workflows w
+                      WHERE w.id = %(workflow_id)s AND w.paused_at IS NOT NULL)
     ORDER BY created_at, id
     LIMIT coalesce((SELECT n FROM free), 0)
     FOR UPDATE SKIP LOCKED
@@ -248,7 +251,7 @@ SELECT w.key,
        count(*) FILTER (WHERE e.{HOLDS_SLOT.replace(" AND ", " AND e.")})
 FROM executions e JOIN workflows w ON w.id = e.workflow_id
 WHERE e.concurrency_key IS NOT NULL
-  AND e.status IN ('queued', 'running', 'waiting', 'needs_attention')
+  AND e.status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
 GROUP BY w.key ORDER BY w.key
 """
 # Keys with a queue: the reconciler fills their free slots, which catches any slot freed
@@ -416,19 +419,30 @@ def fill_all(conn: psycopg.Connection) -> int:
 
 # The flow-control facts of one execution, for the API and the CLI.
 FLOW_STATE = """
-SELECT concurrency_key, stop_reason, deadline_at, expires_at, slot_at FROM executions
-WHERE id = %(id)s
+SELECT e.concurrency_key, e.stop_reason, e.deadline_at, e.expires_at, e.slot_at,
+       e.pause_reason, e.paused_from, w.paused_at, w.paused_by
+FROM executions e JOIN workflows w ON w.id = e.workflow_id
+WHERE e.id = %(id)s
 """
 
 
 def flow_state(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What flow control says about an execution: its key, why it stopped, its time
-    limits, and for a queued one that waits for a slot, why (see why_queued)."""
+    limits, for a queued one that waits for a slot, why (see why_queued), and whether it
+    or its workflow is paused (SPEC §14: `paused` {reason, was}, `workflow_paused`
+    {since, by})."""
     row = conn.execute(FLOW_STATE, {"id": execution_id}).fetchone()
     if row is None:
         return {}
-    key, reason, deadline_at, expires_at, slot_at = row
+    key, reason, deadline_at, expires_at, slot_at, pause_reason, paused_from = row[:7]
+    workflow_paused_at, workflow_paused_by = row[7:]
     return {
+        "paused": {"reason": pause_reason, "was": paused_from} if pause_reason else None,
+        "workflow_paused": (
+            {"since": workflow_paused_at.isoformat(), "by": workflow_paused_by}
+            if workflow_paused_at
+            else None
+        ),
         "concurrency_key": key,
         "stop_reason": reason,
         "deadline_at": deadline_at.isoformat() if deadline_at else None,

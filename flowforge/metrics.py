@@ -322,12 +322,12 @@ def step_started(run: Run, step_id: str) -> None:
 # the live rows' index entries only, however many finished ones the table holds.
 LIVE_EXECUTIONS = """
 SELECT status, count(*) FROM executions
-WHERE status IN ('queued', 'running', 'waiting', 'needs_attention')
+WHERE status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
 GROUP BY status
 """
 LIVE_EXECUTION_STATUSES = [
     s.value for s in ExecutionStatus if s not in TERMINAL_EXECUTION
-]  # queued, running, waiting, needs_attention
+]  # queued, running, waiting, paused, needs_attention
 # Each count is served by the matching partial index on steps (steps_ready, steps_running,
 # steps_waiting, steps_unknown).
 LIVE_STEPS = """

@@ -21,6 +21,9 @@ class ExecutionStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     WAITING = "waiting"
+    # SPEC §14: an operator (or its workflow's pause, or a step's exhausted retries under
+    # retry.on_exhausted "pause") holds it; nothing starts until it is resumed.
+    PAUSED = "paused"
     NEEDS_ATTENTION = "needs_attention"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -39,6 +42,12 @@ class WebhookAuth(StrEnum):
     GITHUB = "github"
     SHOPIFY = "shopify"
     SLACK = "slack"
+class PauseReason(StrEnum):
+    """Why an execution is paused; `executions.pause_reason`."""
+
+    OPERATOR = "operator"
+    WORKFLOW = "workflow"
+    EXHAUSTED = "exhausted"
 
 
 class StepStatus(StrEnum):
@@ -91,12 +100,21 @@ class EventKind(StrEnum):
     WAIT_COMPLETED = "wait.completed"
     WAIT_FAILED = "wait.failed"
     WAIT_TIMED_OUT = "wait.timed_out"
+    # SPEC §14: a workflow paused or resumed (recorded on each execution it touched is the
+    # execution's own transition); an operator failed a paused execution; a replay made.
+    WORKFLOW_PAUSED = "workflow.paused"
+    WORKFLOW_RESUMED = "workflow.resumed"
+    EXECUTION_REPLAYED = "execution.replayed"
+    EXECUTION_RESUMED = "execution.resumed"
+    FAIL_REQUESTED = "execution.fail_requested"
 
 
 # Who acted, in the history of an operator action or a stop (SPEC §11): an API key
 # ({"kind": "api_key", "id", "name"}), the CLI on the box ({"kind": "cli", "name":
 # "cli@host"}), or FlowForge itself. Callers copy it into event details, never mutate it.
 FLOW_CONTROL_ACTOR: dict[str, Any] = {"kind": "system", "name": "flow control"}
+# Who pauses an execution of a paused workflow the moment a worker touches it.
+WORKFLOW_PAUSE_ACTOR: dict[str, Any] = {"kind": "system", "name": "workflow pause"}
 
 
 def step_event(status: str) -> str:

@@ -45,9 +45,13 @@ SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
        e.version_id, w.key AS workflow, v.version, now() AS now,
        e.workflow_id, e.concurrency_key, e.stop_reason,
        e.slot_at IS NOT NULL AND e.cancel_requested_at IS NULL
-           AND e.status IN ('queued', 'running', 'waiting', 'needs_attention') AS held_slot,
+           AND e.status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
+           AS held_slot,
        coalesce(e.deadline_at <= now(), false) AS deadline_passed,
-       coalesce(e.expires_at <= now(), false) AS expired
+       coalesce(e.expires_at <= now(), false) AS expired,
+       e.paused_from, e.pause_reason,
+       CASE WHEN w.paused_at IS NOT NULL THEN coalesce(w.paused_by, '{}'::jsonb) END
+           AS workflow_paused_by
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
@@ -135,11 +139,13 @@ WITH saved_steps AS (
 ), execution AS (
     UPDATE executions SET
         status = %(status)s, updated_at = now(),
-        started_at = CASE WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
+        started_at = CASE WHEN %(status)s = 'paused' THEN started_at
+                          WHEN %(status)s <> 'queued' THEN coalesce(started_at, now()) END,
         finished_at = CASE WHEN %(terminal)s THEN coalesce(finished_at, now()) END,
         cancel_requested_at = CASE WHEN %(cancel_requested)s
                                    THEN coalesce(cancel_requested_at, now()) END,
-        stop_reason = %(stop_reason)s
+        stop_reason = %(stop_reason)s,
+        paused_from = %(paused_from)s, pause_reason = %(pause_reason)s
     WHERE id = %(execution_id)s AND %(execution_changed)s
 )
 SELECT {NOTIFY} FROM (SELECT FROM wakeups LIMIT 1) AS woken
@@ -201,6 +207,9 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
         held_slot=head["held_slot"],
         deadline_passed=head["deadline_passed"],
         expired=head["expired"],
+        paused_from=head["paused_from"],
+        pause_reason=head["pause_reason"],
+        workflow_paused_by=head["workflow_paused_by"],
     )
     if definition.wait_steps():
         # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
@@ -230,6 +239,8 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
         "terminal": changes.status in TERMINAL_EXECUTION,
         "cancel_requested": changes.cancel_requested,
         "stop_reason": changes.stop_reason,
+        "paused_from": changes.paused_from,
+        "pause_reason": changes.pause_reason,
     }
     # In a unit of work's pipeline it travels with the COMMIT that follows.
     conn.execute(SAVE_RUN, params)

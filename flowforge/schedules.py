@@ -221,7 +221,7 @@ LIMIT 1
 LIVE = f"""
 SELECT id FROM executions
 WHERE workflow_id = %(workflow_id)s AND concurrency_key = '{flowcontrol.SCHEDULE_KEY}'
-  AND status IN ('queued', 'running', 'waiting', 'needs_attention')
+  AND status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
 ORDER BY created_at LIMIT 1
 """
 # Keep the newest LEDGER_KEEP rows of every schedule (one statement, index-driven).

@@ -23,14 +23,14 @@ BATCH = 100
 DEADLINES_DUE = """
 SELECT id FROM executions
 WHERE deadline_at <= now() AND deadline_at IS NOT NULL AND cancel_requested_at IS NULL
-  AND status IN ('queued', 'running', 'waiting', 'needs_attention')
+  AND status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
 ORDER BY deadline_at LIMIT %(limit)s
 """
-# Executions still queued after start_within_s (executions_expiry).
+# Executions still queued after start_within_s, or paused while queued (executions_expiry).
 EXPIRIES_DUE = """
 SELECT id FROM executions
-WHERE expires_at <= now() AND expires_at IS NOT NULL AND status = 'queued'
-  AND cancel_requested_at IS NULL
+WHERE expires_at <= now() AND expires_at IS NOT NULL AND status IN ('queued', 'paused')
+  AND (status = 'queued' OR paused_from = 'queued') AND cancel_requested_at IS NULL
 ORDER BY expires_at LIMIT %(limit)s
 """
 

@@ -164,6 +164,36 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
     return jsonify({"execution_id": execution_id, "status": status}), 200
 
 
+@bp.post("/<execution_id:execution_id>/pause")
+@key_required
+def pause(execution_id: str) -> tuple[Response, int]:
+    """Pause (SPEC §14): nothing of it starts or continues; a request in flight finishes."""
+    _authorize_execution(execution_id, write=True)
+    with connection() as conn:
+        status = actions.pause(conn, execution_id, actor=_request_key().actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+@bp.post("/<execution_id:execution_id>/resume")
+@key_required
+def resume(execution_id: str) -> tuple[Response, int]:
+    """Resume a paused execution; a step whose tries ran out runs again."""
+    _authorize_execution(execution_id, write=True)
+    with connection() as conn:
+        status = actions.resume(conn, execution_id, actor=_request_key().actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+@bp.post("/<execution_id:execution_id>/fail")
+@key_required
+def fail_paused(execution_id: str) -> tuple[Response, int]:
+    """Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)."""
+    _authorize_execution(execution_id, write=True)
+    with connection() as conn:
+        status = actions.fail_paused(conn, execution_id, actor=_request_key().actor())
+    return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
 def _request_key() -> ApiKey:
     """The API key that authenticated this request (api/auth.key_required put it in g)."""
     key: ApiKey = g.api_key

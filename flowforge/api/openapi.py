@@ -145,6 +145,12 @@ SCHEMAS: dict[str, Any] = {
             "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
             "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
             "max_interval_s": {"type": "number", "maximum": 86400},
+            "on_exhausted": {
+                "type": "string",
+                "enum": ["fail", "pause"],
+                "description": "when the tries run out: fail the execution, or pause it "
+                "at this step for an operator (SPEC §14)",
+            },
         },
     },
     "When": {
@@ -293,6 +299,22 @@ SCHEMAS: dict[str, Any] = {
             "latest_version": {"type": "integer"},
             "created_at": {"type": "string", "format": "date-time"},
             "versions": {"type": "array", "items": {"type": "object"}},
+            "paused": {
+                "type": ["object", "null"],
+                "description": "SPEC §14: since when and by whom the workflow is paused",
+            },
+        },
+    },
+    "WorkflowPause": {
+        "type": "object",
+        "required": ["workflow", "paused", "changed"],
+        "properties": {
+            "workflow": {"type": "string"},
+            "paused": {"type": "boolean"},
+            "changed": {"type": "boolean", "description": "false: it already was"},
+            "held": {"type": "integer", "description": "live executions paused at once"},
+            "resumed": {"type": "integer", "description": "paused executions resumed"},
+            "started": {"type": "integer", "description": "queued executions given a slot"},
         },
     },
     "WebhookSecret": {
@@ -637,6 +659,27 @@ PATHS: dict[str, Any] = {
             parameters=[WORKFLOW_KEY],
         )
     },
+    "/api/v1/workflows/{key}/pause": {
+        "post": _operation(
+            "Pause the workflow: webhooks are still accepted and queue (max_queued and "
+            "start_within_s apply); nothing of it starts or continues until resumed",
+            {"200": _json(_ref("WorkflowPause"), "Paused"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/resume": {
+        "post": _operation(
+            "Resume the workflow: its paused executions in arrival order, then its queues "
+            "through flow control",
+            {
+                "200": _json(_ref("WorkflowPause"), "Resumed"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+        )
+    },
     "/api/v1/workflows/{key}/schedule/pause": {
         "post": _operation(
             "Pause: due ticks are ledgered paused and do not fire (idempotent)",
@@ -758,6 +801,39 @@ PATHS: dict[str, Any] = {
             "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
             {
                 "202": _json(_ref("ActionResult"), "Queued again"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/pause": {
+        "post": _operation(
+            "Pause: nothing of it starts or continues; a request in flight finishes",
+            {
+                "200": _json(_ref("ActionResult"), "Paused"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/resume": {
+        "post": _operation(
+            "Resume a paused execution; a step whose tries ran out runs again",
+            {
+                "200": _json(_ref("ActionResult"), "Resumed"),
+                **_problems(403, 404, 409, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/fail": {
+        "post": _operation(
+            "Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)",
+            {
+                "200": _json(_ref("ActionResult"), "Failed"),
                 **_problems(403, 404, 409, *AUTHENTICATED),
             },
             tags=["executions"],

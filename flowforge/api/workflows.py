@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from flowforge import catalog, secret_bindings, signatures
+from flowforge import catalog, pausing, secret_bindings, signatures
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -60,7 +60,32 @@ def show(key: str) -> Response:
     """One workflow and its versions."""
     authorize(key, write=False)
     with connection() as conn:
-        return jsonify(catalog.get_workflow(conn, key))
+        detail = catalog.get_workflow(conn, key)
+        detail["paused"] = pausing.workflow_pause(conn, key)
+        return jsonify(detail)
+
+
+@bp.post("/<workflow_key:key>/pause")
+@key_required
+def pause(key: str) -> Response:
+    """Pause a workflow (SPEC §14): webhooks are still accepted and queue; nothing of it
+    starts or continues until it is resumed."""
+    authorize(key, write=True)
+    api_key: ApiKey = g.api_key
+    with connection() as conn:
+        result = pausing.pause_workflow(conn, key, actor=api_key.actor())
+        return jsonify({"workflow": key, **result})
+
+
+@bp.post("/<workflow_key:key>/resume")
+@key_required
+def resume(key: str) -> Response:
+    """Resume a workflow: its paused executions in arrival order, then its queues."""
+    authorize(key, write=True)
+    api_key: ApiKey = g.api_key
+    with connection() as conn:
+        result = pausing.resume_workflow(conn, key, actor=api_key.actor())
+        return jsonify({"workflow": key, **result})
 
 
 @bp.get("/<workflow_key:key>/versions/<int:version>")

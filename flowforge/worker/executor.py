@@ -244,6 +244,11 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:
         save_run(conn, run.take_changes())
         logger.debug("stale wake-up ignored", extra=log)
         return None
+    if run.hold():
+        # Paused (SPEC §14): the step stays ready; resume dispatches it again.
+        save_run(conn, run.take_changes())
+        logger.debug("wake-up of a paused execution set aside", extra=log)
+        return None
     run.started()
     metrics.step_started(run, sid)
     return run

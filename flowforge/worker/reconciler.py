@@ -32,6 +32,8 @@ WITH stale AS (
               secs => %(after_s)s * 2 ^ least(s.failed_wakeups, %(max_doublings)s))
       AND NOT EXISTS (SELECT 1 FROM outbox o
                       WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
+      AND NOT EXISTS (SELECT 1 FROM executions e
+                      WHERE e.id = s.execution_id AND e.status = 'paused')
     ORDER BY s.ready_at LIMIT 1000
     FOR UPDATE OF s SKIP LOCKED
 ), touched AS (

@@ -35,12 +35,14 @@ MIN_SLEEP = 0.05
 
 # The transitions are the engine's (model.py): a due step `waiting -> ready`, its execution
 # `waiting -> running` (what Run.derive_status says of a run with a ready step), each with
-# the history entry Run.set_step / Run.derive_status would append. The values written are
+# the history entry Run.set_step / Run.derive_status would append. A paused execution's
+# due step becomes ready too, but with no wake-up and the execution left `paused`: resume
+# dispatches its ready steps (SPEC §14). The values written are
 # parameters (WAKE_PARAMS); the `status = 'waiting'` filters stay literal so that they
 # match the partial index steps_waiting.
 WAKE_DUE = f"""
 WITH due AS (
-    SELECT s.execution_id, s.step_id
+    SELECT s.execution_id, s.step_id, e.status = 'paused' AS paused
     FROM steps s JOIN executions e ON e.id = s.execution_id
     WHERE s.status = 'waiting' AND s.wake_at <= now()
     ORDER BY s.wake_at
@@ -50,7 +52,8 @@ WITH due AS (
     UPDATE steps s SET status = %(ready)s, ready_at = now()
     FROM due WHERE s.execution_id = due.execution_id AND s.step_id = due.step_id
       AND s.status = 'waiting'
-    RETURNING s.execution_id, s.step_id, extract(epoch FROM now() - s.wake_at) AS lag
+    RETURNING s.execution_id, s.step_id, extract(epoch FROM now() - s.wake_at) AS lag,
+              due.paused
 ), resumed AS (
     UPDATE executions e SET status = %(running)s, updated_at = now()
     WHERE e.id IN (SELECT execution_id FROM woken) AND e.status = 'waiting'
@@ -61,7 +64,7 @@ WITH due AS (
     UNION ALL
     SELECT id, NULL, %(execution_kind)s, %(execution_detail)s::jsonb FROM resumed
 ), wakeups AS (
-    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM woken
+    {INSERT_WAKEUPS} SELECT execution_id, step_id FROM woken WHERE NOT paused
 )
 SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END, array_agg(lag) FROM woken
 """

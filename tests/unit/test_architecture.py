@@ -43,6 +43,8 @@ LAYERS: dict[str, set[str]] = {
         "waits",
         "resumes",
         "flowcontrol",
+        "pausing",
+        "replay",
         "timelimits",
         "search",
         "sessions",

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions
+from flowforge import actions, pausing
 from flowforge.apikeys import ApiKey
 
 
@@ -44,3 +44,28 @@ def complete_wait(
 def fail_wait(conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id: str) -> str:
     """Fail a waiting wait step: the answer is no."""
     return actions.fail_wait(conn, execution_id, step_id, actor=key.actor())
+
+
+def pause(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
+    """Pause an execution (SPEC §14)."""
+    return actions.pause(conn, execution_id, actor=key.actor())
+
+
+def resume(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
+    """Resume a paused execution."""
+    return actions.resume(conn, execution_id, actor=key.actor())
+
+
+def fail_paused(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
+    """Fail an execution paused at a step whose tries ran out."""
+    return actions.fail_paused(conn, execution_id, actor=key.actor())
+
+
+def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
+    """Pause a workflow: webhooks queue, nothing of it starts or continues."""
+    return pausing.pause_workflow(conn, workflow, actor=key.actor())
+
+
+def resume_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
+    """Resume a workflow: its paused executions in arrival order, then its queues."""
+    return pausing.resume_workflow(conn, workflow, actor=key.actor())

@@ -29,6 +29,8 @@ from flowforge import (
     apikeys,
     catalog,
     definitions,
+    flowcontrol,
+    pausing,
     schedules,
     search,
     sessions,
@@ -51,7 +53,7 @@ from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.engine import RETRIED_STEP
 from flowforge.errors import ClientError
-from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, StepStatus
+from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, ExecutionStatus, StepStatus
 
 bp = Blueprint(
     "console",
@@ -280,6 +282,15 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         },
         "resolutions": RESOLUTIONS,
         "csrf": _csrf(),
+        # SPEC §14: why it does not move (paused, or its workflow is) and what may be done.
+        "pause_state": flowcontrol.flow_state(conn, execution_id),
+        "can_pause": writable
+        and detail["status"] not in TERMINAL_EXECUTION | {ExecutionStatus.PAUSED}
+        and not detail["cancel_requested_at"],
+        "can_resume": writable and detail["status"] == ExecutionStatus.PAUSED,
+        "can_fail_paused": writable
+        and detail["status"] == ExecutionStatus.PAUSED
+        and any(s["status"] == StepStatus.FAILED for s in detail["steps"]),
     }
 
 
@@ -338,6 +349,36 @@ def retry(execution_id: str) -> BaseResponse:
     key = _act_on(execution_id)
     with connection() as conn:
         operate.retry(conn, key, execution_id)
+    return _back(execution_id)
+
+
+@bp.post("/executions/<execution_id:execution_id>/pause")
+@signed_in
+def pause(execution_id: str) -> BaseResponse:
+    """Pause (SPEC §14), then back to the execution."""
+    key = _act_on(execution_id)
+    with connection() as conn:
+        operate.pause(conn, key, execution_id)
+    return _back(execution_id)
+
+
+@bp.post("/executions/<execution_id:execution_id>/resume")
+@signed_in
+def resume(execution_id: str) -> BaseResponse:
+    """Resume a paused execution, then back to it."""
+    key = _act_on(execution_id)
+    with connection() as conn:
+        operate.resume(conn, key, execution_id)
+    return _back(execution_id)
+
+
+@bp.post("/executions/<execution_id:execution_id>/fail")
+@signed_in
+def fail_paused(execution_id: str) -> BaseResponse:
+    """Fail an execution paused at an exhausted step, then back to it."""
+    key = _act_on(execution_id)
+    with connection() as conn:
+        operate.fail_paused(conn, key, execution_id)
     return _back(execution_id)
 
 
@@ -532,6 +573,7 @@ def workflow(key: str) -> str:
             schedule = schedules.show(conn, key)
         except schedules.NoSchedule:
             schedule = None
+        paused = pausing.workflow_pause(conn, key)
     diff = list(
         difflib.unified_diff(
             _pretty(left).splitlines(),
@@ -544,6 +586,9 @@ def workflow(key: str) -> str:
     return render_template(
         "workflow.html",
         w=found,
+        paused=paused,
+        writable=may(key, write=True),
+        csrf=_csrf(),
         shown=shown,
         definition=definition,
         a=a,
@@ -552,3 +597,23 @@ def workflow(key: str) -> str:
         schedule=schedule,
         executions_link=urlencode({"workflow": key}),
     )
+
+
+@bp.post("/workflows/<workflow_key:key>/pause")
+@signed_in
+def pause_workflow(key: str) -> BaseResponse:
+    """Pause a workflow (SPEC §14), then back to its page."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        operate.pause_workflow(conn, api_key, key)
+    return redirect(url_for("console.workflow", key=key), 303)
+
+
+@bp.post("/workflows/<workflow_key:key>/resume")
+@signed_in
+def resume_workflow(key: str) -> BaseResponse:
+    """Resume a workflow, then back to its page."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        operate.resume_workflow(conn, api_key, key)
+    return redirect(url_for("console.workflow", key=key), 303)
