@@ -69,6 +69,7 @@ class Worker:
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
+            pooler=settings.behind_pooler,
         )
         self.stop = threading.Event()  # stops taking work
         self.background = threading.Event()  # stops the housekeeping threads, after the drain
@@ -96,7 +97,8 @@ class Worker:
         self.services: list[Loop] = [
             Relay(
                 self.pool,
-                conninfo(settings.database_url),
+                # LISTEN needs a session of its own: never through a transaction pooler.
+                conninfo(settings.direct_url),
                 settings.amqp_url,
                 topology,
                 self.background,
