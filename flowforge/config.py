@@ -162,7 +162,8 @@ class Settings:
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0
-    db_pool_size: int = 4
+    # bin/api's pool per gunicorn worker: a sync worker holds one connection per request.
+    db_pool_size: int = 1
     # Server-side statement and idle-transaction timeout of pooled connections; a reply
     # is awaited this long plus a margin, a free pool connection this long.
     db_timeout_seconds: float = 15.0

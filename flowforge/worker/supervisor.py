@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from flowforge import netguard, waits
+from flowforge import budget, netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
 from flowforge.errors import ConfigError
@@ -47,9 +47,6 @@ MONITOR_SECONDS = 0.5
 JOIN_SECONDS = 10.0
 # Exit status of a worker that stopped because one of its threads died.
 THREAD_DIED = 1
-# Services that each take one pooled connection at a time: relay, timers, scheduler,
-# reaper, housekeeping, heartbeat.
-POOLED_SERVICES = 6
 
 
 class Worker:
@@ -65,7 +62,7 @@ class Worker:
         # connection is its own, outside the pool).
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_concurrency + POOLED_SERVICES,
+            max_size=budget.worker_pool_size(settings),
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
