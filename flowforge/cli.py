@@ -708,7 +708,8 @@ def _run_local(args: argparse.Namespace) -> int:
         _error("configuration", str(exc))
         return USAGE
     try:
-        with psycopg.connect(conninfo(settings.database_url), autocommit=True) as conn:
+        # A session of its own (prepared statements, transactions): never through a pooler.
+        with psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn:
             args.handler(Database(conn), args)
     except UsageError as exc:
         _error("usage", str(exc))
@@ -723,14 +724,14 @@ def _run_local(args: argparse.Namespace) -> int:
         return USAGE if exc.status in USAGE_STATUSES else REFUSED
     except psycopg.OperationalError as exc:
         print(f"flowforge: {str(exc).strip()}", file=sys.stderr)
-        print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
+        print(f"flowforge: {database_hint(settings.direct_url)}", file=sys.stderr)
         return REFUSED
     except psycopg.errors.UndefinedTable as exc:
         print(f"flowforge: {str(exc).splitlines()[0]}", file=sys.stderr)
         print(
             "flowforge: this database has no FlowForge schema yet: run bin/migrate", file=sys.stderr
         )
-        print(f"flowforge: {database_hint(settings.database_url)}", file=sys.stderr)
+        print(f"flowforge: {database_hint(settings.direct_url)}", file=sys.stderr)
         return REFUSED
     except (FlowForgeError, psycopg.Error, OSError, ValueError) as exc:
         _error("failed", str(exc))

@@ -107,6 +107,32 @@ def _resume_key(env: Mapping[str, str]) -> bytes | None:
     return _key(env, "FLOWFORGE_RESUME_KEY", "resume_key", "flowforge.waits")
 
 
+# FLOWFORGE_DATABASE_POOLER: what sits between FlowForge and PostgreSQL.
+POOLERS = ("none", "transaction")
+
+
+def _pooler(env: Mapping[str, str]) -> str:
+    """FLOWFORGE_DATABASE_POOLER: `none` (default) or `transaction` for a PgBouncer (or
+    another pooler) in transaction mode, which hands each transaction a different server
+    session: FlowForge then prepares no statement on the server, sets its timeouts inside
+    each transaction, and opens the connections that need a session (the relay's LISTEN,
+    bin/migrate's advisory lock, the CLI) to FLOWFORGE_DATABASE_DIRECT_URL."""
+    raw = env.get("FLOWFORGE_DATABASE_POOLER", "").strip().lower() or "none"
+    if raw not in POOLERS:
+        raise ConfigError(
+            f"FLOWFORGE_DATABASE_POOLER must be one of {', '.join(POOLERS)}; got {raw!r}"
+        )
+    if raw == "transaction" and not env.get("FLOWFORGE_DATABASE_DIRECT_URL", "").strip():
+        # Through the pooler LISTEN would hear nothing and the migration lock would be
+        # released at once: better not to start than to run with both silently broken.
+        raise ConfigError(
+            "FLOWFORGE_DATABASE_POOLER=transaction needs FLOWFORGE_DATABASE_DIRECT_URL: a "
+            "URL of PostgreSQL itself (not the pooler) for the relay's LISTEN and "
+            "bin/migrate's advisory lock"
+        )
+    return raw
+
+
 def _public_url(env: Mapping[str, str]) -> str | None:
     """FLOWFORGE_PUBLIC_URL: where callers reach the API, the base of resume URLs."""
     raw = env.get("FLOWFORGE_PUBLIC_URL", "").strip()
@@ -126,6 +152,9 @@ class Settings:
     """Runtime configuration shared by the API, the worker and the CLI."""
 
     database_url: str = "postgresql://localhost/flowforge"
+    # FLOWFORGE_DATABASE_DIRECT_URL: PostgreSQL itself when database_url is a pooler's.
+    database_direct_url: str = ""
+    database_pooler: str = "none"
     amqp_url: str = "amqp://guest:guest@localhost:5672/%2F"
     amqp_prefix: str = "flowforge"
     worker_concurrency: int = 8
@@ -133,7 +162,8 @@ class Settings:
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0
-    db_pool_size: int = 4
+    # bin/api's pool per gunicorn worker: a sync worker holds one connection per request.
+    db_pool_size: int = 1
     # Server-side statement and idle-transaction timeout of pooled connections; a reply
     # is awaited this long plus a margin, a free pool connection this long.
     db_timeout_seconds: float = 15.0
@@ -154,6 +184,16 @@ class Settings:
     # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
 
+    @property
+    def direct_url(self) -> str:
+        """Where connections that need a session of their own go: LISTEN, advisory locks."""
+        return self.database_direct_url or self.database_url
+
+    @property
+    def behind_pooler(self) -> bool:
+        """database_url is a transaction-mode pooler's (see _pooler)."""
+        return self.database_pooler == "transaction"
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read the environment; defaults work against local PostgreSQL and RabbitMQ."""
@@ -169,6 +209,8 @@ class Settings:
         bindings = secret_bindings.parse(env)
         return cls(
             database_url=env.get("FLOWFORGE_DATABASE_URL") or cls.database_url,
+            database_direct_url=env.get("FLOWFORGE_DATABASE_DIRECT_URL", "").strip(),
+            database_pooler=_pooler(env),
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
             amqp_prefix=env.get("FLOWFORGE_AMQP_PREFIX") or cls.amqp_prefix,
             worker_concurrency=_int(env, "FLOWFORGE_WORKER_CONCURRENCY", cls.worker_concurrency),

@@ -129,6 +129,10 @@ class DeadlineConnection(psycopg.Connection[Any]):
     """
 
     reply_timeout_s: float = 30.0
+    # Behind a transaction-mode pooler the server session changes with each transaction,
+    # so the timeouts cannot travel in the startup `options` (PgBouncer refuses them):
+    # each transaction sets them for itself (SET_LOCAL_TIMEOUTS). None: set at start-up.
+    local_timeout_ms: int | None = None
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         limit = self.reply_timeout_s if timeout is None else timeout
@@ -143,28 +147,68 @@ class DeadlineConnection(psycopg.Connection[Any]):
                 ) from None
             raise
 
+    @contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        """psycopg's transaction, whose outermost level sets the local timeouts first."""
+        outermost = self.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            if outermost:
+                set_local_timeouts(self)
+            yield tx
+
+
+# statement_timeout and idle_in_transaction_session_timeout for this transaction only.
+SET_LOCAL_TIMEOUTS = """
+SELECT set_config('statement_timeout', %(ms)s, true),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
+"""
+
+
+def set_local_timeouts(conn: psycopg.Connection[Any]) -> None:
+    """Inside a transaction just begun: its timeouts, when the connection's session cannot
+    hold them (a pooler's). In a pipeline this costs no round trip."""
+    ms = getattr(conn, "local_timeout_ms", None)
+    if ms is not None:
+        conn.execute(SET_LOCAL_TIMEOUTS, {"ms": str(ms)})
+
 
 def create_pool(
-    url: str, *, max_size: int, name: str, min_size: int = 1, timeout_s: float = 15.0
+    url: str,
+    *,
+    max_size: int,
+    name: str,
+    min_size: int = 1,
+    timeout_s: float = 15.0,
+    pooler: bool = False,
 ) -> psycopg_pool.ConnectionPool:
     """Open an autocommit pool; units of work open their own explicit transactions.
 
     `timeout_s` bounds each statement and idle transaction on the server, a wait for a
-    reply (plus REPLY_MARGIN_S) and a wait for a free connection.
+    reply (plus REPLY_MARGIN_S) and a wait for a free connection. `pooler`: the URL is a
+    transaction-mode pooler's (PgBouncer), so no statement is prepared on the server (the
+    next transaction may run on another server session, where it does not exist) and the
+    timeouts are set inside each transaction instead of at start-up.
     """
 
     def configure(conn: psycopg.Connection[Any]) -> None:
         if isinstance(conn, DeadlineConnection):
             conn.reply_timeout_s = timeout_s + REPLY_MARGIN_S
+            if pooler:
+                conn.local_timeout_ms = int(timeout_s * 1000)
 
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if pooler:
+        kwargs["prepare_threshold"] = None
     return psycopg_pool.ConnectionPool(
-        conninfo(url, statement_timeout_s=timeout_s),
+        conninfo(url, statement_timeout_s=None if pooler else timeout_s),
         connection_class=DeadlineConnection,
         configure=configure,
         min_size=min_size,
         max_size=max_size,
         name=name,
-        kwargs={"autocommit": True},
+        kwargs=kwargs,
         check=_check,
         timeout=timeout_s,
         reconnect_timeout=RECONNECT_TIMEOUT_S,
@@ -198,6 +242,7 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pip
     try:
         with conn.pipeline() as pipeline:
             conn.execute(BEGIN)
+            set_local_timeouts(conn)
             yield pipeline
             conn.execute(COMMIT)
     except BaseException:

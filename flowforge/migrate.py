@@ -140,20 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         settings = Settings.from_env()
-        if args.create and (created := create_database(settings.database_url)):
+        if args.create and (created := create_database(settings.direct_url)):
             print(f"migrate: created database {created}")
-        done = migrate(settings.database_url)
+        # The advisory lock is a session's: PostgreSQL itself, never a transaction pooler.
+        done = migrate(settings.direct_url)
     except FlowForgeError as exc:
         print(f"migrate: {exc}", file=sys.stderr)
         return 1
     except psycopg.Error as exc:
         print(f"migrate: {str(exc).strip()}", file=sys.stderr)
-        print(f"migrate: {database_hint(settings.database_url)}", file=sys.stderr)
+        print(f"migrate: {database_hint(settings.direct_url)}", file=sys.stderr)
         return 1
     print(f"migrate: applied {len(done)} migration(s)" + (f": {', '.join(done)}" if done else ""))
     # SQL cannot seal what 0004 left in clear (it has no key); this step can, on every run.
     try:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        with psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn:
             sealed = sealing.seal_clear_secrets(conn, settings.encryption_key)
     except sealing.EncryptionKeyMissing:
         print(

@@ -44,6 +44,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         max_size=settings.db_pool_size,
         name="api",
         timeout_s=min(settings.db_timeout_seconds, API_DB_TIMEOUT_S),
+        pooler=settings.behind_pooler,
     )
     # Do not wait for the database: the API must start (and answer 503) while it is down.
     connections.open(wait=False)

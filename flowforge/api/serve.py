@@ -26,8 +26,10 @@ from gunicorn import glogging, util
 from gunicorn.http import errors
 from gunicorn.workers.sync import SyncWorker
 
-from flowforge import waits
+from flowforge import budget, waits
 from flowforge.api.problems import PROBLEM_JSON, problem_document
+from flowforge.config import Settings
+from flowforge.errors import ConfigError
 from flowforge.launcher import METRICS_DIR_ENV
 from flowforge.logs import JsonFormatter, configure_logging
 
@@ -271,7 +273,16 @@ def main(args: Sequence[str], env: Mapping[str, str]) -> int:
             super().load_config()
             self.cfg.set("child_exit", _worker_exited)
             self.cfg.set("on_exit", _server_exited)
+            # In the master, once: all its workers' pools together against the server.
+            settings = Settings.from_env(env)
+            budget.check(settings, budget.api_budget(settings, self.cfg.workers))
 
     sys.argv = gunicorn_argv(args, env)
-    Application("%(prog)s [OPTIONS] [APP_MODULE]").run()
+    try:
+        application = Application("%(prog)s [OPTIONS] [APP_MODULE]")
+    except ConfigError as exc:
+        configure_logging()
+        logging.getLogger(__name__).critical("%s", exc)
+        return 2
+    application.run()
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from flowforge import budget
 from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
 from flowforge.worker.supervisor import Worker
@@ -26,6 +27,7 @@ def main() -> int:
     worker = Worker(Settings.from_env())
     try:
         worker.serve_metrics()
+        budget.check(worker.settings, budget.worker_budget(worker.settings))
     except ConfigError as exc:
         logger.critical("%s", exc)
         return 2

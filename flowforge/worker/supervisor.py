@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from flowforge import netguard, waits
+from flowforge import budget, netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
 from flowforge.errors import ConfigError
@@ -49,9 +49,6 @@ MONITOR_SECONDS = 0.5
 JOIN_SECONDS = 10.0
 # Exit status of a worker that stopped because one of its threads died.
 THREAD_DIED = 1
-# Services that each take one pooled connection at a time: relay, timers, scheduler,
-# reaper, housekeeping, heartbeat.
-POOLED_SERVICES = 6
 
 
 class Worker:
@@ -67,10 +64,11 @@ class Worker:
         # connection is its own, outside the pool).
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_concurrency + POOLED_SERVICES,
+            max_size=budget.worker_pool_size(settings),
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
+            pooler=settings.behind_pooler,
         )
         self.stop = threading.Event()  # stops taking work
         self.signals = StopSignals()  # SIGTERM/SIGINT, set by bin/worker's handlers
@@ -99,7 +97,8 @@ class Worker:
         self.services: list[Loop] = [
             Relay(
                 self.pool,
-                conninfo(settings.database_url),
+                # LISTEN needs a session of its own: never through a transaction pooler.
+                conninfo(settings.direct_url),
                 settings.amqp_url,
                 topology,
                 self.background,

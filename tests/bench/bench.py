@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from flowforge.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import figures, flow_control, limits, load, resume_latency, steady
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
@@ -133,7 +134,7 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
             "gunicorn": "bin/api's own command line (flowforge.api.serve.gunicorn_argv): "
             f"sync workers, --workers {args.api_workers}",
             "api_workers": args.api_workers,
-            "api_db_pool_size": 4,
+            "api_db_pool_size": Settings().db_pool_size,
             "worker_concurrency": args.worker_concurrency,
             "wrk_connections": connections,
             "relay_batch": limits.RELAY_BATCH,
