@@ -47,9 +47,6 @@ MONITOR_SECONDS = 0.5
 JOIN_SECONDS = 10.0
 # Exit status of a worker that stopped because one of its threads died.
 THREAD_DIED = 1
-# Services that each take one pooled connection at a time: relay, timers, scheduler,
-# reaper, housekeeping, heartbeat.
-POOLED_SERVICES = 6
 
 
 class Worker:
@@ -60,12 +57,14 @@ class Worker:
         allow = netguard.Allowlist.parse(settings.http_allow)
         topology = Topology(settings.amqp_prefix)
         self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
-        # Executors hold a connection only inside a transaction, never across a request;
-        # each of the six pooled services below holds at most one (the relay's LISTEN
-        # connection is its own, outside the pool).
+        # Executors hold a connection only inside a transaction (a claim, a checkpoint: a
+        # millisecond or so), never across a request, so hundreds of them share a few
+        # connections: the pool's size is its own setting, not the concurrency. The six
+        # pooled services below hold at most one each; the relay's LISTEN connection is
+        # its own, outside the pool.
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_concurrency + POOLED_SERVICES,
+            max_size=settings.worker_pool_size,
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
@@ -96,7 +95,7 @@ class Worker:
         self.services: list[Loop] = [
             Relay(
                 self.pool,
-                conninfo(settings.database_url),
+                conninfo(settings.database_url, application_name="flowforge-worker-listen"),
                 settings.amqp_url,
                 topology,
                 self.background,
@@ -135,6 +134,7 @@ class Worker:
             extra={
                 "worker_id": self.settings.worker_id,
                 "concurrency": self.settings.worker_concurrency,
+                "pool_size": self.settings.worker_pool_size,
                 "prefix": self.settings.amqp_prefix,
                 "amqp_heartbeat_s": self.heartbeat_s,
             },
