@@ -4,7 +4,7 @@ they fit in the server's max_connections (issue 26).
 Per process, at most:
 - bin/api: gunicorn workers x FLOWFORGE_DB_POOL_SIZE. A sync worker serves one request at
   a time and a request holds one connection (api/pool.py), so the default pool is 1.
-- bin/worker: its pool (worker_pool_size) + the relay's LISTEN connection.
+- bin/worker: its pool (FLOWFORGE_WORKER_POOL_SIZE) + the relay's LISTEN connection.
 Behind a transaction-mode pooler (FLOWFORGE_DATABASE_POOLER) the pools count against the
 pooler's own server pool instead; only the direct connections reach PostgreSQL.
 
@@ -27,9 +27,6 @@ from flowforge.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-# Services of bin/worker that each take one pooled connection at a time: relay, timers,
-# scheduler, reaper, housekeeping, heartbeat.
-POOLED_SERVICES = 6
 # The relay's LISTEN connection, outside the pool.
 WORKER_DIRECT = 1
 
@@ -41,12 +38,6 @@ SELECT current_setting('max_connections')::int
        - coalesce(current_setting('reserved_connections', true)::int, 0),
        (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
 """
-
-
-def worker_pool_size(settings: Settings) -> int:
-    """bin/worker's pool: an executor thread holds a connection only inside a transaction,
-    never across a request, and each pooled service at most one."""
-    return settings.worker_concurrency + POOLED_SERVICES
 
 
 @dataclass(frozen=True)
@@ -73,12 +64,11 @@ def worker_budget(settings: Settings) -> Budget:
     """One bin/worker."""
     if settings.behind_pooler:
         return Budget("bin/worker", WORKER_DIRECT, "the relay's LISTEN (pool through the pooler)")
-    pool = worker_pool_size(settings)
+    pool = settings.worker_pool_size
     return Budget(
         "bin/worker",
         pool + WORKER_DIRECT,
-        f"pool {pool} (FLOWFORGE_WORKER_CONCURRENCY {settings.worker_concurrency} + "
-        f"{POOLED_SERVICES} services) + {WORKER_DIRECT} LISTEN",
+        f"pool {pool} (FLOWFORGE_WORKER_POOL_SIZE) + {WORKER_DIRECT} LISTEN",
     )
 
 

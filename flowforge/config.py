@@ -158,6 +158,11 @@ class Settings:
     amqp_url: str = "amqp://guest:guest@localhost:5672/%2F"
     amqp_prefix: str = "flowforge"
     worker_concurrency: int = 8
+    # FLOWFORGE_WORKER_POOL_SIZE: the most pooled PostgreSQL connections one bin/worker
+    # opens, whatever its concurrency (executors hold one only around a claim and a
+    # checkpoint, never during a request). A worker opens one more of its own, the relay's
+    # LISTEN connection: budget worker_pool_size + 1 per worker against max_connections.
+    worker_pool_size: int = 10
     lease_seconds: float = DEFAULT_LEASE_S
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
@@ -214,6 +219,9 @@ class Settings:
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
             amqp_prefix=env.get("FLOWFORGE_AMQP_PREFIX") or cls.amqp_prefix,
             worker_concurrency=_int(env, "FLOWFORGE_WORKER_CONCURRENCY", cls.worker_concurrency),
+            worker_pool_size=_int(
+                env, "FLOWFORGE_WORKER_POOL_SIZE", cls.worker_pool_size, minimum=2
+            ),
             lease_seconds=_float(env, "FLOWFORGE_LEASE_SECONDS", cls.lease_seconds),
             http_allow=env.get("FLOWFORGE_HTTP_ALLOW", ""),
             max_body_bytes=_int(env, "FLOWFORGE_MAX_BODY_BYTES", cls.max_body_bytes),

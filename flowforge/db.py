@@ -102,8 +102,13 @@ REPLY_MARGIN_S = 5.0
 RECONNECT_TIMEOUT_S = 10.0
 
 
-def conninfo(url: str, *, statement_timeout_s: float | None = None) -> str:
+def conninfo(
+    url: str, *, statement_timeout_s: float | None = None, application_name: str | None = None
+) -> str:
     """The URL with FlowForge's network defaults, and server-side timeouts when asked.
+
+    `application_name` names the connections in pg_stat_activity (so an operator can count
+    each process's share of max_connections) unless the URL names them itself.
 
     `statement_timeout_s` bounds both a statement and a transaction left idle, on the
     server, so a stuck peer can neither hold a row lock for long nor a statement forever.
@@ -111,6 +116,8 @@ def conninfo(url: str, *, statement_timeout_s: float | None = None) -> str:
     params = psycopg.conninfo.conninfo_to_dict(url)
     for key, value in NETWORK_DEFAULTS.items():
         params.setdefault(key, value)
+    if application_name is not None:
+        params.setdefault("application_name", application_name)
     if statement_timeout_s is not None:
         ms = int(statement_timeout_s * 1000)
         timeouts = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
@@ -186,10 +193,11 @@ def create_pool(
     """Open an autocommit pool; units of work open their own explicit transactions.
 
     `timeout_s` bounds each statement and idle transaction on the server, a wait for a
-    reply (plus REPLY_MARGIN_S) and a wait for a free connection. `pooler`: the URL is a
-    transaction-mode pooler's (PgBouncer), so no statement is prepared on the server (the
-    next transaction may run on another server session, where it does not exist) and the
-    timeouts are set inside each transaction instead of at start-up.
+    reply (plus REPLY_MARGIN_S) and a wait for a free connection. Its connections are
+    named flowforge-`name` in pg_stat_activity. `pooler`: the URL is a transaction-mode
+    pooler's (PgBouncer), so no statement is prepared on the server (the next transaction
+    may run on another server session, where it does not exist) and the timeouts are set
+    inside each transaction instead of at start-up.
     """
 
     def configure(conn: psycopg.Connection[Any]) -> None:
@@ -202,7 +210,11 @@ def create_pool(
     if pooler:
         kwargs["prepare_threshold"] = None
     return psycopg_pool.ConnectionPool(
-        conninfo(url, statement_timeout_s=None if pooler else timeout_s),
+        conninfo(
+            url,
+            statement_timeout_s=None if pooler else timeout_s,
+            application_name=f"flowforge-{name}",
+        ),
         connection_class=DeadlineConnection,
         configure=configure,
         min_size=min_size,

@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from flowforge import budget, netguard, waits
+from flowforge import netguard, waits
 from flowforge.config import Settings
 from flowforge.db import conninfo, create_pool
 from flowforge.errors import ConfigError
@@ -59,12 +59,14 @@ class Worker:
         allow = netguard.Allowlist.parse(settings.http_allow)
         topology = Topology(settings.amqp_prefix)
         self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
-        # Executors hold a connection only inside a transaction, never across a request;
-        # each of the six pooled services below holds at most one (the relay's LISTEN
-        # connection is its own, outside the pool).
+        # Executors hold a connection only inside a transaction (a claim, a checkpoint: a
+        # millisecond or so), never across a request, so hundreds of them share a few
+        # connections: the pool's size is its own setting, not the concurrency. The six
+        # pooled services below hold at most one each; the relay's LISTEN connection is
+        # its own, outside the pool.
         self.pool = create_pool(
             settings.database_url,
-            max_size=budget.worker_pool_size(settings),
+            max_size=settings.worker_pool_size,
             name="worker",
             min_size=2,
             timeout_s=settings.db_timeout_seconds,
@@ -98,7 +100,7 @@ class Worker:
             Relay(
                 self.pool,
                 # LISTEN needs a session of its own: never through a transaction pooler.
-                conninfo(settings.direct_url),
+                conninfo(settings.direct_url, application_name="flowforge-worker-listen"),
                 settings.amqp_url,
                 topology,
                 self.background,
@@ -137,6 +139,7 @@ class Worker:
             extra={
                 "worker_id": self.settings.worker_id,
                 "concurrency": self.settings.worker_concurrency,
+                "pool_size": self.settings.worker_pool_size,
                 "prefix": self.settings.amqp_prefix,
                 "amqp_heartbeat_s": self.heartbeat_s,
             },

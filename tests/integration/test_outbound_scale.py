@@ -1,0 +1,107 @@
+"""Outbound at scale (SPEC §13): hundreds of slow requests in flight on a few database
+connections, and kept-alive outbound connections — real bin/api and bin/worker."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+
+from tests.support.api import Api
+from tests.support.definitions import unsigned
+from tests.support.processes import Process, wait_for
+from tests.support.target import Received, Reply, Target
+
+COUNT_POOLED = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = 'flowforge-worker'
+"""
+COUNT_SUCCEEDED = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
+
+
+def tcp_connections(pid: int, port: int) -> int:
+    """How many established TCP connections process `pid` has to `port`, from /proc: the
+    worker's own sockets, whatever it names them."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                established = fields[3] == "01"
+                found += established and remote_port == port and fields[9] in inodes
+    return found
+
+
+class InFlight:
+    """Holds each request at the target for `delay_s` and records the most held at once."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, _request: Received) -> Reply:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.delay_s)
+        with self._lock:
+            self.now -= 1
+        return Reply(json={"ok": True})
+
+
+def test_a_worker_with_concurrency_200_holds_no_more_than_its_pool_size_of_connections(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    db: psycopg.Connection,
+) -> None:
+    count = 200
+    slow = InFlight(delay_s=6.0)
+    target.script = slow
+    worker = workers(FLOWFORGE_WORKER_CONCURRENCY=str(count), FLOWFORGE_WORKER_POOL_SIZE="5")
+    pg_port = int(db.info.port)
+    client = Api(api, api_key)
+    client.publish(
+        "slow",
+        unsigned(
+            [
+                {
+                    "id": "call",
+                    "type": "http_request",
+                    "request": {"method": "GET", "url": f"{target.url}/slow"},
+                }
+            ]
+        ),
+    )
+    with ThreadPoolExecutor(8) as starters:
+        list(starters.map(lambda n: client.start("slow", {"n": n}), range(count)))
+    most_pooled = most_connections = 0
+
+    def all_succeeded() -> bool:
+        nonlocal most_pooled, most_connections
+        most_pooled = max(most_pooled, db.execute(COUNT_POOLED).fetchone()[0])
+        most_connections = max(most_connections, tcp_connections(worker.pid, pg_port))
+        return db.execute(COUNT_SUCCEEDED).fetchone()[0] == count
+
+    wait_for(all_succeeded, timeout=120, interval=0.05, message="every execution to succeed")
+    # Most of them were in flight together, yet the pool never grew past its size: the
+    # worker's only other connection is the relay's LISTEN connection.
+    assert slow.most >= 150, slow.most
+    assert 2 <= most_connections <= 5 + 1, most_connections
+    assert 1 <= most_pooled <= 5, most_pooled
