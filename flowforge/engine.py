@@ -144,6 +144,9 @@ class Changes:
     released_slot: tuple[int, str] | None = None
     # Wait steps that took their early resume: saving marks those resumes applied.
     applied_resumes: list[str] = field(default_factory=list)
+    # For the spans written after the commit (flowforge/tracing.py).
+    workflow: str = ""
+    traceparent: str | None = None
 
 
 @dataclass
@@ -174,6 +177,8 @@ class Run:
     # Resumes recorded before their wait step was ready (step id -> body); loaded only for
     # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
+    # The webhook's trace context, stored at intake (flowforge/tracing.py); None if none.
+    traceparent: str | None = None
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -207,6 +212,7 @@ class Run:
         changes.status = self.status
         changes.cancel_requested = self.cancel_requested
         changes.stop_reason = self.stop_reason
+        changes.workflow, changes.traceparent = self.workflow, self.traceparent
         if self.releases_slot and self.concurrency_key is not None:
             changes.released_slot = (self.workflow_id, self.concurrency_key)
             self.held_slot = False

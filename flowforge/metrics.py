@@ -242,6 +242,12 @@ def _later(count: Callable[[], None]) -> None:
         queue.append(count)
 
 
+def on_commit(record: Callable[[], None]) -> None:
+    """Run `record` once the unit of work commits (at once outside one); the tracing
+    hooks use it too, so a rolled-back change writes no span."""
+    _later(record)
+
+
 def saved(changes: Changes) -> None:
     """Count what one unit of work changed (runs.save_run): attempts, step and execution
     ends, waits begun and ended."""

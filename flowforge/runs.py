@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge import flowcontrol, metrics
+from flowforge import flowcontrol, metrics, tracing
 from flowforge.cache import BoundedCache
 from flowforge.db import one, pipelined_transaction
 from flowforge.definitions import Definition, parse_definition
@@ -47,7 +47,7 @@ SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
        e.slot_at IS NOT NULL AND e.cancel_requested_at IS NULL
            AND e.status IN ('queued', 'running', 'waiting', 'needs_attention') AS held_slot,
        coalesce(e.deadline_at <= now(), false) AS deadline_passed,
-       coalesce(e.expires_at <= now(), false) AS expired
+       coalesce(e.expires_at <= now(), false) AS expired, e.traceparent
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
@@ -201,6 +201,7 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
         held_slot=head["held_slot"],
         deadline_passed=head["deadline_passed"],
         expired=head["expired"],
+        traceparent=head["traceparent"],
     )
     if definition.wait_steps():
         # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
@@ -213,6 +214,8 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
     eid = changes.execution_id
     metrics.saved(changes)
+    if tracing.active():
+        metrics.on_commit(functools.partial(tracing.saved, changes))
     dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
     params = {
         "execution_id": eid,

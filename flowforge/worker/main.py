@@ -16,6 +16,7 @@ import signal
 import sys
 from types import FrameType
 
+from flowforge import tracing
 from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
 from flowforge.worker.supervisor import Worker
@@ -28,8 +29,9 @@ def main() -> int:
     configure_logging()
     worker = Worker(Settings.from_env())
     try:
+        tracing.configure(os.environ, service="flowforge-worker")
         worker.serve_metrics()
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:
         logger.critical("%s", exc)
         return 2
 
@@ -42,7 +44,10 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return worker.run()
+    try:
+        return worker.run()
+    finally:
+        tracing.shutdown()  # the spans still buffered leave with the drain
 
 
 if __name__ == "__main__":
