@@ -151,6 +151,9 @@ class Changes:
     # SPEC §14: what a paused execution was, and why it is paused (None: not paused).
     paused_from: str | None = None
     pause_reason: str | None = None
+    # For the spans written after the commit (flowforge/tracing.py).
+    workflow: str = ""
+    traceparent: str | None = None
 
 
 @dataclass
@@ -186,6 +189,8 @@ class Run:
     paused_from: str | None = None
     pause_reason: str | None = None
     workflow_paused_by: dict[str, Any] | None = None
+    # The webhook's trace context, stored at intake (flowforge/tracing.py); None if none.
+    traceparent: str | None = None
     changes: Changes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -221,6 +226,7 @@ class Run:
         changes.stop_reason = self.stop_reason
         changes.paused_from = self.paused_from
         changes.pause_reason = self.pause_reason
+        changes.workflow, changes.traceparent = self.workflow, self.traceparent
         if self.releases_slot and self.concurrency_key is not None:
             changes.released_slot = (self.workflow_id, self.concurrency_key)
             self.held_slot = False

@@ -134,7 +134,7 @@ WITH current AS (
 ), execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
                             concurrency_key, slot_at, deadline_at, expires_at, stop_reason,
-                            finished_at, trigger)
+                            finished_at, trigger, traceparent)
     SELECT %(id)s, %(workflow_id)s, %(version_id)s,
            CASE WHEN mode = 'drop' THEN '{_CANCELLED}' ELSE '{_QUEUED}' END,
            %(input)s::jsonb, %(key)s, %(ckey)s::text,
@@ -143,7 +143,7 @@ WITH current AS (
            now() + make_interval(secs => %(start_within_s)s::float8),
            CASE WHEN mode = 'drop' THEN 'concurrency' END,
            CASE WHEN mode = 'drop' THEN now() END,
-           %(trigger)s
+           %(trigger)s, %(traceparent)s
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, error,

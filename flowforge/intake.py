@@ -69,8 +69,10 @@ WITH current AS (
     SELECT 1 FROM current WHERE %(key)s::text IS NULL
     UNION ALL SELECT 1 FROM claim
 ), execution AS (
-    INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key)
-    SELECT %(id)s, %(workflow_id)s, %(version_id)s, %(queued)s, %(input)s::jsonb, %(key)s
+    INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
+                            traceparent)
+    SELECT %(id)s, %(workflow_id)s, %(version_id)s, %(queued)s, %(input)s::jsonb, %(key)s,
+           %(traceparent)s
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at)
@@ -95,6 +97,7 @@ INTAKE_PARAMS = {
     "queued_kind": execution_event(ExecutionStatus.QUEUED),
     "ready": StepStatus.READY.value,
     "pending": StepStatus.PENDING.value,
+    "traceparent": None,  # a schedule tick's execution roots its own trace (tracing.py)
 }
 EXISTING_KEY = """
 SELECT body_sha256, execution_id FROM idempotency_keys
@@ -225,8 +228,10 @@ def accept(
     body: bytes,
     idempotency_key: str | None,
     secret_id: int | None,
+    traceparent: str | None = None,
 ) -> Accepted:
     """Record a validated JSON body as an execution; replay or refuse a reused key.
+    `traceparent` is the intake span's trace context (flowforge/tracing.py), if traced.
 
     Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
     execution_id = str(uuid7())
@@ -245,6 +250,7 @@ def accept(
         "body_sha256": body_sha256,
         **INTAKE_PARAMS,
         **target.steps,
+        "traceparent": traceparent,
     }
     controlled = flowcontrol.is_controlled(target.definition)
     if controlled:

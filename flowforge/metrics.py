@@ -247,6 +247,12 @@ def _later(count: Callable[[], None]) -> None:
         queue.append(count)
 
 
+def on_commit(record: Callable[[], None]) -> None:
+    """Run `record` once the unit of work commits (at once outside one); the tracing
+    hooks use it too, so a rolled-back change writes no span."""
+    _later(record)
+
+
 def saved(changes: Changes) -> None:
     """Count what one unit of work changed (runs.save_run): attempts, step and execution
     ends, waits begun and ended."""
@@ -365,6 +371,23 @@ ESTIMATED_TABLES = [
     "idempotency_keys",
     "resumes",
 ]
+# The work a worker pool exists for, by workflow, for autoscalers (docs/howto/autoscaling.md):
+# steps ready for an executor and steps running on one. Each state reads at most
+# WORK_DEPTH_CAP entries of its partial index (steps_ready, steps_running), each joined to
+# its execution by primary key, so a scrape stays bounded however deep the backlog; past
+# the cap the per-workflow figures stop growing and the exact totals are flowforge_steps'.
+WORK_DEPTH_CAP = 10_000
+WORK_DEPTH = f"""
+SELECT w.key, s.status, count(*) FROM (
+    (SELECT execution_id, status FROM steps WHERE status = 'ready' LIMIT {WORK_DEPTH_CAP})
+    UNION ALL
+    (SELECT execution_id, status FROM steps WHERE status = 'running' LIMIT {WORK_DEPTH_CAP})
+) s
+JOIN executions e ON e.id = s.execution_id
+JOIN workflows w ON w.id = e.workflow_id
+GROUP BY w.key, s.status ORDER BY w.key, s.status
+"""
+WORK_STATES = ("ready", "running")
 # Every gauge query, for the plan test.
 GAUGE_QUERIES = {
     "live_executions": LIVE_EXECUTIONS,
@@ -375,6 +398,7 @@ GAUGE_QUERIES = {
     "slot_gauges": flowcontrol.SLOT_GAUGES,
     "estimated_rows": ESTIMATED_ROWS,
     "outbox_backlog": OUTBOX_BACKLOG,
+    "work_depth": WORK_DEPTH,
 }
 
 
@@ -390,6 +414,7 @@ DATABASE_GAUGES = (
     "flowforge_slot_queue",
     "flowforge_slot_holders",
     "flowforge_table_rows_estimate",
+    "flowforge_work_depth",
 )
 
 
@@ -441,6 +466,14 @@ class DatabaseGauges(Collector):
         )
         for table, estimate in estimates.items():
             rows.add_metric([table], estimate)
+        depth = GaugeMetricFamily(
+            "flowforge_work_depth",
+            "Steps ready for a worker and running on one, by workflow (the autoscaling "
+            f"signal; each state counts at most {WORK_DEPTH_CAP} steps).",
+            labels=["workflow", "state"],
+        )
+        for workflow, state, count in conn.execute(WORK_DEPTH).fetchall():
+            depth.add_metric([workflow, state], count)
         yield executions
         yield steps
         yield GaugeMetricFamily(
@@ -471,6 +504,7 @@ class DatabaseGauges(Collector):
         yield queue
         yield holders
         yield rows
+        yield depth
 
 
 def render(conn: psycopg.Connection) -> bytes:

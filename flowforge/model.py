@@ -42,6 +42,8 @@ class WebhookAuth(StrEnum):
     GITHUB = "github"
     SHOPIFY = "shopify"
     SLACK = "slack"
+
+
 class PauseReason(StrEnum):
     """Why an execution is paused; `executions.pause_reason`."""
 

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge import flowcontrol, metrics
+from flowforge import flowcontrol, metrics, tracing
 from flowforge.cache import BoundedCache
 from flowforge.db import one, pipelined_transaction
 from flowforge.definitions import Definition, parse_definition
@@ -48,7 +48,7 @@ SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
            AND e.status IN ('queued', 'running', 'waiting', 'paused', 'needs_attention')
            AS held_slot,
        coalesce(e.deadline_at <= now(), false) AS deadline_passed,
-       coalesce(e.expires_at <= now(), false) AS expired,
+       coalesce(e.expires_at <= now(), false) AS expired, e.traceparent,
        e.paused_from, e.pause_reason,
        CASE WHEN w.paused_at IS NOT NULL THEN coalesce(w.paused_by, '{}'::jsonb) END
            AS workflow_paused_by
@@ -210,6 +210,7 @@ def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
         paused_from=head["paused_from"],
         pause_reason=head["pause_reason"],
         workflow_paused_by=head["workflow_paused_by"],
+        traceparent=head["traceparent"],
     )
     if definition.wait_steps():
         # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
@@ -222,6 +223,8 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
     eid = changes.execution_id
     metrics.saved(changes)
+    if tracing.active():
+        metrics.on_commit(functools.partial(tracing.saved, changes))
     dispatch = [s for s in changes.dispatch if changes.steps[s].status == StepStatus.READY]
     params = {
         "execution_id": eid,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 
 from flask import Flask, Response, has_request_context, request
 
+from flowforge import tracing
 from flowforge.api import (
     console,
     executions,
@@ -34,7 +36,11 @@ API_DB_TIMEOUT_S = 5.0
 
 def create_app(settings: Settings | None = None) -> Flask:
     """Build the app; the pool is opened here, in each worker process, never at import."""
-    settings = settings or Settings.from_env()
+    if settings is None:
+        # Served (each gunicorn worker, after its fork): traces as OTEL_* asks. An app
+        # given its settings (in-process tests) leaves tracing as the caller set it.
+        settings = Settings.from_env()
+        tracing.configure(os.environ, service="flowforge-api")
     configure_logging()
     app = Flask("flowforge")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes

@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import flowcontrol, intake, presets, signatures
+from flowforge import flowcontrol, intake, presets, signatures, tracing
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -68,7 +68,9 @@ def _secret_id(target: intake.Target, verified: presets.Verified | None) -> int 
     return next(sid for sid, value in target.secrets if value == verified.secret)
 
 
-def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted | str:
+def _accept(
+    conn: psycopg.Connection, key: str, raw: bytes, traceparent: str | None
+) -> intake.Accepted | str:
     """Authenticate against the cached target, then accept; look again once when the cache
     is behind (a new secret, a new version, a revoked secret). A signed Slack
     url_verification is answered with its challenge (returned as a str) and starts nothing."""
@@ -87,7 +89,8 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted |
         try:
             parse_json(raw)  # validates: 400 for what jsonb would refuse
             identity = _idempotency_key(target, verified)
-            return intake.accept(conn, target, raw, identity, _secret_id(target, verified))
+            secret_id = _secret_id(target, verified)
+            return intake.accept(conn, target, raw, identity, secret_id, traceparent)
         except intake.StaleTarget:
             continue
         except flowcontrol.QueueFull as exc:
@@ -104,6 +107,11 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted |
 @bp.post("/hooks/<workflow_key(answer='hook'):key>")
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
+    with tracing.intake(request.headers, key) as span:
+        return _receive(key, span)
+
+
+def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, str]]:
     limiter = current_app.extensions.get("flowforge.webhook_limit")
     if limiter is not None and (wait := limiter.retry_after(key)) is not None:
         raise Problem(
@@ -120,9 +128,10 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
         )
     raw = read_body()
     with connection() as conn:
-        accepted = _accept(conn, key, raw)
+        accepted = _accept(conn, key, raw, span.traceparent)
     if isinstance(accepted, str):
         return jsonify({"challenge": accepted}), 200, {}
+    span.accepted(accepted.execution_id, accepted.replayed)
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"

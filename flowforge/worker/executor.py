@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import psycopg
 import psycopg_pool
 
-from flowforge import faults, metrics, netguard, waits
+from flowforge import faults, metrics, netguard, tracing, waits
 from flowforge.db import wrap_exceptions
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import Rendered, perform, render_request
@@ -170,8 +170,17 @@ class Executor:
             passed_fence = True
 
         logger.info("sending request", extra={**log, "method": rendered.method})
+        span = tracing.attempt(run, sid, lease.token, rendered.method, self.worker_id)
+        if (traceparent := span.traceparent()) is not None:
+            # After the attempt row recorded the request: the header is the attempt's span,
+            # not part of the step's definition (nor a secret to redact).
+            rendered = dataclasses.replace(
+                rendered, headers=_with_traceparent(rendered.headers, traceparent)
+            )
         try:
-            return perform(step, rendered, self.allow, self.max_response_bytes, before_send=fence)
+            outcome = perform(
+                step, rendered, self.allow, self.max_response_bytes, before_send=fence
+            )
         except Exception as exc:
             # A bug must not leave the step running with nobody checkpointing it: that
             # dead-letters the wake-up, and the reaper would later call an unsafe request
@@ -186,9 +195,12 @@ class Executor:
                 },
             )
             if not passed_fence:
-                return Outcome("failed", error=f"not sent: internal error: {name}")
-            kind = "retry" if step.repeat_safe else "unknown"
-            return Outcome(kind, error=f"may have been sent: internal error: {name}")
+                outcome = Outcome("failed", error=f"not sent: internal error: {name}")
+            else:
+                kind = "retry" if step.repeat_safe else "unknown"
+                outcome = Outcome(kind, error=f"may have been sent: internal error: {name}")
+        span.end(outcome)
+        return outcome
 
     def _checkpoint(self, eid: str, sid: str, lease: Lease, outcome: Outcome) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all."""
@@ -252,6 +264,13 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:
     run.started()
     metrics.step_started(run, sid)
     return run
+
+
+def _with_traceparent(headers: dict[str, str], traceparent: str) -> dict[str, str]:
+    """The request's headers with the attempt's trace context in place of any the step's
+    definition set (a template cannot know the attempt's span)."""
+    kept = {k: v for k, v in headers.items() if k.lower() not in ("traceparent", "tracestate")}
+    return {**kept, "traceparent": traceparent}
 
 
 def _traceback(exc: BaseException) -> str:

@@ -11,9 +11,10 @@ drains the worker the same way and exits non-zero (see `supervisor.py`).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
-from flowforge import budget
+from flowforge import budget, tracing
 from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
 from flowforge.worker.supervisor import Worker
@@ -26,15 +27,19 @@ def main() -> int:
     configure_logging()
     worker = Worker(Settings.from_env())
     try:
+        tracing.configure(os.environ, service="flowforge-worker")
         worker.serve_metrics()
         budget.check(worker.settings, budget.worker_budget(worker.settings))
-    except ConfigError as exc:
+    except (ConfigError, ValueError) as exc:
         logger.critical("%s", exc)
         return 2
 
     # The handlers only set a flag and wake the main thread (see signals.py).
     worker.signals.install()
-    return worker.run()
+    try:
+        return worker.run()
+    finally:
+        tracing.shutdown()  # the spans still buffered leave with the drain
 
 
 if __name__ == "__main__":

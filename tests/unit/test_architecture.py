@@ -50,6 +50,7 @@ LAYERS: dict[str, set[str]] = {
         "sessions",
         "schedules",
         "direct",
+        "tracing",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},

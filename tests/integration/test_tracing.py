@@ -1,0 +1,196 @@
+"""Traces from real bin/api and bin/worker processes, received by an OTLP/HTTP collector
+written here (127.0.0.1): one trace from the partner's traceparent to the one the target
+receives, across a delay and a worker SIGKILL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psycopg
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.faults.helpers import http, workflow
+from tests.support.api import Api, step
+from tests.support.processes import start_api, wait_for
+from tests.support.target import Reply, Target
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
+INCOMING = f"00-{TRACE}-{PARENT}-01"
+SECRET = "tok-s3cr3t-value"
+
+
+@dataclass
+class Span:
+    trace_id: str
+    span_id: str
+    parent: str
+    name: str
+    service: str
+    attributes: dict[str, Any]
+
+
+class Collector:
+    """An OTLP/HTTP receiver: POST /v1/traces with an ExportTraceServiceRequest."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.lock = threading.Lock()
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                with collector.lock:
+                    collector.spans.extend(_spans(request))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def named(self, prefix: str) -> list[Span]:
+        with self.lock:
+            return [s for s in self.spans if s.name.startswith(prefix)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _value(any_value: Any) -> Any:
+    return getattr(any_value, any_value.WhichOneof("value"))
+
+
+def _spans(request: ExportTraceServiceRequest) -> Iterator[Span]:
+    for resource_spans in request.resource_spans:
+        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+        for scope in resource_spans.scope_spans:
+            for span in scope.spans:
+                yield Span(
+                    span.trace_id.hex(),
+                    span.span_id.hex(),
+                    span.parent_span_id.hex(),
+                    span.name,
+                    resource["service.name"],
+                    {a.key: _value(a.value) for a in span.attributes},
+                )
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    server = Collector()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def traced(env: dict[str, str], collector: Collector) -> dict[str, str]:
+    """The processes' environment with traces exported to the collector, quickly."""
+    return {
+        **env,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+
+
+WORKER_ENV = {
+    "FLOWFORGE_SECRET_API_TOKEN": SECRET,
+    "FLOWFORGE_SECRET_API_TOKEN_WORKFLOWS": "traced",
+}
+
+
+def test_one_trace_from_the_partner_to_the_target_across_a_delay_and_a_sigkill(
+    traced: dict[str, str],
+    tmp_path: Any,
+    workers: Any,
+    target: Target,
+    collector: Collector,
+    api_key: str,
+    db: psycopg.Connection,
+) -> None:
+    api_proc, base = start_api(traced, tmp_path / "api.log")
+    try:
+        client = Api(base, api_key)
+        client.publish(
+            "traced",
+            workflow(
+                {"id": "pause", "type": "delay", "duration_s": 1},
+                http(
+                    "fetch",
+                    "GET",
+                    f"{target.url}/orders",
+                    after=("pause",),
+                    headers={"Authorization": "Bearer {{ secrets.api_token }}"},
+                ),
+            ),
+        )
+        calls: list[int] = []
+
+        def answer(_r: Any) -> Reply:
+            calls.append(1)
+            # The first attempt is held until its worker is killed.
+            return Reply(json={"ok": True}, delay_s=30.0 if len(calls) == 1 else 0.0)
+
+        target.script = answer
+        otel = {k: v for k, v in traced.items() if k.startswith("OTEL_")}
+        doomed = workers(**otel, **WORKER_ENV)
+        eid = client.start("traced", {"order": 1}, headers={"traceparent": INCOMING})
+        wait_for(lambda: target.requests_to("/orders"), timeout=30, message="the first GET")
+        doomed.kill()
+        workers(**otel, **WORKER_ENV)
+        done = client.wait(eid, timeout=60)
+        assert done["status"] == "succeeded", done
+        fetch = step(done, "fetch")
+        assert len(fetch["attempts"]) == 2
+
+        received = [r.headers["traceparent"] for r in target.requests_to("/orders")]
+        assert len(received) == 2
+        assert all(tp.startswith(f"00-{TRACE}-") and tp.endswith("-01") for tp in received)
+        assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in target.received)
+        # The recorded request is what the definition sent, the secret redacted.
+        (recorded,) = db.execute(
+            "SELECT request FROM attempts WHERE execution_id = %s ORDER BY attempt LIMIT 1",
+            (eid,),
+        ).fetchone()
+        assert SECRET not in str(recorded)
+        assert "traceparent" not in {k.lower() for k in recorded["headers"]}
+
+        wait_for(lambda: collector.named("execution"), timeout=20, message="the execution span")
+        (intake,) = collector.named("POST /hooks")
+        (execution,) = collector.named("execution")
+        steps = {s.name: s for s in collector.named("step")}
+        attempts = collector.named("attempt")
+    finally:
+        api_proc.stop()
+
+    assert intake.parent == PARENT and intake.service == "flowforge-api"
+    assert intake.attributes["flowforge.execution_id"] == eid
+    assert execution.parent == intake.span_id
+    assert set(steps) == {"step pause", "step fetch"}
+    assert all(s.parent == execution.span_id for s in steps.values())
+    # The killed worker never ended its attempt: only the successor's was exported, and it
+    # is the parent the target received the second time.
+    (attempt,) = attempts
+    assert attempt.parent == steps["step fetch"].span_id
+    assert attempt.service == "flowforge-worker"
+    assert received[1] == f"00-{TRACE}-{attempt.span_id}-01"
+    assert received[0] != received[1]
+    every = [intake, execution, *steps.values(), attempt]
+    assert {s.trace_id for s in every} == {TRACE}
+    for span in every:
+        assert SECRET not in repr(span.attributes)
+        assert '"order"' not in repr(span.attributes)
