@@ -3,11 +3,13 @@ parents, and nothing loaded from OpenTelemetry when tracing is off."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -185,3 +187,18 @@ def test_the_attempt_span_is_what_the_target_receives(spans: InMemorySpanExporte
         "flowforge.outcome": "retry",
         "http.response.status_code": 503,
     }
+
+
+def test_bin_api_refuses_an_unknown_exporter_before_serving(tmp_path: Any) -> None:
+    """A typo stops the server with what is wrong, instead of each gunicorn worker."""
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "jaeger", "FLOWFORGE_DATABASE_URL": "x"}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bin" / "api"), "--bind", "127.0.0.1:0"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "OTEL_TRACES_EXPORTER: jaeger not supported" in out.stderr
