@@ -359,7 +359,8 @@ class Intake:
         if exc is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            status = getattr(exc, "status", None)
+            # A Problem or ClientError has `status`, a werkzeug HTTPException `code`.
+            status = getattr(exc, "status", None) or getattr(exc, "code", None)
             code = status if isinstance(status, int) else 500
             self.span.set_attribute("http.response.status_code", code)
             if code >= 500:

@@ -85,6 +85,16 @@ def test_a_refused_webhook_records_its_status(spans: InMemorySpanExporter) -> No
     (written,) = spans.get_finished_spans()
     assert written.parent is None  # no traceparent: a new trace
     assert written.attributes["http.response.status_code"] == 429
+    assert written.status.status_code != StatusCode.ERROR  # the sender's fault, not ours
+
+
+def test_a_werkzeug_error_records_its_code(spans: InMemorySpanExporter) -> None:
+    from werkzeug.exceptions import RequestEntityTooLarge
+
+    with pytest.raises(RequestEntityTooLarge), tracing.intake({}, "orders"):
+        raise RequestEntityTooLarge
+    (written,) = spans.get_finished_spans()
+    assert written.attributes["http.response.status_code"] == 413
 
 
 def _step(step_id: str, status: str, started: datetime, took_s: float) -> StepState:
