@@ -10,9 +10,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 # Dependencies first, from setup.cfg alone: this layer is rebuilt only when they change.
+# With the `otel` extra, so OTEL_TRACES_EXPORTER can turn tracing on (off by default).
 COPY setup.cfg pyproject.toml README.md ./
 RUN mkdir flowforge && touch flowforge/__init__.py \
-    && pip install . && pip uninstall -y flowforge && rm -rf flowforge build *.egg-info
+    && pip install '.[otel]' && pip uninstall -y flowforge && rm -rf flowforge build *.egg-info
 COPY flowforge ./flowforge
 COPY bin ./bin
 COPY sql ./sql

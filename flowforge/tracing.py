@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import importlib.util
 import os
 import uuid
 from collections.abc import Mapping
@@ -67,6 +68,16 @@ def wanted(env: Mapping[str, str]) -> list[str]:
     return [n for n in names if n in EXPORTERS]
 
 
+def check(env: Mapping[str, str]) -> None:
+    """Raise ValueError, with what to do, when OTEL_* asks for what cannot be had: bin/api
+    calls it before gunicorn starts, so a typo stops the server instead of each worker."""
+    if wanted(env) and importlib.util.find_spec("opentelemetry.sdk") is None:
+        raise ValueError(
+            "OTEL_TRACES_EXPORTER is set but the OpenTelemetry SDK is not installed: "
+            "pip install 'flowforge[otel]'"
+        )
+
+
 def configure(env: Mapping[str, str] = os.environ, *, service: str = "flowforge") -> bool:
     """Start tracing in this process if OTEL_TRACES_EXPORTER asks for it; True if on.
 
@@ -78,13 +89,9 @@ def configure(env: Mapping[str, str] = os.environ, *, service: str = "flowforge"
     exporters = wanted(env)
     if not exporters:
         return False
-    try:
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-    except ImportError as exc:
-        raise ValueError(
-            "OTEL_TRACES_EXPORTER is set but the OpenTelemetry SDK is not installed: "
-            "pip install 'flowforge[otel]'"
-        ) from exc
+    check(env)
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
     provider = new_provider(service, env)
     for name in exporters:
         if name == "otlp":
@@ -352,7 +359,8 @@ class Intake:
         if exc is not None:
             from opentelemetry.trace import Status, StatusCode
 
-            status = getattr(exc, "status", None)
+            # A Problem or ClientError has `status`, a werkzeug HTTPException `code`.
+            status = getattr(exc, "status", None) or getattr(exc, "code", None)
             code = status if isinstance(status, int) else 500
             self.span.set_attribute("http.response.status_code", code)
             if code >= 500:

@@ -26,7 +26,7 @@ from gunicorn import glogging, util
 from gunicorn.http import errors
 from gunicorn.workers.sync import SyncWorker
 
-from flowforge import budget, waits
+from flowforge import budget, tracing, waits
 from flowforge.api.problems import PROBLEM_JSON, problem_document
 from flowforge.config import Settings
 from flowforge.errors import ConfigError
@@ -267,6 +267,11 @@ def main(args: Sequence[str], env: Mapping[str, str]) -> int:
     if not env.get(METRICS_DIR_ENV):
         # prometheus_client would count each worker's requests in memory, alone.
         raise RuntimeError("bin/api sets PROMETHEUS_MULTIPROC_DIR (launcher.private_metrics_dir)")
+    try:
+        tracing.check(env)  # each gunicorn worker configures its own (create_app)
+    except ValueError as exc:
+        print(f"bin/api: {exc}", file=sys.stderr)
+        return 2
 
     class Application(WSGIApplication):
         def load_config(self) -> None:

@@ -31,7 +31,7 @@ import psycopg
 
 from flowforge.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
-from tests.bench import figures, flow_control, limits, load, resume_latency, steady
+from tests.bench import figures, flow_control, limits, load, resume_latency, steady, tracing
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
 from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
 
@@ -578,9 +578,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all"),
+        choices=("saturation", "steady", "all", "tracing"),
         default="all",
-        help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all",
+        help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
+        "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all)",
     )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
@@ -620,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase in ("steady", "all"):
             report["steady"] = steady.run(args, log)
             print(steady.table(report["steady"]), flush=True)
+        if args.phase == "tracing":
+            report["tracing"] = tracing.run(args, log)
+            print(tracing.table(report["tracing"]), flush=True)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -153,6 +153,8 @@ class Session:
         self.failed = False
         # Whether other backends may still hold unreported commit counts (see figures).
         self.stats_dirty = True
+        # Set for every child started from now on (the tracing phase's OTEL_* variables).
+        self.extra_env: dict[str, str] = {}
 
     @classmethod
     def from_args(cls, args: Any) -> Session:
@@ -238,6 +240,7 @@ class Session:
             # them against the API this session started.
             "FLOWFORGE_RESUME_KEY": RESUME_KEY,
             **({"FLOWFORGE_PUBLIC_URL": self.api_url} if self.api_url else {}),
+            **self.extra_env,
             **extra,
         }
 

@@ -134,6 +134,7 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert {name for name, _ in before} >= set(metrics.DATABASE_GAUGES) - {
             "flowforge_slot_queue",  # one series per workflow with a concurrency key
             "flowforge_slot_holders",
+            "flowforge_work_depth",  # one series per workflow with ready or running steps
         }
         idle = scrape(worker_metrics)
         assert value(idle, "flowforge_attempts_total", type="http_request", outcome="failed") == 0

@@ -143,7 +143,7 @@ def test_one_trace_from_the_partner_to_the_target_across_a_delay_and_a_sigkill(
         def answer(_r: Any) -> Reply:
             calls.append(1)
             # The first attempt is held until its worker is killed.
-            return Reply(json={"ok": True}, delay_s=30.0 if len(calls) == 1 else 0.0)
+            return Reply(json={"ok": True}, delay_s=8.0 if len(calls) == 1 else 0.0)
 
         target.script = answer
         otel = {k: v for k, v in traced.items() if k.startswith("OTEL_")}

@@ -3,11 +3,13 @@ parents, and nothing loaded from OpenTelemetry when tracing is off."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -83,6 +85,16 @@ def test_a_refused_webhook_records_its_status(spans: InMemorySpanExporter) -> No
     (written,) = spans.get_finished_spans()
     assert written.parent is None  # no traceparent: a new trace
     assert written.attributes["http.response.status_code"] == 429
+    assert written.status.status_code != StatusCode.ERROR  # the sender's fault, not ours
+
+
+def test_a_werkzeug_error_records_its_code(spans: InMemorySpanExporter) -> None:
+    from werkzeug.exceptions import RequestEntityTooLarge
+
+    with pytest.raises(RequestEntityTooLarge), tracing.intake({}, "orders"):
+        raise RequestEntityTooLarge
+    (written,) = spans.get_finished_spans()
+    assert written.attributes["http.response.status_code"] == 413
 
 
 def _step(step_id: str, status: str, started: datetime, took_s: float) -> StepState:
@@ -185,3 +197,18 @@ def test_the_attempt_span_is_what_the_target_receives(spans: InMemorySpanExporte
         "flowforge.outcome": "retry",
         "http.response.status_code": 503,
     }
+
+
+def test_bin_api_refuses_an_unknown_exporter_before_serving(tmp_path: Any) -> None:
+    """A typo stops the server with what is wrong, instead of each gunicorn worker."""
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "jaeger", "FLOWFORGE_DATABASE_URL": "x"}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bin" / "api"), "--bind", "127.0.0.1:0"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "OTEL_TRACES_EXPORTER: jaeger not supported" in out.stderr
