@@ -169,6 +169,7 @@ def get_version(conn: psycopg.Connection, key: str, version: int) -> dict[str, A
         "version": row["version"],
         "name": row["name"],
         "webhook_auth": row["webhook_auth"],
+        "input_schema": row["definition"].get("input_schema"),
         "definition": row["definition"],
         "created_at": row["created_at"].isoformat(),
     }

@@ -8,7 +8,7 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import flowcontrol, intake, presets, signatures
+from flowforge import flowcontrol, inputschema, intake, presets, signatures
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -85,7 +85,9 @@ def _accept(conn: psycopg.Connection, key: str, raw: bytes) -> intake.Accepted |
         if verified is not None and verified.challenge is not None:
             return verified.challenge
         try:
-            parse_json(raw)  # validates: 400 for what jsonb would refuse
+            body = parse_json(raw)  # validates: 400 for what jsonb would refuse
+            if target.input_checker is not None:
+                inputschema.check(target.input_checker, body)  # 413/422, nothing written
             identity = _idempotency_key(target, verified)
             return intake.accept(conn, target, raw, identity, _secret_id(target, verified))
         except intake.StaleTarget:
