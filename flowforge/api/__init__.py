@@ -18,6 +18,7 @@ from flowforge.api import (
     problems,
     resume,
     schedules,
+    sources,
     workflows,
 )
 from flowforge.api.ratelimit import RateLimiter
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         executions.bp,
         health.bp,
         openapi.bp,
+        sources.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)
