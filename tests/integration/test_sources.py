@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -180,9 +181,12 @@ def test_all_matches_in_one_transaction_and_names_never_shared(
     assert r.json()["errors"][0]["path"] == "$.subscriptions[0].workflow"
 
 
-def test_one_delivery_sent_to_two_api_processes_at_once_starts_each_match_once(
-    env: dict[str, str], tmp_path: Path, api_key: str, db: psycopg.Connection
+def test_two_api_processes_one_killed_no_event_half_routed(
+    env: dict[str, str], tmp_path: Path, api_key: str, db: psycopg.Connection, workers: Any
 ) -> None:
+    """One delivery sent to two API processes at once starts each match once; then API
+    `a` is SIGKILLed while deliveries stream in (and a worker too): every event has all
+    four of its executions or none, every 202 has all four, and all of them run."""
     first, base_a = start_api(env, tmp_path / "a.log")
     second, base_b = start_api(env, tmp_path / "b.log")
     try:
@@ -204,6 +208,41 @@ def test_one_delivery_sent_to_two_api_processes_at_once_starts_each_match_once(
         (started,) = ids
         assert len(started) == 4  # on-push, on-main, everything, on-big
         assert db.execute("SELECT count(*) FROM executions").fetchone()[0] == 4
+
+        doomed = workers()
+        answered: list[str] = []
+
+        def send(i: int) -> None:
+            delivery = f"d-{i}"
+            try:
+                r = deliver((base_a, base_b)[i % 2], "push", body, delivery)
+            except requests.RequestException:
+                return  # the killed process: no answer, nothing promised
+            if r.status_code == 202:
+                answered.append(delivery)
+
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(send, i) for i in range(80)]
+            time.sleep(0.5)
+            first.kill()
+            doomed.kill()
+            for future in futures:
+                future.result()
+        per_event = dict(
+            db.execute(
+                "SELECT key, count(*) FROM idempotency_keys WHERE key LIKE 'source:gh:d-%%' "
+                "GROUP BY key"
+            ).fetchall()
+        )
+        print(f"answered {len(answered)} of 80, {len(per_event)} events routed")
+        assert set(per_event.values()) == {4}, per_event  # never half an event
+        assert {f"source:gh:{d}" for d in answered} <= per_event.keys()
+        assert len(answered) >= 40  # every event sent to `b` was answered
+        workers()
+        client = Api(base_b, api_key)
+        ids = [r[0] for r in db.execute("SELECT id FROM executions").fetchall()]
+        for execution_id in ids:
+            assert client.wait(str(execution_id), timeout=120)["status"] == "succeeded"
     finally:
         first.stop()
         second.stop()
