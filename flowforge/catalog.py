@@ -26,6 +26,10 @@ class SecretInvalid(ClientError):
     title = "Invalid secret"
 
 
+# A /hooks/ name is a workflow key or a source name, never both (flowforge/sources.py):
+# publish and source creation both claim the name under this lock first.
+LOCK_HOOKS_NAME = "SELECT pg_advisory_xact_lock(hashtext('flowforge:hooks-name:' || %(name)s))"
+SOURCE_NAMED = "SELECT 1 FROM sources WHERE name = %(name)s"
 # Creates the workflow on first publish; otherwise bumps its version under the row lock
 # the upsert takes, so concurrent publishers get distinct, gap-free version numbers.
 BUMP_VERSION = """
@@ -92,6 +96,9 @@ def publish(
 ) -> dict[str, Any]:
     """Store the next immutable version of a workflow, creating the workflow if new."""
     with conn.transaction():
+        conn.execute(LOCK_HOOKS_NAME, {"name": key})
+        if conn.execute(SOURCE_NAMED, {"name": key}).fetchone():
+            raise Conflict(f"{key!r} is a source; /hooks/{key} routes to its subscriptions")
         workflow_id, version = one(conn.execute(BUMP_VERSION, {"key": key}))
         (version_id, created_at) = one(
             conn.execute(
@@ -169,6 +176,7 @@ def get_version(conn: psycopg.Connection, key: str, version: int) -> dict[str, A
         "version": row["version"],
         "name": row["name"],
         "webhook_auth": row["webhook_auth"],
+        "input_schema": row["definition"].get("input_schema"),
         "definition": row["definition"],
         "created_at": row["created_at"].isoformat(),
     }

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flowforge import cron, templating
+from flowforge import cron, inputschema, templating
 from flowforge.errors import ClientError
 from flowforge.jsonvalues import is_number
 from flowforge.model import WebhookAuth
@@ -38,6 +38,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TOP_KEYS = frozenset(
     {
         "name",
+        "input_schema",
         "description",
         "trigger",
         "steps",
@@ -195,6 +196,7 @@ class Definition:
     start_within_s: float | None = None
     retention_days: float = DEFAULT_RETENTION_DAYS
     schedule: Schedule | None = None
+    input_schema: Any = None  # JSON Schema 2020-12 of webhook bodies (flowforge/inputschema.py)
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
@@ -358,6 +360,10 @@ class _Parser:
         deadline_s = self.time_limit(doc, "deadline_s")
         start_within_s = self.time_limit(doc, "start_within_s")
         retention_days = self.retention_days(doc)
+        input_schema = doc.get("input_schema")
+        if "input_schema" in doc:
+            for problem in inputschema.problems(input_schema, "$.input_schema"):
+                self.error(problem["path"], problem["message"])
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
@@ -370,6 +376,7 @@ class _Parser:
             start_within_s=start_within_s,
             retention_days=retention_days,
             schedule=schedule,
+            input_schema=input_schema,
         )
 
     def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:

@@ -16,8 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 
 import psycopg
+from jsonschema import Draft202012Validator
 
-from flowforge import actions, flowcontrol, metrics, presets, sealing
+from flowforge import actions, flowcontrol, inputschema, metrics, presets, sealing
 from flowforge.cache import BoundedCache
 from flowforge.db import one
 from flowforge.definitions import Definition
@@ -118,6 +119,8 @@ class Target:
     # The version's part of the intake parameters, built once per cached target: step ids
     # are validated identifiers, so they are safe as array literals.
     steps: dict[str, str] = field(compare=False, repr=False)
+    # The version's input_schema, compiled once per cached target (None: no schema).
+    input_checker: Draft202012Validator | None = field(default=None, compare=False, repr=False)
 
 
 class StaleTarget(FlowForgeError):
@@ -219,6 +222,7 @@ def _find_target(
             "root_ids": "{" + ",".join(s.id for s in steps if s.id in roots) + "}",
             "event": json.dumps({"to": ExecutionStatus.QUEUED.value, "version": version}),
         },
+        None if definition.input_schema is None else inputschema.validator(definition.input_schema),
     )
 
 

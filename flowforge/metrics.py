@@ -71,6 +71,27 @@ WEBHOOKS_ACCEPTED = Counter(
 WEBHOOKS_REFUSED = Counter(
     "flowforge_webhooks_refused", "Webhooks answered with a problem, by reason.", ["reason"]
 )
+SOURCE_EVENTS = Counter(
+    "flowforge_source_events",
+    "Events received by a source (POST /hooks/<source>), by whether a subscription matched.",
+    ["source", "outcome"],
+)
+SOURCE_MATCHES = Counter(
+    "flowforge_source_matches",
+    "Executions started (or replayed) by a source's subscription.",
+    ["source", "subscription"],
+)
+
+
+def count_routed(source: str, subscriptions: list[str]) -> None:
+    """Count one routed event after its transaction committed: matched or unmatched, and
+    one per subscription that matched. Label values are operator-defined names (a source
+    holds at most 50 subscriptions), never sender data."""
+    SOURCE_EVENTS.labels(source, "matched" if subscriptions else "unmatched").inc()
+    for name in subscriptions:
+        SOURCE_MATCHES.labels(source, name).inc()
+
+
 INTAKE_TARGET_READS = Counter(
     "flowforge_intake_target_reads",
     "Reads of a workflow's intake target (newest version, active secrets) from PostgreSQL: "

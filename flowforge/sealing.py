@@ -76,23 +76,36 @@ def parse_key(text: str) -> bytes:
     return key
 
 
-def _associated_data(workflow_id: int, secret_id: int) -> bytes:
-    return f"flowforge:webhook_secrets:{workflow_id}:{secret_id}".encode()
+def _associated_data(workflow_id: int, secret_id: int, table: str) -> bytes:
+    return f"flowforge:{table}:{workflow_id}:{secret_id}".encode()
 
 
-def seal(key: bytes | None, secret: str, workflow_id: int, secret_id: int) -> bytes:
-    """Encrypt one signing secret for the row (workflow_id, secret_id)."""
+def seal(
+    key: bytes | None,
+    secret: str,
+    workflow_id: int,
+    secret_id: int,
+    table: str = "webhook_secrets",
+) -> bytes:
+    """Encrypt one signing secret for the row (workflow_id, secret_id) of `table`
+    (source_secrets rows name their source's id): a row copied elsewhere does not open."""
     if key is None:
         raise EncryptionKeyMissing
     nonce = os.urandom(_NONCE_BYTES)
     ciphertext = AESGCM(key).encrypt(
-        nonce, secret.encode(), _associated_data(workflow_id, secret_id)
+        nonce, secret.encode(), _associated_data(workflow_id, secret_id, table)
     )
     return _VERSION + nonce + ciphertext
 
 
-def unseal(key: bytes | None, sealed: bytes, workflow_id: int, secret_id: int) -> str:
-    """Decrypt the signing secret of row (workflow_id, secret_id)."""
+def unseal(
+    key: bytes | None,
+    sealed: bytes,
+    workflow_id: int,
+    secret_id: int,
+    table: str = "webhook_secrets",
+) -> str:
+    """Decrypt the signing secret of row (workflow_id, secret_id) of `table`."""
     if key is None:
         raise EncryptionKeyMissing
     sealed = bytes(sealed)
@@ -100,7 +113,9 @@ def unseal(key: bytes | None, sealed: bytes, workflow_id: int, secret_id: int) -
         raise SecretUnreadable(f"webhook secret {secret_id} has an unknown sealed format")
     nonce, ciphertext = sealed[1 : 1 + _NONCE_BYTES], sealed[1 + _NONCE_BYTES :]
     try:
-        plain = AESGCM(key).decrypt(nonce, ciphertext, _associated_data(workflow_id, secret_id))
+        plain = AESGCM(key).decrypt(
+            nonce, ciphertext, _associated_data(workflow_id, secret_id, table)
+        )
     except InvalidTag:
         raise SecretUnreadable(
             f"webhook secret {secret_id} of workflow {workflow_id} does not open with "

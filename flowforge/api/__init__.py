@@ -20,6 +20,7 @@ from flowforge.api import (
     problems,
     resume,
     schedules,
+    sources,
     workflows,
 )
 from flowforge.api.ratelimit import RateLimiter
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         executions.bp,
         health.bp,
         openapi.bp,
+        sources.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

@@ -8,22 +8,32 @@ import time
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import flowcontrol, intake, presets, signatures, tracing
+from flowforge import (
+    flowcontrol,
+    inputschema,
+    intake,
+    metrics,
+    presets,
+    signatures,
+    sources,
+    tracing,
+)
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.errors import Conflict
+from flowforge.errors import Conflict, NotFound
 from flowforge.model import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 
 bp = Blueprint("hooks", __name__)
 TARGETS = intake.Targets()
+SOURCES = sources.Sources()
 
 MAX_IDEMPOTENCY_KEY = 255
 
 
-def _idempotency_key(target: intake.Target, verified: presets.Verified | None) -> str | None:
+def _idempotency_key(verified: presets.Verified | None) -> str | None:
     """The identity of this webhook. For a signed workflow it is the provider's delivery id
     (presets.py: `webhook-id`, Stripe's event id, X-GitHub-Delivery, ...) alone: an
     `Idempotency-Key` header is not covered by any signature, so anyone who saw one signed
@@ -44,28 +54,32 @@ def _idempotency_key(target: intake.Target, verified: presets.Verified | None) -
     return key
 
 
-def _verified(target: intake.Target, raw: bytes) -> presets.Verified | None:
+def _verified(
+    auth: str, secrets: tuple[tuple[int, str], ...], raw: bytes, owner: str = "workflow"
+) -> presets.Verified | None:
     """The proof that this webhook comes from a secret holder (None for auth "none")."""
-    if target.webhook_auth not in presets.SIGNED:
+    if auth not in presets.SIGNED:
         return None
-    values = [secret for _, secret in target.secrets]
+    values = [secret for _, secret in secrets]
     try:
-        return presets.verify(target.webhook_auth, values, request.headers, raw, time.time())
+        return presets.verify(auth, values, request.headers, raw, time.time())
     except signatures.SignatureInvalid as exc:
         if values:
             raise
         # No active secret: nothing can pass. Say so, and what is wrong with the headers.
         raise signatures.SignatureInvalid(
-            "this workflow has no active signing secret: create one (flowforge secret "
+            f"this {owner} has no active signing secret: create one (flowforge secret "
             f"create, or POST .../webhook-secrets) and sign with it; also: {exc}"
         ) from None
 
 
-def _secret_id(target: intake.Target, verified: presets.Verified | None) -> int | None:
+def _secret_id(
+    secrets: tuple[tuple[int, str], ...], verified: presets.Verified | None
+) -> int | None:
     """The id of the secret that signed the webhook (the oldest of equal values)."""
     if verified is None:
         return None
-    return next(sid for sid, value in target.secrets if value == verified.secret)
+    return next(sid for sid, value in secrets if value == verified.secret)
 
 
 def _accept(
@@ -78,7 +92,7 @@ def _accept(
         encryption_key = current_app.extensions["flowforge.settings"].encryption_key
         target = TARGETS.get(conn, key, encryption_key, fresh=attempt > 0)
         try:
-            verified = _verified(target, raw)
+            verified = _verified(target.webhook_auth, target.secrets, raw)
         except signatures.SignatureInvalid as exc:
             if attempt == 0:
                 continue
@@ -87,9 +101,11 @@ def _accept(
         if verified is not None and verified.challenge is not None:
             return verified.challenge
         try:
-            parse_json(raw)  # validates: 400 for what jsonb would refuse
-            identity = _idempotency_key(target, verified)
-            secret_id = _secret_id(target, verified)
+            body = parse_json(raw)  # validates: 400 for what jsonb would refuse
+            if target.input_checker is not None:
+                inputschema.check(target.input_checker, body)  # 413/422, nothing written
+            identity = _idempotency_key(verified)
+            secret_id = _secret_id(target.secrets, verified)
             return intake.accept(conn, target, raw, identity, secret_id, traceparent)
         except intake.StaleTarget:
             continue
@@ -102,6 +118,66 @@ def _accept(
                 headers={"Retry-After": str(exc.retry_after_s)},
             ) from None
     raise Conflict(f"workflow {key!r} changed while this webhook was accepted; send it again")
+
+
+def _route(
+    conn: psycopg.Connection, source: sources.Source, raw: bytes
+) -> tuple[Response, int, dict[str, str]]:
+    """An event for a source: verified with the source's secrets, then one execution per
+    matching subscription in one transaction (sources.route); looked up afresh once
+    when the cached source or a cached workflow target is behind."""
+    encryption_key = current_app.extensions["flowforge.settings"].encryption_key
+    for attempt in range(2):
+        if attempt:
+            fresh = SOURCES.load(conn, source.name, encryption_key)
+            if fresh is None:
+                raise NotFound(f"source {source.name!r} does not exist")
+            source = fresh
+        try:
+            verified = _verified(source.auth, source.secrets, raw, "source")
+        except signatures.SignatureInvalid as exc:
+            if attempt == 0:
+                continue
+            logger.info("webhook refused", extra={"source": source.name, "reason": str(exc)})
+            raise
+        if verified is not None and verified.challenge is not None:
+            return jsonify({"challenge": verified.challenge}), 200, {}
+        body = parse_json(raw)
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        try:
+            routed = sources.route(
+                conn,
+                SOURCES,
+                source,
+                raw,
+                body,
+                headers,
+                _idempotency_key(verified),
+                _secret_id(source.secrets, verified),
+                fresh=attempt > 0,
+            )
+        except sources.StaleSource:
+            continue
+        except flowcontrol.QueueFull as exc:
+            raise Problem(
+                exc.status, exc.title, exc.detail, headers={"Retry-After": str(exc.retry_after_s)}
+            ) from None
+        metrics.count_routed(source.name, [r.subscription for r in routed])
+        answer = {
+            "source": source.name,
+            "executions": [
+                {
+                    "subscription": r.subscription,
+                    "workflow": r.workflow,
+                    "execution_id": r.accepted.execution_id,
+                    "replayed": r.accepted.replayed,
+                }
+                for r in routed
+            ],
+        }
+        replayed = bool(routed) and all(r.accepted.replayed for r in routed)
+        return jsonify(answer), 202, {"Idempotent-Replayed": "true"} if replayed else {}
+    raise Conflict(f"source {source.name!r} changed while this event was routed; send it again")
 
 
 @bp.post("/hooks/<workflow_key(answer='hook'):key>")
@@ -127,8 +203,18 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
             "webhook URLs take no query parameters; put data in the JSON body",
         )
     raw = read_body()
+    encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        accepted = _accept(conn, key, raw, span.traceparent)
+        source = SOURCES.cached(conn, key, encryption_key)
+        if source is None:
+            try:
+                accepted = _accept(conn, key, raw, span.traceparent)
+            except NotFound:
+                source = SOURCES.load(conn, key, encryption_key)
+                if source is None:
+                    raise
+        if source is not None:
+            return _route(conn, source, raw)
     if isinstance(accepted, str):
         return jsonify({"challenge": accepted}), 200, {}
     span.accepted(accepted.execution_id, accepted.replayed)

@@ -74,6 +74,9 @@ def _path_param(name: str, schema: dict[str, Any], description: str) -> dict[str
 WORKFLOW_KEY = _path_param(
     "key", {"type": "string", "pattern": KEY_PATTERN}, "The workflow key, e.g. order-sync"
 )
+SOURCE_NAME = _path_param(
+    "name", {"type": "string", "pattern": KEY_PATTERN}, "The source name, e.g. github"
+)
 EXECUTION_ID = _path_param("id", {"type": "string", "format": "uuid"}, "The execution id")
 AUTHENTICATED = (401, 503)
 
@@ -217,6 +220,50 @@ SCHEMAS: dict[str, Any] = {
                 "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
                 "with each error's path otherwise); local $ref only",
             },
+        },
+    },
+    "SourceDefinition": {
+        "type": "object",
+        "required": ["subscriptions"],
+        "additionalProperties": False,
+        "properties": {
+            "auth": {"type": "string", "enum": WEBHOOK_AUTHS, "default": "signature"},
+            "subscriptions": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 50,
+                "items": {
+                    "type": "object",
+                    "required": ["workflow"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "pattern": KEY_PATTERN},
+                        "workflow": {"type": "string", "pattern": KEY_PATTERN},
+                        "filter": {
+                            "type": "object",
+                            "description": '{"all": [When...]} or {"any": [When...]}; paths '
+                            "read input.* (the body) or headers.<lower-case name>",
+                            "minProperties": 1,
+                            "maxProperties": 1,
+                            "properties": {
+                                "all": {"type": "array", "items": _ref("When")},
+                                "any": {"type": "array", "items": _ref("When")},
+                            },
+                            "additionalProperties": False,
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "Source": {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string"},
+            "auth": {"type": "string", "enum": WEBHOOK_AUTHS},
+            "subscriptions": {"type": "array", "items": {"type": "object"}},
+            "revision": {"type": "integer"},
+            "active_secrets": {"type": "array", "items": {"type": "integer"}},
         },
     },
     "ScheduleDefinition": {
@@ -503,7 +550,8 @@ WEBHOOK_HEADERS = [
 PATHS: dict[str, Any] = {
     "/hooks/{key}": {
         "post": _operation(
-            "Start an execution of the workflow's newest version",
+            "Start an execution of the workflow's newest version; for a source's name, one "
+            "per matching subscription (202 lists them as executions[])",
             {
                 "202": {
                     **_json(_ref("Accepted"), "Accepted durably; Location names the execution"),
@@ -912,6 +960,47 @@ PATHS: dict[str, Any] = {
             },
             tags=["operations"],
             public=True,
+        )
+    },
+    "/api/v1/sources/{name}": {
+        "post": _operation(
+            "Create or replace a source: one /hooks/{name} routed to several workflows "
+            "(SPEC §15); a name that is a workflow key is refused (409)",
+            {
+                "200": _json(_ref("Source"), "Saved; its revision"),
+                **_problems(400, 403, 409, 415, 422, *AUTHENTICATED),
+            },
+            tags=["sources"],
+            parameters=[SOURCE_NAME],
+            body=_ref("SourceDefinition"),
+        ),
+        "get": _operation(
+            "One source: auth, subscriptions, revision, active secret ids",
+            {"200": _json(_ref("Source"), "The source"), **_problems(403, 404, *AUTHENTICATED)},
+            tags=["sources"],
+            parameters=[SOURCE_NAME],
+        ),
+    },
+    "/api/v1/sources/{name}/webhook-secrets": {
+        "post": _operation(
+            'Add a signing secret to a source ({"value": ...}, or none to have one made)',
+            {
+                "201": _json(_ref("WebhookSecret"), "Created"),
+                **_problems(400, 403, 404, 409, 415, 422, *AUTHENTICATED),
+            },
+            tags=["sources"],
+            parameters=[SOURCE_NAME],
+        ),
+    },
+    "/api/v1/sources/{name}/webhook-secrets/{secret_id}": {
+        "delete": _operation(
+            "Revoke a source's signing secret",
+            {"204": {"description": "Revoked"}, **_problems(403, 404, *AUTHENTICATED)},
+            tags=["sources"],
+            parameters=[
+                SOURCE_NAME,
+                _path_param("secret_id", {"type": "integer", "minimum": 1}, "Secret id"),
+            ],
         )
     },
     "/openapi.json": {

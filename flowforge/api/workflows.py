@@ -104,7 +104,7 @@ def create_secret(key: str) -> tuple[Response, int]:
     FlowForge makes a Standard Webhooks secret; with `{"value": "..."}` it stores the one
     a provider gave (Stripe, GitHub, Shopify, Slack: SPEC §15), sealed the same way."""
     authorize(key, write=True)
-    supplied = _supplied_secret()
+    supplied = supplied_secret()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
         if supplied is not None:
@@ -119,7 +119,7 @@ def create_secret(key: str) -> tuple[Response, int]:
     return jsonify(created), 201
 
 
-def _supplied_secret() -> str | None:
+def supplied_secret() -> str | None:
     """The `value` of a user-supplied secret, or None when the request has no body."""
     if not request.content_length and not request.get_data(cache=True):
         return None
