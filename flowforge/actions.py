@@ -44,13 +44,19 @@ def cancel(
 
 
 def stop(
-    conn: psycopg.Connection, execution_id: str, reason: str, *, actor: dict[str, Any]
+    conn: psycopg.Connection,
+    execution_id: str,
+    reason: str,
+    *,
+    actor: dict[str, Any],
+    skip_locked: bool = False,
 ) -> str | None:
     """Stop an execution for flow control, by the cancel rules, recording `reason`:
     `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
-    status, or None when it had already ended or been stopped (nothing is changed then)."""
+    status, or None when it had already ended or been stopped (nothing is changed then) or,
+    with `skip_locked`, when another session holds it locked (the caller retries later)."""
     with unit_of_work(conn):
-        run = load_run(conn, execution_id)
+        run = load_run(conn, execution_id, skip_locked=skip_locked)
         if run is None:
             return None
         if run.terminal or run.cancel_requested:

@@ -144,6 +144,24 @@ class DeadlineConnection(psycopg.Connection[Any]):
             raise
 
 
+class SyncedCursor(psycopg.Cursor[Any]):
+    """A cursor whose fetch inside a pipeline ends what was sent with a Sync, not a Flush.
+
+    Between a Flush and the next Sync the server counts the session as `active`, so
+    neither statement_timeout nor idle_in_transaction_session_timeout runs: a client that
+    froze (SIGSTOP, a VM pause) or was partitioned right after its reads kept the row and
+    advisory locks they took until the server's TCP keepalive noticed, hours later, and
+    every other writer of those rows waited. After a Sync the session is `idle in
+    transaction` and the server's timeout frees the locks. The round trip is the same.
+    """
+
+    def _fetch_pipeline(self) -> None:
+        # psycopg's own version sends a Flush; _pipeline is its handle on pipeline mode.
+        pipeline = self._conn._pipeline
+        if self._execmany_returning is not False and not self.pgresult and pipeline:
+            pipeline.sync()
+
+
 def create_pool(
     url: str, *, max_size: int, name: str, min_size: int = 1, timeout_s: float = 15.0
 ) -> psycopg_pool.ConnectionPool:
@@ -164,7 +182,7 @@ def create_pool(
         min_size=min_size,
         max_size=max_size,
         name=name,
-        kwargs={"autocommit": True},
+        kwargs={"autocommit": True, "cursor_factory": SyncedCursor},
         check=_check,
         timeout=timeout_s,
         reconnect_timeout=RECONNECT_TIMEOUT_S,

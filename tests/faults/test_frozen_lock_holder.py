@@ -1,0 +1,64 @@
+"""Issue 23 items 1 and 2: a worker frozen inside a unit of work stops nobody else.
+
+Worker A reaches its checkpoint — the execution row is locked — and is frozen there
+(SIGSTOP, as a VM pause would). Its step's lease runs out. Meanwhile worker B sends an
+unsafe POST and is SIGKILLed. Worker C's reaper must still recover B's step within a few
+seconds: the frozen execution is skipped (SKIP LOCKED) instead of being waited for until
+the statement timeout, which used to abort every recovery pass for as long as A stayed
+frozen. And the frozen session itself ends: the unit of work's reads end with a Sync, so
+the server sees it `idle in transaction` and its timeout frees the lock, after which the
+frozen execution is recovered too.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psycopg
+
+from tests.faults.helpers import StartWorker, http, scalar, wait_logged, workflow
+from tests.support.api import Api, step
+from tests.support.processes import wait_for
+from tests.support.target import Target
+
+# The server-side timeouts of the worker's sessions (statement, idle in transaction).
+DB_TIMEOUT_S = "4"
+# Lease 2 s, reaper pass every 2 s (conftest): recovery takes a few seconds. Bounded far
+# below the old behaviour (never, while A stays frozen), generous for a busy machine.
+RECOVERY_BOUND_S = 12.0
+
+
+def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
+    client: Api, db: psycopg.Connection, workers: StartWorker, target: Target
+) -> None:
+    client.publish("frozen", workflow(http("get", "GET", f"{target.url}/frozen")))
+    client.publish("crashed", workflow(http("post", "POST", f"{target.url}/crashed", json={})))
+    common = {"FLOWFORGE_DB_TIMEOUT_SECONDS": DB_TIMEOUT_S, "FLOWFORGE_WORKER_CONCURRENCY": "1"}
+
+    a = workers(FLOWFORGE_FAULTS="inside_checkpoint=sleep:600", **common)
+    frozen = client.start("frozen", {})
+    wait_logged(a, "fault point reached")
+    a.signal(signal.SIGSTOP)
+    try:
+        b = workers(FLOWFORGE_FAULTS="after_http_response=kill", **common)
+        crashed = client.start("crashed", {})
+        wait_for(lambda: b.popen.poll() is not None, timeout=30, message="B killed after POST")
+        killed_at = time.monotonic()
+        c = workers(**common)
+
+        done = client.wait(crashed, timeout=60)
+        recovered_s = time.monotonic() - killed_at
+        assert done["status"] == "needs_attention", done
+        assert step(done, "post")["status"] == "unknown"
+        assert recovered_s < RECOVERY_BOUND_S, f"recovered after {recovered_s:.1f} s"
+
+        # A is still frozen; its session was ended by the server, so its execution is
+        # recovered too (a GET is safe to repeat) and finishes on C.
+        assert client.wait(frozen, timeout=60)["status"] == "succeeded"
+        assert a.popen.poll() is None
+    finally:
+        a.signal(signal.SIGCONT)
+    assert len(target.requests_to("/frozen")) == 2
+    assert scalar(db, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'") == 1
+    print(f"B's POST recovered {recovered_s:.1f} s after its worker was killed; C: {c.pid}")
