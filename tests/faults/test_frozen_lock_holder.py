@@ -7,7 +7,10 @@ seconds: the frozen execution is skipped (SKIP LOCKED) instead of being waited f
 the statement timeout, which used to abort every recovery pass for as long as A stayed
 frozen. And the frozen session itself ends: the unit of work's reads end with a Sync, so
 the server sees it `idle in transaction` and its timeout frees the lock, after which the
-frozen execution is recovered too.
+frozen execution is settled too. The timer scanner also keeps its times: the frozen
+execution's deadline passes while it is locked, and the deadline pass skips it instead
+of waiting out the statement timeout on every pass, so another execution's delay still
+ends on time.
 """
 
 from __future__ import annotations
@@ -27,12 +30,22 @@ DB_TIMEOUT_S = "4"
 # Lease 2 s, reaper pass every 2 s (conftest): recovery takes a few seconds. Bounded far
 # below the old behaviour (never, while A stays frozen), generous for a busy machine.
 RECOVERY_BOUND_S = 12.0
+DELAY_S = 3
 
 
 def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
     client: Api, db: psycopg.Connection, workers: StartWorker, target: Target
 ) -> None:
-    client.publish("frozen", workflow(http("get", "GET", f"{target.url}/frozen")))
+    client.publish(
+        "frozen", {**workflow(http("get", "GET", f"{target.url}/frozen")), "deadline_s": 4}
+    )
+    client.publish(
+        "delayed",
+        workflow(
+            {"id": "pause", "type": "delay", "duration_s": DELAY_S},
+            {"id": "after", "type": "transform", "depends_on": ["pause"], "output": {}},
+        ),
+    )
     client.publish("crashed", workflow(http("post", "POST", f"{target.url}/crashed", json={})))
     common = {"FLOWFORGE_DB_TIMEOUT_SECONDS": DB_TIMEOUT_S, "FLOWFORGE_WORKER_CONCURRENCY": "1"}
 
@@ -46,6 +59,8 @@ def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
         wait_for(lambda: b.popen.poll() is not None, timeout=30, message="B killed after POST")
         killed_at = time.monotonic()
         c = workers(**common)
+        delayed_at = time.monotonic()
+        delayed = client.start("delayed", {})
 
         done = client.wait(crashed, timeout=60)
         recovered_s = time.monotonic() - killed_at
@@ -53,12 +68,22 @@ def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
         assert step(done, "post")["status"] == "unknown"
         assert recovered_s < RECOVERY_BOUND_S, f"recovered after {recovered_s:.1f} s"
 
+        assert client.wait(delayed, timeout=60)["status"] == "succeeded"
+        delayed_s = time.monotonic() - delayed_at
+        assert delayed_s < DELAY_S + RECOVERY_BOUND_S, f"a {DELAY_S} s delay took {delayed_s}"
+
         # A is still frozen; its session was ended by the server, so its execution is
-        # recovered too (a GET is safe to repeat) and finishes on C.
-        assert client.wait(frozen, timeout=60)["status"] == "succeeded"
+        # settled too: its deadline passed, nothing new starts, it fails.
+        assert client.wait(frozen, timeout=60)["status"] == "failed"
         assert a.popen.poll() is None
     finally:
         a.signal(signal.SIGCONT)
-    assert len(target.requests_to("/frozen")) == 2
-    assert scalar(db, "SELECT count(*) FROM attempts WHERE outcome = 'succeeded'") == 1
-    print(f"B's POST recovered {recovered_s:.1f} s after its worker was killed; C: {c.pid}")
+    assert len(target.requests_to("/frozen")) == 1
+    requests_succeeded = (
+        "SELECT count(*) FROM attempts WHERE step_id IN ('get', 'post') AND outcome = 'succeeded'"
+    )
+    assert scalar(db, requests_succeeded) == 0
+    print(
+        f"B's POST recovered {recovered_s:.1f} s after its worker was killed (worker C "
+        f"{c.pid}); a {DELAY_S} s delay took {delayed_s:.1f} s while A stayed frozen"
+    )
