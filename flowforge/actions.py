@@ -8,9 +8,11 @@ box `{"kind": "cli", "name": "cli@<host>"}`, flow control `model.FLOW_CONTROL_AC
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from flowforge import flowcontrol
 from flowforge.engine import RETRIED_STEP, Run
@@ -31,27 +33,85 @@ def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
     return run
 
 
+# How long a cancel tries to lock an execution another session holds (a unit of work
+# takes milliseconds) before it records the cancel for the reaper to apply.
+CANCEL_LOCK_TRIES = 5
+CANCEL_LOCK_PAUSE_S = 0.2
+EXECUTION_STATUS = "SELECT status FROM executions WHERE id = %(id)s"
+RECORD_CANCEL = """
+INSERT INTO pending_cancels (execution_id, actor) VALUES (%(id)s, %(actor)s)
+ON CONFLICT (execution_id) DO NOTHING
+"""
+PENDING_CANCELS = "SELECT execution_id, actor FROM pending_cancels ORDER BY requested_at LIMIT 100"
+DELETE_PENDING_CANCEL = "DELETE FROM pending_cancels WHERE execution_id = %(id)s"
+# Cancels of executions deleted meanwhile (retention): the table has no foreign key.
+DELETE_ORPHAN_CANCELS = """
+DELETE FROM pending_cancels p
+WHERE NOT EXISTS (SELECT FROM executions e WHERE e.id = p.execution_id)
+"""
+
+
 def cancel(
     conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]
 ) -> tuple[str, bool]:
-    """Cancel an execution; returns its status and whether it had already finished."""
-    with unit_of_work(conn):
-        run = _locked(conn, execution_id)
-        if run.terminal:
-            return run.status, True
-        run.cancel(actor=actor)
-        save_run(conn, run.take_changes())
-    return run.status, False
+    """Cancel an execution; returns its status and whether it had already finished.
+
+    An execution another session keeps locked (a worker frozen inside a unit of work)
+    is not waited for — that ended in a 503 after the statement timeout: the cancel is
+    recorded in pending_cancels and applied by the reaper once the lock is free."""
+    status = ""
+    for _ in range(CANCEL_LOCK_TRIES):
+        with unit_of_work(conn):
+            run = load_run(conn, execution_id, skip_locked=True)
+            if run is not None:
+                if run.terminal:
+                    return run.status, True
+                run.cancel(actor=actor)
+                save_run(conn, run.take_changes())
+                return run.status, False
+        row = conn.execute(EXECUTION_STATUS, {"id": execution_id}).fetchone()
+        if row is None:
+            raise NotFound(f"execution {execution_id} does not exist")
+        status = row[0]
+        time.sleep(CANCEL_LOCK_PAUSE_S)
+    conn.execute(RECORD_CANCEL, {"id": execution_id, "actor": Jsonb(actor)})
+    return status, False
+
+
+def apply_pending_cancels(conn: psycopg.Connection) -> int:
+    """Apply the cancels recorded while their execution was locked; one still locked
+    stays for the next pass. Returns how many were applied."""
+    applied = 0
+    pending = conn.execute(PENDING_CANCELS).fetchall()
+    if pending:
+        conn.execute(DELETE_ORPHAN_CANCELS)
+    for execution_id, actor in pending:
+        with unit_of_work(conn):
+            run = load_run(conn, str(execution_id), skip_locked=True)
+            if run is None:
+                continue
+            if not run.terminal and not run.cancel_requested:
+                run.cancel(actor=actor)
+                save_run(conn, run.take_changes())
+            conn.execute(DELETE_PENDING_CANCEL, {"id": execution_id})
+            applied += 1
+    return applied
 
 
 def stop(
-    conn: psycopg.Connection, execution_id: str, reason: str, *, actor: dict[str, Any]
+    conn: psycopg.Connection,
+    execution_id: str,
+    reason: str,
+    *,
+    actor: dict[str, Any],
+    skip_locked: bool = False,
 ) -> str | None:
     """Stop an execution for flow control, by the cancel rules, recording `reason`:
     `concurrency` (replaced by on_full cancel_oldest), `deadline` or `expired`. Returns the
-    status, or None when it had already ended or been stopped (nothing is changed then)."""
+    status, or None when it had already ended or been stopped (nothing is changed then) or,
+    with `skip_locked`, when another session holds it locked (the caller retries later)."""
     with unit_of_work(conn):
-        run = load_run(conn, execution_id)
+        run = load_run(conn, execution_id, skip_locked=skip_locked)
         if run is None:
             return None
         if run.terminal or run.cancel_requested:

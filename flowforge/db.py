@@ -181,6 +181,24 @@ def set_local_timeouts(conn: psycopg.Connection[Any]) -> None:
         conn.execute(SET_LOCAL_TIMEOUTS, {"ms": str(ms)})
 
 
+class SyncedCursor(psycopg.Cursor[Any]):
+    """A cursor whose fetch inside a pipeline ends what was sent with a Sync, not a Flush.
+
+    Between a Flush and the next Sync the server counts the session as `active`, so
+    neither statement_timeout nor idle_in_transaction_session_timeout runs: a client that
+    froze (SIGSTOP, a VM pause) or was partitioned right after its reads kept the row and
+    advisory locks they took until the server's TCP keepalive noticed, hours later, and
+    every other writer of those rows waited. After a Sync the session is `idle in
+    transaction` and the server's timeout frees the locks. The round trip is the same.
+    """
+
+    def _fetch_pipeline(self) -> None:
+        # psycopg's own version sends a Flush; _pipeline is its handle on pipeline mode.
+        pipeline = self._conn._pipeline
+        if self._execmany_returning is not False and not self.pgresult and pipeline:
+            pipeline.sync()
+
+
 def create_pool(
     url: str,
     *,
@@ -206,7 +224,7 @@ def create_pool(
             if pooler:
                 conn.local_timeout_ms = int(timeout_s * 1000)
 
-    kwargs: dict[str, Any] = {"autocommit": True}
+    kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": SyncedCursor}
     if pooler:
         kwargs["prepare_threshold"] = None
     return psycopg_pool.ConnectionPool(

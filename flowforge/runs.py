@@ -58,6 +58,9 @@ JOIN workflow_versions v ON v.id = e.version_id
 WHERE e.id = %(id)s
 FOR UPDATE OF e
 """
+# For passes over many executions (lease recovery, time limits): one that another session
+# holds locked is skipped and retried in the next pass, never waited for.
+LOCK_EXECUTION_SKIP_LOCKED = LOCK_EXECUTION + "SKIP LOCKED\n"
 # Reads every step of the locked execution; whether a lease ran out is decided by now().
 LOAD_STEPS = """
 SELECT step_id, type, status, attempts, fencing_token, wake_at, output, error, lease_owner,
@@ -178,13 +181,18 @@ def definition_for(conn: psycopg.Connection, version_id: int) -> Definition:
     return definition
 
 
-def load_run(conn: psycopg.Connection, execution_id: str) -> Run | None:
-    """Lock an execution and load it (each step says whether its lease has run out).
+def load_run(
+    conn: psycopg.Connection, execution_id: str, *, skip_locked: bool = False
+) -> Run | None:
+    """Lock an execution and load it (each step says whether its lease has run out); None
+    when it does not exist or, with `skip_locked`, when another session holds it locked.
 
     Both reads are sent before either is fetched: in a unit of work's pipeline they travel
     in one round trip, and the server still runs the lock first."""
     with conn.cursor(row_factory=dict_row) as cur, conn.cursor(row_factory=dict_row) as steps:
-        cur.execute(LOCK_EXECUTION, {"id": execution_id})
+        cur.execute(
+            LOCK_EXECUTION_SKIP_LOCKED if skip_locked else LOCK_EXECUTION, {"id": execution_id}
+        )
         steps.execute(LOAD_STEPS, {"id": execution_id})
         head = cur.fetchone()
         if head is None:

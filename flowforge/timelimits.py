@@ -42,7 +42,11 @@ def apply_due(conn: psycopg.Connection) -> int:
         for (execution_id,) in conn.execute(statement, {"limit": BATCH}).fetchall():
             eid = str(execution_id)
             try:
-                if actions.stop(conn, eid, reason, actor=FLOW_CONTROL_ACTOR) is not None:
+                # Locked (by a session frozen inside a unit of work): the next pass retries.
+                stopped_now = actions.stop(
+                    conn, eid, reason, actor=FLOW_CONTROL_ACTOR, skip_locked=True
+                )
+                if stopped_now is not None:
                     stopped += 1
                     logger.info("time limit applied", extra={"execution_id": eid, "reason": reason})
             except psycopg.OperationalError:

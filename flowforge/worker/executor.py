@@ -208,6 +208,7 @@ class Executor:
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
             run = load_run(conn, eid)
+            faults.hit("inside_checkpoint")  # the execution row is locked here
             state = run.steps.get(sid) if run else None
             if (
                 run is None

@@ -13,6 +13,8 @@ import threading
 
 import psycopg_pool
 
+from flowforge import actions
+from flowforge.db import wrap_exceptions
 from flowforge.worker.loop import Loop, report
 from flowforge.worker.reconciler import Reconciler
 from flowforge.worker.recovery import LeaseRecovery
@@ -31,6 +33,7 @@ class Reaper(Loop):
     ) -> None:
         super().__init__("reaper", stop)
         self.interval = max(0.2, min(lease_s, reconcile_s) / 4)
+        self.pool = pool
         self.recovery = LeaseRecovery(pool)
         self.reconciler = Reconciler(pool, reconcile_s=reconcile_s)
 
@@ -49,9 +52,16 @@ class Reaper(Loop):
         """Re-dispatch ready steps whose message went missing."""
         return self.reconciler.reconcile()
 
+    def cancel(self) -> int:
+        """Apply operator cancels recorded while their execution was locked."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            return actions.apply_pending_cancels(conn)
+
     def run_pass(self) -> None:
-        """Reap, then reconcile: each on its own, so one that fails starves no other."""
-        for name, job in (("reap", self.reap), ("reconcile", self.reconcile)):
+        """Reap, reconcile, apply pending cancels: each on its own, so one that fails
+        starves no other."""
+        jobs = (("reap", self.reap), ("reconcile", self.reconcile), ("cancel", self.cancel))
+        for name, job in jobs:
             try:
                 job()
             except Exception as exc:

@@ -188,7 +188,10 @@ class LeaseRecovery:
 
     def _recover(self, conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
         with unit_of_work(conn):
-            run = load_run(conn, execution_id)
+            # Locked by a session that froze inside a unit of work: skipped, and retried in
+            # the next pass once the server's timeout has ended that session; waiting for
+            # it would stop the recovery of every other execution.
+            run = load_run(conn, execution_id, skip_locked=True)
             if run is None:
                 return
             state = run.steps[step_id]
