@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from flowforge import flowcontrol
@@ -83,9 +84,10 @@ WHERE w.key = %(workflow)s
   AND (%(status)s::text IS NULL OR e.status = %(status)s)
   AND (%(since)s::timestamptz IS NULL OR e.created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR e.created_at < %(until)s)
-  AND (%(error)s::text IS NULL OR EXISTS (
+  AND ((%(error)s::text IS NULL AND %(step)s::text IS NULL) OR EXISTS (
       SELECT 1 FROM steps s WHERE s.execution_id = e.id
-        AND strpos(lower(s.error), lower(%(error)s)) > 0))
+        AND (%(step)s::text IS NULL OR (s.step_id = %(step)s AND s.status = 'failed'))
+        AND (%(error)s::text IS NULL OR strpos(lower(s.error), lower(%(error)s)) > 0)))
   AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)
   AND (%(upto)s::uuid IS NULL OR e.id <= %(upto)s)
   AND (%(after)s::uuid IS NULL OR e.id > %(after)s)
@@ -326,6 +328,8 @@ class Filter:
     since: datetime | None = None
     until: datetime | None = None
     error: str | None = None
+    # The failed inbox's groups: the step that failed (status `failed`).
+    step: str | None = None
 
     def params(self, upto: str | None = None, after: str | None = None) -> dict[str, Any]:
         """The SELECTION parameters."""
@@ -336,6 +340,7 @@ class Filter:
             "since": self.since,
             "until": self.until,
             "error": self.error,
+            "step": self.step,
             "upto": upto,
             "after": after,
         }
@@ -380,3 +385,32 @@ def replay_batch(
         "refused": refused,
         "next_after": ids[-1] if len(ids) == limit else None,
     }
+
+
+# The failed inbox (SPEC §14): failed executions not replayed yet, grouped by workflow,
+# the step that failed and its error, the group with the oldest execution first.
+FAILED_GROUPS = """
+SELECT w.key AS workflow, s.step_id, s.error, count(*) AS n, min(e.created_at) AS oldest,
+       max(e.id::text) AS upto, w.latest_version,
+       array_agg(DISTINCT v.version ORDER BY v.version) AS versions
+FROM executions e
+JOIN steps s ON s.execution_id = e.id AND s.status = 'failed'
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.status = 'failed'
+  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
+  AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)
+GROUP BY w.key, w.latest_version, s.step_id, s.error
+ORDER BY min(e.created_at), w.key, s.step_id
+LIMIT %(limit)s
+"""
+
+
+def failed_groups(
+    conn: psycopg.Connection, workflows: tuple[str, ...] | None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The failed inbox's groups, oldest first (at most `limit`); `upto` fixes each
+    group's set for a bulk action, so later failures stay out."""
+    params = {"workflows": sorted(workflows) if workflows is not None else None, "limit": limit}
+    with conn.cursor(row_factory=dict_row) as cur:
+        return list(cur.execute(FAILED_GROUPS, params).fetchall())

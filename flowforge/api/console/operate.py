@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import actions, pausing
+from flowforge import actions, pausing, replay
 from flowforge.apikeys import ApiKey
 
 
@@ -69,3 +69,10 @@ def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict
 def resume_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
     """Resume a workflow: its paused executions in arrival order, then its queues."""
     return pausing.resume_workflow(conn, workflow, actor=key.actor())
+
+
+def replay_onto_newest(
+    conn: psycopg.Connection, key: ApiKey, execution_id: str, from_step: str
+) -> str:
+    """Replay a failed execution from its failed step onto the newest version."""
+    return replay.replay(conn, execution_id, from_step, None, actor=key.actor()).execution_id

@@ -31,6 +31,7 @@ from flowforge import (
     definitions,
     flowcontrol,
     pausing,
+    replay,
     schedules,
     search,
     sessions,
@@ -439,6 +440,90 @@ def attention() -> str:
         resolutions=RESOLUTIONS,
         csrf=_csrf(),
     )
+
+
+# ---- the failed inbox (SPEC §14) -----------------------------------------------------
+
+FAILED_ACTIONS = ("replay", "retry")
+
+
+@bp.get("/failed")
+@signed_in
+def failed() -> str:
+    """Failed executions not replayed yet, grouped by workflow, failed step and error,
+    oldest group first, each with its bulk replay (onto the newest version, from the
+    failed step) and bulk retry."""
+    key: apikeys.ApiKey = g.api_key
+    with connection() as conn:
+        groups = replay.failed_groups(conn, key.workflows)
+    for group in groups:
+        group["writable"] = may(group["workflow"], write=True)
+    return render_template("failed.html", groups=groups, csrf=_csrf(), result=None)
+
+
+@bp.post("/failed")
+@signed_in
+def failed_post() -> str:
+    """One batch of a group's bulk action, oldest first, up to the `upto` the inbox
+    showed; each execution in its own unit of work with the signed-in key as actor. One
+    that moved on or is refused is counted as skipped."""
+    action = request.form.get("action")
+    if action not in FAILED_ACTIONS:
+        raise Problem(400, "Invalid action", "action must be replay or retry")
+    workflow = request.form.get("workflow", "")
+    if not catalog.is_key(workflow):
+        raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
+    key = require(workflow, write=True)
+    step_id = _step_id(request.form.get("step", ""))
+    error = request.form.get("error") or None
+    try:
+        upto = _uuid(request.form.get("upto", ""))
+        after = _uuid(request.form["after"]) if request.form.get("after") else None
+    except ValueError:
+        raise Problem(400, "Invalid bulk action", "confirm from the failed inbox") from None
+    done, skipped = _tally("done"), _tally("skipped")
+    flt = replay.Filter(workflow=workflow, status=ExecutionStatus.FAILED, step=step_id)
+    with connection() as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(
+                replay.BATCH, {**flt.params(upto, after), "limit": BULK_BATCH}
+            ).fetchall()
+        ]
+        for execution_id in ids:
+            if error is not None and not _failed_with(conn, execution_id, step_id, error):
+                continue
+            try:
+                if action == "replay":
+                    operate.replay_onto_newest(conn, key, execution_id, step_id)
+                else:
+                    operate.retry(conn, key, execution_id)
+                done += 1
+            except ClientError:
+                skipped += 1
+    result = {
+        "action": action,
+        "workflow": workflow,
+        "step": step_id,
+        "error": error or "",
+        "upto": upto,
+        "done": done,
+        "skipped": skipped,
+        "after": ids[-1] if len(ids) == BULK_BATCH else None,
+    }
+    return render_template("failed.html", groups=[], csrf=_csrf(), result=result)
+
+
+FAILED_WITH = """
+SELECT 1 FROM steps
+WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'failed' AND error = %(error)s
+"""
+
+
+def _failed_with(conn: psycopg.Connection, execution_id: str, step_id: str, error: str) -> bool:
+    """Whether the execution's step failed with exactly this error (its inbox group)."""
+    params = {"id": execution_id, "step": step_id, "error": error}
+    return conn.execute(FAILED_WITH, params).fetchone() is not None
 
 
 # ---- bulk --------------------------------------------------------------------------
