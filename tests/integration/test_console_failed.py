@@ -74,3 +74,22 @@ def test_the_failed_inbox_groups_and_bulk_replays_onto_the_newest_version(
     ).fetchall()
     assert actors == [("tests",)]
     assert 'id="nothing-failed"' in open_client.get("/ui/failed").get_data(as_text=True)
+    # Both ways on the execution pages, and one more replay from an execution's own page.
+    original, made = db.execute(
+        "SELECT replay_of::text, id::text FROM executions WHERE replay_of IS NOT NULL LIMIT 1"
+    ).fetchone()
+    page = open_client.get(f"/ui/executions/{original}").get_data(as_text=True)
+    assert 'id="replayed-by"' in page and made in page and 'id="replay"' in page
+    assert 'id="replay-of"' in open_client.get(f"/ui/executions/{made}").get_data(as_text=True)
+    r = open_client.post(
+        f"/ui/executions/{original}/replay",
+        data={"csrf": csrf, "from_step": "mark", "version": "2"},
+    )
+    assert r.status_code == 303
+    again = r.headers["Location"].rsplit("/", 1)[1]
+    assert db.execute(
+        "SELECT status, replay_from FROM executions WHERE id = %s", (again,)
+    ).fetchone() == (
+        "succeeded",
+        "mark",
+    )

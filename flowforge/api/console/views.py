@@ -292,6 +292,9 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "can_fail_paused": writable
         and detail["status"] == ExecutionStatus.PAUSED
         and any(s["status"] == StepStatus.FAILED for s in detail["steps"]),
+        "replay": replay.links(conn, execution_id),
+        "can_replay": writable and detail["status"] in replay.REPLAYABLE,
+        "latest_version": catalog.get_workflow(conn, detail["workflow"])["latest_version"],
     }
 
 
@@ -381,6 +384,22 @@ def fail_paused(execution_id: str) -> BaseResponse:
     with connection() as conn:
         operate.fail_paused(conn, key, execution_id)
     return _back(execution_id)
+
+
+@bp.post("/executions/<execution_id:execution_id>/replay")
+@signed_in
+def replay_one(execution_id: str) -> BaseResponse:
+    """Replay from the chosen step onto the chosen version (its own or the newest), then
+    on to the new execution."""
+    key = _act_on(execution_id)
+    from_step = _step_id(request.form.get("from_step", ""))
+    text = request.form.get("version", "latest")
+    if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise Problem(400, "Invalid version", "version must be a number or latest")
+    version = None if text == "latest" else int(text)
+    with connection() as conn:
+        made = operate.replay(conn, key, execution_id, from_step, version)
+    return redirect(url_for("console.execution", execution_id=made), 303)
 
 
 @bp.post("/executions/<execution_id:execution_id>/steps/<step_id>/resolve")
