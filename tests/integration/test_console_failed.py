@@ -27,9 +27,10 @@ def _publish(client: Any, definition: dict[str, Any]) -> None:
     assert r.status_code == 201, r.get_data(as_text=True)
 
 
-def test_the_failed_inbox_groups_and_bulk_replays_onto_the_newest_version(
+def _three_failed(
     open_client: Any, db: psycopg.Connection, workers: Callable[..., Process]
 ) -> None:
+    """Three executions of `inbox` v1 failed by a real worker; v2 is the fix."""
     _publish(open_client, unsigned([MARK, BROKEN]))
     for n in range(3):
         assert open_client.post("/hooks/inbox", json={"n": n}).status_code == 202
@@ -39,6 +40,33 @@ def test_the_failed_inbox_groups_and_bulk_replays_onto_the_newest_version(
         assert time.monotonic() < deadline, "three failed executions"
         time.sleep(0.2)
     _publish(open_client, unsigned([MARK, FIXED]))
+
+
+def test_the_bulk_page_replays_the_filtered_executions_from_a_step(
+    open_client: Any, db: psycopg.Connection, workers: Callable[..., Process]
+) -> None:
+    _three_failed(open_client, db, workers)
+    key = open_client.environ_base.pop("HTTP_AUTHORIZATION").removeprefix("Bearer ")
+    csrf = _sign_in(open_client, key)
+    assert 'id="bulk-replay"' in open_client.get("/ui/executions").get_data(as_text=True)
+    page = open_client.get("/ui/bulk?action=replay&workflow=inbox&status=failed")
+    text = page.get_data(as_text=True)
+    assert '<b id="preview-count">3</b>' in text and 'id="replay-from-step"' in text
+    upto = re.search(r'name="upto" value="([^"]+)"', text).group(1)
+    form = {"csrf": csrf, "action": "replay", "upto": upto, "workflow": "inbox"}
+    form.update({"status": "failed", "from_step": "shape", "version": "latest"})
+    done = open_client.post("/ui/bulk", data=form).get_data(as_text=True)
+    assert '<b id="done">3</b> replayed' in done
+    replays = db.execute(
+        "SELECT status, count(*) FROM executions WHERE replay_of IS NOT NULL GROUP BY 1"
+    ).fetchall()
+    assert replays == [("succeeded", 3)]
+
+
+def test_the_failed_inbox_groups_and_bulk_replays_onto_the_newest_version(
+    open_client: Any, db: psycopg.Connection, workers: Callable[..., Process]
+) -> None:
+    _three_failed(open_client, db, workers)
     key = open_client.environ_base.pop("HTTP_AUTHORIZATION").removeprefix("Bearer ")
 
     _, viewer = apikeys.create(db, "viewer", read_only=True)

@@ -73,6 +73,8 @@ BULK_COUNT_CAP = 10_000
 BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "cancel": ("queued", "running", "waiting", "needs_attention"),
     "retry": tuple(sorted(s.value for s in actions.RETRIED_EXECUTION)),
+    # SPEC §14: replayed from the step the confirmation names, onto the version it names.
+    "replay": tuple(sorted(s.value for s in replay.REPLAYABLE)),
 }
 LIVE_EXECUTION = frozenset({"queued", "running", "waiting"})
 # No other site may frame, script or post into the console; its own files only.
@@ -550,7 +552,7 @@ def _failed_with(conn: psycopg.Connection, execution_id: str, step_id: str, erro
 
 def _bulk_action(text: str | None) -> str:
     if text not in BULK_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be cancel or retry")
+        raise Problem(400, "Invalid action", "action must be cancel, retry or replay")
     return text
 
 
@@ -589,6 +591,7 @@ def bulk_post() -> str:
     upto = request.form.get("upto", "")
     after = request.form.get("after") or None
     done, skipped = _tally("done"), _tally("skipped")
+    target = _replay_target() if action == "replay" else None
     with connection() as conn:
         query = forms.parse_query(conn, request.form, key)
         try:
@@ -605,6 +608,8 @@ def bulk_post() -> str:
             try:
                 if action == "cancel":
                     operate.cancel(conn, key, str(row["id"]))
+                elif target is not None:
+                    operate.replay(conn, key, str(row["id"]), *target)
                 else:
                     operate.retry(conn, key, str(row["id"]))
                 done += 1
@@ -620,7 +625,17 @@ def bulk_post() -> str:
         eligible=BULK_ACTIONS[action],
         csrf=_csrf(),
         result={"done": done, "skipped": skipped, "after": last},
+        replay_target=request.form if target is not None else None,
     )
+
+
+def _replay_target() -> tuple[str, int | None]:
+    """A bulk replay's step and version (None: the newest), from the confirmation form."""
+    from_step = _step_id(request.form.get("from_step", ""))
+    text = request.form.get("version", "latest")
+    if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise Problem(400, "Invalid version", "version must be a number or latest")
+    return from_step, None if text == "latest" else int(text)
 
 
 def _tally(name: str) -> int:
