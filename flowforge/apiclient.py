@@ -166,6 +166,16 @@ class ApiClient:
         """Fail an execution paused at a step whose tries ran out."""
         return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/fail"))
 
+    def replay(self, execution_id: str, from_step: str, version: int | None) -> dict[str, Any]:
+        """Replay / fork from a step onto a version (None: the newest)."""
+        body = {"from_step": from_step, "version": "latest" if version is None else version}
+        path = f"{EXECUTIONS}/{execution_id}/replay"
+        return dict(self._json("POST", path, body=body, send_body=True))
+
+    def replay_bulk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Bulk replay: a dry run (preview) or one confirmed batch."""
+        return dict(self._json("POST", f"{EXECUTIONS}/replay", body=body, send_body=True))
+
     def pause_workflow(self, key: str) -> dict[str, Any]:
         """Pause a workflow: webhooks queue, nothing starts or continues."""
         return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/pause"))

@@ -342,6 +342,63 @@ def _workflow_resume(ops: Ops, args: argparse.Namespace) -> None:
     )
 
 
+def _target_version(text: str) -> int | None:
+    """--onto: a version number, or `latest` (None)."""
+    if text == "latest":
+        return None
+    return _positive(text)
+
+
+def _replay(ops: Ops, args: argparse.Namespace) -> None:
+    made = ops.replay(args.id, args.from_step, args.onto)
+    _emit(
+        args,
+        made,
+        f"execution {made['execution_id']} replays {args.id} from {args.from_step} on "
+        f"version {made['version']}; it is {made['status']}",
+    )
+
+
+def _replay_bulk(ops: Ops, args: argparse.Namespace) -> None:
+    flt: dict[str, Any] = {"workflow": args.workflow}
+    for name, value in (
+        ("version", args.of_version),
+        ("status", args.status),
+        ("from", args.start),
+        ("to", args.end),
+        ("error", args.error),
+    ):
+        if value is not None:
+            flt[name] = value
+    body: dict[str, Any] = {
+        "filter": flt,
+        "from_step": args.from_step,
+        "version": "latest" if args.onto is None else args.onto,
+    }
+    preview = ops.replay_bulk({**body, "dry_run": True})
+    if not args.yes or not preview["count"]:
+        _emit(
+            args,
+            preview,
+            f"{preview['count']} executions would be replayed (confirm with --yes)",
+        )
+        return
+    after, replayed, refused = None, 0, []
+    while True:
+        done = ops.replay_bulk(
+            {**body, "upto": preview["upto"], "after": after, "limit": args.batch}
+        )
+        replayed += len(done["replayed"])
+        refused += done["refused"]
+        after = done["next_after"]
+        if after is None:
+            break
+    result = {"replayed": replayed, "refused": refused}
+    lines = [f"{replayed} executions replayed, {len(refused)} refused"]
+    lines += [f"  {r['execution_id']}: {r['detail']}" for r in refused]
+    _emit(args, result, "\n".join(lines))
+
+
 # ---- schedules -----------------------------------------------------------------------
 
 
@@ -600,6 +657,23 @@ def build_parser() -> argparse.ArgumentParser:
         ("fail-paused", _fail_paused, "fail an execution paused at an exhausted step"),
     ):
         command(sub, name, handler, help_).add_argument("id", type=_execution_id)
+    replaying = command(sub, "replay", _replay, "replay an execution from a step onto a version")
+    replaying.add_argument("id", type=_execution_id)
+    replaying.add_argument("--from-step", required=True, type=_step_id)
+    replaying.add_argument(
+        "--onto", type=_target_version, default=None, help="a version number or latest (default)"
+    )
+    bulk = command(sub, "replay-bulk", _replay_bulk, "replay a workflow's executions by filter")
+    bulk.add_argument("--workflow", required=True, type=_workflow_key)
+    bulk.add_argument("--from-step", required=True, type=_step_id)
+    bulk.add_argument("--onto", type=_target_version, default=None, help="version or latest")
+    bulk.add_argument("--of-version", type=_positive, help="only executions of this version")
+    bulk.add_argument("--status", choices=STATUSES)
+    bulk.add_argument("--from", dest="start", help="created at or after (ISO-8601)")
+    bulk.add_argument("--to", dest="end", help="created before (ISO-8601)")
+    bulk.add_argument("--error", help="a step's error contains this text")
+    bulk.add_argument("--batch", type=_limit, default=100, help=f"per call, 1-{MAX_PAGE}")
+    bulk.add_argument("--yes", action="store_true", help="replay them (default: preview)")
     resolve = on_step("resolve", _resolve, "settle a step whose outcome is unknown")
     resolve.add_argument("outcome", choices=RESOLUTIONS)
     resolve.add_argument(

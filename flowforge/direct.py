@@ -19,6 +19,7 @@ from flowforge import (
     catalog,
     flowcontrol,
     pausing,
+    replay,
     schedules,
     secret_bindings,
     signatures,
@@ -92,6 +93,37 @@ class Database:
         """Fail an execution paused at a step whose tries ran out."""
         status = actions.fail_paused(self.conn, execution_id, actor=_cli_actor())
         return {"execution_id": execution_id, "status": status}
+
+    def replay(self, execution_id: str, from_step: str, version: int | None) -> dict[str, Any]:
+        """Replay / fork from a step onto a version (None: the newest)."""
+        made = replay.replay(self.conn, execution_id, from_step, version, actor=_cli_actor())
+        return made.view()
+
+    def replay_bulk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Bulk replay: a dry run (preview) or one confirmed batch (the API's body)."""
+        raw = body["filter"]
+        flt = replay.Filter(
+            workflow=raw["workflow"],
+            version=raw.get("version"),
+            status=raw.get("status"),
+            since=parse_until(raw["from"]) if raw.get("from") else None,
+            until=parse_until(raw["to"]) if raw.get("to") else None,
+            error=raw.get("error"),
+        )
+        version = None if body["version"] == "latest" else int(body["version"])
+        if body.get("dry_run"):
+            return {"dry_run": True, **replay.preview(self.conn, flt)}
+        done = replay.replay_batch(
+            self.conn,
+            flt,
+            body["from_step"],
+            version,
+            upto=body["upto"],
+            after=body.get("after"),
+            limit=body.get("limit", 100),
+            actor=_cli_actor(),
+        )
+        return {"dry_run": False, **done}
 
     def pause_workflow(self, key: str) -> dict[str, Any]:
         """Pause a workflow: webhooks queue, nothing starts or continues."""

@@ -24,8 +24,6 @@ ALTER TABLE executions ADD COLUMN paused_from text
     CHECK (paused_from IN ('queued', 'running', 'waiting', 'needs_attention'));
 ALTER TABLE executions ADD COLUMN pause_reason text
     CHECK (pause_reason IN ('operator', 'workflow', 'exhausted'));
-ALTER TABLE executions ADD CONSTRAINT executions_paused_has_reason
-    CHECK ((status = 'paused') = (pause_reason IS NOT NULL AND paused_from IS NOT NULL));
 ALTER TABLE executions ADD COLUMN replay_of uuid;
 ALTER TABLE executions ADD COLUMN replay_from text;
 CREATE INDEX executions_replays ON executions (replay_of) WHERE replay_of IS NOT NULL;

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from datetime import datetime
+from typing import Any
+
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge import actions, catalog, definitions, flowcontrol, timeline
+from flowforge import actions, catalog, definitions, flowcontrol, replay, timeline
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -35,6 +40,7 @@ def show(execution_id: str) -> Response:
     with connection() as conn:
         detail = timeline.execution_detail(conn, execution_id)
         detail["flow_control"] = flowcontrol.flow_state(conn, execution_id)
+        detail.update(replay.links(conn, execution_id))
         return jsonify(detail)
 
 
@@ -192,6 +198,154 @@ def fail_paused(execution_id: str) -> tuple[Response, int]:
     with connection() as conn:
         status = actions.fail_paused(conn, execution_id, actor=_request_key().actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200
+
+
+def _replay_target(body: Any) -> tuple[str, int | None]:
+    """`from_step` and `version` (a number, or "latest": None) of a replay request."""
+    errors = []
+    from_step = body.get("from_step")
+    if not isinstance(from_step, str) or not definitions.is_step_id(from_step):
+        errors.append({"path": "$.from_step", "message": "a step id is required"})
+    version = body.get("version", "latest")
+    if version != "latest" and (
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+    ):
+        errors.append({"path": "$.version", "message": 'a version number or "latest"'})
+    if errors:
+        raise Problem(422, "Invalid replay", "from_step and version", errors=errors)
+    return str(from_step), None if version == "latest" else int(version)
+
+
+def _unexpected(body: dict[str, Any], allowed: set[str], prefix: str = "$") -> None:
+    extra = sorted(set(body) - allowed)
+    if extra:
+        raise Problem(
+            422,
+            "Invalid replay",
+            "unexpected fields",
+            errors=[{"path": f"{prefix}.{k}", "message": "unexpected field"} for k in extra],
+        )
+
+
+@bp.post("/<execution_id:execution_id>/replay")
+@key_required
+def replay_one(execution_id: str) -> tuple[Response, int]:
+    """Replay / fork from a step onto a version (SPEC §14): 201 with the new execution."""
+    _authorize_execution(execution_id, write=True)
+    body = json_body()
+    if not isinstance(body, dict):
+        raise Problem(422, "Invalid replay", 'send {"from_step": ..., "version": ...}')
+    _unexpected(body, {"from_step", "version"})
+    from_step, version = _replay_target(body)
+    with connection() as conn:
+        made = replay.replay(conn, execution_id, from_step, version, actor=_request_key().actor())
+    response = jsonify(made.view())
+    response.headers["Location"] = f"/api/v1/executions/{made.execution_id}"
+    return response, 201
+
+
+BULK_FIELDS = {"filter", "from_step", "version", "dry_run", "upto", "after", "limit"}
+FILTER_FIELDS = {"workflow", "version", "status", "from", "to", "error"}
+
+
+@bp.post("/replay")
+@key_required
+def replay_bulk() -> tuple[Response, int]:
+    """Bulk replay by filter: `dry_run` previews the count and the `upto` to confirm with;
+    a confirmed call (with that `upto`) replays one batch, oldest first."""
+    body = json_body()
+    if not isinstance(body, dict):
+        raise Problem(422, "Invalid replay", "send an object with filter and from_step")
+    _unexpected(body, BULK_FIELDS)
+    flt = _bulk_filter(body.get("filter"))
+    authorize(flt.workflow, write=True)
+    from_step, version = _replay_target(body)
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise Problem(422, "Invalid replay", "dry_run must be a boolean")
+    with connection() as conn:
+        if dry_run:
+            return jsonify({"dry_run": True, **replay.preview(conn, flt)}), 200
+        upto, after = body.get("upto"), body.get("after")
+        if not isinstance(upto, str) or not _is_uuid(upto):
+            raise Problem(
+                422,
+                "Confirmation needed",
+                "preview with dry_run first, then pass back its upto",
+                errors=[{"path": "$.upto", "message": "the upto of a dry run"}],
+            )
+        if after is not None and (not isinstance(after, str) or not _is_uuid(after)):
+            raise Problem(422, "Invalid replay", "after must be the previous next_after")
+        limit = body.get("limit", 100)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise Problem(422, "Invalid replay", "limit must be an integer")
+        done = replay.replay_batch(
+            conn,
+            flt,
+            from_step,
+            version,
+            upto=upto,
+            after=after,
+            limit=limit,
+            actor=_request_key().actor(),
+        )
+    return jsonify({"dry_run": False, **done}), 200
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _bulk_filter(raw: Any) -> replay.Filter:
+    """A bulk replay's filter; 422 naming each bad field."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("workflow"), str):
+        raise Problem(
+            422,
+            "Invalid replay",
+            "filter.workflow is required",
+            errors=[{"path": "$.filter.workflow", "message": "a workflow key"}],
+        )
+    _unexpected(raw, FILTER_FIELDS, "$.filter")
+    errors = []
+    if not catalog.is_key(raw["workflow"]):
+        errors.append({"path": "$.filter.workflow", "message": "a workflow key"})
+    version = raw.get("version")
+    if version is not None and (
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+    ):
+        errors.append({"path": "$.filter.version", "message": "a version number"})
+    status = raw.get("status")
+    if status is not None and status not in STATUSES:
+        errors.append({"path": "$.filter.status", "message": f"one of {', '.join(STATUSES)}"})
+    instants: dict[str, datetime | None] = {}
+    for name in ("from", "to"):
+        value = raw.get(name)
+        instants[name] = None
+        if value is None:
+            continue
+        with contextlib.suppress(ValueError):
+            instants[name] = definitions.parse_until(value) if isinstance(value, str) else None
+        if instants[name] is None:
+            errors.append({"path": f"$.filter.{name}", "message": "an ISO-8601 instant"})
+    error = raw.get("error")
+    if error is not None and (not isinstance(error, str) or not 1 <= len(error) <= 500):
+        errors.append({"path": "$.filter.error", "message": "text of 1-500 characters"})
+    elif isinstance(error, str) and "\x00" in error:
+        errors.append({"path": "$.filter.error", "message": "no NUL characters"})
+    if errors:
+        raise Problem(422, "Invalid replay", "the filter", errors=errors)
+    return replay.Filter(
+        workflow=raw["workflow"],
+        version=version,
+        status=status,
+        since=instants["from"],
+        until=instants["to"],
+        error=error,
+    )
 
 
 def _request_key() -> ApiKey:

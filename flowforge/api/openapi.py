@@ -352,6 +352,79 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "ReplayRequest": {
+        "type": "object",
+        "required": ["from_step"],
+        "additionalProperties": False,
+        "properties": {
+            "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
+            "version": {
+                "oneOf": [
+                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"const": "latest"},
+                ],
+                "description": "the version to run the rest on (default: latest)",
+            },
+        },
+    },
+    "Replayed": {
+        "type": "object",
+        "required": ["execution_id", "replay_of", "from_step", "version", "status"],
+        "properties": {
+            "execution_id": {"type": "string", "format": "uuid"},
+            "replay_of": {"type": "string", "format": "uuid"},
+            "from_step": {"type": "string"},
+            "version": {"type": "integer"},
+            "status": {"type": "string", "enum": STATUSES},
+        },
+    },
+    "BulkReplayRequest": {
+        "type": "object",
+        "required": ["filter", "from_step"],
+        "additionalProperties": False,
+        "properties": {
+            "filter": {
+                "type": "object",
+                "required": ["workflow"],
+                "additionalProperties": False,
+                "properties": {
+                    "workflow": {"type": "string", "pattern": KEY_PATTERN},
+                    "version": {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    "status": {"type": "string", "enum": STATUSES},
+                    "from": {"type": "string", "format": "date-time"},
+                    "to": {"type": "string", "format": "date-time"},
+                    "error": {"type": "string", "minLength": 1, "maxLength": 500},
+                },
+            },
+            "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
+            "version": {
+                "oneOf": [
+                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"const": "latest"},
+                ]
+            },
+            "dry_run": {"type": "boolean", "description": "preview: the count and the upto"},
+            "upto": {
+                "type": "string",
+                "format": "uuid",
+                "description": "the confirmation: the upto of a dry run",
+            },
+            "after": {"type": ["string", "null"], "format": "uuid"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 200},
+        },
+    },
+    "BulkReplayResult": {
+        "type": "object",
+        "required": ["dry_run"],
+        "properties": {
+            "dry_run": {"type": "boolean"},
+            "count": {"type": "integer"},
+            "upto": {"type": ["string", "null"]},
+            "replayed": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+            "refused": {"type": "array", "items": {"type": "object"}},
+            "next_after": {"type": ["string", "null"]},
+        },
+    },
     "WorkflowPause": {
         "type": "object",
         "required": ["workflow", "paused", "changed"],
@@ -853,6 +926,31 @@ PATHS: dict[str, Any] = {
             },
             tags=["executions"],
             parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/executions/{id}/replay": {
+        "post": _operation(
+            "Replay / fork from a step onto a version: the steps upstream keep their "
+            "recorded outputs and are never re-run or re-sent",
+            {
+                "201": _json(_ref("Replayed"), "The new execution"),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID],
+            body=_ref("ReplayRequest"),
+        )
+    },
+    "/api/v1/executions/replay": {
+        "post": _operation(
+            "Bulk replay by filter: a dry run previews the count and the upto; a call with "
+            "that upto replays one batch, oldest first",
+            {
+                "200": _json(_ref("BulkReplayResult"), "The preview, or one batch"),
+                **_problems(400, 403, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            body=_ref("BulkReplayRequest"),
         )
     },
     "/api/v1/executions/{id}/pause": {

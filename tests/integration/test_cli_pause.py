@@ -9,6 +9,7 @@ import json
 import psycopg
 import requests
 
+from flowforge import apikeys
 from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, refused, remote, start
 from tests.support.definitions import OPEN
@@ -23,6 +24,13 @@ def test_remote_and_on_the_box_pause_and_resume_name_their_actor(
     )
     assert r.status_code == 201, r.text
     eid = start(api, "open")
+
+    # A read-only key may not pause, nor replay.
+    _, viewer = apikeys.create(db, "viewer", read_only=True)
+    refused(remote(api, viewer, "workflow", "pause", "open"), 1, "error: Forbidden")
+    refused(remote(api, viewer, "pause", eid), 1, "error: Forbidden")
+    refused(remote(api, viewer, "replay", eid, "--from-step", "shape"), 1, "error: Forbidden")
+    assert db.execute("SELECT paused_at FROM workflows").fetchone() == (None,)
 
     out = ok(remote(api, api_key, "workflow", "pause", "open"))
     assert "workflow open is paused (1 executions held)" in out

@@ -9,7 +9,14 @@ from enum import StrEnum
 import psycopg
 import pytest
 
-from flowforge.model import AttemptOutcome, ExecutionStatus, KeyOrigin, StepStatus, WebhookAuth
+from flowforge.model import (
+    AttemptOutcome,
+    ExecutionStatus,
+    KeyOrigin,
+    PauseReason,
+    StepStatus,
+    WebhookAuth,
+)
 
 CHECK_OF_COLUMN = """
 SELECT pg_get_constraintdef(c.oid)
@@ -34,6 +41,7 @@ def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
         ("attempts", "outcome", AttemptOutcome),
         ("idempotency_keys", "origin", KeyOrigin),
         ("workflow_versions", "webhook_auth", WebhookAuth),
+        ("executions", "pause_reason", PauseReason),
     ],
 )
 def test_check_constraint_lists_exactly_the_enum(

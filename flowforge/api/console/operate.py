@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from flowforge import actions, pausing
+from flowforge import replay as replay_module
 from flowforge.apikeys import ApiKey
 
 
@@ -69,3 +70,19 @@ def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict
 def resume_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
     """Resume a workflow: its paused executions in arrival order, then its queues."""
     return pausing.resume_workflow(conn, workflow, actor=key.actor())
+
+
+def replay(
+    conn: psycopg.Connection, key: ApiKey, execution_id: str, from_step: str, version: int | None
+) -> str:
+    """Replay from a step onto a version (None: the newest); returns the new execution."""
+    return replay_module.replay(
+        conn, execution_id, from_step, version, actor=key.actor()
+    ).execution_id
+
+
+def replay_onto_newest(
+    conn: psycopg.Connection, key: ApiKey, execution_id: str, from_step: str
+) -> str:
+    """Replay a failed execution from its failed step onto the newest version."""
+    return replay(conn, key, execution_id, from_step, None)

@@ -31,6 +31,7 @@ from flowforge import (
     definitions,
     flowcontrol,
     pausing,
+    replay,
     schedules,
     search,
     sessions,
@@ -72,6 +73,8 @@ BULK_COUNT_CAP = 10_000
 BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     "cancel": ("queued", "running", "waiting", "needs_attention"),
     "retry": tuple(sorted(s.value for s in actions.RETRIED_EXECUTION)),
+    # SPEC §14: replayed from the step the confirmation names, onto the version it names.
+    "replay": tuple(sorted(s.value for s in replay.REPLAYABLE)),
 }
 LIVE_EXECUTION = frozenset({"queued", "running", "waiting"})
 # No other site may frame, script or post into the console; its own files only.
@@ -291,6 +294,9 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "can_fail_paused": writable
         and detail["status"] == ExecutionStatus.PAUSED
         and any(s["status"] == StepStatus.FAILED for s in detail["steps"]),
+        "replay": replay.links(conn, execution_id),
+        "can_replay": writable and detail["status"] in replay.REPLAYABLE,
+        "latest_version": catalog.get_workflow(conn, detail["workflow"])["latest_version"],
     }
 
 
@@ -382,6 +388,22 @@ def fail_paused(execution_id: str) -> BaseResponse:
     return _back(execution_id)
 
 
+@bp.post("/executions/<execution_id:execution_id>/replay")
+@signed_in
+def replay_one(execution_id: str) -> BaseResponse:
+    """Replay from the chosen step onto the chosen version (its own or the newest), then
+    on to the new execution."""
+    key = _act_on(execution_id)
+    from_step = _step_id(request.form.get("from_step", ""))
+    text = request.form.get("version", "latest")
+    if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise Problem(400, "Invalid version", "version must be a number or latest")
+    version = None if text == "latest" else int(text)
+    with connection() as conn:
+        made = operate.replay(conn, key, execution_id, from_step, version)
+    return redirect(url_for("console.execution", execution_id=made), 303)
+
+
 @bp.post("/executions/<execution_id:execution_id>/steps/<step_id>/resolve")
 @signed_in
 def resolve(execution_id: str, step_id: str) -> BaseResponse:
@@ -441,12 +463,96 @@ def attention() -> str:
     )
 
 
+# ---- the failed inbox (SPEC §14) -----------------------------------------------------
+
+FAILED_ACTIONS = ("replay", "retry")
+
+
+@bp.get("/failed")
+@signed_in
+def failed() -> str:
+    """Failed executions not replayed yet, grouped by workflow, failed step and error,
+    oldest group first, each with its bulk replay (onto the newest version, from the
+    failed step) and bulk retry."""
+    key: apikeys.ApiKey = g.api_key
+    with connection() as conn:
+        groups = replay.failed_groups(conn, key.workflows)
+    for group in groups:
+        group["writable"] = may(group["workflow"], write=True)
+    return render_template("failed.html", groups=groups, csrf=_csrf(), result=None)
+
+
+@bp.post("/failed")
+@signed_in
+def failed_post() -> str:
+    """One batch of a group's bulk action, oldest first, up to the `upto` the inbox
+    showed; each execution in its own unit of work with the signed-in key as actor. One
+    that moved on or is refused is counted as skipped."""
+    action = request.form.get("action")
+    if action not in FAILED_ACTIONS:
+        raise Problem(400, "Invalid action", "action must be replay or retry")
+    workflow = request.form.get("workflow", "")
+    if not catalog.is_key(workflow):
+        raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
+    key = require(workflow, write=True)
+    step_id = _step_id(request.form.get("step", ""))
+    error = request.form.get("error") or None
+    try:
+        upto = _uuid(request.form.get("upto", ""))
+        after = _uuid(request.form["after"]) if request.form.get("after") else None
+    except ValueError:
+        raise Problem(400, "Invalid bulk action", "confirm from the failed inbox") from None
+    done, skipped = _tally("done"), _tally("skipped")
+    flt = replay.Filter(workflow=workflow, status=ExecutionStatus.FAILED, step=step_id)
+    with connection() as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(
+                replay.BATCH, {**flt.params(upto, after), "limit": BULK_BATCH}
+            ).fetchall()
+        ]
+        for execution_id in ids:
+            if error is not None and not _failed_with(conn, execution_id, step_id, error):
+                continue
+            try:
+                if action == "replay":
+                    operate.replay_onto_newest(conn, key, execution_id, step_id)
+                else:
+                    operate.retry(conn, key, execution_id)
+                done += 1
+            except ClientError:
+                skipped += 1
+    result = {
+        "action": action,
+        "workflow": workflow,
+        "step": step_id,
+        "error": error or "",
+        "upto": upto,
+        "done": done,
+        "skipped": skipped,
+        "after": ids[-1] if len(ids) == BULK_BATCH else None,
+    }
+    return render_template("failed.html", groups=[], csrf=_csrf(), result=result)
+
+
+FAILED_WITH = """
+SELECT 1 FROM steps
+WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'failed' AND error = %(error)s
+"""
+
+
+def _failed_with(conn: psycopg.Connection, execution_id: str, step_id: str, error: str) -> bool:
+    """Whether the execution's step failed with exactly this error (its inbox group)."""
+    params = {"id": execution_id, "step": step_id, "error": error}
+    return conn.execute(FAILED_WITH, params).fetchone() is not None
+
+
 # ---- bulk --------------------------------------------------------------------------
 
 
 def _bulk_action(text: str | None) -> str:
     if text not in BULK_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be cancel or retry")
+        raise Problem(400, "Invalid action", "action must be cancel, retry or replay")
     return text
 
 
@@ -485,6 +591,7 @@ def bulk_post() -> str:
     upto = request.form.get("upto", "")
     after = request.form.get("after") or None
     done, skipped = _tally("done"), _tally("skipped")
+    target = _replay_target() if action == "replay" else None
     with connection() as conn:
         query = forms.parse_query(conn, request.form, key)
         try:
@@ -501,6 +608,8 @@ def bulk_post() -> str:
             try:
                 if action == "cancel":
                     operate.cancel(conn, key, str(row["id"]))
+                elif target is not None:
+                    operate.replay(conn, key, str(row["id"]), *target)
                 else:
                     operate.retry(conn, key, str(row["id"]))
                 done += 1
@@ -516,7 +625,17 @@ def bulk_post() -> str:
         eligible=BULK_ACTIONS[action],
         csrf=_csrf(),
         result={"done": done, "skipped": skipped, "after": last},
+        replay_target=request.form if target is not None else None,
     )
+
+
+def _replay_target() -> tuple[str, int | None]:
+    """A bulk replay's step and version (None: the newest), from the confirmation form."""
+    from_step = _step_id(request.form.get("from_step", ""))
+    text = request.form.get("version", "latest")
+    if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
+        raise Problem(400, "Invalid version", "version must be a number or latest")
+    return from_step, None if text == "latest" else int(text)
 
 
 def _tally(name: str) -> int:
