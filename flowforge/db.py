@@ -221,7 +221,9 @@ COMMIT = "COMMIT"
 
 
 @contextmanager
-def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pipeline]:
+def pipelined_transaction(
+    conn: psycopg.Connection[Any], then: str | None = None
+) -> Iterator[psycopg.Pipeline]:
     """A transaction on an autocommit connection in which BEGIN travels with the first
     statements and COMMIT with the last ones: a unit of work that reads, then writes,
     costs two round trips. psycopg's own transaction() inside a pipeline costs five (it
@@ -236,7 +238,11 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pip
 
     Between two syncs the server counts the session as active, so neither
     statement_timeout nor idle_in_transaction_session_timeout runs: a block that waits on
-    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`)."""
+    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`).
+
+    `then`, a statement without parameters, travels right after the COMMIT: it runs in a
+    transaction of its own (the relay's NOTIFY, outbox.NOTIFY_IF_PENDING, out of the
+    commit that holds row locks and waits for the disk), and not at all if COMMIT failed."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise psycopg.ProgrammingError("pipelined_transaction() needs an idle connection")
     try:
@@ -245,6 +251,8 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pip
             set_local_timeouts(conn)
             yield pipeline
             conn.execute(COMMIT)
+            if then is not None:
+                conn.execute(then)
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()

@@ -32,7 +32,7 @@ from flowforge import metrics
 from flowforge.db import pipelined_transaction, wrap_exceptions
 from flowforge.engine import PURE_TYPES
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.outbox import LISTEN_OUTBOX, PUT_BACK, TAKE_BATCH
+from flowforge.outbox import LISTEN_OUTBOX, NOTIFY_IF_PENDING, PUT_BACK, TAKE_BATCH
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
@@ -118,7 +118,9 @@ class Relay(Loop):
             metrics.after_commit(),
             wrap_exceptions(),
             self.pool.connection() as conn,
-            pipelined_transaction(conn) as pipeline,
+            # A pure step run here may have dispatched the next: the relays hear of it
+            # after the commit (NOTIFY_IF_PENDING), as after any unit of work.
+            pipelined_transaction(conn, then=NOTIFY_IF_PENDING) as pipeline,
         ):
             rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
