@@ -154,7 +154,8 @@ class Relay(Loop):
                     "broker returned unroutable wake-ups; keeping them for later",
                     extra={"count": len(self._returned)},
                 )
-                self.topology.declare(self._channel)
+                if self.topology.declare(self._channel) is not self._channel:
+                    self._close_broker()  # a new channel lacks tx_select: reconnect next pass
                 returned = set(self._returned)
                 kept = [row for row in rows if row[0] in returned]
                 conn.execute(
@@ -196,8 +197,7 @@ class Relay(Loop):
             return
         self._close_broker()
         self._broker = connect(self.amqp_url, "flowforge-relay", self.heartbeat_s)
-        channel = self._broker.channel()
-        self.topology.declare(channel)
+        channel = self.topology.declare(self._broker.channel())
         channel.add_on_return_callback(self._on_return)
         channel.tx_select()
         self._channel = channel
