@@ -19,6 +19,7 @@ import psycopg.conninfo
 import psycopg_pool
 
 from flowforge.errors import DatabaseUnavailable
+from flowforge.outbox import NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +258,22 @@ def pipelined_transaction(
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         raise
+
+
+def notify_relay(conn: psycopg.Connection[Any]) -> None:
+    """Wake the relays, after (never inside) the commit that wrote wake-ups.
+
+    PostgreSQL serialises every committing transaction that notifies on one database-wide
+    lock, taken before the commit's WAL flush and held until after the wait for a
+    synchronous standby: a NOTIFY inside the intake's commit made API processes commit one
+    at a time (issue 26). Sent alone, in autocommit, the notifying transaction writes no
+    WAL, so it holds that lock for microseconds. If the process dies between the two, the
+    relay's poll (relay.POLL_SECONDS) finds the rows anyway — and so it does when this
+    fails: what was committed stays accepted."""
+    try:
+        conn.execute(NOTIFY_OUTBOX)
+    except psycopg.Error as exc:
+        logger.warning("relay not notified; its poll will find the wake-ups: %s", exc)
 
 
 def one(cursor: psycopg.Cursor[Any]) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.db import one
+from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
 from flowforge.errors import ClientError, Conflict
 from flowforge.model import (
@@ -35,7 +35,7 @@ from flowforge.model import (
     step_event,
     transition,
 )
-from flowforge.outbox import INSERT_WAKEUPS, NOTIFY, notify_relay
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
 from flowforge.templating import TemplateError, render
 
 logger = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ import psycopg
 
 from flowforge import actions, flowcontrol, sealing
 from flowforge.cache import BoundedCache
-from flowforge.db import one
+from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
 from flowforge.model import FLOW_CONTROL_ACTOR, ExecutionStatus, StepStatus, execution_event
-from flowforge.outbox import INSERT_WAKEUPS, notify_relay
+from flowforge.outbox import INSERT_WAKEUPS
 from flowforge.runs import definition_for
 
 # The newest published version and the active signing secrets (ids and sealed values;
@@ -47,7 +47,7 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # idempotency key (race-safe: of concurrent inserts of one key exactly one wins, the
 # others wait for it and get no row) and, only if it was claimed or there is none, write
 # the execution, its steps (roots ready), the root wake-ups and the first event; the
-# relay's NOTIFY follows the commit (outbox.notify_relay). The statuses and the event
+# relay's NOTIFY follows the commit (db.notify_relay). The statuses and the event
 # kind written are the engine's (model.py), passed as parameters (INTAKE_PARAMS): an
 # execution `queued`, its root steps `ready`, the others `pending` — what Run.advance
 # would make of them.

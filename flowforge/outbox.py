@@ -10,36 +10,11 @@ duplicate, never a loss, and an old claimant can never mark rows it no longer ho
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-import psycopg
-
-logger = logging.getLogger(__name__)
-
 CHANNEL = "flowforge_outbox"
 # The wake-up of the relay, as an SQL expression for statements that send it themselves.
 # Delivered at commit; collapsed by PostgreSQL when one transaction sends it twice.
 NOTIFY = f"pg_notify('{CHANNEL}', '')"
 NOTIFY_OUTBOX = f"SELECT {NOTIFY}"
-
-
-def notify_relay(conn: psycopg.Connection[Any]) -> None:
-    """Wake the relays, after (never inside) the commit that wrote wake-ups.
-
-    PostgreSQL serialises every committing transaction that notifies on one database-wide
-    lock, taken before the commit's WAL flush and held until after the wait for a
-    synchronous standby: a NOTIFY inside the intake's commit made API processes commit one
-    at a time (issue 26). Sent alone, in autocommit, the notifying transaction writes no
-    WAL, so it holds that lock for microseconds. If the process dies between the two, the
-    relay's poll (relay.POLL_SECONDS) finds the rows anyway — and so it does when this
-    fails: what was committed stays accepted."""
-    try:
-        conn.execute(NOTIFY_OUTBOX)
-    except psycopg.Error as exc:
-        logger.warning("relay not notified; its poll will find the wake-ups: %s", exc)
-
-
 LISTEN_OUTBOX = f"LISTEN {CHANNEL}"
 # The relays' wake-up sent right after a pipelined transaction's COMMIT, in the same round
 # trip (db.pipelined_transaction's `then`): a statement of its own, so its own transaction,

@@ -48,6 +48,7 @@ LAYERS: dict[str, set[str]] = {
         "sessions",
         "schedules",
         "direct",
+        "budget",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
