@@ -133,6 +133,15 @@ def _pooler(env: Mapping[str, str]) -> str:
     return raw
 
 
+def _queue_type(env: Mapping[str, str]) -> str:
+    """FLOWFORGE_AMQP_QUEUE_TYPE: the type of the steps and dead-letter queues FlowForge
+    declares; quorum (default) survives the loss of a cluster node, classic does not."""
+    raw = env.get("FLOWFORGE_AMQP_QUEUE_TYPE", "").strip().lower() or "quorum"
+    if raw not in ("quorum", "classic"):
+        raise ConfigError(f"FLOWFORGE_AMQP_QUEUE_TYPE must be quorum or classic; got {raw!r}")
+    return raw
+
+
 def _public_url(env: Mapping[str, str]) -> str | None:
     """FLOWFORGE_PUBLIC_URL: where callers reach the API, the base of resume URLs."""
     raw = env.get("FLOWFORGE_PUBLIC_URL", "").strip()
@@ -157,6 +166,8 @@ class Settings:
     database_pooler: str = "none"
     amqp_url: str = "amqp://guest:guest@localhost:5672/%2F"
     amqp_prefix: str = "flowforge"
+    # FLOWFORGE_AMQP_QUEUE_TYPE: quorum (replicated; the default) or classic.
+    amqp_queue_type: str = "quorum"
     worker_concurrency: int = 8
     # FLOWFORGE_WORKER_POOL_SIZE: the most pooled PostgreSQL connections one bin/worker
     # opens, whatever its concurrency (executors hold one only around a claim and a
@@ -218,6 +229,7 @@ class Settings:
             database_pooler=_pooler(env),
             amqp_url=env.get("FLOWFORGE_AMQP_URL") or cls.amqp_url,
             amqp_prefix=env.get("FLOWFORGE_AMQP_PREFIX") or cls.amqp_prefix,
+            amqp_queue_type=_queue_type(env),
             worker_concurrency=_int(env, "FLOWFORGE_WORKER_CONCURRENCY", cls.worker_concurrency),
             worker_pool_size=_int(
                 env, "FLOWFORGE_WORKER_POOL_SIZE", cls.worker_pool_size, minimum=2

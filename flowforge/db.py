@@ -19,6 +19,7 @@ import psycopg.conninfo
 import psycopg_pool
 
 from flowforge.errors import DatabaseUnavailable
+from flowforge.outbox import NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +252,9 @@ COMMIT = "COMMIT"
 
 
 @contextmanager
-def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pipeline]:
+def pipelined_transaction(
+    conn: psycopg.Connection[Any], then: str | None = None
+) -> Iterator[psycopg.Pipeline]:
     """A transaction on an autocommit connection in which BEGIN travels with the first
     statements and COMMIT with the last ones: a unit of work that reads, then writes,
     costs two round trips. psycopg's own transaction() inside a pipeline costs five (it
@@ -266,7 +269,11 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pip
 
     Between two syncs the server counts the session as active, so neither
     statement_timeout nor idle_in_transaction_session_timeout runs: a block that waits on
-    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`)."""
+    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`).
+
+    `then`, a statement without parameters, travels right after the COMMIT: it runs in a
+    transaction of its own (the relay's NOTIFY, outbox.NOTIFY_IF_PENDING, out of the
+    commit that holds row locks and waits for the disk), and not at all if COMMIT failed."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise psycopg.ProgrammingError("pipelined_transaction() needs an idle connection")
     try:
@@ -275,10 +282,28 @@ def pipelined_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Pip
             set_local_timeouts(conn)
             yield pipeline
             conn.execute(COMMIT)
+            if then is not None:
+                conn.execute(then)
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         raise
+
+
+def notify_relay(conn: psycopg.Connection[Any]) -> None:
+    """Wake the relays, after (never inside) the commit that wrote wake-ups.
+
+    PostgreSQL serialises every committing transaction that notifies on one database-wide
+    lock, taken before the commit's WAL flush and held until after the wait for a
+    synchronous standby: a NOTIFY inside the intake's commit made API processes commit one
+    at a time (issue 26). Sent alone, in autocommit, the notifying transaction writes no
+    WAL, so it holds that lock for microseconds. If the process dies between the two, the
+    relay's poll (relay.POLL_SECONDS) finds the rows anyway — and so it does when this
+    fails: what was committed stays accepted."""
+    try:
+        conn.execute(NOTIFY_OUTBOX)
+    except psycopg.Error as exc:
+        logger.warning("relay not notified; its poll will find the wake-ups: %s", exc)
 
 
 def one(cursor: psycopg.Cursor[Any]) -> Any:

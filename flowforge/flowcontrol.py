@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.db import one
+from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
 from flowforge.errors import ClientError, Conflict
 from flowforge.model import (
@@ -179,7 +179,7 @@ SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
                AND {HOLDS_SLOT}
              ORDER BY slot_at, id
              LIMIT (SELECT greatest(holders.n + 1 - %(limit)s::int, 0) FROM holders)),
-       (SELECT {NOTIFY} FROM accepted WHERE mode IN ('start', 'replace'))
+       EXISTS (SELECT FROM accepted WHERE mode IN ('start', 'replace'))
 """
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
 # make their root steps ready (roots read from the pinned definition) with their
@@ -366,9 +366,11 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
             if params["max_queued"] is not None:
                 conn.execute(QUEUE_LOCK, params)
             conn.execute(SLOT_LOCK, params)
-        current, created, mode, oldest, _ = one(conn.execute(GATED_INTAKE, params))
+        current, created, mode, oldest, woke = one(conn.execute(GATED_INTAKE, params))
         if mode == "refuse" and current:
             (started,) = one(conn.execute(DRAIN_RATE, params))
+    if woke:
+        notify_relay(conn)
     replaced = tuple(oldest) if mode == "replace" else ()
     decision = Decision(bool(current), bool(created), mode, replaced)
     if mode == "refuse" and current:

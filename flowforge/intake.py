@@ -1,7 +1,7 @@
 """Webhook intake: one event becomes one durable execution, in one transaction.
 
 The intake never talks to RabbitMQ. It writes the idempotency row, the execution, its
-steps, the outbox rows of its root steps and a NOTIFY in one statement — atomic by
+steps and the outbox rows of its root steps in one statement — atomic by
 itself — and only then answers 202: what was acknowledged is in PostgreSQL, whatever
 the broker is doing.
 """
@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from flowforge import actions, flowcontrol, inputschema, metrics, presets, sealing
 from flowforge.cache import BoundedCache
-from flowforge.db import one
+from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
 from flowforge.errors import Conflict, FlowForgeError, NotFound
 from flowforge.model import (
@@ -30,7 +30,7 @@ from flowforge.model import (
     StepStatus,
     execution_event,
 )
-from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.outbox import INSERT_WAKEUPS
 from flowforge.runs import definition_for
 
 # The newest published version and the active signing secrets (ids and sealed values;
@@ -53,10 +53,11 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # pins the newest version and a revoked secret starts nothing. Then: claim the
 # idempotency key (race-safe: of concurrent inserts of one key exactly one wins, the
 # others wait for it and get no row) and, only if it was claimed or there is none, write
-# the execution, its steps (roots ready), the root wake-ups, the first event and a NOTIFY
-# for the relay, delivered at commit. The statuses and the event kind written are the
-# engine's (model.py), passed as parameters (INTAKE_PARAMS): an execution `queued`, its
-# root steps `ready`, the others `pending` — what Run.advance would make of them.
+# the execution, its steps (roots ready), the root wake-ups and the first event; the
+# relay's NOTIFY follows the commit (db.notify_relay). The statuses and the event
+# kind written are the engine's (model.py), passed as parameters (INTAKE_PARAMS): an
+# execution `queued`, its root steps `ready`, the others `pending` — what Run.advance
+# would make of them.
 CREATE_EXECUTION = f"""
 WITH current AS (
     {flowcontrol.STILL_CURRENT}
@@ -90,8 +91,7 @@ WITH current AS (
     INSERT INTO execution_events (execution_id, kind, detail)
     SELECT %(id)s, %(queued_kind)s, %(event)s::jsonb FROM accepted
 )
-SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted),
-       (SELECT {NOTIFY} FROM accepted)
+SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted)
 """
 INTAKE_PARAMS = {
     "queued": ExecutionStatus.QUEUED.value,
@@ -269,7 +269,9 @@ def accept(
             except flowcontrol.QueueFull as exc:
                 refused, current, created = exc, True, False
         else:
-            (current, created, _notified) = one(conn.execute(CREATE_EXECUTION, params))
+            (current, created) = one(conn.execute(CREATE_EXECUTION, params))
+            if created:
+                notify_relay(conn)
         if not current:
             raise StaleTarget(f"workflow {target.workflow_id} changed since it was cached")
         if created:

@@ -141,6 +141,10 @@ MAX_PAGE = 200
 
 # How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
 DEFAULT_LEASE_S = 60.0
+# Worker liveness (worker_heartbeats): a worker beats at least this often, and one silent
+# for WORKER_DEAD_AFTER_S is dead: its leases are expired at once (worker/recovery.py).
+WORKER_BEAT_S = 2.0
+WORKER_DEAD_AFTER_S = 10.0
 TERMINAL_EXECUTION = frozenset(
     {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )

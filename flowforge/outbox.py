@@ -16,6 +16,12 @@ CHANNEL = "flowforge_outbox"
 NOTIFY = f"pg_notify('{CHANNEL}', '')"
 NOTIFY_OUTBOX = f"SELECT {NOTIFY}"
 LISTEN_OUTBOX = f"LISTEN {CHANNEL}"
+# The relays' wake-up sent right after a pipelined transaction's COMMIT, in the same round
+# trip (db.pipelined_transaction's `then`): a statement of its own, so its own transaction,
+# skipped by the server when the COMMIT failed. Whether this transaction wrote a wake-up
+# is not known when the COMMIT is sent; whether the outbox holds one afterwards is cheap to
+# ask (the relays keep it near empty) and is what a relay needs to know.
+NOTIFY_IF_PENDING = f"SELECT {NOTIFY} WHERE EXISTS (SELECT FROM outbox)"
 
 # Wake-ups, for set-based statements (runs.SAVE_RUN, the intake, ...): followed by a
 # SELECT of (execution_id, step_id), as in `wakeups AS ({INSERT_WAKEUPS} SELECT ... FROM woken)`.

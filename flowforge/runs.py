@@ -25,7 +25,7 @@ from flowforge.db import one, pipelined_transaction
 from flowforge.definitions import Definition, parse_definition
 from flowforge.engine import Changes, Run, StepState
 from flowforge.model import TERMINAL_EXECUTION, StepStatus
-from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_IF_PENDING
 from flowforge.waits import APPLY_RESUMES, PENDING_RESUMES
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
 # so they cannot see or undo each other: a new attempt is numbered from the rows that
 # were there before (its step's earlier tries), an attempt is finished only if it was
 # open before, a step row is updated once. The foreign keys are checked at the end of
-# the statement, the relay's NOTIFY is delivered at COMMIT and only if a wake-up was
-# written.
+# the statement; the relay's NOTIFY follows the COMMIT (unit_of_work), outside it.
 #
 # steps: a step claimed in this unit of work gets its lease (lease_s); a running step
 # that was not claimed here keeps the lease it has. attempts: numbered in the order given
@@ -151,7 +150,7 @@ WITH saved_steps AS (
         paused_from = %(paused_from)s, pause_reason = %(pause_reason)s
     WHERE id = %(execution_id)s AND %(execution_changed)s
 )
-SELECT {NOTIFY} FROM (SELECT FROM wakeups LIMIT 1) AS woken
+SELECT count(*) FROM (SELECT FROM wakeups LIMIT 1) AS woken
 """
 
 DEFINITION_CACHE_SIZE = 1024
@@ -163,7 +162,7 @@ def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
     """One pipelined transaction: BEGIN, the lock and the reads travel in one round trip,
     the writes and the COMMIT in another (save_run adds no sync of its own). What it did is
     counted after the COMMIT."""
-    with metrics.after_commit(), pipelined_transaction(conn):
+    with metrics.after_commit(), pipelined_transaction(conn, then=NOTIFY_IF_PENDING):
         yield
 
 

@@ -125,8 +125,7 @@ class Consumer(Loop):
         connection = connect(self.amqp_url, "flowforge-consumer", self.heartbeat_s)
         unsettled = Unsettled()  # this connection's own; it dies with it
         try:
-            channel = connection.channel()
-            self.topology.declare(channel)
+            channel = self.topology.declare(connection.channel())
             channel.basic_qos(prefetch_count=self.concurrency)
             tag = channel.basic_consume(
                 self.topology.queue, partial(self._on_message, connection, unsettled)

@@ -13,6 +13,13 @@ later. A request may leave only before half of that lease has passed (`still_our
 other half is the margin for clock-rate differences and a late heartbeat, and a worker
 frozen past it — reaped, perhaps retried or resolved by an operator meanwhile — does not
 send when it wakes up.
+
+Liveness (worker_heartbeats, migration 0021): the heartbeat also upserts this worker's
+row at least every WORKER_BEAT_S, and any reaper expires at once the leases of a worker
+whose row is older than WORKER_DEAD_AFTER_S — a killed host's steps are recovered in
+seconds, not after their whole lease. The same fencing applies: a request may leave only
+before half of WORKER_DEAD_AFTER_S has passed since the last beat this worker knows
+committed (or since its first beat was sent, until one is known to have committed).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import psycopg_pool
 
 from flowforge import metrics
 from flowforge.db import wrap_exceptions
+from flowforge.model import WORKER_BEAT_S, WORKER_DEAD_AFTER_S
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
@@ -51,12 +59,39 @@ RETURNING s.execution_id, s.step_id, s.fencing_token
 """
 
 
+BEAT = """
+INSERT INTO worker_heartbeats (worker_id) VALUES (%(owner)s)
+ON CONFLICT (worker_id) DO UPDATE SET beat_at = now()
+"""
+GONE = "DELETE FROM worker_heartbeats WHERE worker_id = %(owner)s"
+
+
+class Liveness:
+    """When this worker last knew its liveness row fresh, on its monotonic clock."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # None: no beat sent yet, so no row to go stale
+
+    def deadline(self) -> float:
+        """Monotonic time after which no request may leave (see the module docstring)."""
+        if self.since is None:
+            return float("inf")
+        return self.since + SAFE_FRACTION * WORKER_DEAD_AFTER_S
+
+
 class Lease:
     """One committed claim of one step, held by the thread working on it."""
 
     def __init__(
-        self, execution_id: str, step_id: str, token: int, lease_s: float, confirmed_at: float
+        self,
+        execution_id: str,
+        step_id: str,
+        token: int,
+        lease_s: float,
+        confirmed_at: float,
+        liveness: Liveness | None = None,
     ) -> None:
+        self.liveness = liveness or Liveness()
         self.execution_id = execution_id
         self.step_id = step_id
         self.token = token
@@ -73,7 +108,8 @@ class Lease:
 
     def still_ours(self) -> bool:
         """Whether this worker knows the lease is its own right now (safe to send)."""
-        return not self.lost and time.monotonic() < self.deadline
+        now = time.monotonic()
+        return not self.lost and now < self.deadline and now < self.liveness.deadline()
 
     @property
     def deadline(self) -> float:
@@ -86,6 +122,7 @@ class Leases:
 
     def __init__(self, lease_s: float) -> None:
         self.lease_s = lease_s
+        self.liveness = Liveness()
         self._lock = threading.Lock()
         self._held: set[Lease] = set()
 
@@ -97,7 +134,7 @@ class Leases:
 
         `confirmed_at` is the monotonic time taken before the claim transaction began.
         """
-        lease = Lease(execution_id, step_id, token, self.lease_s, confirmed_at)
+        lease = Lease(execution_id, step_id, token, self.lease_s, confirmed_at, self.liveness)
         with self._lock:
             self._held.add(lease)
         try:
@@ -117,7 +154,8 @@ class Leases:
 
 
 class Heartbeat(Loop):
-    """Renews the leases held by this process, several times per lease period."""
+    """Renews the leases held by this process, several times per lease period, and keeps
+    its liveness row fresh."""
 
     def __init__(
         self,
@@ -130,16 +168,37 @@ class Heartbeat(Loop):
         self.pool = pool
         self.leases = leases
         self.worker_id = worker_id
-        self.interval = leases.lease_s / BEATS_PER_LEASE
+        self.interval = min(leases.lease_s / BEATS_PER_LEASE, WORKER_BEAT_S)
         self.beaten = metrics.WORKER_HEARTBEAT.labels(worker=worker_id)
 
     def first_wait(self) -> float:
-        return self.interval
+        return 0.0
 
     def step(self) -> float:
+        self.live()
         self.beat()
         self.beaten.set_to_current_time()  # after the renewal: a beat that fails is none
         return self.interval
+
+    def live(self) -> None:
+        """Upsert this worker's liveness row."""
+        sent_at = time.monotonic()
+        liveness = self.leases.liveness
+        if liveness.since is None:
+            liveness.since = sent_at  # from now on a row may exist, and may go stale
+        with wrap_exceptions(), self.pool.connection() as conn:
+            conn.execute(BEAT, {"owner": self.worker_id})
+        liveness.since = max(liveness.since, sent_at)
+
+    def close(self) -> None:
+        """A clean stop: this worker's row goes (its steps were drained before)."""
+        if not self.stop.is_set():
+            return
+        try:
+            with wrap_exceptions(), self.pool.connection(timeout=2) as conn:
+                conn.execute(GONE, {"owner": self.worker_id})
+        except Exception as exc:  # the row then goes stale and is reaped; no harm
+            logger.warning("liveness row not removed: %s", exc)
 
     def beat(self) -> None:
         """Renew every lease still worked on; mark and log the ones another worker took over."""

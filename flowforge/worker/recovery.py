@@ -19,6 +19,7 @@ from flowforge.db import wrap_exceptions
 from flowforge.errors import DatabaseUnavailable
 from flowforge.model import (
     TERMINAL_EXECUTION,
+    WORKER_DEAD_AFTER_S,
     AttemptOutcome,
     ExecutionStatus,
     StepStatus,
@@ -30,6 +31,21 @@ from flowforge.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
+# A worker whose liveness row is older than WORKER_DEAD_AFTER_S is dead (killed, its host
+# lost): its row goes, and its live leases are made expired now, for the pass below to
+# recover like any other. Such a worker, if only frozen, sends nothing when it wakes: its
+# own liveness deadline (leases.Liveness) passed long before.
+EXPIRE_DEAD_WORKERS = """
+WITH dead AS (
+    DELETE FROM worker_heartbeats
+    WHERE beat_at < now() - make_interval(secs => %(dead_after_s)s)
+    RETURNING worker_id
+)
+UPDATE steps s SET lease_expires_at = now() - interval '1 second'
+FROM dead
+WHERE s.status = 'running' AND s.lease_owner = dead.worker_id AND s.lease_expires_at > now()
+RETURNING s.execution_id, s.step_id, dead.worker_id
+"""
 EXPIRED = """
 SELECT execution_id, step_id FROM steps
 WHERE status = 'running' AND lease_expires_at < now()
@@ -101,6 +117,13 @@ class LeaseRecovery:
         again in the next one; the MAX_RECOVERY_FAILURES-th failure settles the step.
         """
         with wrap_exceptions(), self.pool.connection() as conn:
+            for eid, sid, worker in conn.execute(
+                EXPIRE_DEAD_WORKERS, {"dead_after_s": WORKER_DEAD_AFTER_S}
+            ):
+                logger.warning(
+                    "worker is silent: its lease is expired now",
+                    extra={"execution_id": str(eid), "step": sid, "worker": worker},
+                )
             expired = conn.execute(EXPIRED).fetchall()
             for execution_id, step_id in expired:
                 eid = str(execution_id)

@@ -32,7 +32,7 @@ from flowforge import metrics
 from flowforge.db import pipelined_transaction, wrap_exceptions
 from flowforge.engine import PURE_TYPES
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.outbox import LISTEN_OUTBOX, PUT_BACK, TAKE_BATCH
+from flowforge.outbox import LISTEN_OUTBOX, NOTIFY_IF_PENDING, PUT_BACK, TAKE_BATCH
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
@@ -118,7 +118,9 @@ class Relay(Loop):
             metrics.after_commit(),
             wrap_exceptions(),
             self.pool.connection() as conn,
-            pipelined_transaction(conn) as pipeline,
+            # A pure step run here may have dispatched the next: the relays hear of it
+            # after the commit (NOTIFY_IF_PENDING), as after any unit of work.
+            pipelined_transaction(conn, then=NOTIFY_IF_PENDING) as pipeline,
         ):
             rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
@@ -152,7 +154,8 @@ class Relay(Loop):
                     "broker returned unroutable wake-ups; keeping them for later",
                     extra={"count": len(self._returned)},
                 )
-                self.topology.declare(self._channel)
+                if self.topology.declare(self._channel) is not self._channel:
+                    self._close_broker()  # a new channel lacks tx_select: reconnect next pass
                 returned = set(self._returned)
                 kept = [row for row in rows if row[0] in returned]
                 conn.execute(
@@ -194,8 +197,7 @@ class Relay(Loop):
             return
         self._close_broker()
         self._broker = connect(self.amqp_url, "flowforge-relay", self.heartbeat_s)
-        channel = self._broker.channel()
-        self.topology.declare(channel)
+        channel = self.topology.declare(self._broker.channel())
         channel.add_on_return_callback(self._on_return)
         channel.tx_select()
         self._channel = channel

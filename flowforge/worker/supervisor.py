@@ -57,7 +57,7 @@ class Worker:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         allow = netguard.Allowlist.parse(settings.http_allow)
-        topology = Topology(settings.amqp_prefix)
+        topology = Topology(settings.amqp_prefix, settings.amqp_queue_type)
         self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
         # Executors hold a connection only inside a transaction (a claim, a checkpoint: a
         # millisecond or so), never across a request, so hundreds of them share a few

@@ -51,6 +51,7 @@ LAYERS: dict[str, set[str]] = {
         "schedules",
         "direct",
         "tracing",
+        "budget",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
