@@ -23,7 +23,9 @@ def test_take_changes_hands_over_the_log_and_starts_a_new_one() -> None:
     assert [kind for _, kind, _ in changes.events] == ["execution.running", "step.running"]
     # The run goes on with an empty log; the handed-over value is left as it was.
     assert (run.events, run.dispatch, run.new_attempts, run.finished_attempts) == ([], [], [], [])
-    assert run.take_changes() == Changes(run.execution_id, status=ExecutionStatus.RUNNING)
+    assert run.take_changes() == Changes(
+        run.execution_id, status=ExecutionStatus.RUNNING, workflow=run.workflow
+    )
     assert len(changes.events) == 2
 
 
