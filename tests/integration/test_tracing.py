@@ -169,7 +169,16 @@ def test_one_trace_from_the_partner_to_the_target_across_a_delay_and_a_sigkill(
         assert SECRET not in str(recorded)
         assert "traceparent" not in {k.lower() for k in recorded["headers"]}
 
-        wait_for(lambda: collector.named("execution"), timeout=20, message="the execution span")
+        # Each process exports in its own batches: wait for every span, not the first.
+        wait_for(
+            lambda: (
+                collector.named("execution")
+                and len(collector.named("step")) >= 2
+                and collector.named("attempt")
+            ),
+            timeout=20,
+            message="the execution, step and attempt spans",
+        )
         (intake,) = collector.named("POST /hooks")
         (execution,) = collector.named("execution")
         steps = {s.name: s for s in collector.named("step")}
