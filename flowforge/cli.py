@@ -230,6 +230,12 @@ def _execution_text(detail: dict[str, Any]) -> str:
             f"  waits for a slot of key {waiting['key']!r} (limit {waiting['limit']}): "
             f"{waiting['ahead']} ahead, held by {', '.join(waiting['held_by']) or '-'}"
         )
+    for limited in detail.get("waiting_on_limits") or []:
+        lines.append(
+            f"  step {limited['step']} waits for limit {limited['key']!r} "
+            f"({limited['reason']}) until {limited['until']}, since {limited['since']}"
+            + (f"; held: {limited['held_reason']}" if limited["reason"] == "held" else "")
+        )
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
         if s["wake_at"] and s["status"] == StepStatus.WAITING:

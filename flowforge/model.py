@@ -50,6 +50,15 @@ class AttemptOutcome(StrEnum):
     LOST_LEASE = "lost_lease"
 
 
+class LimitReason(StrEnum):
+    """Why a ready step waits for its outbound limit (SPEC §13; limit_waits.reason)."""
+
+    RATE = "rate"  # its place in the key's rate is later
+    CONCURRENCY = "concurrency"  # the key's requests in flight are at its concurrency
+    HELD = "held"  # a 429/503 with Retry-After holds the key until then
+    CIRCUIT = "circuit"  # the key's circuit is open
+
+
 class EventKind(StrEnum):
     """The history entries that are not a status transition (see step_event and
     execution_event for those)."""
@@ -66,6 +75,10 @@ class EventKind(StrEnum):
     WAIT_COMPLETED = "wait.completed"
     WAIT_FAILED = "wait.failed"
     WAIT_TIMED_OUT = "wait.timed_out"
+    # SPEC §13: a ready step waits for its outbound limit (key, reason, until); not an
+    # attempt, not a failure. A 429/503 with Retry-After held a key for everyone.
+    STEP_LIMITED = "step.limited"
+    LIMIT_HELD = "limit.held"
 
 
 # Who acted, in the history of an operator action or a stop (SPEC §11): an API key

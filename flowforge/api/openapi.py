@@ -176,6 +176,21 @@ SCHEMAS: dict[str, Any] = {
                 "enum": ["token", "signature"],
                 "description": "wait steps: whether a resume must also be signed",
             },
+            "limit": {
+                "type": "string",
+                "description": "http_request steps: the name of one of the definition's "
+                "limits (SPEC §13)",
+            },
+        },
+    },
+    "Limit": {
+        "type": "object",
+        "description": "SPEC §13: an outbound limit shared by every worker",
+        "additionalProperties": False,
+        "properties": {
+            "rate_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
+            "burst": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
+            "concurrency": {"type": "integer", "minimum": 1, "maximum": 100000},
         },
     },
     "Definition": {
@@ -198,6 +213,13 @@ SCHEMAS: dict[str, Any] = {
                 },
             },
             "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
+            "limits": {
+                "type": "object",
+                "description": "named outbound limits; a name with {{ input.x }} keys one "
+                "limit per value",
+                "maxProperties": 100,
+                "additionalProperties": _ref("Limit"),
+            },
         },
     },
     "ScheduleDefinition": {

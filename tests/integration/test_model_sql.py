@@ -9,7 +9,7 @@ from enum import StrEnum
 import psycopg
 import pytest
 
-from flowforge.model import AttemptOutcome, ExecutionStatus, StepStatus
+from flowforge.model import AttemptOutcome, ExecutionStatus, LimitReason, StepStatus
 
 CHECK_OF_COLUMN = """
 SELECT pg_get_constraintdef(c.oid)
@@ -32,6 +32,7 @@ def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
         ("executions", "status", ExecutionStatus),
         ("steps", "status", StepStatus),
         ("attempts", "outcome", AttemptOutcome),
+        ("limit_waits", "reason", LimitReason),
     ],
 )
 def test_check_constraint_lists_exactly_the_enum(

@@ -43,6 +43,7 @@ LAYERS: dict[str, set[str]] = {
         "waits",
         "resumes",
         "flowcontrol",
+        "outbound",
         "timelimits",
         "search",
         "sessions",
