@@ -48,7 +48,9 @@ _TOP_KEYS = frozenset(
     }
 )
 # SPEC §13: outbound limits, by name; a step names one with `limit`.
-_LIMIT_KEYS = frozenset({"rate_per_s", "burst", "concurrency"})
+_LIMIT_KEYS = frozenset({"rate_per_s", "burst", "concurrency", "circuit"})
+_CIRCUIT_KEYS = frozenset({"failures", "window_s", "cool_down_s"})
+MAX_CIRCUIT_S = 86_400
 MAX_LIMITS = 100
 MAX_LIMIT_RATE = 100_000
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
@@ -123,6 +125,16 @@ class Concurrency:
 
 
 @dataclass(frozen=True)
+class Circuit:
+    """A circuit breaker (SPEC §13): `failures` connection failures or 5xx in a row within
+    `window_s` open it for `cool_down_s`; then one probe is let through."""
+
+    failures: int
+    window_s: float
+    cool_down_s: float
+
+
+@dataclass(frozen=True)
 class LimitSpec:
     """An outbound limit (SPEC §13): at most `rate_per_s` requests a second with bursts of
     `burst`, and at most `concurrency` in flight, counted over every worker. None: no such
@@ -131,6 +143,7 @@ class LimitSpec:
     rate_per_s: float | None = None
     burst: int = 1
     concurrency: int | None = None
+    circuit: Circuit | None = None
 
 
 @dataclass(frozen=True)
@@ -435,15 +448,38 @@ class _Parser:
                     f"{where}.concurrency",
                     f"concurrency must be an integer from 1 to {MAX_LIMIT_RATE}",
                 )
-            if rate is None and concurrency is None:
-                self.error(where, "a limit needs rate_per_s or concurrency (or both)")
+            circuit = self.circuit(spec.get("circuit"), f"{where}.circuit")
+            if rate is None and concurrency is None and circuit is None:
+                self.error(where, "a limit needs rate_per_s, concurrency or circuit")
                 continue
             found[name] = LimitSpec(
                 rate_per_s=float(rate) if is_number(rate) else None,
                 burst=burst if _is_whole(burst) else 1,
                 concurrency=concurrency if _is_whole(concurrency) else None,
+                circuit=circuit,
             )
         return found
+
+    def circuit(self, raw: Any, path: str) -> Circuit | None:
+        """Check a limit's `circuit`: failures, window_s and cool_down_s, all required."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.error(path, "circuit must be an object with failures, window_s, cool_down_s")
+            return None
+        self.unknown_keys(raw, _CIRCUIT_KEYS, path)
+        failures: Any = raw.get("failures")
+        window: Any = raw.get("window_s")
+        cool_down: Any = raw.get("cool_down_s")
+        good = True
+        if not _is_whole(failures) or not 1 <= failures <= 1000:
+            self.error(f"{path}.failures", "failures is required: an integer from 1 to 1000")
+            good = False
+        for name, value in (("window_s", window), ("cool_down_s", cool_down)):
+            if not is_number(value) or not 0 < value <= MAX_CIRCUIT_S:
+                self.error(f"{path}.{name}", f"{name} is required: seconds in (0, {MAX_CIRCUIT_S}]")
+                good = False
+        return Circuit(failures, float(window), float(cool_down)) if good else None
 
     def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:
         """Check `concurrency`: a positive limit, a key over input only, a known on_full."""

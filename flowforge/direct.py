@@ -18,6 +18,7 @@ from flowforge import (
     apikeys,
     catalog,
     flowcontrol,
+    outbound,
     schedules,
     secret_bindings,
     signatures,
@@ -25,6 +26,7 @@ from flowforge import (
 )
 from flowforge.config import Settings
 from flowforge.definitions import parse_definition, parse_until
+from flowforge.errors import NotFound
 
 
 def _cli_actor() -> dict[str, str]:
@@ -76,6 +78,16 @@ class Database:
         """Fail a waiting wait step."""
         status = actions.fail_wait(self.conn, execution_id, step, actor=_cli_actor())
         return {"execution_id": execution_id, "status": status}
+
+    def circuits(self) -> list[dict[str, Any]]:
+        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        return outbound.circuits(self.conn)
+
+    def close_circuit(self, key: str) -> dict[str, Any]:
+        """Close a circuit by hand."""
+        if not outbound.close_circuit(self.conn, key):
+            raise NotFound(f"no open circuit has key {key!r}")
+        return {"key": key, "state": "closed"}
 
     def workflows(self) -> list[dict[str, Any]]:
         """Every workflow."""

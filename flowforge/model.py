@@ -59,6 +59,14 @@ class LimitReason(StrEnum):
     CIRCUIT = "circuit"  # the key's circuit is open
 
 
+class CircuitState(StrEnum):
+    """A limit key's circuit breaker (SPEC §13; outbound_limits.circuit)."""
+
+    CLOSED = "closed"
+    OPEN = "open"  # its steps wait until the cool-down ends
+    HALF_OPEN = "half_open"  # one probe is out; its result closes or reopens it
+
+
 class EventKind(StrEnum):
     """The history entries that are not a status transition (see step_event and
     execution_event for those)."""

@@ -6,6 +6,8 @@ per-process counter. What is checked, in order:
 
 - held: a 429/503 with Retry-After from the key's host holds the key until then;
 - concurrency: the key's requests in flight (outbound_slots) are below its concurrency;
+- circuit: an open circuit makes its steps wait until its cool-down ends; then one probe
+  goes (half-open) and its result closes or reopens it;
 - rate: the generic cell rate algorithm (GCRA). Each admitted request moves the key's
   theoretical arrival time `tat` on by 1/rate; a request may leave at
   max(now, tat - (burst - 1)/rate). In any interval of T seconds at most
@@ -32,9 +34,9 @@ from typing import Any
 import psycopg
 
 from flowforge.db import one
-from flowforge.definitions import LimitSpec
+from flowforge.definitions import Circuit, LimitSpec
 from flowforge.errors import ConfigError
-from flowforge.model import LimitReason
+from flowforge.model import CircuitState, LimitReason
 
 # A wait for a slot of a full concurrency is woken by the checkpoint that frees one; this
 # is the poll behind it, for a slot whose worker died (its slot ends by itself at `until`).
@@ -52,7 +54,7 @@ NOW_S = 0.005
 LOCK_KEY = """
 INSERT INTO outbound_limits AS l (key) VALUES (%(key)s)
 ON CONFLICT (key) DO UPDATE SET updated_at = now()
-RETURNING l.tat, l.sent_tat, l.held_until, clock_timestamp(),
+RETURNING l.tat, l.sent_tat, l.held_until, l.circuit, l.opened_until, l.probe, clock_timestamp(),
           (SELECT count(*) FROM outbound_slots s WHERE s.key = l.key AND s.until > now())
 """
 MY_WAIT = """
@@ -93,6 +95,67 @@ WITH freed AS (
 )
 UPDATE limit_waits w SET wake_at = now()
 FROM next WHERE w.execution_id = next.execution_id AND w.step_id = next.step_id
+"""
+PROBE = """
+UPDATE outbound_limits SET circuit = 'half_open', probe = %(probe)s,
+       opened_until = now() + make_interval(secs => %(until_s)s), updated_at = now()
+WHERE key = %(key)s
+"""
+# At the checkpoint of a request through a key with a circuit: a success closes it; a
+# failure (no connection, no response, a 5xx) counts, in a row within window_s, and the
+# one that reaches `failures` — or a failed probe — opens it for cool_down_s.
+CIRCUIT_SUCCEEDED = """
+WITH closed AS (
+    UPDATE outbound_limits
+    SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
+        probe = NULL, updated_at = now()
+    WHERE key = %(key)s AND (circuit <> 'closed' OR failures > 0)
+    RETURNING key
+)
+UPDATE limit_waits SET wake_at = now()
+WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+"""
+CIRCUIT_FAILED = """
+WITH counted AS (
+    SELECT key, circuit,
+           CASE WHEN first_failure_at IS NULL
+                     OR first_failure_at < now() - make_interval(secs => %(window_s)s)
+                THEN 1 ELSE failures + 1 END AS failures,
+           CASE WHEN first_failure_at IS NULL
+                     OR first_failure_at < now() - make_interval(secs => %(window_s)s)
+                THEN now() ELSE first_failure_at END AS first_failure_at
+    FROM outbound_limits WHERE key = %(key)s FOR UPDATE
+), opens AS (
+    SELECT *, circuit = 'half_open' OR (circuit = 'closed' AND failures >= %(failures)s)
+              AS opens
+    FROM counted
+)
+UPDATE outbound_limits l
+SET failures = o.failures, first_failure_at = o.first_failure_at,
+    circuit = CASE WHEN o.opens THEN 'open' ELSE l.circuit END,
+    opened_until = CASE WHEN o.opens THEN now() + make_interval(secs => %(cool_down_s)s)
+                        ELSE l.opened_until END,
+    probe = CASE WHEN o.opens THEN NULL ELSE l.probe END,
+    updated_at = now()
+FROM opens o WHERE l.key = o.key
+"""
+# For operators: circuits that are not closed, and closing one by hand.
+OPEN_CIRCUITS = """
+SELECT key, circuit, failures, opened_until, probe, updated_at FROM outbound_limits
+WHERE circuit <> 'closed' ORDER BY key
+"""
+CLOSE_CIRCUIT = """
+WITH closed AS (
+    UPDATE outbound_limits
+    SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
+        probe = NULL, updated_at = now()
+    WHERE key = %(key)s AND circuit <> 'closed'
+    RETURNING key
+), woken AS (
+    UPDATE limit_waits SET wake_at = now()
+    WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+)
+SELECT key FROM closed
 """
 # A 429/503 with Retry-After holds the key for every execution, never shortening a hold.
 HOLD = """
@@ -212,16 +275,28 @@ def admit(
     Runs in the claim's transaction; an admitted request holds a slot of each key with a
     concurrency until the checkpoint releases it (or `hold_s` passes)."""
     ids = {"execution_id": execution_id, "step_id": step_id}
+    me = f"{execution_id}/{step_id}"
+    probes: list[str] = []  # keys of open circuits whose cool-down ended
     mine = conn.execute(MY_WAIT, ids).fetchone()
     reserved_until: datetime | None = mine[2] if mine is not None and mine[3] else None
     # Sorted, so that two steps with the same keys never lock them in opposite orders.
     ordered = sorted(dict(limits).items())
     states = {}
     for key, spec in ordered:
-        tat, sent_tat, held_until, now, in_flight = one(conn.execute(LOCK_KEY, {"key": key}))
+        row = one(conn.execute(LOCK_KEY, {"key": key}))
+        tat, sent_tat, held_until, circuit, opened_until, probe, now, in_flight = row
         states[key] = (spec, tat, sent_tat)
         if held_until is not None and held_until > now:
             return _wait(conn, ids, mine, Wait(key, LimitReason.HELD, held_until), now)
+        if spec.circuit is not None and circuit != CircuitState.CLOSED:
+            if opened_until is not None and opened_until > now and probe != me:
+                # Open until its cool-down ends; or half-open with another step's probe
+                # out, whose success wakes the waiters (a poll behind it, in case).
+                until = opened_until
+                if circuit == CircuitState.HALF_OPEN:
+                    until = min(until, now + timedelta(seconds=CONCURRENCY_POLL_S))
+                return _wait(conn, ids, mine, Wait(key, LimitReason.CIRCUIT, until), now)
+            probes.append(key)
         if spec.concurrency is not None and in_flight >= spec.concurrency:
             until = now + timedelta(seconds=CONCURRENCY_POLL_S)
             return _wait(conn, ids, mine, Wait(key, LimitReason.CONCURRENCY, until), now)
@@ -249,6 +324,10 @@ def admit(
             latest = Wait(key, LimitReason.RATE, place, reserved=True)
     if latest is not None:
         return _wait(conn, ids, mine, latest, now)
+    for key in probes:
+        # The one probe of a circuit whose cool-down ended: half-open until its result,
+        # or until its attempt could have ended (then another probe may go).
+        conn.execute(PROBE, {"key": key, "probe": me, "until_s": hold_s + SLOT_MARGIN_S})
     for key, (spec, _tat, sent_tat) in states.items():
         if spec.rate_per_s is not None:
             leaves = max(sent_tat, now) + timedelta(seconds=1 / spec.rate_per_s)
@@ -283,6 +362,57 @@ def _wait(
 def release(conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
     """End the step's slots (at its checkpoint) and wake the next step waiting for one."""
     conn.execute(RELEASE, {"execution_id": execution_id, "step_id": step_id})
+
+
+def failed_for_circuit(http_status: int | None, kind: str, error: str | None) -> bool:
+    """Whether a request's outcome counts against its circuits: a 5xx, or no answer at all
+    (no connection, no response). Not a request kept home by its own worker (a lease not
+    confirmed in time, an internal error) or refused by the address guard."""
+    if http_status is not None:
+        return http_status >= 500
+    text = error or ""
+    mine = text.startswith(
+        ("not sent: lease", "not sent: internal", "may have been sent: internal")
+    )
+    return kind in ("retry", "unknown") and not mine
+
+
+def record_result(
+    conn: psycopg.Connection, circuits: Sequence[tuple[str, Circuit]], failed: bool
+) -> None:
+    """Count a request's result in the circuits of its keys (at its checkpoint)."""
+    for key, circuit in circuits:
+        if failed:
+            params = {
+                "key": key,
+                "failures": circuit.failures,
+                "window_s": circuit.window_s,
+                "cool_down_s": circuit.cool_down_s,
+            }
+            conn.execute(CIRCUIT_FAILED, params)
+        else:
+            conn.execute(CIRCUIT_SUCCEEDED, {"key": key})
+
+
+def circuits(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Every circuit that is open or half-open, for the API, the CLI and the console."""
+    return [
+        {
+            "key": key,
+            "state": state,
+            "failures": failures,
+            "until": until.isoformat() if until else None,
+            "probe": probe,
+            "since": since.isoformat(),
+        }
+        for key, state, failures, until, probe, since in conn.execute(OPEN_CIRCUITS)
+    ]
+
+
+def close_circuit(conn: psycopg.Connection, key: str) -> bool:
+    """Close a circuit by hand (an operator knows the host is back): the steps waiting for
+    it wake now. False if it was not open."""
+    return conn.execute(CLOSE_CIRCUIT, {"key": key}).fetchone() is not None
 
 
 def hold(conn: psycopg.Connection, key: str, seconds: float, reason: str) -> datetime:

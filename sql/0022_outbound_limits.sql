@@ -17,8 +17,18 @@ CREATE TABLE outbound_limits (
     sent_tat    timestamptz NOT NULL DEFAULT now(),
     held_until  timestamptz,
     held_reason text,
+    -- The circuit breaker: `failures` in a row since `first_failure_at`; open until
+    -- `opened_until`; half_open while `probe` (execution_id/step_id) is out, until
+    -- `opened_until` at the latest (a probe whose worker died lets another go).
+    circuit          text NOT NULL DEFAULT 'closed'
+                     CHECK (circuit IN ('closed', 'open', 'half_open')),
+    failures         integer NOT NULL DEFAULT 0,
+    first_failure_at timestamptz,
+    opened_until     timestamptz,
+    probe            text,
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX outbound_limits_circuits ON outbound_limits (key) WHERE circuit <> 'closed';
 
 CREATE TABLE outbound_slots (
     execution_id uuid NOT NULL,

@@ -8,6 +8,7 @@ import logging
 from flask import Flask, Response, has_request_context, request
 
 from flowforge.api import (
+    circuits,
     console,
     executions,
     health,
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         workflows.bp,
         schedules.bp,
         executions.bp,
+        circuits.bp,
         health.bp,
         openapi.bp,
     ):

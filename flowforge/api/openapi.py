@@ -191,6 +191,16 @@ SCHEMAS: dict[str, Any] = {
             "rate_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
             "burst": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
             "concurrency": {"type": "integer", "minimum": 1, "maximum": 100000},
+            "circuit": {
+                "type": "object",
+                "required": ["failures", "window_s", "cool_down_s"],
+                "additionalProperties": False,
+                "properties": {
+                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "window_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                    "cool_down_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                },
+            },
         },
     },
     "Definition": {
@@ -737,6 +747,27 @@ PATHS: dict[str, Any] = {
             },
             tags=["executions"],
             parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/circuits": {
+        "get": _operation(
+            "Circuit breakers of outbound limits that are open or half-open (SPEC §13)",
+            {
+                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits"),
+                **_problems(*AUTHENTICATED),
+            },
+            tags=["circuits"],
+        )
+    },
+    "/api/v1/circuits/{key}/close": {
+        "post": _operation(
+            "Close a circuit by hand; its waiting steps go at once (a key for every workflow)",
+            {
+                "200": _json({"type": "object", "required": ["key", "state"]}, "Closed"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["circuits"],
+            parameters=[_path_param("key", {"type": "string"}, "The limit key")],
         )
     },
     "/api/v1/executions/{id}/retry": {

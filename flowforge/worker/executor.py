@@ -118,7 +118,7 @@ class Executor:
                 faults.hit("after_claim_commit")
                 outcome = self._attempt(run, sid, lease, prepared)
                 faults.hit("after_http_response")
-                self._checkpoint(eid, sid, lease, outcome, [key for key, _ in limits])
+                self._checkpoint(eid, sid, lease, outcome, limits)
         faults.hit("before_ack")
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
@@ -241,7 +241,12 @@ class Executor:
             return Outcome(kind, error=f"may have been sent: internal error: {name}")
 
     def _checkpoint(
-        self, eid: str, sid: str, lease: Lease, outcome: Outcome, keys: list[str]
+        self,
+        eid: str,
+        sid: str,
+        lease: Lease,
+        outcome: Outcome,
+        limits: list[tuple[str, LimitSpec]],
     ) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all. The
         request's limit slots end here; a 429/503 with Retry-After holds its keys."""
@@ -273,9 +278,14 @@ class Executor:
             # Before the step row changes: a beat that then finds the step no longer
             # running must know it finished here rather than was taken over.
             lease.finished = True
-            if keys:
+            if limits:
                 outbound.release(conn, eid, sid)
-                self._hold(conn, run, sid, keys, outcome)
+                self._hold(conn, run, sid, [key for key, _ in limits], outcome)
+                circuits = [(key, spec.circuit) for key, spec in limits if spec.circuit]
+                failed = outbound.failed_for_circuit(
+                    outcome.http_status, outcome.kind, outcome.error
+                )
+                outbound.record_result(conn, circuits, failed)
             save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",

@@ -9,7 +9,13 @@ from enum import StrEnum
 import psycopg
 import pytest
 
-from flowforge.model import AttemptOutcome, ExecutionStatus, LimitReason, StepStatus
+from flowforge.model import (
+    AttemptOutcome,
+    CircuitState,
+    ExecutionStatus,
+    LimitReason,
+    StepStatus,
+)
 
 CHECK_OF_COLUMN = """
 SELECT pg_get_constraintdef(c.oid)
@@ -33,6 +39,7 @@ def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
         ("steps", "status", StepStatus),
         ("attempts", "outcome", AttemptOutcome),
         ("limit_waits", "reason", LimitReason),
+        ("outbound_limits", "circuit", CircuitState),
     ],
 )
 def test_check_constraint_lists_exactly_the_enum(

@@ -116,3 +116,77 @@ def test_a_429_with_retry_after_holds_the_key_for_every_execution(
     # Nobody sent to the key while it was held (0.2 s for the two clocks' readings).
     assert min(r.at for r in later) >= refused_at + 3 - 0.2, [r.at - refused_at for r in later]
     assert "limit.held" in [e["kind"] for e in client.execution(eid)["events"]]
+
+
+def test_a_circuit_opens_after_failures_lets_one_probe_through_and_closes(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    db: psycopg.Connection,
+) -> None:
+    healthy = threading.Event()
+
+    def script(request: Received) -> Reply:
+        if healthy.is_set():
+            return Reply(json={"ok": True}, delay_s=0.5)
+        return Reply(status=503, json={"down": True})
+
+    target.script = script
+    workers()
+    client = Api(api, api_key)
+    circuit = {"failures": 3, "window_s": 60, "cool_down_s": 3}
+    definition = limited(f"{target.url}/flaky", {"flaky": {"circuit": circuit}}, "flaky")
+    definition["steps"][0]["retry"] = {"max_attempts": 1}
+    client.publish("flaky", definition)
+    for n in range(3):
+        client.wait(client.start("flaky", {"n": n}))
+    opened_at = target.received[-1].at
+    listed = client.session.get(f"{api}/api/v1/circuits", timeout=10).json()["circuits"]
+    assert [(c["key"], c["state"]) for c in listed] == [("flaky", "open")]
+    healthy.set()
+    waiting = [client.start("flaky", {"n": n}) for n in range(3, 6)]
+    reason = wait_for(
+        lambda: client.execution(waiting[0])["waiting_on_limits"],
+        message="a step to wait for the open circuit",
+    )
+    assert reason[0]["reason"] == "circuit"
+    wait_for(
+        lambda: db.execute(COUNT_SUCCEEDED).fetchone()[0] == 3,
+        timeout=30,
+        message="the waiting executions to succeed once the circuit closed",
+    )
+    later = sorted(r.at for r in target.received[3:])
+    assert len(later) == 3
+    # Nothing was sent while the circuit was open; then one probe, alone until it was
+    # answered (the target answers after 0.5 s); then the others.
+    assert later[0] >= opened_at + 3 - 0.2, [t - opened_at for t in later]
+    assert later[1] >= later[0] + 0.5 - 0.05, [t - opened_at for t in later]
+    assert client.session.get(f"{api}/api/v1/circuits", timeout=10).json()["circuits"] == []
+
+
+def test_an_operator_closes_a_circuit_by_hand(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    db: psycopg.Connection,
+) -> None:
+    target.script = lambda _r: Reply(status=500)
+    workers()
+    client = Api(api, api_key)
+    circuit = {"failures": 1, "window_s": 60, "cool_down_s": 600}
+    definition = limited(f"{target.url}/down", {"down": {"circuit": circuit}}, "down")
+    definition["steps"][0]["retry"] = {"max_attempts": 1}
+    client.publish("down", definition)
+    client.wait(client.start("down", {}))
+    target.script = lambda _r: Reply(json={"ok": True})
+    eid = client.start("down", {})
+    wait_for(lambda: client.execution(eid)["waiting_on_limits"], message="the step to wait")
+    closed = client.post("/api/v1/circuits/down/close")
+    assert closed.status_code == 200, closed.text
+    assert client.wait(eid, timeout=15)["status"] == "succeeded"
+    again = client.post("/api/v1/circuits/down/close")
+    assert again.status_code == 404 and again.headers["Content-Type"].startswith(
+        "application/problem+json"
+    )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from flowforge.config import ConfigError, Settings
-from flowforge.definitions import DefinitionInvalid, LimitSpec, parse_definition
+from flowforge.definitions import Circuit, DefinitionInvalid, LimitSpec, parse_definition
 
 
 def definition(limits: Any, limit: Any = "partner") -> dict[str, Any]:
@@ -34,6 +34,12 @@ def test_a_step_goes_through_a_named_limit() -> None:
     assert parsed.step("call").limit == "partner"
 
 
+def test_a_limit_may_be_a_circuit_breaker_alone() -> None:
+    circuit = {"failures": 5, "window_s": 60, "cool_down_s": 30}
+    parsed = parse_definition(definition({"partner": {"circuit": circuit}}))
+    assert parsed.limits["partner"] == LimitSpec(circuit=Circuit(5, 60.0, 30.0))
+
+
 def test_a_limit_per_tenant_is_named_by_its_template() -> None:
     name = "{{ input.tenant }}"
     parsed = parse_definition(definition({name: {"concurrency": 2}}, limit=name))
@@ -52,6 +58,16 @@ def test_a_limit_per_tenant_is_named_by_its_template() -> None:
         ({"host:x": {"rate_per_s": 5}}, "host:x", "$.limits.host:x"),
         ({"{{ secrets.k }}": {"rate_per_s": 5}}, "{{ secrets.k }}", "$.limits.{{ secrets.k }}"),
         ([], "partner", "$.limits"),
+        (
+            {"partner": {"circuit": {"failures": 0, "window_s": 1, "cool_down_s": 1}}},
+            "partner",
+            "$.limits.partner.circuit.failures",
+        ),
+        (
+            {"partner": {"circuit": {"failures": 2, "window_s": 1}}},
+            "partner",
+            "$.limits.partner.circuit.cool_down_s",
+        ),
     ],
 )
 def test_a_bad_limit_is_refused_saying_where(limits: Any, limit: Any, path: str) -> None:
