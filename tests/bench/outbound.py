@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pika
 import psycopg
 
 from flowforge import apikeys
@@ -87,7 +88,7 @@ class Setup:
             "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
             "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
             "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
-            "FLOWFORGE_LOG_LEVEL": "WARNING",
+            "FLOWFORGE_LOG_LEVEL": "INFO",
         }
         self.db = psycopg.connect(self.database.url, autocommit=True)
         self.api_proc, base = start_api(self.env, folder / "api.log", workers=4)
@@ -111,6 +112,13 @@ class Setup:
         self.api_proc.stop()
         self.db.close()
         self.database.drop()
+        connection = pika.BlockingConnection(pika.URLParameters(AMQP_URL))
+        channel = connection.channel()
+        for queue in (f"{self.prefix}.steps", f"{self.prefix}.dead"):
+            channel.queue_delete(queue)
+        for exchange in (self.prefix, f"{self.prefix}.dlx"):
+            channel.exchange_delete(exchange)
+        connection.close()
 
 
 def slow_target(folder: Path, concurrency: int, delay_s: float, count: int, pool: int) -> None:
