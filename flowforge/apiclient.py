@@ -17,6 +17,7 @@ from flowforge.errors import FlowForgeError
 
 EXECUTIONS = "/api/v1/executions"
 WORKFLOWS = "/api/v1/workflows"
+CIRCUITS = "/api/v1/circuits"
 # Long enough for a busy API (its own database wait is at most 5 s), short enough that a
 # blackholed address is reported before an operator gives up on the command.
 TIMEOUT_S = 15.0
@@ -183,6 +184,14 @@ class ApiClient:
     def resume_workflow(self, key: str) -> dict[str, Any]:
         """Resume a workflow: its paused executions in arrival order, then its queues."""
         return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/resume"))
+
+    def circuits(self) -> list[dict[str, Any]]:
+        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        return list(self._json("GET", CIRCUITS)["circuits"])
+
+    def close_circuit(self, key: str) -> dict[str, Any]:
+        """Close a circuit by hand."""
+        return dict(self._json("POST", f"{CIRCUITS}/{quote(key, safe='')}/close"))
 
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""

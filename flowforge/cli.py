@@ -149,6 +149,17 @@ def _workflow_list(ops: Ops, args: argparse.Namespace) -> None:
     _emit(args, {"items": items}, lambda: table(items, columns))
 
 
+def _circuits_list(ops: Ops, args: argparse.Namespace) -> None:
+    items = ops.circuits()
+    columns = [("KEY", "key"), ("STATE", "state"), ("FAILURES", "failures"), ("UNTIL", "until")]
+    _emit(args, {"circuits": items}, lambda: table(items, columns))
+
+
+def _circuits_close(ops: Ops, args: argparse.Namespace) -> None:
+    closed = ops.close_circuit(args.key)
+    _emit(args, closed, lambda: f"circuit {closed['key']!r} closed")
+
+
 def _workflow_show(ops: Ops, args: argparse.Namespace) -> None:
     if args.version:
         shown = ops.version(args.key, args.version)
@@ -229,6 +240,12 @@ def _execution_text(detail: dict[str, Any]) -> str:
         lines.append(
             f"  waits for a slot of key {waiting['key']!r} (limit {waiting['limit']}): "
             f"{waiting['ahead']} ahead, held by {', '.join(waiting['held_by']) or '-'}"
+        )
+    for limited in detail.get("waiting_on_limits") or []:
+        lines.append(
+            f"  step {limited['step']} waits for limit {limited['key']!r} "
+            f"({limited['reason']}) until {limited['until']}, since {limited['since']}"
+            + (f"; held: {limited['held_reason']}" if limited["reason"] == "held" else "")
         )
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
@@ -629,6 +646,10 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = command(secret, "revoke", _secret_revoke, "revoke a signing secret")
     revoke.add_argument("key", type=_workflow_key)
     revoke.add_argument("id", type=_positive)
+
+    circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
+    command(circuits, "list", _circuits_list, "open and half-open circuits")
+    command(circuits, "close", _circuits_close, "close a circuit by hand").add_argument("key")
 
     executions = group("executions", "inspect executions")
     listing = command(executions, "list", _executions_list, "list executions, newest first")

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flowforge import sealing, secret_bindings
+from flowforge import outbound, sealing, secret_bindings
+from flowforge.definitions import LimitSpec
 from flowforge.errors import ConfigError
 from flowforge.model import DEFAULT_LEASE_S
 
@@ -197,6 +198,8 @@ class Settings:
     metrics_address: str = "127.0.0.1"
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # FLOWFORGE_OUTBOUND_LIMITS: the operator's outbound limits per host (SPEC §13).
+    host_limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
 
@@ -250,4 +253,5 @@ class Settings:
             metrics_address=env.get("FLOWFORGE_METRICS_ADDRESS", "").strip() or cls.metrics_address,
             secret_bindings=bindings,
             idempotency_key_hours=_key_hours(env),
+            host_limits=outbound.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),
         )

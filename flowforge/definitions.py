@@ -46,8 +46,15 @@ _TOP_KEYS = frozenset(
         "deadline_s",
         "start_within_s",
         "retention_days",
+        "limits",
     }
 )
+# SPEC §13: outbound limits, by name; a step names one with `limit`.
+_LIMIT_KEYS = frozenset({"rate_per_s", "burst", "concurrency", "circuit"})
+_CIRCUIT_KEYS = frozenset({"failures", "window_s", "cool_down_s"})
+MAX_CIRCUIT_S = 86_400
+MAX_LIMITS = 100
+MAX_LIMIT_RATE = 100_000
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
 ON_FULL = ("queue", "drop_new", "cancel_oldest")
 _SCHEDULE_KEYS = frozenset(
@@ -67,7 +74,7 @@ DEFAULT_RETENTION_DAYS = 30.0
 MAX_RETENTION_DAYS = 3650.0
 _COMMON_KEYS = frozenset({"id", "type", "depends_on", "when"})
 _TYPE_KEYS = {
-    "http_request": frozenset({"request", "retry", "budget_s"}),
+    "http_request": frozenset({"request", "retry", "budget_s", "limit"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
     "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
@@ -127,6 +134,28 @@ class Concurrency:
 
 
 @dataclass(frozen=True)
+class Circuit:
+    """A circuit breaker (SPEC §13): `failures` connection failures or 5xx in a row within
+    `window_s` open it for `cool_down_s`; then one probe is let through."""
+
+    failures: int
+    window_s: float
+    cool_down_s: float
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """An outbound limit (SPEC §13): at most `rate_per_s` requests a second with bursts of
+    `burst`, and at most `concurrency` in flight, counted over every worker. None: no such
+    bound."""
+
+    rate_per_s: float | None = None
+    burst: int = 1
+    concurrency: int | None = None
+    circuit: Circuit | None = None
+
+
+@dataclass(frozen=True)
 class Schedule:
     """When a workflow runs by itself (SPEC §9): a cron expression in a zone, or a fixed
     interval; what a tick does while an earlier one is live; how late a tick may still
@@ -175,6 +204,9 @@ class Step:
     timeout_s: float | None = None
     on_timeout: str = "fail"
     resume_auth: str = "token"
+    # http_request: the name of the definition's outbound limit it goes through (a
+    # template over input renders one key per value).
+    limit: str | None = None
 
     @property
     def repeat_safe(self) -> bool:
@@ -197,6 +229,7 @@ class Definition:
     retention_days: float = DEFAULT_RETENTION_DAYS
     schedule: Schedule | None = None
     input_schema: Any = None  # JSON Schema 2020-12 of webhook bodies (flowforge/inputschema.py)
+    limits: dict[str, LimitSpec] = field(default_factory=dict, compare=False)
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
@@ -326,6 +359,7 @@ class _Parser:
         self.errors: list[dict[str, str]] = []
         self.stored = stored
         self.wait_ids: frozenset[str] = frozenset()
+        self.limit_names: frozenset[str] = frozenset()
 
     def error(self, path: str, message: str) -> None:
         """Record a problem and carry on, so the author sees them all in one reply."""
@@ -364,6 +398,10 @@ class _Parser:
         if "input_schema" in doc:
             for problem in inputschema.problems(input_schema, "$.input_schema"):
                 self.error(problem["path"], problem["message"])
+        self.limit_names = (
+            frozenset(doc["limits"]) if isinstance(doc.get("limits"), dict) else frozenset()
+        )
+        limits = self.limits(doc)
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
@@ -377,7 +415,86 @@ class _Parser:
             retention_days=retention_days,
             schedule=schedule,
             input_schema=input_schema,
+            limits=limits,
         )
+
+    def limits(self, doc: dict[str, Any]) -> dict[str, LimitSpec]:
+        """Check `limits`: named outbound limits, each a rate (with a burst), a concurrency
+        or both. A name with placeholders keys the limit per value; like a concurrency key
+        it may read input only."""
+        raw = doc.get("limits", {})
+        path = "$.limits"
+        if not isinstance(raw, dict):
+            self.error(path, "limits must be an object of named limits")
+            return {}
+        if len(raw) > MAX_LIMITS:
+            self.error(path, f"{len(raw)} limits exceed the limit of {MAX_LIMITS}")
+            return {}
+        found: dict[str, LimitSpec] = {}
+        for name, spec in raw.items():
+            where = f"{path}.{name}"
+            if not name or name.startswith("host:"):
+                self.error(where, "a limit's name is non-empty and does not start with 'host:'")
+                continue
+            if "{{" in name:
+                self.concurrency_key(name, where)
+            if not isinstance(spec, dict):
+                self.error(where, "a limit is an object with rate_per_s, burst, concurrency")
+                continue
+            self.unknown_keys(spec, _LIMIT_KEYS, where)
+            rate: Any = spec.get("rate_per_s")
+            burst: Any = spec.get("burst")
+            concurrency: Any = spec.get("concurrency")
+            if rate is not None and (not is_number(rate) or not 0 < rate <= MAX_LIMIT_RATE):
+                self.error(
+                    f"{where}.rate_per_s", f"rate_per_s must be a number in (0, {MAX_LIMIT_RATE}]"
+                )
+            if burst is not None and (
+                rate is None or not _is_whole(burst) or not 1 <= burst <= MAX_LIMIT_RATE
+            ):
+                self.error(
+                    f"{where}.burst",
+                    f"burst needs rate_per_s and is an integer from 1 to {MAX_LIMIT_RATE}",
+                )
+            if concurrency is not None and (
+                not _is_whole(concurrency) or not 1 <= concurrency <= MAX_LIMIT_RATE
+            ):
+                self.error(
+                    f"{where}.concurrency",
+                    f"concurrency must be an integer from 1 to {MAX_LIMIT_RATE}",
+                )
+            circuit = self.circuit(spec.get("circuit"), f"{where}.circuit")
+            if rate is None and concurrency is None and circuit is None:
+                self.error(where, "a limit needs rate_per_s, concurrency or circuit")
+                continue
+            found[name] = LimitSpec(
+                rate_per_s=float(rate) if is_number(rate) else None,
+                burst=burst if _is_whole(burst) else 1,
+                concurrency=concurrency if _is_whole(concurrency) else None,
+                circuit=circuit,
+            )
+        return found
+
+    def circuit(self, raw: Any, path: str) -> Circuit | None:
+        """Check a limit's `circuit`: failures, window_s and cool_down_s, all required."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.error(path, "circuit must be an object with failures, window_s, cool_down_s")
+            return None
+        self.unknown_keys(raw, _CIRCUIT_KEYS, path)
+        failures: Any = raw.get("failures")
+        window: Any = raw.get("window_s")
+        cool_down: Any = raw.get("cool_down_s")
+        good = True
+        if not _is_whole(failures) or not 1 <= failures <= 1000:
+            self.error(f"{path}.failures", "failures is required: an integer from 1 to 1000")
+            good = False
+        for name, value in (("window_s", window), ("cool_down_s", cool_down)):
+            if not is_number(value) or not 0 < value <= MAX_CIRCUIT_S:
+                self.error(f"{path}.{name}", f"{name} is required: seconds in (0, {MAX_CIRCUIT_S}]")
+                good = False
+        return Circuit(failures, float(window), float(cool_down)) if good else None
 
     def concurrency(self, doc: dict[str, Any]) -> Concurrency | None:
         """Check `concurrency`: a positive limit, a key over input only, a known on_full."""
@@ -652,12 +769,16 @@ class _Parser:
         request, retry = None, RetryPolicy(max_attempts=1)
         duration_s, until, output, budget_s = None, None, None, None
         timeout_s, on_timeout, resume_auth = None, "fail", "token"
+        limit: Any = None
         if step_type == "wait":
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
         elif step_type == "http_request":
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
             budget_s = self.budget(raw, path, request)
+            limit = raw.get("limit")
+            if limit is not None and limit not in self.limit_names:
+                self.error(f"{path}.limit", "limit must name one of the definition's limits")
         elif step_type == "delay":
             duration_s, until = self.delay(raw, path, ancestors)
         elif "output" not in raw:
@@ -682,6 +803,7 @@ class _Parser:
             timeout_s=timeout_s,
             on_timeout=on_timeout,
             resume_auth=resume_auth,
+            limit=limit if isinstance(limit, str) else None,
         )
 
     def budget(

@@ -18,6 +18,7 @@ from flowforge import (
     apikeys,
     catalog,
     flowcontrol,
+    outbound,
     pausing,
     replay,
     schedules,
@@ -27,6 +28,7 @@ from flowforge import (
 )
 from flowforge.config import Settings
 from flowforge.definitions import parse_definition, parse_until
+from flowforge.errors import NotFound
 
 
 def _cli_actor() -> dict[str, str]:
@@ -132,6 +134,16 @@ class Database:
     def resume_workflow(self, key: str) -> dict[str, Any]:
         """Resume a workflow: its paused executions in arrival order, then its queues."""
         return {"workflow": key, **pausing.resume_workflow(self.conn, key, actor=_cli_actor())}
+
+    def circuits(self) -> list[dict[str, Any]]:
+        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        return outbound.circuits(self.conn)
+
+    def close_circuit(self, key: str) -> dict[str, Any]:
+        """Close a circuit by hand."""
+        if not outbound.close_circuit(self.conn, key):
+            raise NotFound(f"no open circuit has key {key!r}")
+        return {"key": key, "state": "closed"}
 
     def workflows(self) -> list[dict[str, Any]]:
         """Every workflow."""

@@ -365,8 +365,17 @@ UNION ALL SELECT 'unknown', count(*) FROM steps WHERE status = 'unknown'
 """
 LIVE_STEP_STATUSES = ["ready", "running", "waiting", "unknown"]
 # The first entry of steps_ready (ready_at): when the oldest ready step's wake-up was sent.
+# A step that waits for an outbound limit (SPEC §13) is not stuck: it has a wake time.
 OLDEST_READY = """
-SELECT coalesce(extract(epoch FROM now() - min(ready_at)), 0) FROM steps WHERE status = 'ready'
+SELECT coalesce(extract(epoch FROM now() - min(ready_at)), 0) FROM steps s
+WHERE status = 'ready'
+  AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.execution_id = s.execution_id
+                  AND w.step_id = s.step_id AND NOT w.woken)
+"""
+# Outbound limits (SPEC §13): circuits not closed, and steps waiting for a limit.
+OUTBOUND_GAUGES = """
+SELECT (SELECT count(*) FROM outbound_limits WHERE circuit <> 'closed'),
+       (SELECT count(*) FROM limit_waits WHERE NOT woken)
 """
 # The outbox holds only wake-ups not yet confirmed by RabbitMQ (the relay deletes each
 # once confirmed): its whole size is the backlog, not a history.
@@ -420,6 +429,7 @@ GAUGE_QUERIES = {
     "estimated_rows": ESTIMATED_ROWS,
     "outbox_backlog": OUTBOX_BACKLOG,
     "work_depth": WORK_DEPTH,
+    "outbound": OUTBOUND_GAUGES,
 }
 
 
@@ -436,6 +446,8 @@ DATABASE_GAUGES = (
     "flowforge_slot_holders",
     "flowforge_table_rows_estimate",
     "flowforge_work_depth",
+    "flowforge_circuits_open",
+    "flowforge_steps_waiting_on_limits",
 )
 
 
@@ -464,6 +476,7 @@ class DatabaseGauges(Collector):
         backlog, age = one(conn.execute(OUTBOX_BACKLOG))
         (expired,) = one(conn.execute(EXPIRED_LEASES))
         (open_waits,) = one(conn.execute(OPEN_WAITS))
+        circuits_open, waiting_on_limits = one(conn.execute(OUTBOUND_GAUGES))
         queue = GaugeMetricFamily(
             "flowforge_slot_queue",
             "Executions queued for a concurrency slot, by workflow.",
@@ -521,6 +534,16 @@ class DatabaseGauges(Collector):
             "flowforge_waits_open",
             "Wait steps waiting for a resume or their timeout.",
             value=open_waits,
+        )
+        yield GaugeMetricFamily(
+            "flowforge_circuits_open",
+            "Outbound limit keys whose circuit is open or half-open (SPEC §13).",
+            value=circuits_open,
+        )
+        yield GaugeMetricFamily(
+            "flowforge_steps_waiting_on_limits",
+            "Ready steps waiting for an outbound limit: rate, concurrency, hold or circuit.",
+            value=waiting_on_limits,
         )
         yield queue
         yield holders

@@ -86,6 +86,23 @@ class KeyOrigin(StrEnum):
     SYSTEM = "system"
 
 
+class LimitReason(StrEnum):
+    """Why a ready step waits for its outbound limit (SPEC §13; limit_waits.reason)."""
+
+    RATE = "rate"  # its place in the key's rate is later
+    CONCURRENCY = "concurrency"  # the key's requests in flight are at its concurrency
+    HELD = "held"  # a 429/503 with Retry-After holds the key until then
+    CIRCUIT = "circuit"  # the key's circuit is open
+
+
+class CircuitState(StrEnum):
+    """A limit key's circuit breaker (SPEC §13; outbound_limits.circuit)."""
+
+    CLOSED = "closed"
+    OPEN = "open"  # its steps wait until the cool-down ends
+    HALF_OPEN = "half_open"  # one probe is out; its result closes or reopens it
+
+
 class EventKind(StrEnum):
     """The history entries that are not a status transition (see step_event and
     execution_event for those)."""
@@ -109,6 +126,10 @@ class EventKind(StrEnum):
     EXECUTION_REPLAYED = "execution.replayed"
     EXECUTION_RESUMED = "execution.resumed"
     FAIL_REQUESTED = "execution.fail_requested"
+    # SPEC §13: a ready step waits for its outbound limit (key, reason, until); not an
+    # attempt, not a failure. A 429/503 with Retry-After held a key for everyone.
+    STEP_LIMITED = "step.limited"
+    LIMIT_HELD = "limit.held"
 
 
 # Who acted, in the history of an operator action or a stop (SPEC §11): an API key

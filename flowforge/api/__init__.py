@@ -10,6 +10,7 @@ from flask import Flask, Response, has_request_context, request
 
 from flowforge import tracing
 from flowforge.api import (
+    circuits,
     console,
     executions,
     health,
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         workflows.bp,
         schedules.bp,
         executions.bp,
+        circuits.bp,
         health.bp,
         openapi.bp,
         sources.bp,

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge import actions, catalog, definitions, flowcontrol, replay, timeline
+from flowforge import actions, catalog, definitions, flowcontrol, outbound, replay, timeline
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -41,6 +41,8 @@ def show(execution_id: str) -> Response:
         detail = timeline.execution_detail(conn, execution_id)
         detail["flow_control"] = flowcontrol.flow_state(conn, execution_id)
         detail.update(replay.links(conn, execution_id))
+        # SPEC §13: ready steps that wait for an outbound limit, and why.
+        detail["waiting_on_limits"] = outbound.waiting_on_limits(conn, execution_id)
         return jsonify(detail)
 
 

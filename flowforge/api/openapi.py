@@ -186,6 +186,31 @@ SCHEMAS: dict[str, Any] = {
                 "enum": ["token", "signature"],
                 "description": "wait steps: whether a resume must also be signed",
             },
+            "limit": {
+                "type": "string",
+                "description": "http_request steps: the name of one of the definition's "
+                "limits (SPEC §13)",
+            },
+        },
+    },
+    "Limit": {
+        "type": "object",
+        "description": "SPEC §13: an outbound limit shared by every worker",
+        "additionalProperties": False,
+        "properties": {
+            "rate_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
+            "burst": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
+            "concurrency": {"type": "integer", "minimum": 1, "maximum": 100000},
+            "circuit": {
+                "type": "object",
+                "required": ["failures", "window_s", "cool_down_s"],
+                "additionalProperties": False,
+                "properties": {
+                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "window_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                    "cool_down_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                },
+            },
         },
     },
     "Definition": {
@@ -215,6 +240,13 @@ SCHEMAS: dict[str, Any] = {
                 },
             },
             "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
+            "limits": {
+                "type": "object",
+                "description": "named outbound limits; a name with {{ input.x }} keys one "
+                "limit per value",
+                "maxProperties": 100,
+                "additionalProperties": _ref("Limit"),
+            },
             "input_schema": {
                 "type": ["object", "boolean"],
                 "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
@@ -915,6 +947,27 @@ PATHS: dict[str, Any] = {
             },
             tags=["executions"],
             parameters=[EXECUTION_ID],
+        )
+    },
+    "/api/v1/circuits": {
+        "get": _operation(
+            "Circuit breakers of outbound limits that are open or half-open (SPEC §13)",
+            {
+                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits"),
+                **_problems(*AUTHENTICATED),
+            },
+            tags=["circuits"],
+        )
+    },
+    "/api/v1/circuits/{key}/close": {
+        "post": _operation(
+            "Close a circuit by hand; its waiting steps go at once (a key for every workflow)",
+            {
+                "200": _json({"type": "object", "required": ["key", "state"]}, "Closed"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["circuits"],
+            parameters=[_path_param("key", {"type": "string"}, "The limit key")],
         )
     },
     "/api/v1/executions/{id}/retry": {

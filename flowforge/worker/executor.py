@@ -15,18 +15,20 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 import psycopg
 import psycopg_pool
 
-from flowforge import faults, metrics, netguard, tracing, waits
+from flowforge import faults, metrics, netguard, outbound, tracing, waits
 from flowforge.db import wrap_exceptions
+from flowforge.definitions import LimitSpec
 from flowforge.engine import PURE_TYPES, Run
 from flowforge.http_step import Rendered, perform, render_request
-from flowforge.model import Outcome, StepStatus
+from flowforge.model import EventKind, Outcome, StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
-from flowforge.templating import TemplateError
+from flowforge.templating import TemplateError, render
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
 
@@ -54,6 +56,8 @@ class Executor:
         secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
         resume: waits.ResumeUrls | None = None,
+        host_limits: Mapping[str, LimitSpec] | None = None,
+        wake_in: Callable[[float], None] | None = None,
     ) -> None:
         self.pool = pool
         self.worker_id = worker_id
@@ -62,6 +66,9 @@ class Executor:
         self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
         self.resume = resume
+        self.host_limits = host_limits or {}
+        # Tells the timer scanner when a step that waits for a limit is due (its wake-up).
+        self.wake_in = wake_in
         self.leases = Leases(lease_s)
 
     def handle(self, wakeup: Wakeup) -> None:
@@ -75,18 +82,35 @@ class Executor:
                 if run is None:
                     return
                 step = run.definition.step(sid)
-                claimed = None
+                claimed, wait = None, None
+                limits: list[tuple[str, LimitSpec]] = []
                 if step.type in PURE_TYPES:
                     run.advance()
                 elif run.when_allows(sid):
                     # Rendered before the claim commits, so that its attempt row holds
                     # what is about to be sent, with no round trip of its own.
                     prepared = self._render(run, sid)
-                    sent = prepared.record() if isinstance(prepared, Rendered) else None
-                    claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
+                    limits, prepared = self._limits(run, sid, prepared)
+                    hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+                    wait = outbound.admit(conn, eid, sid, limits, hold_s) if limits else None
+                    if wait is None:
+                        sent = prepared.record() if isinstance(prepared, Rendered) else None
+                        claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
+                    elif wait.new:
+                        # Still `ready`: not an attempt, not a failure (SPEC §13).
+                        detail = {"key": wait.key, "reason": wait.reason.value}
+                        run.events.append(
+                            (
+                                sid,
+                                EventKind.STEP_LIMITED,
+                                {**detail, "until": wait.until.isoformat()},
+                            )
+                        )
                 save_run(conn, run.take_changes())
                 if claimed is not None:
                     faults.hit("before_claim_commit")
+        if wait is not None and self.wake_in is not None:
+            self.wake_in(wait.in_s)
         if claimed is not None:
             # The claim committed: only from here on does this worker hold the lease.
             token = claimed.fencing_token
@@ -94,7 +118,7 @@ class Executor:
                 faults.hit("after_claim_commit")
                 outcome = self._attempt(run, sid, lease, prepared)
                 faults.hit("after_http_response")
-                self._checkpoint(eid, sid, lease, outcome)
+                self._checkpoint(eid, sid, lease, outcome, limits)
         faults.hit("before_ack")
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
@@ -142,6 +166,32 @@ class Executor:
             return Outcome("failed", error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
         return dataclasses.replace(rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s))
+
+    def _limits(
+        self, run: Run, sid: str, prepared: Rendered | Outcome
+    ) -> tuple[list[tuple[str, LimitSpec]], Rendered | Outcome]:
+        """The outbound limits the request goes through (SPEC §13): the step's own, its
+        key rendered when it is a template, and the operator's limit of its URL's host.
+        A key that cannot be rendered fails the request, unsent."""
+        if not isinstance(prepared, Rendered):
+            return [], prepared
+        found: list[tuple[str, LimitSpec]] = []
+        name = run.definition.step(sid).limit
+        if name is not None:
+            key: object = name
+            if "{{" in name:
+                try:
+                    key = render(name, run.context(sid))
+                except TemplateError as exc:
+                    return [], Outcome("failed", error=f"limit key could not be rendered: {exc}")
+                if key is None or key == "" or isinstance(key, dict | list):
+                    error = f"limit key {name!r} rendered to {key!r}, not a text or number"
+                    return [], Outcome("failed", error=error)
+            found.append((str(key), run.definition.limits[name]))
+        host = (urlsplit(prepared.url).hostname or "").lower().removesuffix(".")
+        if host in self.host_limits:
+            found.append((f"host:{host}", self.host_limits[host]))
+        return found, prepared
 
     def _attempt(self, run: Run, sid: str, lease: Lease, prepared: Rendered | Outcome) -> Outcome:
         """Send the rendered request; never raises, so the step is always checkpointed."""
@@ -202,8 +252,16 @@ class Executor:
         span.end(outcome)
         return outcome
 
-    def _checkpoint(self, eid: str, sid: str, lease: Lease, outcome: Outcome) -> None:
-        """Record the attempt; a worker that lost its lease writes nothing at all."""
+    def _checkpoint(
+        self,
+        eid: str,
+        sid: str,
+        lease: Lease,
+        outcome: Outcome,
+        limits: list[tuple[str, LimitSpec]],
+    ) -> None:
+        """Record the attempt; a worker that lost its lease writes nothing at all. The
+        request's limit slots end here; a 429/503 with Retry-After holds its keys."""
         token = lease.token
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
@@ -233,11 +291,32 @@ class Executor:
             # Before the step row changes: a beat that then finds the step no longer
             # running must know it finished here rather than was taken over.
             lease.finished = True
+            if limits:
+                outbound.release(conn, eid, sid)
+                self._hold(conn, run, sid, [key for key, _ in limits], outcome)
+                circuits = [(key, spec.circuit) for key, spec in limits if spec.circuit]
+                failed = outbound.failed_for_circuit(
+                    outcome.http_status, outcome.kind, outcome.error
+                )
+                outbound.record_result(conn, circuits, failed)
             save_run(conn, run.take_changes())
         logger.info(
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+    def _hold(
+        self, conn: psycopg.Connection, run: Run, sid: str, keys: list[str], outcome: Outcome
+    ) -> None:
+        """A 429 or 503 with Retry-After holds each of the request's keys for everyone."""
+        seconds = outcome.retry_after_s
+        if outcome.http_status not in (429, 503) or not seconds:
+            return
+        reason = f"HTTP {outcome.http_status} with Retry-After {seconds:g} s"
+        for key in keys:
+            until = outbound.hold(conn, key, seconds, reason)
+            detail = {"key": key, "until": until.isoformat(), "reason": reason}
+            run.events.append((sid, EventKind.LIMIT_HELD, detail))
 
 
 def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:

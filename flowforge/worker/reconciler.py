@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 # step whose wake-ups failed and were dead-lettered (failed_wakeups, counted by the
 # consumer) waits twice as long per failure, up to 2**MAX_DOUBLINGS intervals, so the
 # dead-letter queue gets it rarely, not every interval forever. Returns how many of the
-# re-dispatched steps had failed before.
+# re-dispatched steps had failed before. A step that waits for an outbound limit is
+# not stale until its wake time passed.
 REDISPATCH = f"""
 WITH stale AS (
     SELECT s.execution_id, s.step_id, s.failed_wakeups FROM steps s
@@ -34,6 +35,10 @@ WITH stale AS (
                       WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
       AND NOT EXISTS (SELECT 1 FROM executions e
                       WHERE e.id = s.execution_id AND e.status = 'paused')
+      -- A step that waits for an outbound limit (SPEC §13) has its wake-up to come.
+      AND NOT EXISTS (SELECT 1 FROM limit_waits w
+                      WHERE w.execution_id = s.execution_id AND w.step_id = s.step_id
+                        AND NOT w.woken)
     ORDER BY s.ready_at LIMIT 1000
     FOR UPDATE OF s SKIP LOCKED
 ), touched AS (

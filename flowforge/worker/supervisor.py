@@ -75,6 +75,7 @@ class Worker:
         self.stop = threading.Event()  # stops taking work
         self.signals = StopSignals()  # SIGTERM/SIGINT, set by bin/worker's handlers
         self.background = threading.Event()  # stops the housekeeping threads, after the drain
+        timers = TimerScanner(self.pool, self.background)
         self.executor = Executor(
             self.pool,
             worker_id=settings.worker_id,
@@ -82,6 +83,8 @@ class Worker:
             allow=allow,
             secret_bindings=settings.secret_bindings,
             resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
+            host_limits=settings.host_limits,
+            wake_in=timers.wake_in,
         )
         self.executor_threads = ThreadPoolExecutor(
             settings.worker_concurrency, thread_name_prefix="executor"
@@ -108,7 +111,7 @@ class Worker:
                 run_pure=self.executor.run_pure,
                 taking_work=lambda: not self.stop.is_set(),
             ),
-            TimerScanner(self.pool, self.background),
+            timers,
             Scheduler(self.pool, self.background),
             Reaper(
                 self.pool,

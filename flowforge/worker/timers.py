@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
-from flowforge import metrics, timelimits
+from flowforge import metrics, outbound, timelimits
 from flowforge.db import one, wrap_exceptions
 from flowforge.model import (
     ExecutionStatus,
@@ -85,6 +86,9 @@ FROM steps WHERE status = 'waiting'
 """
 
 
+WAKE_LIMITED = outbound.WAKE_LIMITED.format(insert_wakeups=INSERT_WAKEUPS, notify=NOTIFY)
+
+
 class TimerScanner(Loop):
     """Moves due delays and retry back-offs to `ready`."""
 
@@ -93,22 +97,54 @@ class TimerScanner(Loop):
     def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
         super().__init__("timers", stop)
         self.pool = pool
+        self._soon = threading.Event()
+        self._soon_at = float("inf")
+        self._soon_lock = threading.Lock()
+
+    def wake_in(self, seconds: float) -> None:
+        """Pass again in `seconds` at the latest: a step that waits for an outbound limit
+        (SPEC §13) must leave at its place, not up to MAX_SLEEP later, or the late ones
+        would leave together, faster than the limit."""
+        with self._soon_lock:
+            self._soon_at = min(self._soon_at, time.monotonic() + max(0.0, seconds))
+        self._soon.set()
 
     def step(self) -> float:
         woken, pause = self.scan()
-        return 0.0 if woken >= BATCH else pause
+        if woken >= BATCH:
+            return 0.0
+        deadline = time.monotonic() + pause
+        while not self.stop.is_set():
+            with self._soon_lock:
+                until = min(deadline, self._soon_at)
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._soon.wait(min(left, MAX_SLEEP))
+            self._soon.clear()
+        with self._soon_lock:
+            if self._soon_at <= time.monotonic():
+                self._soon_at = float("inf")
+        return 0.0
 
     def scan(self) -> tuple[int, float]:
         """Wake one batch; returns how many woke and how long to sleep next."""
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
                 (woken, _, lags) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
+            # Steps that waited for an outbound limit (SPEC §13): their wake-ups.
+            with conn.transaction():
+                (limited, _) = one(conn.execute(WAKE_LIMITED, {"limit": BATCH}))
             # Deadlines and queue expiry: due rows too, checked every pass (at most MAX_SLEEP).
             timelimits.apply_due(conn)
             (seconds,) = one(conn.execute(NEXT_DUE))
+            (limited_next,) = one(conn.execute(outbound.NEXT_LIMITED))
+        if limited_next is not None:
+            seconds = limited_next if seconds is None else min(seconds, limited_next)
+        woken += limited
         if woken:
             logger.info("delays due", extra={"woken": woken})
-            for lag in lags:  # due -> woken, both by PostgreSQL's clock
+            for lag in lags or ():  # due -> woken, both by PostgreSQL's clock
                 metrics.TIMER_LAG.observe(max(0.0, float(lag)))
         if seconds is None:
             return woken, MAX_SLEEP

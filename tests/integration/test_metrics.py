@@ -307,5 +307,8 @@ def test_no_gauge_query_scans_a_whole_table(db: psycopg.Connection) -> None:
             continue
         for table in ("executions", "steps"):
             assert f"Seq Scan on {table}" not in plan, f"{name}:\n{plan}"
-        if name != "estimated_rows":
+        # outbound_limits holds one row per limit key, and limit_waits only the steps
+        # waiting for one (read through its partial index once it has statistics): never
+        # analysed here, they are planned as the small tables they are.
+        if name not in ("estimated_rows", "outbound"):
             assert "Index" in plan or "Bitmap" in plan, f"{name}:\n{plan}"

@@ -11,8 +11,10 @@ import pytest
 
 from flowforge.model import (
     AttemptOutcome,
+    CircuitState,
     ExecutionStatus,
     KeyOrigin,
+    LimitReason,
     PauseReason,
     StepStatus,
     WebhookAuth,
@@ -42,6 +44,8 @@ def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
         ("idempotency_keys", "origin", KeyOrigin),
         ("workflow_versions", "webhook_auth", WebhookAuth),
         ("executions", "pause_reason", PauseReason),
+        ("limit_waits", "reason", LimitReason),
+        ("outbound_limits", "circuit", CircuitState),
     ],
 )
 def test_check_constraint_lists_exactly_the_enum(

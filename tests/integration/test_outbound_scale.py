@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 
@@ -15,6 +16,7 @@ from tests.support.api import Api
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
+from tests.support.tls import make_test_ca
 
 COUNT_POOLED = """
 SELECT count(*) FROM pg_stat_activity
@@ -105,3 +107,41 @@ def test_a_worker_with_concurrency_200_holds_no_more_than_its_pool_size_of_conne
     assert slow.most >= 150, slow.most
     assert 2 <= most_connections <= 5 + 1, most_connections
     assert 1 <= most_pooled <= 5, most_pooled
+
+
+def test_100_https_steps_to_one_target_open_at_most_2_connections(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    db: psycopg.Connection,
+    tmp_path: Path,
+) -> None:
+    ca, context = make_test_ca(tmp_path)
+    target = Target(tls=context)
+    try:
+        # The worker trusts the test CA the standard way, with its certificate checks on.
+        workers(FLOWFORGE_WORKER_CONCURRENCY="2", SSL_CERT_FILE=str(ca))
+        client = Api(api, api_key)
+        client.publish(
+            "kept",
+            unsigned(
+                [
+                    {
+                        "id": "call",
+                        "type": "http_request",
+                        "request": {"method": "POST", "url": f"{target.url}/kept", "json": {}},
+                    }
+                ]
+            ),
+        )
+        for n in range(100):
+            client.start("kept", {"n": n})
+        wait_for(
+            lambda: db.execute(COUNT_SUCCEEDED).fetchone()[0] == 100,
+            timeout=90,
+            message="every execution to succeed",
+        )
+        assert len(target.requests_to("/kept")) == 100
+        assert target.connections <= 2, target.connections
+    finally:
+        target.close()

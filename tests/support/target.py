@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -40,10 +41,12 @@ Script = Callable[[Received], Reply]
 
 
 class Target:
-    """Records every request; `script` decides the reply (default: 200 with {"ok": true})."""
+    """Records every request; `script` decides the reply (default: 200 with {"ok": true}).
+    With `tls` it serves https; `connections` counts the TCP connections it accepted."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.received: list[Received] = []
+        self.connections = 0
         self.script: Script = lambda _r: Reply(json={"ok": True})
         self._lock = threading.Lock()
         target = self
@@ -53,6 +56,11 @@ class Target:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                with target._lock:
+                    target.connections += 1
+                super().setup()
 
             def _serve(self) -> None:
                 arrived = time.time()  # request line and headers are in; the body may not be
@@ -87,8 +95,10 @@ class Target:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -47,6 +47,7 @@ LAYERS: dict[str, set[str]] = {
         "flowcontrol",
         "pausing",
         "replay",
+        "outbound",
         "timelimits",
         "search",
         "sessions",

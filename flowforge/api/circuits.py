@@ -1,0 +1,36 @@
+"""Circuit breakers of outbound limits (SPEC §13): which are open, and closing one by hand.
+A circuit is shared by every workflow whose requests go through its key, so closing one
+takes a key that may write every workflow."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from flowforge import outbound
+from flowforge.api.auth import authorize, key_required
+from flowforge.api.pool import connection
+from flowforge.api.problems import Problem
+
+bp = Blueprint("circuits", __name__, url_prefix="/api/v1/circuits")
+
+
+@bp.get("")
+@key_required
+def list_open() -> Response:
+    """Every circuit that is open or half-open: key, state, failures, until when."""
+    authorize(None, write=False)
+    with connection() as conn:
+        return jsonify({"circuits": outbound.circuits(conn)})
+
+
+@bp.post("/<path:key>/close")
+@key_required
+def close(key: str) -> Response:
+    """Close a circuit now: its waiting steps go at their next wake-up."""
+    api_key = authorize(None, write=True)
+    if api_key.workflows is not None:
+        raise Problem(403, "Forbidden", "closing a circuit needs a key for every workflow")
+    with connection() as conn:
+        if not outbound.close_circuit(conn, key):
+            raise Problem(404, "Not Found", f"no open circuit has key {key!r}")
+    return jsonify({"key": key, "state": "closed"})
