@@ -49,6 +49,7 @@ LAYERS: dict[str, set[str]] = {
         "schedules",
         "direct",
         "budget",
+        "failover",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
