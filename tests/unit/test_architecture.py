@@ -55,6 +55,7 @@ LAYERS: dict[str, set[str]] = {
         "direct",
         "tracing",
         "budget",
+        "failover",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},

@@ -1,0 +1,131 @@
+"""Failover of PostgreSQL under load (issue 26): a throwaway primary and its streaming
+standby; bin/api and bin/worker use one multi-host URL (target_session_attrs=read-write).
+The primary is SIGKILLed while webhooks arrive and the standby is promoted: intake and
+work come back without a restart. With synchronous replication no acknowledged webhook is
+lost; with asynchronous replication some may be, and the test prints how many (the
+contract in docs/howto/several-hosts.md). Runtime: about 40 s per mode."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+
+from flowforge import apikeys
+from flowforge.migrate import migrate
+from tests.support.api import Api
+from tests.support.processes import (
+    TEST_ENCRYPTION_KEY,
+    TEST_RESUME_KEY,
+    start_api,
+    start_worker,
+    wait_for,
+)
+from tests.support.replication import Replicated
+
+DB = "ff_failover"
+
+
+class Load:
+    """Posts webhooks one after another; remembers which were acknowledged, and when."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.acked: dict[str, float] = {}  # execution id -> monotonic time of the 202
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            try:
+                r = requests.post(f"{self.base}/hooks/t", json={"n": n}, timeout=5)
+            except requests.RequestException:
+                time.sleep(0.05)
+                continue
+            if r.status_code == 202:
+                self.acked[r.json()["execution_id"]] = time.monotonic()
+            else:
+                time.sleep(0.05)
+
+    def first_after(self, moment: float) -> float | None:
+        later = [t for t in list(self.acked.values()) if t > moment]
+        return min(later) if later else None
+
+
+@pytest.mark.parametrize("synchronous", [False, True], ids=["async", "sync"])
+def test_intake_and_work_come_back_after_a_promotion(
+    synchronous: bool, amqp_url: str, amqp_prefix: str, tmp_path: Path
+) -> None:
+    pair = Replicated(synchronous)
+    try:
+        with psycopg.connect(pair.primary.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {DB}")
+        primary_db = psycopg.conninfo.make_conninfo(pair.primary.url, dbname=DB)
+        migrate(primary_db)
+        with psycopg.connect(primary_db, autocommit=True) as conn:
+            key = apikeys.create(conn, "failover")[1]
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
+            "FLOWFORGE_DATABASE_URL": pair.url(DB),
+            "FLOWFORGE_AMQP_URL": amqp_url,
+            "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
+            "FLOWFORGE_LEASE_SECONDS": "2",
+            "FLOWFORGE_RECONCILE_SECONDS": "2",
+            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        }
+        api_proc, base = start_api(env, tmp_path / "api.log")
+        worker = start_worker(env, tmp_path / "worker.log")
+        try:
+            Api(base, key).publish(
+                "t",
+                {
+                    "name": "t",
+                    "trigger": {"webhook": {"auth": "none"}},
+                    "steps": [{"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}}],
+                },
+            )
+            load = Load(base)
+            wait_for(lambda: len(load.acked) >= 30, timeout=60, message="webhooks before")
+            killed_at = pair.fail_over()
+            back = wait_for(lambda: load.first_after(killed_at), timeout=60, message="intake back")
+            wait_for(lambda: len([t for t in load.acked.values() if t > back]) >= 10, timeout=60)
+            load.stop.set()
+            load.thread.join(10)
+            new_primary = psycopg.conninfo.make_conninfo(pair.standby.url, dbname=DB)
+            with psycopg.connect(new_primary, autocommit=True) as conn:
+
+                def unfinished() -> set[str]:
+                    rows = conn.execute("SELECT id::text, status FROM executions").fetchall()
+                    return {eid for eid, status in rows if status != "succeeded"}
+
+                settled = wait_for(
+                    lambda: not unfinished() or None,
+                    timeout=60,
+                    interval=0.5,
+                    message="every execution on the new primary to succeed",
+                )
+                present = {r[0] for r in conn.execute("SELECT id::text FROM executions")}
+                worked = conn.execute("SELECT max(finished_at) FROM executions").fetchone()
+            lost = set(load.acked) - present
+            mode = "synchronous" if synchronous else "asynchronous"
+            print(
+                f"\n{mode}: intake back {back - killed_at:.2f} s after the kill; "
+                f"{len(load.acked)} acknowledged, {len(lost)} lost; all present succeeded"
+            )
+            assert settled and worked
+            if synchronous:
+                assert not lost
+        finally:
+            worker.stop()
+            api_proc.stop()
+    finally:
+        pair.stop()

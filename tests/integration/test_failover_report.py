@@ -1,0 +1,76 @@
+"""python -m flowforge.failover lists what an old primary recorded that the promoted one
+lacks (issue 26). Two private databases stand for the two servers: the same history, then
+one execution and one attempt only the old one got (the commits replication lost)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from flowforge import intake
+from flowforge.catalog import publish
+from flowforge.definitions import parse_definition
+from flowforge.failover import report
+from tests.support.definitions import OPEN
+from tests.support.processes import ROOT
+
+
+def _webhook(conn: psycopg.Connection, key: str) -> str:
+    target = intake.Targets().get(conn, "open", None)
+    return intake.accept(conn, target, b'{"x": 1}', key, None).execution_id
+
+
+@pytest.fixture
+def new_url(pg_admin_url: str) -> Iterator[str]:
+    name = f"ff_new_{uuid.uuid4().hex[:10]}"
+    yield psycopg.conninfo.make_conninfo(pg_admin_url, dbname=name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
+    database_url: str, new_url: str, pg_admin_url: str
+) -> None:
+    old_url = database_url
+    with psycopg.connect(old_url, autocommit=True) as conn:
+        publish(conn, "open", OPEN, parse_definition(OPEN), None)
+        _webhook(conn, "both")
+    # What replication had shipped: a copy of everything so far.
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        new_name = psycopg.conninfo.conninfo_to_dict(new_url)["dbname"]
+        old_name = psycopg.conninfo.conninfo_to_dict(old_url)["dbname"]
+        conn.execute(f'CREATE DATABASE "{new_name}" TEMPLATE "{old_name}"')
+    with psycopg.connect(old_url, autocommit=True) as old:
+        lost = _webhook(old, "only-old")
+        old.execute(
+            "INSERT INTO attempts (execution_id, step_id, attempt, fencing_token) "
+            "VALUES (%(e)s, 'shape', 1, 7)",
+            {"e": lost},
+        )
+    found = report(old_url, new_url, minutes=60)
+    assert [e["execution_id"] for e in found["missing_executions"]] == [lost]
+    assert found["missing_executions"][0]["idempotency_key"] == "only-old"
+    assert [(a["execution_id"], a["fencing_token"]) for a in found["missing_attempts"]] == [
+        (lost, 7)
+    ]
+    run = subprocess.run(
+        [sys.executable, "-m", "flowforge.failover", "--old", old_url, "--new", new_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert run.returncode == 1 and lost in run.stdout
+    same = subprocess.run(
+        [sys.executable, "-m", "flowforge.failover", "--old", new_url, "--new", new_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert same.returncode == 0, same.stdout
