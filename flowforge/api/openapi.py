@@ -216,7 +216,8 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             "url": {"type": "string", "description": "http(s) URL; may hold {{ path }} templates"},
             "headers": {
                 "type": "object",
-                "additionalProperties": {"type": "string", "pattern": "^[^\r\n]*$"},
+                # `not` a search for CR or LF: "^[^\r\n]*$" would let Python's `$` pass a final LF.
+                "additionalProperties": {"type": "string", "not": {"pattern": "[\r\n]"}},
             },
             "json": {"description": "JSON body, templates resolved inside values"},
             "body": {"type": "string"},

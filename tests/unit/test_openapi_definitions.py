@@ -337,6 +337,7 @@ def test_when_values_are_answered_alike(when: dict[str, Any], accepted: bool) ->
         _doc({**STEP_BASES["http_request"], "request": {"url": "u", "json": {}, "body": ""}}),
         _doc({**STEP_BASES["http_request"], "request": {"url": "u", "method": "FETCH"}}),
         _doc({**STEP_BASES["http_request"], "request": {"url": "u", "headers": {"a": "b\r\n"}}}),
+        _doc({**STEP_BASES["http_request"], "request": {"url": "u", "headers": {"a": "b\n"}}}),
         _doc({**STEP_BASES["transform"], "duration_s": 1}),
         _doc({"id": "approve", "type": "wait"}),
         _doc({"id": "shape", "type": "map", "output": {}}),
