@@ -33,7 +33,7 @@ RESUME_AUTH = ("token", "signature")
 MAX_WAIT_S = 31_536_000  # a year, like a delay
 EXECUTION_FIELDS = ("id", "workflow", "version")
 
-_STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TOP_KEYS = frozenset(
     {
@@ -268,7 +268,7 @@ class Definition:
 
 def is_step_id(text: str) -> bool:
     """Whether text is a whole step id (a full match: no trailing newline slips through)."""
-    return _STEP_ID.fullmatch(text) is not None
+    return STEP_ID.fullmatch(text) is not None
 
 
 def parse_definition(doc: Any, *, stored: bool = False) -> Definition:
@@ -722,7 +722,7 @@ class _Parser:
         """Check a step's id; a duplicate is reported where it repeats."""
         step_id = raw.get("id")
         path = f"$.steps[{index}].id"
-        if not isinstance(step_id, str) or not _STEP_ID.fullmatch(step_id):
+        if not isinstance(step_id, str) or not STEP_ID.fullmatch(step_id):
             self.error(path, "id is required: a letter or '_' then up to 63 letters, digits or '_'")
         elif step_id in RESERVED_NAMES:
             self.error(path, f"{step_id!r} is reserved for the template context")

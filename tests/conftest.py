@@ -33,6 +33,17 @@ def _with_database(url: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=name)
 
 
+UNIT = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/unit is in the fast lane (`bin/test --fast`); other modules
+    join it with `pytestmark = pytest.mark.fast` (docs/howto/develop.md)."""
+    for item in items:
+        if UNIT in item.path.parents:
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.fixture(scope="session")
 def _cleanups() -> Iterator[list[Callable[[], None]]]:
     cleanups: list[Callable[[], None]] = []

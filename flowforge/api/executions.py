@@ -15,6 +15,7 @@ from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.apikeys import ApiKey
+from flowforge.errors import NotFound
 from flowforge.model import MAX_PAGE, RESOLUTIONS, ExecutionStatus
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
@@ -106,7 +107,7 @@ def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
     _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
-        raise Problem(404, "Not found", "no such step")
+        raise NotFound("no such step")
     body = json_body()
     # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
     if not isinstance(body, dict) or body.get("outcome") not in RESOLUTIONS:
@@ -144,7 +145,7 @@ def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
     """End a waiting wait step as a resume would: {"output": ...} becomes its output."""
     _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
-        raise Problem(404, "Not found", "no such step")
+        raise NotFound("no such step")
     body = json_body()
     if not isinstance(body, dict) or set(body) - {"output"}:
         raise Problem(
@@ -166,7 +167,7 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Fail a waiting wait step: the answer is no, and the execution fails."""
     _authorize_execution(execution_id, write=True)
     if not definitions.is_step_id(step_id):
-        raise Problem(404, "Not found", "no such step")
+        raise NotFound("no such step")
     with connection() as conn:
         status = actions.fail_wait(conn, execution_id, step_id, actor=_request_key().actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200

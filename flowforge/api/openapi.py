@@ -8,17 +8,24 @@ route nobody fuzzes.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge import definitions, model
 from flowforge.model import RESOLUTIONS, AttemptOutcome, ExecutionStatus, StepStatus, WebhookAuth
 
 bp = Blueprint("openapi", __name__)
 
-KEY_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$"
-STEP_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]{0,63}$"
-OPS = ["exists", "eq", "ne", "gt", "gte", "lt", "lte", "in"]
+
+def _whole(pattern: re.Pattern[str]) -> str:
+    """A regex the code matches whole (fullmatch) as a JSON Schema pattern, which searches."""
+    return f"^{pattern.pattern}$"
+
+
+KEY_PATTERN = _whole(model.WORKFLOW_KEY)
+STEP_ID_PATTERN = _whole(definitions.STEP_ID)
 STATUSES = [status.value for status in ExecutionStatus]
 STEP_STATUSES = [status.value for status in StepStatus]
 OUTCOMES = [outcome.value for outcome in AttemptOutcome]
@@ -103,6 +110,332 @@ def _operation(
     return operation
 
 
+def _any_case(words: tuple[str, ...]) -> str:
+    """A pattern matching any of these words in any letter case, as `definitions` compares."""
+    spelled = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in w) for w in words)
+    return f"^({'|'.join(spelled)})$"
+
+
+def _step(step_type: str, description: str, required: list[str], **fields: Any) -> dict[str, Any]:
+    """One step type's object: the common fields and its own, and nothing else (like
+    `definitions`, which rejects a field another type owns as an unknown key)."""
+    return {
+        "type": "object",
+        "description": description,
+        "required": ["id", "type", *required],
+        "additionalProperties": False,
+        "properties": {
+            "id": {
+                "type": "string",
+                "pattern": STEP_ID_PATTERN,
+                "not": {"enum": sorted(definitions.RESERVED_NAMES)},
+            },
+            "type": {"const": step_type},
+            "depends_on": {
+                "type": "array",
+                "maxItems": definitions.MAX_PARENTS,
+                "uniqueItems": True,
+                "items": {"type": "string", "description": "the id of another step"},
+            },
+            "when": _ref("When"),
+            **fields,
+        },
+    }
+
+
+def _seconds(maximum: float, *, zero: bool = False) -> dict[str, Any]:
+    """A number of seconds up to `maximum`, from 0 (`zero`) or above it."""
+    low = {"minimum": 0} if zero else {"exclusiveMinimum": 0}
+    return {"type": "number", **low, "maximum": maximum}
+
+
+# The definition format (SPEC §5), checked field by field against what flowforge/definitions.py
+# accepts by tests/unit/test_openapi_definitions.py: a field, a bound or an enum value that
+# one accepts and the other does not fails that test. What a schema cannot say (the graph,
+# template scopes, header names, string and nesting limits) the API still answers with 422.
+STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
+    "http_request": (
+        "HttpRequestStep",
+        _step(
+            "http_request",
+            "Sends one HTTP request, retried by its policy",
+            ["request"],
+            request=_ref("Request"),
+            retry=_ref("Retry"),
+            budget_s=_seconds(definitions.MAX_TIME_LIMIT_S)
+            | {"description": "all attempts together; at least one attempt's timeout_s"},
+            limit={
+                "type": "string",
+                "description": "the name of one of the definition's limits (SPEC §13)",
+            },
+        ),
+    ),
+    "delay": (
+        "DelayStep",
+        _step(
+            "delay",
+            "Waits for a duration or until an instant: exactly one of duration_s and until",
+            [],
+            duration_s=_seconds(31_536_000, zero=True),
+            until={"type": "string", "description": "ISO-8601 instant with a zone, or a template"},
+        )
+        | {"oneOf": [{"required": ["duration_s"]}, {"required": ["until"]}]},
+    ),
+    "transform": (
+        "TransformStep",
+        _step(
+            "transform",
+            "Computes its output from templates",
+            ["output"],
+            output={"description": "any JSON; templates resolved inside strings"},
+        ),
+    ),
+    "wait": (
+        "WaitStep",
+        _step(
+            "wait",
+            "Waits for a resume (POST to its resume URL) or its timeout",
+            ["timeout_s"],
+            timeout_s=_seconds(definitions.MAX_WAIT_S),
+            on_timeout={"type": "string", "enum": list(definitions.ON_TIMEOUT), "default": "fail"},
+            auth={
+                "type": "string",
+                "enum": list(definitions.RESUME_AUTH),
+                "default": "token",
+                "description": "whether a resume must also be signed",
+            },
+        ),
+    ),
+}
+
+DEFINITION_SCHEMAS: dict[str, Any] = {
+    "Request": {
+        "type": "object",
+        "required": ["url"],
+        "additionalProperties": False,
+        "not": {"required": ["json", "body"]},
+        "properties": {
+            "method": {
+                "type": "string",
+                "pattern": _any_case(definitions.METHODS),
+                "default": "GET",
+                "description": "any letter case",
+            },
+            "url": {"type": "string", "description": "http(s) URL; may hold {{ path }} templates"},
+            "headers": {
+                "type": "object",
+                # `not` a search for CR or LF: "^[^\r\n]*$" would let Python's `$` pass a final LF.
+                "additionalProperties": {"type": "string", "not": {"pattern": "[\r\n]"}},
+            },
+            "json": {"description": "JSON body, templates resolved inside values"},
+            "body": {"type": "string"},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300, "default": 30},
+            "idempotency_key": {"type": "string", "minLength": 1},
+        },
+    },
+    "Retry": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
+            "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+            "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
+            "max_interval_s": {
+                "type": "number",
+                "maximum": 86400,
+                "description": "at least initial_interval_s",
+            },
+            "on_exhausted": {
+                "type": "string",
+                "enum": list(definitions.ON_EXHAUSTED),
+                "default": "fail",
+                "description": "when the tries run out: fail the execution, or pause it "
+                "at this step for an operator (SPEC §14)",
+            },
+        },
+    },
+    "When": {
+        "type": "object",
+        "required": ["path", "op"],
+        "additionalProperties": False,
+        "properties": {
+            "path": {"type": "string", "description": "a dotted context path, no braces"},
+            "op": {"type": "string", "enum": list(definitions.OPS)},
+            "value": {"description": "required unless op is exists; an array for in"},
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"op": {"not": {"const": "exists"}}}},
+                "then": {"required": ["value"]},
+            },
+            {
+                "if": {"properties": {"op": {"const": "in"}}},
+                "then": {"properties": {"value": {"type": "array"}}},
+            },
+            {
+                "if": {"properties": {"op": {"enum": ["gt", "gte", "lt", "lte"]}}},
+                "then": {"properties": {"value": {"type": ["number", "string"]}}},
+            },
+        ],
+    },
+    "Step": {
+        "oneOf": [_ref(name) for name, _ in STEP_SCHEMAS.values()],
+        "discriminator": {
+            "propertyName": "type",
+            "mapping": {
+                step_type: f"#/components/schemas/{name}"
+                for step_type, (name, _) in STEP_SCHEMAS.items()
+            },
+        },
+    },
+    **{name: schema for name, schema in STEP_SCHEMAS.values()},
+    "Concurrency": {
+        "type": "object",
+        "description": "SPEC §12: how many executions (per key value) run at once",
+        "required": ["limit"],
+        "additionalProperties": False,
+        "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+            "key": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": definitions.MAX_TEMPLATE_CHARS,
+                "description": "a template over input only, such as {{ input.customer }}",
+            },
+            "on_full": {"type": "string", "enum": list(definitions.ON_FULL), "default": "queue"},
+            "max_queued": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        },
+    },
+    "Limit": {
+        "type": "object",
+        "description": "SPEC §13: an outbound limit shared by every worker; at least one of "
+        "rate_per_s, concurrency and circuit",
+        "additionalProperties": False,
+        "anyOf": [
+            {"required": ["rate_per_s"]},
+            {"required": ["concurrency"]},
+            {"required": ["circuit"]},
+        ],
+        "dependentRequired": {"burst": ["rate_per_s"]},
+        "properties": {
+            "rate_per_s": _seconds(definitions.MAX_LIMIT_RATE) | {"description": "per second"},
+            "burst": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_LIMIT_RATE},
+            "concurrency": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": definitions.MAX_LIMIT_RATE,
+            },
+            "circuit": {
+                "type": "object",
+                "required": ["failures", "window_s", "cool_down_s"],
+                "additionalProperties": False,
+                "properties": {
+                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "window_s": _seconds(definitions.MAX_CIRCUIT_S),
+                    "cool_down_s": _seconds(definitions.MAX_CIRCUIT_S),
+                },
+            },
+        },
+    },
+    "Definition": {
+        "type": "object",
+        "required": ["name", "steps"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": definitions.MAX_NAME_CHARS,
+                "pattern": "\\S",
+            },
+            "description": {"type": "string"},
+            "trigger": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": False,
+                "properties": {
+                    "webhook": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "auth": {
+                                "type": "string",
+                                "enum": WEBHOOK_AUTHS,
+                                "default": "signature",
+                                "description": "signature: Standard Webhooks; stripe, github, "
+                                "shopify, slack: the provider's own scheme (SPEC §15)",
+                            }
+                        },
+                    },
+                    "schedule": _ref("ScheduleDefinition"),
+                },
+            },
+            "steps": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": definitions.MAX_STEPS,
+                "items": _ref("Step"),
+            },
+            "concurrency": _ref("Concurrency"),
+            "deadline_s": _seconds(definitions.MAX_TIME_LIMIT_S)
+            | {"description": "SPEC §13: the whole execution must end within this"},
+            "start_within_s": _seconds(definitions.MAX_TIME_LIMIT_S)
+            | {"description": "SPEC §13: the execution must start within this"},
+            "retention_days": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": definitions.MAX_RETENTION_DAYS,
+                "default": definitions.DEFAULT_RETENTION_DAYS,
+                "description": "how long finished executions are kept; fractions allowed",
+            },
+            "limits": {
+                "type": "object",
+                "description": "named outbound limits (SPEC §13); a name with "
+                "{{ input.x }} keys one limit per value",
+                "maxProperties": definitions.MAX_LIMITS,
+                "propertyNames": {"minLength": 1, "not": {"pattern": "^host:"}},
+                "additionalProperties": _ref("Limit"),
+            },
+            "input_schema": {
+                "type": ["object", "boolean"],
+                "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
+                "with each error's path otherwise); local $ref only",
+            },
+        },
+    },
+    "ScheduleDefinition": {
+        "type": "object",
+        "description": "SPEC §9: exactly one of cron (five fields) and every_s",
+        "additionalProperties": False,
+        "oneOf": [{"required": ["cron"]}, {"required": ["every_s"]}],
+        "properties": {
+            "cron": {"type": "string", "examples": ["*/5 * * * *"]},
+            "every_s": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_EVERY_S},
+            "timezone": {
+                "type": "string",
+                "description": "an IANA zone the server's tz database knows",
+                "default": "UTC",
+                "examples": ["Europe/Lisbon"],
+            },
+            "overlap": {"type": "string", "enum": list(definitions.OVERLAP), "default": "skip"},
+            "catchup_window_s": {
+                "type": "number",
+                "minimum": 1,
+                "maximum": definitions.MAX_CATCHUP_WINDOW_S,
+                "default": definitions.DEFAULT_CATCHUP_WINDOW_S,
+            },
+            "jitter_s": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": definitions.MAX_JITTER_S,
+                "default": 0,
+            },
+            "input": {"type": "object", "description": "each tick's input, plus scheduled_at"},
+        },
+    },
+}
+
+
 SCHEMAS: dict[str, Any] = {
     "Problem": {
         "type": "object",
@@ -123,137 +456,7 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "Request": {
-        "type": "object",
-        "required": ["url"],
-        "additionalProperties": False,
-        "properties": {
-            "method": {
-                "type": "string",
-                "enum": ["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"],
-            },
-            "url": {"type": "string", "description": "http(s) URL; may hold {{ path }} templates"},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "json": {"description": "JSON body, templates resolved inside values"},
-            "body": {"type": "string"},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300},
-            "idempotency_key": {"type": "string", "minLength": 1},
-        },
-    },
-    "Retry": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
-            "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-            "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
-            "max_interval_s": {"type": "number", "maximum": 86400},
-            "on_exhausted": {
-                "type": "string",
-                "enum": ["fail", "pause"],
-                "description": "when the tries run out: fail the execution, or pause it "
-                "at this step for an operator (SPEC §14)",
-            },
-        },
-    },
-    "When": {
-        "type": "object",
-        "required": ["path", "op"],
-        "additionalProperties": False,
-        "properties": {
-            "path": {"type": "string"},
-            "op": {"type": "string", "enum": OPS},
-            "value": {},
-        },
-    },
-    "Step": {
-        "type": "object",
-        "required": ["id", "type"],
-        "properties": {
-            "id": {"type": "string", "pattern": STEP_ID_PATTERN},
-            "type": {"type": "string", "enum": ["http_request", "delay", "transform", "wait"]},
-            "depends_on": {"type": "array", "maxItems": 20, "items": {"type": "string"}},
-            "when": _ref("When"),
-            "request": _ref("Request"),
-            "retry": _ref("Retry"),
-            "duration_s": {"type": "number", "minimum": 0, "maximum": 31536000},
-            "until": {"type": "string", "description": "ISO-8601 instant or a template"},
-            "output": {"description": "any JSON; templates resolved inside strings"},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 31536000},
-            "on_timeout": {"type": "string", "enum": ["fail", "continue"]},
-            "auth": {
-                "type": "string",
-                "enum": ["token", "signature"],
-                "description": "wait steps: whether a resume must also be signed",
-            },
-            "limit": {
-                "type": "string",
-                "description": "http_request steps: the name of one of the definition's "
-                "limits (SPEC §13)",
-            },
-        },
-    },
-    "Limit": {
-        "type": "object",
-        "description": "SPEC §13: an outbound limit shared by every worker",
-        "additionalProperties": False,
-        "properties": {
-            "rate_per_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
-            "burst": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 1},
-            "concurrency": {"type": "integer", "minimum": 1, "maximum": 100000},
-            "circuit": {
-                "type": "object",
-                "required": ["failures", "window_s", "cool_down_s"],
-                "additionalProperties": False,
-                "properties": {
-                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    "window_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
-                    "cool_down_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
-                },
-            },
-        },
-    },
-    "Definition": {
-        "type": "object",
-        "required": ["name", "steps"],
-        "additionalProperties": False,
-        "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
-            "description": {"type": "string"},
-            "trigger": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "webhook": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "auth": {
-                                "type": "string",
-                                "enum": WEBHOOK_AUTHS,
-                                "description": "signature: Standard Webhooks; stripe, github, "
-                                "shopify, slack: the provider's own scheme (SPEC §15)",
-                            }
-                        },
-                    },
-                    "schedule": _ref("ScheduleDefinition"),
-                },
-            },
-            "steps": {"type": "array", "minItems": 1, "maxItems": 100, "items": _ref("Step")},
-            "limits": {
-                "type": "object",
-                "description": "named outbound limits; a name with {{ input.x }} keys one "
-                "limit per value",
-                "maxProperties": 100,
-                "additionalProperties": _ref("Limit"),
-            },
-            "input_schema": {
-                "type": ["object", "boolean"],
-                "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
-                "with each error's path otherwise); local $ref only",
-            },
-        },
-    },
+    **DEFINITION_SCHEMAS,
     "SourceDefinition": {
         "type": "object",
         "required": ["subscriptions"],
@@ -296,24 +499,6 @@ SCHEMAS: dict[str, Any] = {
             "subscriptions": {"type": "array", "items": {"type": "object"}},
             "revision": {"type": "integer"},
             "active_secrets": {"type": "array", "items": {"type": "integer"}},
-        },
-    },
-    "ScheduleDefinition": {
-        "type": "object",
-        "description": "SPEC §9: exactly one of cron (five fields) and every_s",
-        "additionalProperties": False,
-        "properties": {
-            "cron": {"type": "string", "examples": ["*/5 * * * *"]},
-            "every_s": {"type": "integer", "minimum": 1, "maximum": 31536000},
-            "timezone": {"type": "string", "default": "UTC", "examples": ["Europe/Lisbon"]},
-            "overlap": {
-                "type": "string",
-                "enum": ["skip", "buffer_one", "allow", "cancel_other"],
-                "default": "skip",
-            },
-            "catchup_window_s": {"type": "number", "minimum": 1, "maximum": 604800, "default": 60},
-            "jitter_s": {"type": "number", "minimum": 0, "maximum": 3600, "default": 0},
-            "input": {"type": "object", "description": "each tick's input, plus scheduled_at"},
         },
     },
     "Tick": {

@@ -16,6 +16,7 @@ from flowforge import resumes, signatures, waits
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.errors import NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def resume(token: str) -> tuple[Response, int, dict[str, str]]:
         # when the token looks like one a worker made.
         if token.startswith(waits.PREFIX):
             logger.error("a resume was refused: FLOWFORGE_RESUME_KEY is not set on this API")
-        raise Problem(404, "Not found", "no such resume URL")
+        raise NotFound("no such resume URL")
     if request.query_string:
         raise Problem(
             400,

@@ -42,7 +42,6 @@ from tests.bench.load import wait_http
 from tests.support.processes import free_port
 
 PREFIX = "bench"
-TERMINAL = ("succeeded", "failed", "cancelled", "needs_attention")
 
 CHAIN3 = {
     "name": "Three transforms",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.api import Api, step
 from tests.support.target import Target
+
+# In the fast lane (bin/test --fast, docs/howto/develop.md).
+pytestmark = pytest.mark.fast
 
 
 def test_webhook_runs_a_workflow_to_completion(api, api_key, workers, target: Target) -> None:

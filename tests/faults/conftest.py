@@ -1,10 +1,12 @@
-"""Fixtures of the fault tests: an API client, and a fault proxy in front of RabbitMQ."""
+"""Fixtures of the fault tests: an API client, and fault proxies in front of RabbitMQ and
+PostgreSQL."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.support.api import Api
@@ -23,6 +25,16 @@ def broker_proxy(amqp_url: str) -> Iterator[FaultProxy]:
     """A FaultProxy in front of RabbitMQ: start workers with
     FLOWFORGE_AMQP_URL=broker_proxy.url(amqp_url) to put it between them and the broker."""
     proxy = FaultProxy.for_url(amqp_url)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def pg_proxy(database_url: str) -> Iterator[FaultProxy]:
+    """A FaultProxy in front of this test's PostgreSQL: give a process
+    `services.through_proxy(database_url, pg_proxy)` to put it in between."""
+    params = psycopg.conninfo.conninfo_to_dict(database_url)
+    proxy = FaultProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
     yield proxy
     proxy.close()
 

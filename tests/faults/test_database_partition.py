@@ -13,39 +13,23 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
-
-import psycopg
-import pytest
 
 from flowforge.db import create_pool
 from tests.faults.helpers import StartWorker, http, logged, workflow
 from tests.support.api import Api, step
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
+from tests.support.services import through_proxy
 from tests.support.target import Reply, Target
 
 
-@pytest.fixture
-def db_proxy(database_url: str) -> Iterator[FaultProxy]:
-    """A FaultProxy in front of PostgreSQL; `proxied(database_url)` goes through it."""
-    params = psycopg.conninfo.conninfo_to_dict(database_url)
-    proxy = FaultProxy(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
-    yield proxy
-    proxy.close()
-
-
-def proxied(database_url: str, proxy: FaultProxy) -> str:
-    return psycopg.conninfo.make_conninfo(database_url, host="127.0.0.1", port=proxy.port)
-
-
 def test_a_blackholed_database_gives_up_the_checkpoint_and_sigterm_drains(
-    client: Api, database_url: str, db_proxy: FaultProxy, workers: StartWorker, target: Target
+    client: Api, database_url: str, pg_proxy: FaultProxy, workers: StartWorker, target: Target
 ) -> None:
     client.publish("fetch", workflow(http("fetch", "GET", f"{target.url}/fetch")))
     target.script = lambda r: Reply(json={"ok": True}, delay_s=2.0)
     cut_off = workers(
-        FLOWFORGE_DATABASE_URL=proxied(database_url, db_proxy),
+        FLOWFORGE_DATABASE_URL=through_proxy(database_url, pg_proxy),
         FLOWFORGE_DB_TIMEOUT_SECONDS="2",
         FLOWFORGE_WORKER_ID="cut-off",
     )
@@ -53,7 +37,7 @@ def test_a_blackholed_database_gives_up_the_checkpoint_and_sigterm_drains(
     wait_for(lambda: target.requests_to("/fetch"), message="the request to be in flight")
     # The answer comes back into a worker whose database no longer answers: its
     # checkpoint is sent and waits, as does every other thread's next statement.
-    db_proxy.blackhole()
+    pg_proxy.blackhole()
     time.sleep(2.5)
     cut_off.signal(signal.SIGTERM)
     wait_for(lambda: cut_off.popen.poll() is not None, timeout=60, message="the drain to end")
@@ -62,7 +46,7 @@ def test_a_blackholed_database_gives_up_the_checkpoint_and_sigterm_drains(
     assert logged(cut_off, "database unavailable; delivery handed back")
 
     # Nothing was lost: once the lease lapsed another worker ran the (safe) GET again.
-    db_proxy.restore()
+    pg_proxy.restore()
     workers(FLOWFORGE_WORKER_ID="successor")
     done = client.wait(eid, "succeeded", timeout=30)
     assert [a["outcome"] for a in step(done, "fetch")["attempts"]] == ["lost_lease", "succeeded"]
@@ -72,9 +56,9 @@ OUTAGE_S = 18.0  # psycopg_pool's back-off alone tries at ~0, 1, 3, 7, 15, then 
 
 
 def test_after_a_long_refusal_the_pool_is_back_within_seconds(
-    database_url: str, db_proxy: FaultProxy
+    database_url: str, pg_proxy: FaultProxy
 ) -> None:
-    pool = create_pool(proxied(database_url, db_proxy), max_size=2, name="test-outage")
+    pool = create_pool(through_proxy(database_url, pg_proxy), max_size=2, name="test-outage")
     pool.open(wait=True, timeout=10)
     stop = threading.Event()
     served: list[float] = []
@@ -94,9 +78,9 @@ def test_after_a_long_refusal_the_pool_is_back_within_seconds(
     user.start()
     try:
         wait_for(lambda: served, message="the pool to serve")
-        db_proxy.cut()
+        pg_proxy.cut()
         time.sleep(OUTAGE_S)
-        db_proxy.restore()
+        pg_proxy.restore()
         back = time.monotonic()
         wait_for(
             lambda: served and served[-1] > back,

@@ -18,31 +18,17 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 from tests.faults.helpers import StartWorker, cli, http, logged, scalar, wait_logged, workflow
 from tests.support.api import Api, step
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
+from tests.support.services import through_proxy
 from tests.support.target import Received, Reply, Target
 
 LEASE_S = 2.0
-
-
-@pytest.fixture
-def pg_proxy(database_url: str) -> Iterator[FaultProxy]:
-    """A FaultProxy in front of PostgreSQL, for the worker only (the API goes direct)."""
-    info = psycopg.conninfo.conninfo_to_dict(database_url)
-    proxy = FaultProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
-    yield proxy
-    proxy.close()
-
-
-def _through(proxy: FaultProxy, database_url: str) -> str:
-    return psycopg.conninfo.make_conninfo(database_url, host="127.0.0.1", port=proxy.port)
 
 
 def _step_status(db: psycopg.Connection, eid: str, sid: str) -> str:
@@ -68,7 +54,7 @@ def test_a_claim_whose_commit_answer_is_lost_is_never_renewed_and_is_recovered(
     # may still leave): time for the test to arm the proxy.
     worker = workers(
         FLOWFORGE_WORKER_ID="worker-A",
-        FLOWFORGE_DATABASE_URL=_through(pg_proxy, database_url),
+        FLOWFORGE_DATABASE_URL=through_proxy(database_url, pg_proxy),
         FLOWFORGE_FAULTS="before_claim_commit=sleep:0.7",
     )
     eid = client.start("lookup", {})

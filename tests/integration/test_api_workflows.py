@@ -6,8 +6,12 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.support.problems import assert_problem
+
+# In the fast lane (bin/test --fast, docs/howto/develop.md).
+pytestmark = pytest.mark.fast
 
 CHAIN = {
     "name": "Chain",

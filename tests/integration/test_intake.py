@@ -7,9 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+import pytest
 import requests
 
 from tests.support.api import Api
+
+# In the fast lane (bin/test --fast, docs/howto/develop.md).
+pytestmark = pytest.mark.fast
 
 CHAIN = {
     "name": "Chain",

@@ -7,9 +7,15 @@ from typing import Any
 
 import requests
 
+from flowforge.model import TERMINAL_EXECUTION, ExecutionStatus
 from tests.support.processes import wait_for
 
-TERMINAL = {"succeeded", "failed", "cancelled", "needs_attention"}
+# Settled: an execution stays so until someone acts; what tests wait for by default. The
+# one definition in tests/ (tests/unit/test_settled_statuses.py holds the soak checker's
+# copy to it), made of the model's own statuses as plain strings for SQL parameters.
+TERMINAL = frozenset(
+    status.value for status in (*TERMINAL_EXECUTION, ExecutionStatus.NEEDS_ATTENTION)
+)
 
 
 class Api:

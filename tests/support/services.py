@@ -12,6 +12,8 @@ import pika
 import psycopg
 import pytest
 
+from tests.support.faultproxy import FaultProxy
+
 LOCAL_DATABASE = "postgresql://postgres@127.0.0.1:5432/postgres"
 LOCAL_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
@@ -81,3 +83,9 @@ def find_rabbitmq(cleanups: list[Callable[[], None]]) -> str:
         return f"amqp://guest:guest@{params.host}:{params.port}/%2F"
     unavailable(f"RabbitMQ ({url})")
     raise AssertionError("unreachable")
+
+
+def through_proxy(database_url: str, proxy: FaultProxy) -> str:
+    """`database_url` with its host and port replaced by a FaultProxy's, as a conninfo
+    (the URL may be given in either form, FLOWFORGE_TEST_DATABASE_URL included)."""
+    return psycopg.conninfo.make_conninfo(database_url, host="127.0.0.1", port=proxy.port)

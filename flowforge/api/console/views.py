@@ -53,7 +53,7 @@ from flowforge.api.console.session import (
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.engine import RETRIED_STEP
-from flowforge.errors import ClientError
+from flowforge.errors import ClientError, NotFound
 from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, ExecutionStatus, StepStatus
 
 bp = Blueprint(
@@ -334,7 +334,7 @@ def _back(execution_id: str) -> BaseResponse:
 
 def _step_id(step_id: str) -> str:
     if not definitions.is_step_id(step_id):
-        raise Problem(404, "Not found", "no such step")
+        raise NotFound("no such step")
     return step_id
 
 
