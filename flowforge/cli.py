@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -55,12 +56,24 @@ class UsageError(FlowForgeError):
 Ops: TypeAlias = "ApiClient | Database"
 
 
+# C0 and C1 controls but line feed and tab, and DEL: a value an attacker wrote (a URL
+# template filled from a webhook, a workflow name) must not drive the terminal (OSC 52
+# clipboard writes, erased lines, a fake status) in human-readable output (SPEC §12).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """The text with every terminal control shown as its escape (`\\x1b`), not obeyed."""
+    return _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+
+
 def _emit(args: argparse.Namespace, value: Any, text: str | Callable[[], str]) -> None:
-    """Print `value` as JSON with --output json, else the human text."""
+    """Print `value` as JSON with --output json (already escaped), else the human text
+    with its control characters escaped."""
     if args.format == "json":
         print(to_json(value))
     else:
-        print(text if isinstance(text, str) else text())
+        print(printable(text if isinstance(text, str) else text()))
 
 
 def _database(ops: Ops, args: argparse.Namespace) -> Database:
@@ -750,7 +763,8 @@ def _remote(args: argparse.Namespace) -> str | None:
 
 
 def _error(title: str, detail: str) -> None:
-    print(f"error: {title}: {detail}" if detail else f"error: {title}", file=sys.stderr)
+    message = f"error: {title}: {detail}" if detail else f"error: {title}"
+    print(printable(message), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -779,7 +793,7 @@ def _run_remote(url: str, args: argparse.Namespace) -> int:
     except ApiError as exc:
         _error(exc.title, exc.detail)
         for error in exc.errors:
-            print(f"  {error.get('path')}: {error.get('message')}", file=sys.stderr)
+            print(printable(f"  {error.get('path')}: {error.get('message')}"), file=sys.stderr)
         return USAGE if exc.status in USAGE_STATUSES else REFUSED
     except ApiUnreachable as exc:
         _error("unreachable", str(exc))

@@ -80,8 +80,20 @@ _TYPE_KEYS = {
     "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
 }
 _REQUEST_KEYS = frozenset(
-    {"method", "url", "headers", "json", "body", "timeout_s", "idempotency_key"}
+    {
+        "method",
+        "url",
+        "headers",
+        "json",
+        "body",
+        "timeout_s",
+        "idempotency_key",
+        "allow_templated_destination",
+    }
 )
+# A URL template's origin: up to the first '/', '?' or '#' after its '://' (the whole
+# template when it has none, `{{ input.callback_url }}`).
+_ORIGIN_END = re.compile(r"://[^/?#]*")
 _SECRETS_MESSAGE = "secrets may only be used in http_request requests: outputs are stored"
 _WAITS_MESSAGE = (
     "waits may only be used in http_request requests: a resume URL is a credential and"
@@ -882,6 +894,7 @@ class _Parser:
         if "idempotency_key" in request and (not isinstance(key, str) or not key):
             self.error(f"{path}.idempotency_key", "idempotency_key must be a non-empty string")
         self.templates(request, path, ancestors, secrets=True)
+        self.destination(request, path)
         normalised = {
             "method": str(method).upper(),
             "url": request.get("url"),
@@ -889,8 +902,48 @@ class _Parser:
             "timeout_s": timeout_s,
             "idempotency_key": key,
         }
+        if request.get("allow_templated_destination") is True:
+            normalised["allow_templated_destination"] = True
         normalised.update({k: request[k] for k in ("json", "body") if k in request})
         return normalised
+
+    def destination(self, request: dict[str, Any], path: str) -> None:
+        """SPEC §12: a request that carries a secret or a resume URL goes where the
+        publisher said. Its scheme, host and port may come from a secret (the operator's)
+        but not from the execution's data — the input, a step's output — which whoever
+        sends the webhook controls, unless `allow_templated_destination` says so."""
+        url, opt_in = request.get("url"), request.get("allow_templated_destination", False)
+        if not isinstance(opt_in, bool):
+            self.error(f"{path}.allow_templated_destination", "must be true or false")
+            return
+        if not isinstance(url, str) or opt_in:
+            return
+        end = _ORIGIN_END.search(url)
+        origin = url[: end.end()] if end else url
+        try:
+            carried = {
+                placeholder
+                for _, text in templating.iter_template_strings(request)
+                for placeholder in templating.find_placeholders(text)
+                if placeholder.startswith(("secrets.", "waits."))
+            }
+            chosen = [
+                placeholder
+                for placeholder in templating.find_placeholders(origin)
+                if not placeholder.startswith("secrets.")
+            ]
+        except templating.TemplateSyntaxError:
+            return  # self.templates has said what is wrong with it
+        if not carried:
+            return
+        if chosen:
+            self.error(
+                f"{path}.url",
+                f"this request carries {', '.join(sorted(carried))}, so its scheme, host "
+                f"and port must not come from {{{{ {chosen[0]} }}}}: whoever sends the data "
+                "would choose where the secret goes. Fix the destination in the definition, "
+                "or set allow_templated_destination: true to accept that",
+            )
 
     def header(self, name: str, value: Any, path: str) -> None:
         """Keep header names to RFC 7230 tokens and values free of line breaks."""

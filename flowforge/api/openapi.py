@@ -231,6 +231,12 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             "body": {"type": "string"},
             "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300, "default": 30},
             "idempotency_key": {"type": "string", "minLength": 1},
+            "allow_templated_destination": {
+                "type": "boolean",
+                "default": False,
+                "description": "let a request that carries a secret or a resume URL take its "
+                "scheme, host or port from the execution's data (SPEC §12)",
+            },
         },
     },
     "Retry": {

@@ -184,6 +184,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "body": "raw",
         "timeout_s": 10,
         "idempotency_key": "{{ execution.id }}",
+        "allow_templated_destination": True,
     },
     "retry": {
         "max_attempts": 4,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -138,9 +139,21 @@ def _csrf() -> str:
     return str(g.console_session.csrf_token)
 
 
+# C0 and C1 controls and DEL: CR/LF in a Location is a header injection (and werkzeug's
+# refusal of it was a 500); the others have no place in a console path either.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def _safe_next(target: str | None, default: str) -> str:
-    """Only a path of the console itself: never another site (//host, scheme:)."""
-    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
+    """Only a path of the console itself: never another site (//host, scheme:), never a
+    control character."""
+    if (
+        target
+        and target.startswith("/ui/")
+        and not target.startswith("//")
+        and "\\" not in target
+        and not _CONTROLS.search(target)
+    ):
         return target
     return default
 
@@ -175,8 +188,9 @@ def signin_post() -> BaseResponse:
         key = apikeys.authenticate(conn, presented) if presented else None
         if key is None:
             raise Problem(401, "Unauthorized", "the API key is not valid or was revoked")
+        destination = _safe_next(request.form.get("next"), url_for("console.executions"))
         token = sessions.start(conn, key)
-    response = redirect(_safe_next(request.form.get("next"), url_for("console.executions")), 303)
+    response = redirect(destination, 303)
     set_cookie(response, COOKIE, token, max_age=sessions.SESSION_TTL_S)
     clear_cookie(response, SIGNIN_COOKIE)
     return response
