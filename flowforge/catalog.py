@@ -75,6 +75,15 @@ def is_key(text: str) -> bool:
     return KEY_PATTERN.fullmatch(text) is not None
 
 
+# A definition without `trigger` is a signed webhook: until the workflow has a signing
+# secret every webhook is refused with 401, which surprises whoever just left it out.
+NO_TRIGGER_WARNING = (
+    "this definition has no trigger, so its webhook requires a signature: every webhook is "
+    "refused with 401 until the workflow has a signing secret (`flowforge secret create "
+    '{key}`); to accept unsigned webhooks say "trigger": {{"webhook": {{"auth": "none"}}}}'
+)
+
+
 def publish(
     conn: psycopg.Connection,
     key: str,
@@ -100,7 +109,7 @@ def publish(
         )
         # The schedule follows the newest version, decided in this same transaction.
         schedules.derive(conn, workflow_id, version_id, document, definition)
-    return {
+    published = {
         "workflow": key,
         "version": version,
         "name": definition.name,
@@ -108,6 +117,9 @@ def publish(
         "steps": [step.id for step in definition.steps],
         "created_at": created_at.isoformat(),
     }
+    if isinstance(document, dict) and "trigger" not in document:
+        published["warning"] = NO_TRIGGER_WARNING.format(key=key)
+    return published
 
 
 def list_workflows(conn: psycopg.Connection, keys: list[str] | None) -> list[dict[str, Any]]:

@@ -271,6 +271,11 @@ SCHEMAS: dict[str, Any] = {
             "webhook_auth": {"type": "string", "enum": ["signature", "none"]},
             "steps": {"type": "array", "items": {"type": "string"}},
             "created_at": {"type": "string", "format": "date-time"},
+            "warning": {
+                "type": "string",
+                "description": "Only when the definition has no trigger, so that every "
+                "webhook needs a signature",
+            },
         },
     },
     "Workflow": {

@@ -85,8 +85,12 @@ def test_operators_read_and_act_through_the_api_with_their_keys_rules(
     _, read_only = apikeys.create(db, "auditor", read_only=True)
     scoped_id, scoped = apikeys.create(db, "charge-ops", ["charge"])
     (tmp_path / "charge.json").write_text(json.dumps(CHARGE))
-    published = ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "charge.json")))
-    assert published == "published charge version 1\n"
+    published = ok(
+        remote(
+            api, api_key, "workflow", "publish", str(tmp_path / "charge.json"), "--key", "charge"
+        )
+    )
+    assert published == "created workflow charge: version 1\n"
     r = requests.post(
         f"{api}/api/v1/workflows/waiter/versions",
         json=WAITER,
@@ -163,3 +167,57 @@ def test_operators_read_and_act_through_the_api_with_their_keys_rules(
     first, *paths = invalid.stderr.splitlines()
     assert first.startswith("error: Invalid definition: ")
     assert paths and all(line.startswith("  $.") for line in paths), invalid.stderr
+
+
+def test_publish_says_which_workflow_it_created_or_versioned_and_warns(
+    api: str, api_key: str, tmp_path: Path
+) -> None:
+    (tmp_path / "charge-v2.json").write_text(json.dumps(CHARGE))
+    # A new key from the file name: created, and a warning that --key names an existing one.
+    made = remote(api, api_key, "workflow", "publish", str(tmp_path / "charge-v2.json"))
+    assert made.returncode == 0 and made.stdout == "created workflow charge-v2: version 1\n"
+    assert "created a new workflow 'charge-v2', named after the file" in made.stderr
+    assert "--key" in made.stderr
+    again = remote(api, api_key, "workflow", "publish", str(tmp_path / "charge-v2.json"))
+    assert ok(again) == "published version 2 of workflow charge-v2\n"
+    # No trigger: a signed webhook nobody can call yet, said in the API's answer and by the CLI.
+    bare = {key: value for key, value in CHARGE.items() if key != "trigger"}
+    (tmp_path / "bare.json").write_text(json.dumps(bare))
+    warned = remote(
+        api,
+        api_key,
+        "--output",
+        "json",
+        "workflow",
+        "publish",
+        str(tmp_path / "bare.json"),
+        "--key",
+        "bare",
+    )
+    assert warned.returncode == 0, warned
+    assert "has no trigger" in json.loads(warned.stdout)["warning"]
+    assert "flowforge: warning: this definition has no trigger" in warned.stderr
+
+
+def test_a_closed_pipe_ends_the_cli_quietly(api: str, api_key: str) -> None:
+    """`flowforge ... | head -n1` ends like any Unix tool: no BrokenPipeError traceback,
+    however much was left to write when head stopped reading."""
+    pad = {f"pad{n}": "x" * 60_000 for n in range(6)}  # far more than a pipe holds
+    big = unsigned([{"id": "pad", "type": "transform", "output": pad}])
+    r = requests.post(
+        f"{api}/api/v1/workflows/big/versions",
+        json=big,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}
+    done = subprocess.run(
+        f"{FLOWFORGE} workflow show big --version 1 | head -n1",
+        shell=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "{\n" and done.stderr == "", done.stderr
