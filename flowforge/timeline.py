@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from flowforge import attention
 from flowforge.errors import ClientError, NotFound
 from flowforge.model import ExecutionStatus
 
@@ -54,15 +55,14 @@ LIMIT %(limit)s
 # own status: a cancelled execution can keep one, and an operator must still find it. The
 # partial index steps_unknown holds only such steps (every needs_attention execution has
 # one), so this never scans the steps table.
-NEEDS_ATTENTION_PAGE = """
+NEEDS_ATTENTION_PAGE = f"""
 SELECT e.id, w.key AS workflow, v.version, e.status, e.created_at, e.started_at,
        e.finished_at
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
-WHERE e.id IN (SELECT s.execution_id FROM steps s
-               WHERE s.status = 'unknown'
-                 AND (%(after)s::uuid IS NULL OR s.execution_id < %(after)s))
+WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
+               WHERE %(after)s::uuid IS NULL OR n.execution_id < %(after)s)
   AND (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
   AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
 ORDER BY e.id DESC
