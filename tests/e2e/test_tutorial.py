@@ -37,9 +37,7 @@ def sh_blocks(text: str) -> list[str]:
 
 def expectation(line: str) -> re.Pattern[str]:
     """One `# -> ` line as a pattern: `...` is anything on the line, spaces are spaces."""
-    parts = [
-        r"\s+".join(re.escape(word) for word in chunk.split()) for chunk in line.split("...")
-    ]
+    parts = [r"\s+".join(re.escape(word) for word in chunk.split()) for chunk in line.split("...")]
     return re.compile(".*?".join(parts))
 
 
@@ -66,7 +64,9 @@ def unmatched(expected: list[str], output: str) -> list[str]:
 
 def test_expectations_match_in_order_within_a_line() -> None:
     output = "execution 1  charge v1  needs_attention\n  charge  http  unknown   error: x\n"
-    assert unmatched(["execution ...  charge v1  needs_attention", "charge ... unknown"], output) == []
+    assert (
+        unmatched(["execution ...  charge v1  needs_attention", "charge ... unknown"], output) == []
+    )
     assert unmatched(["unknown", "execution"], output) == ["execution"]
     assert unmatched(["charge ... x error"], output) == ["charge ... x error"]
 
