@@ -25,10 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
@@ -221,7 +223,12 @@ def _secret_revoke(ops: Ops, args: argparse.Namespace) -> None:
 
 def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
     page = ops.list_executions(
-        workflow=args.workflow, status=args.status, limit=args.limit, cursor=args.cursor
+        workflow=args.workflow,
+        status=args.status,
+        limit=args.limit,
+        cursor=args.cursor,
+        since=args.since,
+        until=args.until,
     )
     columns = [
         ("ID", "id"),
@@ -452,6 +459,26 @@ def _limit(text: str) -> int:
     return number
 
 
+AGE = re.compile(r"(\d+)([smhd])")
+AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _instant(text: str) -> datetime:
+    """`2026-12-01T09:00:00Z`, `2026-12-01` (UTC unless an offset is given), or an age
+    back from now: `30m`, `6h`, `2d`."""
+    if found := AGE.fullmatch(text.strip()):
+        return datetime.now(UTC) - timedelta(
+            seconds=int(found.group(1)) * AGE_SECONDS[found.group(2)]
+        )
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an instant (2026-12-01T09:00:00Z) or an age (30m, 6h, 2d)"
+        ) from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
 def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -536,7 +563,7 @@ EXAMPLES = {
     "secret list": "flowforge secret list orders",
     "secret revoke": "flowforge secret revoke orders 1",
     "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "executions list": "flowforge executions list --workflow orders --status failed --limit 50",
+    "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
     "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "cancel": "flowforge cancel 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "retry": "flowforge retry 01a233ee-a3de-71f1-8ccd-4191093a47ad",
@@ -655,6 +682,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--limit", type=_limit, default=20, help=f"1-{MAX_PAGE}")
     listing.add_argument("--cursor", help="next_cursor of the previous page")
+    listing.add_argument(
+        "--since",
+        type=_instant,
+        metavar="WHEN",
+        help="created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
+        "such as 30m, 6h, 2d",
+    )
+    listing.add_argument(
+        "--until", type=_instant, metavar="WHEN", help="created before WHEN (as --since)"
+    )
     detail = command(executions, "show", _executions_show, "steps, attempts and who acted")
     detail.add_argument("id", type=_execution_id, help="the execution's ID")
 

@@ -696,6 +696,18 @@ PATHS: dict[str, Any] = {
                     "description": "next_cursor from the previous page",
                     "schema": {"type": "string"},
                 },
+                {
+                    "name": "since",
+                    "in": "query",
+                    "description": "only executions created at or after this instant (ISO 8601)",
+                    "schema": {"type": "string", "format": "date-time"},
+                },
+                {
+                    "name": "until",
+                    "in": "query",
+                    "description": "only executions created before this instant (ISO 8601)",
+                    "schema": {"type": "string", "format": "date-time"},
+                },
             ],
         )
     },

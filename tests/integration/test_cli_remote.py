@@ -221,3 +221,41 @@ def test_a_closed_pipe_ends_the_cli_quietly(api: str, api_key: str) -> None:
         timeout=60,
     )
     assert done.stdout == "{\n" and done.stderr == "", done.stderr
+
+
+def test_executions_list_by_creation_time(api: str, api_key: str, db: psycopg.Connection) -> None:
+    requests.post(
+        f"{api}/api/v1/workflows/waiter/versions",
+        json=WAITER,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    ).raise_for_status()
+    started = [start(api, "waiter") for _ in range(2)]
+    recent = ok(remote(api, api_key, "--output", "json", "executions", "list", "--since", "1h"))
+    assert [item["id"] for item in json.loads(recent)["items"]] == started[::-1]
+    old = ok(remote(api, api_key, "--output", "json", "executions", "list", "--until", "1h"))
+    assert json.loads(old)["items"] == []
+    between = remote(
+        api,
+        api_key,
+        "--output",
+        "json",
+        "executions",
+        "list",
+        "--since",
+        "2000-01-01",
+        "--until",
+        "2100-01-01T00:00:00+00:00",
+    )
+    assert len(json.loads(ok(between))["items"]) == 2
+    refused(
+        remote(api, api_key, "executions", "list", "--since", "yesterday"),
+        2,
+        "error: argument --since",
+    )
+    r = requests.get(
+        f"{api}/api/v1/executions?since=soon",
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 400 and r.headers["Content-Type"] == "application/problem+json"
