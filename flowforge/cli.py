@@ -191,6 +191,30 @@ def _workflow_show(ops: Ops, args: argparse.Namespace) -> None:
     _emit(args, workflow, text)
 
 
+def _definition(ops: Ops, key: str, which: str) -> Any:
+    """Version `which` of workflow `key` (a number), or the definition in file `which`."""
+    if which.isdigit():
+        return ops.version(key, int(which))["definition"]
+    try:
+        return json.loads(Path(which).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{which!r} is neither a version number nor a definition file: {exc}"
+        ) from None
+
+
+def _workflow_diff(ops: Ops, args: argparse.Namespace) -> None:
+    from flowforge import defdiff
+
+    found = defdiff.diff(_definition(ops, args.key, args.old), _definition(ops, args.key, args.new))
+    said = found.lines(args.old, args.new)
+    _emit(
+        args,
+        {"changes": [list(c) for c in found.changes], "truncated": found.truncated},
+        "\n".join(said) if said else "no difference",
+    )
+
+
 def _secret_create(ops: Ops, args: argparse.Namespace) -> None:
     created = ops.create_secret(args.key)
     if warning := created.get("warning"):
@@ -558,6 +582,7 @@ EXAMPLES = {
     "workflow publish": "flowforge workflow publish charge-v2.json --key charge",
     "workflow list": "flowforge workflow list",
     "workflow show": "flowforge workflow show orders --version 2",
+    "workflow diff": "flowforge workflow diff orders 2 orders.json",
     "secret": "flowforge secret create orders",
     "secret create": "SECRET=$(flowforge secret create orders | tail -n1)",
     "secret list": "flowforge secret list orders",
@@ -660,6 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
     show = command(workflow, "show", _workflow_show, "show a workflow or one version")
     show.add_argument("key", type=_workflow_key, help="the workflow's key")
     show.add_argument("--version", type=_positive, help="print this version's definition")
+    diff = command(workflow, "diff", _workflow_diff, "what changed between two versions (or files)")
+    diff.add_argument("key", type=_workflow_key, help="the workflow's key")
+    diff.add_argument("old", help="a version number, or a definition file")
+    diff.add_argument("new", help="a version number, or a definition file (not yet published)")
 
     secret = group("secret", "webhook signing secrets")
     command(secret, "create", _secret_create, "create a signing secret").add_argument(

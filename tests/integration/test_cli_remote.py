@@ -259,3 +259,21 @@ def test_executions_list_by_creation_time(api: str, api_key: str, db: psycopg.Co
         timeout=10,
     )
     assert r.status_code == 400 and r.headers["Content-Type"] == "application/problem+json"
+
+
+def test_workflow_diff_between_versions_and_a_file(api: str, api_key: str, tmp_path: Path) -> None:
+    first = unsigned([{"id": "a", "type": "transform", "output": {"n": 1}}])
+    (tmp_path / "v1.json").write_text(json.dumps(first))
+    ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "v1.json"), "--key", "d"))
+    second = unsigned([{"id": "a", "type": "transform", "output": {"n": 2}}])
+    (tmp_path / "v2.json").write_text(json.dumps(second))
+    ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "v2.json"), "--key", "d"))
+    assert ok(remote(api, api_key, "workflow", "diff", "d", "1", "2")).splitlines() == [
+        "--- 1",
+        "+++ 2",
+        "~ $.steps[id=a].output.n: 1 → 2",
+    ]
+    assert ok(remote(api, api_key, "workflow", "diff", "d", "2", str(tmp_path / "v2.json"))) == (
+        "no difference\n"
+    )
+    refused(remote(api, api_key, "workflow", "diff", "d", "1", "nope.json"), 2, "error: usage")
