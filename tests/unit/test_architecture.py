@@ -24,7 +24,7 @@ LAYERS: dict[str, set[str]] = {
         "launcher",
         "tables",
     },
-    "rules": {"templating", "cron", "definitions", "engine"},
+    "rules": {"templating", "cron", "definitions", "engine", "defdiff"},
     "persistence": {
         "db",
         "runs",
@@ -48,6 +48,7 @@ LAYERS: dict[str, set[str]] = {
         "sessions",
         "schedules",
         "direct",
+        "attention",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},
