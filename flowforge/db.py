@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import select
+import sys
 import threading
 import time
 import weakref
@@ -102,7 +104,24 @@ REPLY_MARGIN_S = 5.0
 RECONNECT_TIMEOUT_S = 10.0
 
 
-def conninfo(url: str, *, statement_timeout_s: float | None = None) -> str:
+# What each program's PostgreSQL connections are called (pg_stat_activity.application_name),
+# so an operator can tell which process holds which connection.
+APPLICATION_NAMES = {
+    "api": "flowforge-api",
+    "worker": "flowforge-worker",
+    "migrate": "flowforge-migrate",
+    "flowforge": "flowforge-cli",
+}
+
+
+def application_name() -> str:
+    """The running program's name for PostgreSQL: `flowforge-api`, `flowforge-worker`..."""
+    return APPLICATION_NAMES.get(os.path.basename(sys.argv[0]), "flowforge")
+
+
+def conninfo(
+    url: str, *, statement_timeout_s: float | None = None, application: str | None = None
+) -> str:
     """The URL with FlowForge's network defaults, and server-side timeouts when asked.
 
     `statement_timeout_s` bounds both a statement and a transaction left idle, on the
@@ -111,6 +130,8 @@ def conninfo(url: str, *, statement_timeout_s: float | None = None) -> str:
     params = psycopg.conninfo.conninfo_to_dict(url)
     for key, value in NETWORK_DEFAULTS.items():
         params.setdefault(key, value)
+    if "PGAPPNAME" not in os.environ:  # an explicit name, in the URL or libpq's variable, wins
+        params.setdefault("application_name", application or application_name())
     if statement_timeout_s is not None:
         ms = int(statement_timeout_s * 1000)
         timeouts = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
@@ -158,7 +179,7 @@ def create_pool(
             conn.reply_timeout_s = timeout_s + REPLY_MARGIN_S
 
     return psycopg_pool.ConnectionPool(
-        conninfo(url, statement_timeout_s=timeout_s),
+        conninfo(url, statement_timeout_s=timeout_s, application=f"flowforge-{name}"),
         connection_class=DeadlineConnection,
         configure=configure,
         min_size=min_size,

@@ -121,6 +121,15 @@ def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     raw = read_body()
     with connection() as conn:
         accepted = _accept(conn, key, raw)
+    # The line that ties an access line (same request_id) to the execution it started.
+    logger.info(
+        "webhook accepted",
+        extra={
+            "workflow": key,
+            "execution_id": accepted.execution_id,
+            "replayed": accepted.replayed,
+        },
+    )
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"

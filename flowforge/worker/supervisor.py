@@ -96,7 +96,7 @@ class Worker:
         self.services: list[Loop] = [
             Relay(
                 self.pool,
-                conninfo(settings.database_url),
+                conninfo(settings.database_url, application="flowforge-worker-relay"),
                 settings.amqp_url,
                 topology,
                 self.background,
