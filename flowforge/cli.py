@@ -268,10 +268,29 @@ def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
         print(f"next page: --cursor {page['next_cursor']}", file=sys.stderr)
 
 
+# Statuses in colour, only for a person at a terminal: never into a pipe or a file, and
+# never when NO_COLOR is set (https://no-color.org).
+COLOURS = {
+    "succeeded": "32",
+    "failed": "31",
+    "needs_attention": "33",
+    "unknown": "33",
+    "cancelled": "2",
+}
+
+
+def _paint(text: str, status: str) -> str:
+    code = COLOURS.get(status)
+    if code is None or os.environ.get("NO_COLOR") or not sys.stdout.isatty():
+        return text
+    return f"\033[{code}m{text}\033[0m"
+
+
 def _execution_text(detail: dict[str, Any]) -> str:
     """The execution as an operator reads it: status, steps and attempts, then who did what."""
     lines = [
-        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  {detail['status']}",
+        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  "
+        + _paint(detail["status"], detail["status"]),
         f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}",
     ]
     flow = detail.get("flow_control") or {}
@@ -283,7 +302,7 @@ def _execution_text(detail: dict[str, Any]) -> str:
             f"{waiting['ahead']} ahead, held by {', '.join(waiting['held_by']) or '-'}"
         )
     for s in detail["steps"]:
-        line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
+        line = f"  {s['id']:<20} {s['type']:<13} " + _paint(f"{s['status']:<10}", s["status"])
         if s["wake_at"] and s["status"] == StepStatus.WAITING:
             line += f" wakes {s['wake_at']}"
         if s["error"]:

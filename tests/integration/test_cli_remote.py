@@ -277,3 +277,37 @@ def test_workflow_diff_between_versions_and_a_file(api: str, api_key: str, tmp_p
         "no difference\n"
     )
     refused(remote(api, api_key, "workflow", "diff", "d", "1", "nope.json"), 2, "error: usage")
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    api: str, api_key: str, db: psycopg.Connection
+) -> None:
+    requests.post(
+        f"{api}/api/v1/workflows/waiter/versions",
+        json=WAITER,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    ).raise_for_status()
+    eid = start(api, "waiter")
+    db.execute("UPDATE executions SET status = 'failed' WHERE id = %s", (eid,))
+    env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}
+    env.pop("NO_COLOR", None)
+
+    def on_a_terminal(**extra: str) -> str:
+        """The command under a pseudo-terminal (util-linux script), as a person runs it."""
+        done = subprocess.run(
+            ["script", "-qec", f"{FLOWFORGE} executions show {eid}", "/dev/null"],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done
+        return done.stdout
+
+    assert "\x1b[31mfailed\x1b[0m" in on_a_terminal()
+    assert "\x1b[" not in on_a_terminal(NO_COLOR="1")
+    piped = subprocess.run(
+        [FLOWFORGE, "executions", "show", eid], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "failed" in piped.stdout and "\x1b[" not in piped.stdout

@@ -104,7 +104,9 @@ def cli_page() -> str:
             "Exit codes: 0 done; 1 refused or failed (401, 403, 404, 409, no answer); 2 the",
             "command was wrong as typed (a bad argument, or the API answered 400 or 422).",
             "An error is one line on stderr; warnings go to stderr too, so stdout stays the",
-            "answer. `--output json` prints the answer as JSON.",
+            "answer. `--output json` prints the answer as JSON. Statuses are in colour only",
+            "on a terminal, and never when `NO_COLOR` is set. Output into a pipe that closes",
+            "early (`| head -n1`) ends quietly.",
             "",
             *sections,
         ]
