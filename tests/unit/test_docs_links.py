@@ -74,3 +74,23 @@ def test_the_checker_finds_a_broken_link(tmp_path: Path) -> None:
     (tmp_path / "there.md").write_text("# A heading\n")
     page.write_text("[ok](there.md#a-heading) [gone](nowhere.md) [bad](there.md#nope)\n")
     assert broken_links(page) == ["nowhere.md (no such file)", "there.md#nope (no such heading)"]
+
+
+def test_every_whole_definition_in_the_docs_is_valid() -> None:
+    """A reader copies these: each ```json block that is a whole definition publishes."""
+    import json
+
+    from flowforge.definitions import parse_definition
+
+    checked = 0
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"^```json\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+            try:
+                document = json.loads(block)
+            except ValueError:
+                continue  # a fragment: one field of a definition, shown alone
+            if isinstance(document, dict) and "steps" in document:
+                parse_definition(document)
+                checked += 1
+    assert checked >= 3
