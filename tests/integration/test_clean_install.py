@@ -23,20 +23,18 @@ def test_an_editable_install_of_a_fresh_copy_prints_no_warning(tmp_path: Path) -
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             (clone / name).write_bytes((ROOT / name).read_bytes())
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    pip = str(tmp_path / "venv/bin/pip")
+    # As bin/local-env does: a current pip shows what the build backend warns about.
+    subprocess.run([pip, "install", "-q", "--upgrade", "pip"], check=True, timeout=300)
     done = subprocess.run(
-        [str(tmp_path / "venv/bin/pip"), "install", "-q", "--no-deps", "-e", str(clone)],
+        [pip, "install", "-q", "--no-deps", "-e", str(clone)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    # pip's own notes about this machine's index settings are not the install's.
-    said = [
-        line
-        for line in (done.stdout + done.stderr).splitlines()
-        if line.strip()
-        and "is ignored: it is neither a file nor a directory" not in line
-        and "new release of pip" not in line
-        and "pip install --upgrade pip" not in line
-    ]
-    assert said == [], "\n".join(said)
+    said = done.stdout + done.stderr
+    # What every install printed ~90 lines of: a data directory setuptools did not list.
+    assert "is absent from the `packages` configuration" not in said, said
+    assert "Package would be ignored" not in said, said
+    assert "Warning" not in said.replace("BuildBackendWarning: Editable installation", ""), said
