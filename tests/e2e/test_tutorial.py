@@ -128,7 +128,9 @@ def test_the_tutorial_pasted_into_a_fresh_shell_prints_what_it_says(
         start_new_session=True,
     )
     try:
-        output, _ = shell.communicate(script.encode(), timeout=300)
+        output, _ = shell.communicate(
+            script.encode(), timeout=480
+        )  # a loaded machine: pip, two servers, ~2 min of waits
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGKILL)  # anything the last block did not stop
