@@ -8,6 +8,7 @@ nothing from `requests` leaks past this module.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -116,10 +117,24 @@ class ApiClient:
     # ---- executions ------------------------------------------------------------------
 
     def list_executions(
-        self, *, workflow: str | None, status: str | None, limit: int, cursor: str | None
+        self,
+        *,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> dict[str, Any]:
-        """A page of executions, newest first."""
-        params = {"workflow": workflow, "status": status, "limit": limit, "cursor": cursor}
+        """A page of executions, newest first, created in [since, until) when given."""
+        params = {
+            "workflow": workflow,
+            "status": status,
+            "limit": limit,
+            "cursor": cursor,
+            "since": since.isoformat() if since else None,
+            "until": until.isoformat() if until else None,
+        }
         return dict(self._json("GET", EXECUTIONS, params=params))
 
     def execution(self, execution_id: str) -> dict[str, Any]:

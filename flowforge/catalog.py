@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
 from flowforge import schedules, sealing, signatures
 from flowforge.db import one
@@ -37,13 +37,24 @@ INSERT INTO workflows (key, latest_version) VALUES (%(key)s, 1)
 ON CONFLICT (key) DO UPDATE SET latest_version = workflows.latest_version + 1
 RETURNING id, latest_version
 """
+# `source` keeps the author's key order, which jsonb does not (sql/0024_definition_source.sql);
+# a version is read from it where it exists.
 INSERT_VERSION = """
-INSERT INTO workflow_versions (workflow_id, version, name, definition, webhook_auth, created_by)
-VALUES (%(workflow_id)s, %(version)s, %(name)s, %(definition)s, %(webhook_auth)s, %(created_by)s)
+INSERT INTO workflow_versions (workflow_id, version, name, definition, source, webhook_auth,
+                               created_by)
+VALUES (%(workflow_id)s, %(version)s, %(name)s, %(definition)s, %(source)s, %(webhook_auth)s,
+        %(created_by)s)
 RETURNING id, created_at
 """
-LIST_WORKFLOWS = """
-SELECT w.key, w.latest_version, v.name, v.webhook_auth, w.created_at, v.created_at AS updated_at
+# What starts a version's executions, in words: a schedule-only version has no webhook
+# to authenticate, so its webhook_auth says nothing an operator needs.
+_TRIGGER = """
+CASE WHEN NOT coalesce(definition->'trigger' ? 'schedule', false) THEN 'webhook'
+     WHEN definition->'trigger' ? 'webhook' THEN 'webhook, schedule'
+     ELSE 'schedule' END"""
+LIST_WORKFLOWS = f"""
+SELECT w.key, w.latest_version, v.name, v.webhook_auth, w.created_at, v.created_at AS updated_at,
+       {_TRIGGER} AS trigger
 FROM workflows w JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
 WHERE w.key = ANY(%(keys)s) OR %(keys)s IS NULL
 ORDER BY w.key
@@ -51,12 +62,13 @@ ORDER BY w.key
 GET_WORKFLOW = """
 SELECT w.id, w.key, w.latest_version, w.created_at FROM workflows w WHERE w.key = %(key)s
 """
-LIST_VERSIONS = """
-SELECT version, name, webhook_auth, created_at FROM workflow_versions
+LIST_VERSIONS = f"""
+SELECT version, name, webhook_auth, created_at, {_TRIGGER} AS trigger FROM workflow_versions
 WHERE workflow_id = %(workflow_id)s ORDER BY version
 """
 GET_VERSION = """
-SELECT v.version, v.name, v.webhook_auth, v.definition, v.created_at
+SELECT v.version, v.name, v.webhook_auth, coalesce(v.source, v.definition::json) AS definition,
+       v.created_at
 FROM workflow_versions v JOIN workflows w ON w.id = v.workflow_id
 WHERE w.key = %(key)s AND v.version = %(version)s
 """
@@ -87,6 +99,15 @@ def is_key(text: str) -> bool:
     return KEY_PATTERN.fullmatch(text) is not None
 
 
+# A definition without `trigger` is a signed webhook: until the workflow has a signing
+# secret every webhook is refused with 401, which surprises whoever just left it out.
+NO_TRIGGER_WARNING = (
+    "this definition has no trigger, so its webhook requires a signature: every webhook is "
+    "refused with 401 until the workflow has a signing secret (`flowforge secret create "
+    '{key}`); to accept unsigned webhooks say "trigger": {{"webhook": {{"auth": "none"}}}}'
+)
+
+
 def publish(
     conn: psycopg.Connection,
     key: str,
@@ -108,6 +129,7 @@ def publish(
                     "version": version,
                     "name": definition.name,
                     "definition": Jsonb(document),
+                    "source": Json(document),
                     "webhook_auth": definition.webhook_auth,
                     "created_by": created_by,
                 },
@@ -115,7 +137,7 @@ def publish(
         )
         # The schedule follows the newest version, decided in this same transaction.
         schedules.derive(conn, workflow_id, version_id, document, definition)
-    return {
+    published = {
         "workflow": key,
         "version": version,
         "name": definition.name,
@@ -123,6 +145,9 @@ def publish(
         "steps": [step.id for step in definition.steps],
         "created_at": created_at.isoformat(),
     }
+    if isinstance(document, dict) and "trigger" not in document:
+        published["warning"] = NO_TRIGGER_WARNING.format(key=key)
+    return published
 
 
 def list_workflows(conn: psycopg.Connection, keys: list[str] | None) -> list[dict[str, Any]]:
@@ -135,6 +160,7 @@ def list_workflows(conn: psycopg.Connection, keys: list[str] | None) -> list[dic
             "latest_version": r["latest_version"],
             "name": r["name"],
             "webhook_auth": r["webhook_auth"],
+            "trigger": r["trigger"],
             "created_at": r["created_at"].isoformat(),
             "updated_at": r["updated_at"].isoformat(),
         }
@@ -158,6 +184,7 @@ def get_workflow(conn: psycopg.Connection, key: str) -> dict[str, Any]:
                 "version": v["version"],
                 "name": v["name"],
                 "webhook_auth": v["webhook_auth"],
+                "trigger": v["trigger"],
                 "created_at": v["created_at"].isoformat(),
             }
             for v in versions

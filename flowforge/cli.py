@@ -12,12 +12,13 @@ exists only there: the API has no endpoint that makes keys.
 `--output json|table` on every command. Exit codes: 0 done; 1 refused or failed (403,
 404, 409, a server or connection failure); 2 a usage error (bad arguments, or the API
 said 400/422).
-
-Adding a command: a `_name(ops, args)` handler that calls one method, present with the
-same name and answer on `ApiClient` (flowforge/apiclient.py) and on `Database`
-(flowforge/direct.py), and prints with `_emit`; then one `command(...)` line in
-build_parser. A command with no API endpoint takes `_database(ops, args)` instead.
 """
+
+# Adding a command: a `_name(ops, args)` handler that calls one method, present with the
+# same name and answer on `ApiClient` (flowforge/apiclient.py) and on `Database`
+# (flowforge/direct.py), and prints with `_emit`; then one `command(...)` line in
+# build_parser, and its example in EXAMPLES. A command with no API endpoint takes
+# `_database(ops, args)` instead.
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
@@ -74,6 +77,11 @@ def _emit(args: argparse.Namespace, value: Any, text: str | Callable[[], str]) -
         print(to_json(value))
     else:
         print(printable(text if isinstance(text, str) else text()))
+
+
+def _warn(text: str) -> None:
+    """A warning on stderr, so that stdout stays the answer."""
+    print(f"flowforge: warning: {text}", file=sys.stderr)
 
 
 def _database(ops: Ops, args: argparse.Namespace) -> Database:
@@ -148,7 +156,21 @@ def _workflow_publish(ops: Ops, args: argparse.Namespace) -> None:
     if not WORKFLOW_KEY.fullmatch(key):
         raise UsageError(f"invalid workflow key {key!r}: use --key")
     published = ops.publish(key, document)
-    _emit(args, published, f"published {published['workflow']} version {published['version']}")
+    version = published["version"]
+    if version == 1 and not args.key:
+        # `publish charge-v2.json` meant as a version of `charge` would otherwise
+        # silently start a second workflow.
+        _warn(
+            f"created a new workflow {key!r}, named after the file; to publish a version "
+            "of an existing workflow, name it with --key KEY"
+        )
+    if warning := published.get("warning"):
+        _warn(warning)
+    if version == 1:
+        said = f"created workflow {key}: version 1"
+    else:
+        said = f"published version {version} of workflow {key}"
+    _emit(args, published, said)
 
 
 def _workflow_list(ops: Ops, args: argparse.Namespace) -> None:
@@ -192,10 +214,34 @@ def _workflow_show(ops: Ops, args: argparse.Namespace) -> None:
     _emit(args, workflow, text)
 
 
+def _definition(ops: Ops, key: str, which: str) -> Any:
+    """Version `which` of workflow `key` (a number), or the definition in file `which`."""
+    if which.isdigit():
+        return ops.version(key, int(which))["definition"]
+    try:
+        return json.loads(Path(which).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{which!r} is neither a version number nor a definition file: {exc}"
+        ) from None
+
+
+def _workflow_diff(ops: Ops, args: argparse.Namespace) -> None:
+    from flowforge import defdiff
+
+    found = defdiff.diff(_definition(ops, args.key, args.old), _definition(ops, args.key, args.new))
+    said = found.lines(args.old, args.new)
+    _emit(
+        args,
+        {"changes": [list(c) for c in found.changes], "truncated": found.truncated},
+        "\n".join(said) if said else "no difference",
+    )
+
+
 def _secret_create(ops: Ops, args: argparse.Namespace) -> None:
     created = ops.create_secret(args.key)
     if warning := created.get("warning"):
-        print(f"flowforge: warning: {warning}", file=sys.stderr)
+        _warn(warning)
     _emit(
         args,
         created,
@@ -224,7 +270,12 @@ def _secret_revoke(ops: Ops, args: argparse.Namespace) -> None:
 
 def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
     page = ops.list_executions(
-        workflow=args.workflow, status=args.status, limit=args.limit, cursor=args.cursor
+        workflow=args.workflow,
+        status=args.status,
+        limit=args.limit,
+        cursor=args.cursor,
+        since=args.since,
+        until=args.until,
     )
     columns = [
         ("ID", "id"),
@@ -240,10 +291,29 @@ def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
         print(f"next page: --cursor {page['next_cursor']}", file=sys.stderr)
 
 
+# Statuses in colour, only for a person at a terminal: never into a pipe or a file, and
+# never when NO_COLOR is set (https://no-color.org).
+COLOURS = {
+    "succeeded": "32",
+    "failed": "31",
+    "needs_attention": "33",
+    "unknown": "33",
+    "cancelled": "2",
+}
+
+
+def _paint(text: str, status: str) -> str:
+    code = COLOURS.get(status)
+    if code is None or os.environ.get("NO_COLOR") or not sys.stdout.isatty():
+        return text
+    return f"\033[{code}m{text}\033[0m"
+
+
 def _execution_text(detail: dict[str, Any]) -> str:
     """The execution as an operator reads it: status, steps and attempts, then who did what."""
     lines = [
-        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  {detail['status']}",
+        f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  "
+        + _paint(detail["status"], detail["status"]),
         f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}",
     ]
     flow = detail.get("flow_control") or {}
@@ -261,7 +331,7 @@ def _execution_text(detail: dict[str, Any]) -> str:
             + (f"; held: {limited['held_reason']}" if limited["reason"] == "held" else "")
         )
     for s in detail["steps"]:
-        line = f"  {s['id']:<20} {s['type']:<13} {s['status']:<10}"
+        line = f"  {s['id']:<20} {s['type']:<13} " + _paint(f"{s['status']:<10}", s["status"])
         if s["wake_at"] and s["status"] == StepStatus.WAITING:
             line += f" wakes {s['wake_at']}"
         if s["error"]:
@@ -278,7 +348,8 @@ def _execution_text(detail: dict[str, Any]) -> str:
                 f"  {a['started_at']}"
             )
             if sent := a.get("request"):
-                lines.append(f"        sent {sent['method']} {sent['url']}")
+                verb = "not sent" if (a["error"] or "").startswith("not sent") else "sent"
+                lines.append(f"        {verb} {sent['method']} {sent['url']}")
             if a["outcome"] in ("unknown", "lost_lease") and not a.get("response"):
                 lines.append(f"        no answer (by {a['worker'] or '?'})")
         if s["output"] is not None:
@@ -314,8 +385,17 @@ def _executions_show(ops: Ops, args: argparse.Namespace) -> None:
 
 def _cancel(ops: Ops, args: argparse.Namespace) -> None:
     done = ops.cancel(args.id)
-    verb = "was already" if done["already_finished"] else "is now"
-    _emit(args, done, f"execution {args.id} {verb} {done['status']}")
+    if done["already_finished"]:
+        said = f"execution {args.id} was already {done['status']}"
+    elif done["status"] == ExecutionStatus.CANCELLED:
+        said = f"execution {args.id} is now cancelled"
+    else:
+        # A request in flight is never taken back: the execution stops once it is recorded.
+        said = (
+            f"execution {args.id} cancel requested: a request in flight finishes and is "
+            "recorded, nothing after it starts"
+        )
+    _emit(args, done, said)
 
 
 def _retry(ops: Ops, args: argparse.Namespace) -> None:
@@ -538,6 +618,26 @@ def _limit(text: str) -> int:
     return number
 
 
+AGE = re.compile(r"(\d+)([smhd])")
+AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _instant(text: str) -> datetime:
+    """`2026-12-01T09:00:00Z`, `2026-12-01` (UTC unless an offset is given), or an age
+    back from now: `30m`, `6h`, `2d`."""
+    if found := AGE.fullmatch(text.strip()):
+        return datetime.now(UTC) - timedelta(
+            seconds=int(found.group(1)) * AGE_SECONDS[found.group(2)]
+        )
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an instant (2026-12-01T09:00:00Z) or an age (30m, 6h, 2d)"
+        ) from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
 def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
@@ -596,52 +696,136 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
+DESCRIPTION = """\
+Operate FlowForge: publish workflows, inspect executions, cancel, retry and resolve them.
+
+Through the HTTP API with --api URL (or FLOWFORGE_API_URL) and the key in
+FLOWFORGE_API_KEY: the key's scope and read-only rules apply, and the history names it.
+On the box with --db (or no API URL): straight on PostgreSQL (FLOWFORGE_DATABASE_URL),
+also while the API is down; API keys are managed only there.
+
+Exit codes: 0 done, 1 refused or failed, 2 wrong as typed."""
+
+# Each command's example, shown at the end of its --help (and in docs/reference/cli.md).
+EXAMPLES = {
+    "": "flowforge executions list --status needs_attention",
+    "apikey": "flowforge --db apikey create --name ops --workflow orders",
+    "apikey create": "flowforge --db apikey create --name deploy --workflow orders --secrets",
+    "apikey list": "flowforge --db apikey list",
+    "apikey revoke": "flowforge --db apikey revoke 3",
+    "workflow": "flowforge workflow publish orders.json",
+    "workflow publish": "flowforge workflow publish charge-v2.json --key charge",
+    "workflow list": "flowforge workflow list",
+    "workflow show": "flowforge workflow show orders --version 2",
+    "workflow diff": "flowforge workflow diff orders 2 orders.json",
+    "secret": "flowforge secret create orders",
+    "secret create": "SECRET=$(flowforge secret create orders | tail -n1)",
+    "secret list": "flowforge secret list orders",
+    "secret revoke": "flowforge secret revoke orders 1",
+    "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
+    "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "cancel": "flowforge cancel 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "retry": "flowforge retry 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "resolve": "flowforge resolve 01a233ee-a3de-71f1-8ccd-4191093a47ad charge succeeded "
+    "'{\"status\": 201}'",
+    "complete": "flowforge complete 01a233ee-a3de-71f1-8ccd-4191093a47ad approval "
+    "'{\"approved\": true}'",
+    "fail": "flowforge fail 01a233ee-a3de-71f1-8ccd-4191093a47ad approval",
+    "schedule": "flowforge schedule show sweep",
+    "schedule show": "flowforge schedule show sweep",
+    "schedule pause": "flowforge schedule pause sweep",
+    "schedule resume": "flowforge schedule resume sweep",
+    "schedule trigger": "flowforge schedule trigger sweep",
+    "schedule backfill": "flowforge schedule backfill sweep --from 2026-11-24T00:00:00Z "
+    "--to 2026-11-29T00:00:00Z --dry-run",
+}
+
+
+def _example(path: str) -> str | None:
+    """The epilog of a command's --help; a command without an example (a test fails for
+    it, tests/unit/test_reference_docs.py) still works."""
+    return f"example:\n  {EXAMPLES[path]}" if path in EXAMPLES else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command tree."""
     common = _common()
-    parser = Parser(prog="flowforge", description=__doc__, parents=[common])
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="flowforge",
+        description=DESCRIPTION,
+        epilog=_example(""),
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    groups: dict[int, str] = {}  # a group's subparsers -> its name, for the examples
+
     def group(name: str, help_: str) -> Any:
-        return sub.add_parser(name, help=help_, parents=[common]).add_subparsers(
-            dest="action", required=True, metavar="ACTION"
-        )
+        actions = sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(name),
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        ).add_subparsers(dest="action", required=True, metavar="ACTION")
+        groups[id(actions)] = name
+        return actions
 
     def command(
         parent: Any, name: str, handler: Callable[[Ops, argparse.Namespace], None], help_: str
     ) -> argparse.ArgumentParser:
-        parsed: argparse.ArgumentParser = parent.add_parser(name, help=help_, parents=[common])
+        path = f"{groups[id(parent)]} {name}" if id(parent) in groups else name
+        parsed: argparse.ArgumentParser = parent.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(path),
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         parsed.set_defaults(handler=handler)
         return parsed
 
     apikey = group("apikey", "manage API keys (on the box: --db)")
     create = command(apikey, "create", _apikey_create, "create a key (printed on the last line)")
-    create.add_argument("--name", required=True)
+    create.add_argument("--name", required=True, help="who or what the key is for")
     create.add_argument(
         "--workflow",
         action="append",
         type=_workflow_key,
         help="limit the key to this workflow (repeatable)",
     )
-    create.add_argument("--read-only", action="store_true")
+    create.add_argument("--read-only", action="store_true", help="GET only")
     create.add_argument(
         "--secrets",
         action="store_true",
         help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
     )
     command(apikey, "list", _apikey_list, "list keys")
-    command(apikey, "revoke", _apikey_revoke, "revoke a key").add_argument("id", type=_positive)
+    command(apikey, "revoke", _apikey_revoke, "revoke a key").add_argument(
+        "id", type=_positive, help="the key's ID, from apikey list"
+    )
 
     workflow = group("workflow", "publish and read workflows")
     publish = command(workflow, "publish", _workflow_publish, "publish a definition file")
-    publish.add_argument("file")
-    publish.add_argument("--key", help="workflow key (default: the file name)")
+    publish.add_argument("file", help="the definition, a JSON file")
+    publish.add_argument(
+        "--key",
+        help="the workflow to create or version (default: the file name, with a warning "
+        "when that makes a new workflow)",
+    )
     command(workflow, "list", _workflow_list, "list workflows")
     show = command(workflow, "show", _workflow_show, "show a workflow or one version")
-    show.add_argument("key", type=_workflow_key)
-    show.add_argument("--version", type=_positive)
+    show.add_argument("key", type=_workflow_key, help="the workflow's key")
+    show.add_argument("--version", type=_positive, help="print this version's definition")
+    diff = command(workflow, "diff", _workflow_diff, "what changed between two versions (or files)")
+    diff.add_argument("key", type=_workflow_key, help="the workflow's key")
+    diff.add_argument("old", help="a version number, or a definition file")
+    diff.add_argument("new", help="a version number, or a definition file (not yet published)")
     command(
         workflow, "pause", _workflow_pause, "webhooks queue; nothing starts until resumed"
     ).add_argument("key", type=_workflow_key)
@@ -651,14 +835,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     secret = group("secret", "webhook signing secrets")
     command(secret, "create", _secret_create, "create a signing secret").add_argument(
-        "key", type=_workflow_key
+        "key", type=_workflow_key, help="the workflow's key"
     )
     command(secret, "list", _secret_list, "list a workflow's secrets").add_argument(
-        "key", type=_workflow_key
+        "key", type=_workflow_key, help="the workflow's key"
     )
     revoke = command(secret, "revoke", _secret_revoke, "revoke a signing secret")
-    revoke.add_argument("key", type=_workflow_key)
-    revoke.add_argument("id", type=_positive)
+    revoke.add_argument("key", type=_workflow_key, help="the workflow's key")
+    revoke.add_argument("id", type=_positive, help="the secret's ID, from secret list")
 
     circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
     command(circuits, "list", _circuits_list, "open and half-open circuits")
@@ -666,24 +850,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     executions = group("executions", "inspect executions")
     listing = command(executions, "list", _executions_list, "list executions, newest first")
-    listing.add_argument("--workflow", type=_workflow_key)
-    listing.add_argument("--status", choices=STATUSES)
+    listing.add_argument("--workflow", type=_workflow_key, help="only this workflow's")
+    listing.add_argument(
+        "--status",
+        choices=STATUSES,
+        help="only in this status; needs_attention: every execution with an unknown step",
+    )
     listing.add_argument("--limit", type=_limit, default=20, help=f"1-{MAX_PAGE}")
     listing.add_argument("--cursor", help="next_cursor of the previous page")
+    listing.add_argument(
+        "--since",
+        type=_instant,
+        metavar="WHEN",
+        help="created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
+        "such as 30m, 6h, 2d",
+    )
+    listing.add_argument(
+        "--until", type=_instant, metavar="WHEN", help="created before WHEN (as --since)"
+    )
     detail = command(executions, "show", _executions_show, "steps, attempts and who acted")
-    detail.add_argument("id", type=_execution_id)
+    detail.add_argument("id", type=_execution_id, help="the execution's ID")
 
     def on_step(
         name: str, handler: Callable[[Ops, argparse.Namespace], None], help_: str
     ) -> argparse.ArgumentParser:
         parsed = command(sub, name, handler, help_)
-        parsed.add_argument("id", type=_execution_id)
-        parsed.add_argument("step", type=_step_id)
+        parsed.add_argument("id", type=_execution_id, help="the execution's ID")
+        parsed.add_argument("step", type=_step_id, help="the step's id in the definition")
         return parsed
 
-    command(sub, "cancel", _cancel, "cancel an execution").add_argument("id", type=_execution_id)
+    command(
+        sub,
+        "cancel",
+        _cancel,
+        "cancel an execution: queued and waiting work stops at once, a request in flight "
+        "finishes and is recorded",
+    ).add_argument("id", type=_execution_id, help="the execution's ID")
     command(sub, "retry", _retry, "re-run failed and cancelled steps").add_argument(
-        "id", type=_execution_id
+        "id", type=_execution_id, help="the execution's ID"
     )
     for name, handler, help_ in (
         ("pause", _pause, "pause an execution: nothing of it starts until resumed"),
@@ -709,7 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
     bulk.add_argument("--batch", type=_limit, default=100, help=f"per call, 1-{MAX_PAGE}")
     bulk.add_argument("--yes", action="store_true", help="replay them (default: preview)")
     resolve = on_step("resolve", _resolve, "settle a step whose outcome is unknown")
-    resolve.add_argument("outcome", choices=RESOLUTIONS)
+    resolve.add_argument("outcome", choices=RESOLUTIONS, help="what the request did")
     resolve.add_argument(
         "step_output",
         nargs="?",
@@ -729,15 +933,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     schedule = group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
     shown = command(schedule, "show", _schedule_show, "next fire times and the tick ledger")
-    shown.add_argument("key", type=_workflow_key)
+    shown.add_argument("key", type=_workflow_key, help="the workflow's key")
     for name, handler, help_ in (
         ("pause", _schedule_pause, "due ticks are ledgered paused, not fired"),
         ("resume", _schedule_resume, "ticks fire again from now on"),
         ("trigger", _schedule_trigger, "fire a tick now, under the overlap policy"),
     ):
-        command(schedule, name, handler, help_).add_argument("key", type=_workflow_key)
+        command(schedule, name, handler, help_).add_argument(
+            "key", type=_workflow_key, help="the workflow's key"
+        )
     backfill = command(schedule, "backfill", _schedule_backfill, "fire a past range's ticks")
-    backfill.add_argument("key", type=_workflow_key)
+    backfill.add_argument("key", type=_workflow_key, help="the workflow's key")
     backfill.add_argument("--from", dest="start", required=True, help="ISO-8601 instant")
     backfill.add_argument("--to", dest="end", required=True, help="ISO-8601 instant")
     backfill.add_argument("--dry-run", action="store_true", help="list; fire nothing")
@@ -769,6 +975,9 @@ def _error(title: str, detail: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `flowforge` console script."""
+    # Like every Unix tool: `flowforge ... | head -n1` ends quietly when head has read
+    # enough, instead of a BrokenPipeError traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     args.format = getattr(args, "format", "table")
     try:

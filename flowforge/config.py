@@ -14,7 +14,7 @@ from flowforge.definitions import LimitSpec
 from flowforge.errors import ConfigError
 from flowforge.model import DEFAULT_LEASE_S
 
-__all__ = ["ConfigError", "Settings"]
+__all__ = ["VARIABLES", "ConfigError", "Settings", "Variable"]
 
 # Idempotency keys are remembered at least this long (SPEC §4, §11); see _key_hours.
 DEFAULT_IDEMPOTENCY_KEY_HOURS = 24.0
@@ -155,6 +155,173 @@ def _public_url(env: Mapping[str, str]) -> str | None:
             f"https://flowforge.example.com; got {raw!r}"
         )
     return raw.rstrip("/")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable as docs/reference/configuration.md lists it: `field` names
+    the Settings field whose default it shows, else `default` says it in words."""
+
+    name: str
+    meaning: str
+    field: str | None = None
+    default: str = "—"
+    read_by: str = "all"
+
+
+# Every variable FlowForge reads, in the order a newcomer needs them. The reference page is
+# generated from this list and Settings' defaults (python -m tests.support.reference), and
+# tests/unit/test_reference_docs.py fails when a FLOWFORGE_* name in the code is missing.
+VARIABLES = (
+    Variable("FLOWFORGE_DATABASE_URL", "PostgreSQL, as a libpq URL", "database_url"),
+    Variable("FLOWFORGE_AMQP_URL", "RabbitMQ", "amqp_url", read_by="worker"),
+    Variable(
+        "FLOWFORGE_AMQP_PREFIX",
+        "prefix of every exchange and queue name; give each installation on a shared broker "
+        "its own",
+        "amqp_prefix",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_HTTP_ALLOW",
+        "comma list of hosts and CIDRs that `http_request` may reach although they are not "
+        "global (loopback, private, link-local...)",
+        "http_allow",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_ENCRYPTION_KEY",
+        "32 bytes, base64url (`python -m flowforge.sealing` makes one): seals webhook signing "
+        "secrets at rest; or the systemd credential `encryption_key`. Not for the worker",
+        read_by="api, migrate, cli",
+    ),
+    Variable(
+        "FLOWFORGE_RESUME_KEY",
+        "32 bytes, base64url (`python -m flowforge.waits` makes one), the same for API and "
+        "worker: derives the resume tokens of `wait` steps; or the systemd credential "
+        "`resume_key`. Changing it invalidates every resume URL handed out",
+        read_by="api, worker",
+    ),
+    Variable(
+        "FLOWFORGE_PUBLIC_URL",
+        "where callers reach the API: the base of the resume URLs `{{ waits.STEP.url }}` "
+        "renders; without it such a step fails saying so",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_WORKER_CONCURRENCY",
+        "executor threads (and RabbitMQ prefetch) per worker",
+        "worker_concurrency",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_LEASE_SECONDS",
+        "a running step's lease; the heartbeat renews it six times per lease, and a request "
+        "leaves only within half a lease of the last renewal",
+        "lease_seconds",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_RECONCILE_SECONDS",
+        "a `ready` step with no wake-up for this long is re-dispatched",
+        "reconcile_seconds",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_IDEMPOTENCY_KEY_HOURS",
+        "hours a webhook's idempotency key (`Idempotency-Key` or `webhook-id`) is remembered at "
+        "least: a duplicate within them gets the original execution. 1 to 87600; the worker's "
+        "housekeeping forgets older keys",
+        "idempotency_key_hours",
+    ),
+    Variable(
+        "FLOWFORGE_MAX_BODY_BYTES",
+        "webhook and API body limit (keep nginx's `client_max_body_size` equal)",
+        "max_body_bytes",
+        read_by="api",
+    ),
+    Variable(
+        "FLOWFORGE_WEBHOOK_RATE",
+        "webhooks per second per workflow per API process; beyond it 429 with `Retry-After`",
+        default="unlimited",
+        read_by="api",
+    ),
+    Variable(
+        "FLOWFORGE_DB_POOL_SIZE", "connections per API process", "db_pool_size", read_by="api"
+    ),
+    Variable(
+        "FLOWFORGE_DB_TIMEOUT_SECONDS",
+        "server-side statement and idle-transaction timeout of pooled connections, and the "
+        "wait for a free one; a reply is awaited this long plus 5 s. The API uses at most 5 s, "
+        "so a stalled database answers 503 before gunicorn's 15 s worker timeout",
+        "db_timeout_seconds",
+    ),
+    Variable(
+        "FLOWFORGE_API_WORKERS",
+        "gunicorn sync workers of `bin/api`",
+        default="2 x CPUs + 1",
+        read_by="api",
+    ),
+    Variable(
+        "FLOWFORGE_METRICS_PORT",
+        "the port of `bin/worker`'s own `/metrics` (0: none; each worker on a host needs its "
+        "own); a taken port stops the worker with exit status 2. `bin/api` serves `/metrics` "
+        "on its own listener",
+        "metrics_port",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_METRICS_ADDRESS",
+        "the address `bin/worker` serves `/metrics` on; `0.0.0.0` for a Prometheus on another host",
+        "metrics_address",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_WORKER_ID",
+        "the worker's name in leases, attempts and logs",
+        default="host:pid",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_SECRET_<NAME>",
+        "the value of `{{ secrets.name }}` (or the systemd credential "
+        "`$CREDENTIALS_DIRECTORY/<name>`); only the worker reads values",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_SECRET_<NAME>_WORKFLOWS",
+        "comma list of the workflow keys that may use secret `name` (none without it); give "
+        "API and worker the same",
+        read_by="api, worker",
+    ),
+    Variable(
+        "FLOWFORGE_LOG_LEVEL",
+        "JSON-lines logs on stderr (gunicorn's access and error lines included)",
+        default="INFO",
+    ),
+    Variable(
+        "FLOWFORGE_API_URL",
+        "`flowforge` goes through the HTTP API at this URL (as `--api URL`)",
+        read_by="cli",
+    ),
+    Variable("FLOWFORGE_API_KEY", "the API key `flowforge` sends with `--api`", read_by="cli"),
+    Variable(
+        "FLOWFORGE_SQL_DIR",
+        "where `bin/migrate` finds its `NNNN_*.sql` files",
+        default="the checkout's sql/",
+        read_by="migrate",
+    ),
+    Variable(
+        "FLOWFORGE_FAULTS",
+        "test suite only: arms named fault points that kill or stall the process; refused at "
+        "start-up unless `FLOWFORGE_TEST_MODE=1`",
+    ),
+    Variable(
+        "FLOWFORGE_TEST_MODE",
+        "`1` only in the test suite, which sets it; allows `FLOWFORGE_FAULTS`. Never set it in "
+        "production",
+    ),
+)
 
 
 @dataclass(frozen=True)

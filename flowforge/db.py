@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import select
+import sys
 import threading
 import time
 import weakref
@@ -103,8 +105,23 @@ REPLY_MARGIN_S = 5.0
 RECONNECT_TIMEOUT_S = 10.0
 
 
+# What each program's PostgreSQL connections are called (pg_stat_activity.application_name),
+# so an operator can tell which process holds which connection.
+APPLICATION_NAMES = {
+    "api": "flowforge-api",
+    "worker": "flowforge-worker",
+    "migrate": "flowforge-migrate",
+    "flowforge": "flowforge-cli",
+}
+
+
+def application_name() -> str:
+    """The running program's name for PostgreSQL: `flowforge-api`, `flowforge-worker`..."""
+    return APPLICATION_NAMES.get(os.path.basename(sys.argv[0]), "flowforge")
+
+
 def conninfo(
-    url: str, *, statement_timeout_s: float | None = None, application_name: str | None = None
+    url: str, *, statement_timeout_s: float | None = None, application: str | None = None
 ) -> str:
     """The URL with FlowForge's network defaults, and server-side timeouts when asked.
 
@@ -117,8 +134,8 @@ def conninfo(
     params = psycopg.conninfo.conninfo_to_dict(url)
     for key, value in NETWORK_DEFAULTS.items():
         params.setdefault(key, value)
-    if application_name is not None:
-        params.setdefault("application_name", application_name)
+    if "PGAPPNAME" not in os.environ:  # an explicit name, in the URL or libpq's variable, wins
+        params.setdefault("application_name", application or application_name())
     if statement_timeout_s is not None:
         ms = int(statement_timeout_s * 1000)
         timeouts = f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
@@ -232,7 +249,7 @@ def create_pool(
         conninfo(
             url,
             statement_timeout_s=None if pooler else timeout_s,
-            application_name=f"flowforge-{name}",
+            application=f"flowforge-{name}",
         ),
         connection_class=DeadlineConnection,
         configure=configure,

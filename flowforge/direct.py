@@ -9,6 +9,7 @@ Only this side has the API keys: the API has no endpoint that makes them.
 from __future__ import annotations
 
 import socket
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -43,11 +44,25 @@ class Database:
         self.conn = conn
 
     def list_executions(
-        self, *, workflow: str | None, status: str | None, limit: int, cursor: str | None
+        self,
+        *,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> dict[str, Any]:
-        """A page of executions, newest first."""
+        """A page of executions, newest first, created in [since, until) when given."""
         return timeline.list_executions(
-            self.conn, workflow=workflow, workflows=None, status=status, limit=limit, cursor=cursor
+            self.conn,
+            workflow=workflow,
+            workflows=None,
+            status=status,
+            limit=limit,
+            cursor=cursor,
+            since=since,
+            until=until,
         )
 
     def execution(self, execution_id: str) -> dict[str, Any]:

@@ -38,4 +38,7 @@ def configure_logging() -> None:
     handler.setFormatter(JsonFormatter())
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("FLOWFORGE_LOG_LEVEL", "INFO").upper())
-    logging.getLogger("pika").setLevel(logging.WARNING)
+    # pika logs each failed connection attempt several times over, as ERRORs with
+    # tracebacks (7 lines per reconnect); the worker's own loop says it once per attempt,
+    # with the error (worker/loop.py report), so pika's own lines are only noise.
+    logging.getLogger("pika").setLevel(logging.CRITICAL)

@@ -1,6 +1,6 @@
 """Every Prometheus series FlowForge exports, defined once, with prometheus_client.
 
-Two kinds (README: Metrics and alerts):
+Two kinds (docs/reference/metrics.md):
 
 - Counters and histograms each process counts as it works. bin/api runs gunicorn in
   multiprocess mode (PROMETHEUS_MULTIPROC_DIR, set up by flowforge/launcher.py before
@@ -41,7 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from flowforge import flowcontrol
+from flowforge import attention, flowcontrol
 from flowforge.db import one
 from flowforge.definitions import STEP_TYPES
 from flowforge.model import (
@@ -420,6 +420,7 @@ GROUP BY w.key, s.status ORDER BY w.key, s.status
 WORK_STATES = ("ready", "running")
 # Every gauge query, for the plan test.
 GAUGE_QUERIES = {
+    "needing_attention": attention.COUNT_NEEDING_OPERATOR,
     "live_executions": LIVE_EXECUTIONS,
     "live_steps": LIVE_STEPS,
     "oldest_ready": OLDEST_READY,
@@ -436,6 +437,7 @@ GAUGE_QUERIES = {
 # The families DatabaseGauges yields (the alert rules' test reads them here).
 DATABASE_GAUGES = (
     "flowforge_executions",
+    "flowforge_executions_needing_attention",
     "flowforge_steps",
     "flowforge_oldest_ready_step_seconds",
     "flowforge_outbox_backlog",
@@ -472,6 +474,7 @@ class DatabaseGauges(Collector):
         counts = dict.fromkeys(LIVE_STEP_STATUSES, 0) | dict(conn.execute(LIVE_STEPS).fetchall())
         for status, count in counts.items():
             steps.add_metric([status], count)
+        (needing,) = one(conn.execute(attention.COUNT_NEEDING_OPERATOR))
         (oldest,) = one(conn.execute(OLDEST_READY))
         backlog, age = one(conn.execute(OUTBOX_BACKLOG))
         (expired,) = one(conn.execute(EXPIRED_LEASES))
@@ -509,6 +512,12 @@ class DatabaseGauges(Collector):
         for workflow, state, count in conn.execute(WORK_DEPTH).fetchall():
             depth.add_metric([workflow, state], count)
         yield executions
+        yield GaugeMetricFamily(
+            "flowforge_executions_needing_attention",
+            "Executions an operator must act on: every one with an unknown step, whatever its "
+            "status (cancelled ones included), and every one in status needs_attention.",
+            value=needing,
+        )
         yield steps
         yield GaugeMetricFamily(
             "flowforge_oldest_ready_step_seconds",

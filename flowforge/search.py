@@ -23,8 +23,16 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.attention import BEYOND_THE_STATUS
 from flowforge.model import ExecutionStatus
 
+# `needs_attention` in a filter means what it means everywhere (flowforge/attention.py):
+# the executions in that status and those of any other status with an unknown step. These
+# are the latter, outside the statuses the filter names: few, found through steps_unknown.
+_BEYOND_THE_STATUS = f"""
+SELECT b.execution_id FROM ({BEYOND_THE_STATUS}) b
+JOIN executions e ON e.id = b.execution_id WHERE e.status <> ALL(%(statuses)s::text[])
+"""
 # A count per status stops here: the list shows "1000+" rather than count a million rows.
 COUNT_CAP = 1000
 STATUSES = tuple(status.value for status in ExecutionStatus)
@@ -51,6 +59,7 @@ _FRAGMENTS = {
     "created_to": "e.id < %(id_to)s",
     "after": "e.id < %(after)s",
     "upto": "e.id <= %(upto)s",
+    "ids": "e.id = ANY(%(ids)s::uuid[])",
 }
 # One page, newest first: each (workflow, status) branch yields its newest `limit` rows
 # after the cursor, and the merge keeps the newest `limit` of those.
@@ -174,6 +183,8 @@ def _query(
         params["upto"] = flt.upto
     if extra.get("after") is not None:
         chosen.append("after")
+    if "ids" in extra:
+        chosen.append("ids")
     where = " AND ".join(_FRAGMENTS[name] for name in chosen) or "true"
     return template.format(where=where), params
 
@@ -192,12 +203,38 @@ def _planned(conn: psycopg.Connection, flt: Filter) -> Iterator[None]:
         yield
 
 
+def _beyond_the_status(conn: psycopg.Connection, flt: Filter) -> list[str]:
+    """The executions `needs_attention` in the filter adds beyond its statuses: those of
+    another status with an unknown step (none when the filter names no such status)."""
+    if flt.statuses is None or ExecutionStatus.NEEDS_ATTENTION not in flt.statuses:
+        return []
+    rows = conn.execute(_BEYOND_THE_STATUS, {"statuses": list(flt.statuses)}).fetchall()
+    return [str(execution_id) for (execution_id,) in rows]
+
+
 def page(
     conn: psycopg.Connection, flt: Filter, *, limit: int, after: str | None = None
 ) -> list[dict[str, Any]]:
     """Up to `limit` matching executions, newest first, older than `after` (an id)."""
     if flt.statuses == ():
         return []
+    rows = _page(conn, flt, limit=limit, after=after)
+    if beyond := _beyond_the_status(conn, flt):
+        sql, params = _query(
+            _PAGE,
+            replace(flt, statuses=None),
+            {"statuses": [None], "limit": limit, "after": after, "ids": beyond},
+            statuses=False,
+        )
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows += cur.execute(sql, params).fetchall()
+        rows = sorted(rows, key=lambda row: str(row["id"]), reverse=True)[:limit]
+    return rows
+
+
+def _page(
+    conn: psycopg.Connection, flt: Filter, *, limit: int, after: str | None
+) -> list[dict[str, Any]]:
     sql, params = _query(
         _PAGE,
         flt,
@@ -213,27 +250,50 @@ def page(
 
 
 def _counts(
-    conn: psycopg.Connection, flt: Filter, statuses: tuple[str, ...], cap: int
+    conn: psycopg.Connection,
+    flt: Filter,
+    statuses: tuple[str, ...],
+    cap: int,
+    *,
+    apart: bool = False,
 ) -> dict[str, tuple[int, bool]]:
+    """Per status; `apart`: each status on its own (the chips), so needs_attention also
+    counts executions with an unknown step that another chip counts too; else the statuses
+    together (a bulk action), each execution once."""
     sql, params = _query(_COUNTS, flt, {"statuses": list(statuses), "cap": cap}, statuses=True)
     found = dict.fromkeys(statuses, (0, False))
     with _planned(conn, flt):
         for status, n, capped in conn.execute(sql, params).fetchall():
             found[status] = (n, capped)
+    if ExecutionStatus.NEEDS_ATTENTION in found:
+        # Counted as everywhere: also the executions of other statuses with an unknown
+        # step, under the filter's other conditions.
+        alone = (ExecutionStatus.NEEDS_ATTENTION.value,)
+        if beyond := _beyond_the_status(conn, replace(flt, statuses=alone if apart else statuses)):
+            sql, params = _query(
+                _COUNTS,
+                replace(flt, statuses=None),
+                {"statuses": [None], "cap": cap, "ids": beyond},
+                statuses=False,
+            )
+            with _planned(conn, flt):
+                extra = sum(n for _, n, _ in conn.execute(sql, params).fetchall())
+            n, capped = found[ExecutionStatus.NEEDS_ATTENTION]
+            found[ExecutionStatus.NEEDS_ATTENTION] = (n + extra, capped)
     return found
 
 
 def status_counts(conn: psycopg.Connection, flt: Filter) -> dict[str, str]:
     """How many executions of each status match the filter's other conditions, as text:
     "12", or "1000+" once a count reached COUNT_CAP."""
-    found = _counts(conn, flt, STATUSES, COUNT_CAP)
+    found = _counts(conn, flt, STATUSES, COUNT_CAP, apart=True)
     return {status: f"{n}+" if capped else str(n) for status, (n, capped) in found.items()}
 
 
 def bulk_count(conn: psycopg.Connection, flt: Filter, cap: int) -> tuple[int, bool]:
     """How many executions of the filter's statuses match, and whether counting stopped
     at `cap` (per status) before the end."""
-    found = _counts(conn, flt, flt.statuses or STATUSES, cap)
+    found = _counts(conn, flt, flt.statuses or STATUSES, cap, apart=False)
     return sum(n for n, _ in found.values()), any(capped for _, capped in found.values())
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from flowforge import attention
 from flowforge.errors import ClientError, NotFound
 from flowforge.model import ExecutionStatus
+from flowforge.search import uuid_floor
 
 EXECUTION = """
 SELECT e.id, w.key AS workflow, v.version, e.status, e.input, e.trigger, e.idempotency_key,
@@ -47,6 +49,8 @@ WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
   AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
   AND (%(status)s::text IS NULL OR e.status = %(status)s)
   AND (%(after)s::uuid IS NULL OR e.id < %(after)s)
+  AND (%(since)s::uuid IS NULL OR e.id >= %(since)s)
+  AND (%(until)s::uuid IS NULL OR e.id < %(until)s)
 ORDER BY e.id DESC
 LIMIT %(limit)s
 """
@@ -54,15 +58,16 @@ LIMIT %(limit)s
 # own status: a cancelled execution can keep one, and an operator must still find it. The
 # partial index steps_unknown holds only such steps (every needs_attention execution has
 # one), so this never scans the steps table.
-NEEDS_ATTENTION_PAGE = """
+NEEDS_ATTENTION_PAGE = f"""
 SELECT e.id, w.key AS workflow, v.version, e.status, e.created_at, e.started_at,
        e.finished_at
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
-WHERE e.id IN (SELECT s.execution_id FROM steps s
-               WHERE s.status = 'unknown'
-                 AND (%(after)s::uuid IS NULL OR s.execution_id < %(after)s))
+WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
+               WHERE %(after)s::uuid IS NULL OR n.execution_id < %(after)s)
+  AND (%(since)s::uuid IS NULL OR e.id >= %(since)s)
+  AND (%(until)s::uuid IS NULL OR e.id < %(until)s)
   AND (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
   AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
 ORDER BY e.id DESC
@@ -167,10 +172,14 @@ def list_executions(
     status: str | None,
     limit: int,
     cursor: str | None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> dict[str, Any]:
     """One page of executions, newest first, and the cursor of the next page.
 
-    `status="needs_attention"` lists every execution with an unknown step.
+    `status="needs_attention"` lists every execution that needs an operator
+    (flowforge/attention.py). `since`/`until` bound the creation time (at or after, before):
+    ids are UUIDv7, so a time range is an id range on the primary key.
     """
     after = decode_cursor(cursor) if cursor else None
     with conn.cursor(row_factory=dict_row) as cur:
@@ -181,6 +190,8 @@ def list_executions(
                 "workflows": list(workflows) if workflows is not None else None,
                 "status": status,
                 "after": after,
+                "since": uuid_floor(since) if since else None,
+                "until": uuid_floor(until) if until else None,
                 "limit": limit,
             },
         ).fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 
 from flask import Flask, Response, has_request_context, request
 
@@ -92,13 +93,28 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
+# A request id taken from the proxy is logged and echoed: short, and nothing a log line
+# or a header could be broken with.
+GIVEN_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
 def _install_request_ids(app: Flask) -> None:
     """One id per request: in X-Request-Id, the access line (gunicorn reads it from the
-    WSGI environ) and the app's own log lines. Never taken from the client."""
+    WSGI environ) and the app's own log lines. Taken from the trusted proxy's X-Request-Id
+    when it sends one, never from any other client."""
+
+    # The proxies whose X-Request-Id is believed (nginx sends its $request_id, so proxy and
+    # API lines join): gunicorn's own trusted-proxy list, 127.0.0.1 unless configured.
+    proxies = {
+        address.strip()
+        for address in os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1").split(",")
+    }
 
     @app.before_request
     def _assign() -> None:
-        request.environ["flowforge.request_id"] = new_request_id()
+        given = request.headers.get("X-Request-Id", "")
+        trusted = request.remote_addr in proxies and GIVEN_REQUEST_ID.fullmatch(given)
+        request.environ["flowforge.request_id"] = given if trusted else new_request_id()
 
     @app.after_request
     def _expose(response: Response) -> Response:

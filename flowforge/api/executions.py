@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
@@ -68,6 +69,7 @@ def list_page() -> Response:
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
         raise Problem(403, "Forbidden", "this API key may not read this workflow")
+    since, until = _instant(args, "since"), _instant(args, "until")
     with connection() as conn:
         page = timeline.list_executions(
             conn,
@@ -76,8 +78,26 @@ def list_page() -> Response:
             status=status,
             limit=limit,
             cursor=args.get("cursor"),
+            since=since,
+            until=until,
         )
     return jsonify(page)
+
+
+def _instant(args: Mapping[str, str], name: str) -> datetime | None:
+    """An ISO 8601 instant from the query (UTC when it names no offset), else None."""
+    text = args.get(name)
+    if text is None:
+        return None
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise Problem(
+            400,
+            f"Invalid {name}",
+            f"{name} must be an ISO 8601 instant, such as 2026-12-01T09:00:00Z",
+        ) from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
 @bp.post("/<execution_id:execution_id>/cancel")

@@ -218,6 +218,15 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     if isinstance(accepted, str):
         return jsonify({"challenge": accepted}), 200, {}
     span.accepted(accepted.execution_id, accepted.replayed)
+    # The line that ties an access line (same request_id) to the execution it started.
+    logger.info(
+        "webhook accepted",
+        extra={
+            "workflow": key,
+            "execution_id": accepted.execution_id,
+            "replayed": accepted.replayed,
+        },
+    )
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"

@@ -560,6 +560,11 @@ SCHEMAS: dict[str, Any] = {
             "webhook_auth": {"type": "string", "enum": WEBHOOK_AUTHS},
             "steps": {"type": "array", "items": {"type": "string"}},
             "created_at": {"type": "string", "format": "date-time"},
+            "warning": {
+                "type": "string",
+                "description": "Only when the definition has no trigger, so that every "
+                "webhook needs a signature",
+            },
         },
     },
     "Workflow": {
@@ -1113,6 +1118,18 @@ PATHS: dict[str, Any] = {
                     "in": "query",
                     "description": "next_cursor from the previous page",
                     "schema": {"type": "string"},
+                },
+                {
+                    "name": "since",
+                    "in": "query",
+                    "description": "only executions created at or after this instant (ISO 8601)",
+                    "schema": {"type": "string", "format": "date-time"},
+                },
+                {
+                    "name": "until",
+                    "in": "query",
+                    "description": "only executions created before this instant (ISO 8601)",
+                    "schema": {"type": "string", "format": "date-time"},
                 },
             ],
         )

@@ -103,7 +103,7 @@ class Worker:
             Relay(
                 self.pool,
                 # LISTEN needs a session of its own: never through a transaction pooler.
-                conninfo(settings.direct_url, application_name="flowforge-worker-listen"),
+                conninfo(settings.direct_url, application="flowforge-worker-relay"),
                 settings.amqp_url,
                 topology,
                 self.background,

@@ -85,8 +85,12 @@ def test_operators_read_and_act_through_the_api_with_their_keys_rules(
     _, read_only = apikeys.create(db, "auditor", read_only=True)
     scoped_id, scoped = apikeys.create(db, "charge-ops", ["charge"])
     (tmp_path / "charge.json").write_text(json.dumps(CHARGE))
-    published = ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "charge.json")))
-    assert published == "published charge version 1\n"
+    published = ok(
+        remote(
+            api, api_key, "workflow", "publish", str(tmp_path / "charge.json"), "--key", "charge"
+        )
+    )
+    assert published == "created workflow charge: version 1\n"
     r = requests.post(
         f"{api}/api/v1/workflows/waiter/versions",
         json=WAITER,
@@ -163,3 +167,147 @@ def test_operators_read_and_act_through_the_api_with_their_keys_rules(
     first, *paths = invalid.stderr.splitlines()
     assert first.startswith("error: Invalid definition: ")
     assert paths and all(line.startswith("  $.") for line in paths), invalid.stderr
+
+
+def test_publish_says_which_workflow_it_created_or_versioned_and_warns(
+    api: str, api_key: str, tmp_path: Path
+) -> None:
+    (tmp_path / "charge-v2.json").write_text(json.dumps(CHARGE))
+    # A new key from the file name: created, and a warning that --key names an existing one.
+    made = remote(api, api_key, "workflow", "publish", str(tmp_path / "charge-v2.json"))
+    assert made.returncode == 0 and made.stdout == "created workflow charge-v2: version 1\n"
+    assert "created a new workflow 'charge-v2', named after the file" in made.stderr
+    assert "--key" in made.stderr
+    again = remote(api, api_key, "workflow", "publish", str(tmp_path / "charge-v2.json"))
+    assert ok(again) == "published version 2 of workflow charge-v2\n"
+    # No trigger: a signed webhook nobody can call yet, said in the API's answer and by the CLI.
+    bare = {key: value for key, value in CHARGE.items() if key != "trigger"}
+    (tmp_path / "bare.json").write_text(json.dumps(bare))
+    warned = remote(
+        api,
+        api_key,
+        "--output",
+        "json",
+        "workflow",
+        "publish",
+        str(tmp_path / "bare.json"),
+        "--key",
+        "bare",
+    )
+    assert warned.returncode == 0, warned
+    assert "has no trigger" in json.loads(warned.stdout)["warning"]
+    assert "flowforge: warning: this definition has no trigger" in warned.stderr
+
+
+def test_a_closed_pipe_ends_the_cli_quietly(api: str, api_key: str) -> None:
+    """`flowforge ... | head -n1` ends like any Unix tool: no BrokenPipeError traceback,
+    however much was left to write when head stopped reading."""
+    pad = {f"pad{n}": "x" * 60_000 for n in range(6)}  # far more than a pipe holds
+    big = unsigned([{"id": "pad", "type": "transform", "output": pad}])
+    r = requests.post(
+        f"{api}/api/v1/workflows/big/versions",
+        json=big,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}
+    done = subprocess.run(
+        f"{FLOWFORGE} workflow show big --version 1 | head -n1",
+        shell=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout == "{\n" and done.stderr == "", done.stderr
+
+
+def test_executions_list_by_creation_time(api: str, api_key: str, db: psycopg.Connection) -> None:
+    requests.post(
+        f"{api}/api/v1/workflows/waiter/versions",
+        json=WAITER,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    ).raise_for_status()
+    started = [start(api, "waiter") for _ in range(2)]
+    recent = ok(remote(api, api_key, "--output", "json", "executions", "list", "--since", "1h"))
+    assert [item["id"] for item in json.loads(recent)["items"]] == started[::-1]
+    old = ok(remote(api, api_key, "--output", "json", "executions", "list", "--until", "1h"))
+    assert json.loads(old)["items"] == []
+    between = remote(
+        api,
+        api_key,
+        "--output",
+        "json",
+        "executions",
+        "list",
+        "--since",
+        "2000-01-01",
+        "--until",
+        "2100-01-01T00:00:00+00:00",
+    )
+    assert len(json.loads(ok(between))["items"]) == 2
+    refused(
+        remote(api, api_key, "executions", "list", "--since", "yesterday"),
+        2,
+        "error: argument --since",
+    )
+    r = requests.get(
+        f"{api}/api/v1/executions?since=soon",
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 400 and r.headers["Content-Type"] == "application/problem+json"
+
+
+def test_workflow_diff_between_versions_and_a_file(api: str, api_key: str, tmp_path: Path) -> None:
+    first = unsigned([{"id": "a", "type": "transform", "output": {"n": 1}}])
+    (tmp_path / "v1.json").write_text(json.dumps(first))
+    ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "v1.json"), "--key", "d"))
+    second = unsigned([{"id": "a", "type": "transform", "output": {"n": 2}}])
+    (tmp_path / "v2.json").write_text(json.dumps(second))
+    ok(remote(api, api_key, "workflow", "publish", str(tmp_path / "v2.json"), "--key", "d"))
+    assert ok(remote(api, api_key, "workflow", "diff", "d", "1", "2")).splitlines() == [
+        "--- 1",
+        "+++ 2",
+        "~ $.steps[id=a].output.n: 1 → 2",
+    ]
+    assert ok(remote(api, api_key, "workflow", "diff", "d", "2", str(tmp_path / "v2.json"))) == (
+        "no difference\n"
+    )
+    refused(remote(api, api_key, "workflow", "diff", "d", "1", "nope.json"), 2, "error: usage")
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    api: str, api_key: str, db: psycopg.Connection
+) -> None:
+    requests.post(
+        f"{api}/api/v1/workflows/waiter/versions",
+        json=WAITER,
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    ).raise_for_status()
+    eid = start(api, "waiter")
+    db.execute("UPDATE executions SET status = 'failed' WHERE id = %s", (eid,))
+    env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}
+    env.pop("NO_COLOR", None)
+
+    def on_a_terminal(**extra: str) -> str:
+        """The command under a pseudo-terminal (util-linux script), as a person runs it."""
+        done = subprocess.run(
+            ["script", "-qec", f"{FLOWFORGE} executions show {eid}", "/dev/null"],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done
+        return done.stdout
+
+    assert "\x1b[31mfailed\x1b[0m" in on_a_terminal()
+    assert "\x1b[" not in on_a_terminal(NO_COLOR="1")
+    piped = subprocess.run(
+        [FLOWFORGE, "executions", "show", eid], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "failed" in piped.stdout and "\x1b[" not in piped.stdout

@@ -216,7 +216,14 @@ def test_needs_attention_lists_every_unknown_step_through_its_partial_index(
         row[0]
         for row in db.execute(
             "EXPLAIN " + NEEDS_ATTENTION_PAGE,
-            {"workflow": None, "workflows": None, "after": None, "limit": 50},
+            {
+                "workflow": None,
+                "workflows": None,
+                "after": None,
+                "since": None,
+                "until": None,
+                "limit": 50,
+            },
         )
     )
     assert "steps_unknown" in plan, plan

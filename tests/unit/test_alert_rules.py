@@ -58,7 +58,7 @@ def test_the_rules_cover_what_the_issue_asks_for() -> None:
     for name in (
         "flowforge_oldest_ready_step_seconds",
         "flowforge_timer_lag_seconds_bucket",
-        'flowforge_executions{status="needs_attention"}',
+        "flowforge_executions_needing_attention",
         "flowforge_dead_lettered_total",
         "flowforge_worker_heartbeat_timestamp_seconds",
         "flowforge_outbox_oldest_seconds",

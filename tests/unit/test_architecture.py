@@ -24,7 +24,7 @@ LAYERS: dict[str, set[str]] = {
         "launcher",
         "tables",
     },
-    "rules": {"templating", "cron", "inputschema", "definitions", "engine"},
+    "rules": {"templating", "cron", "inputschema", "definitions", "engine", "defdiff"},
     "persistence": {
         "db",
         "runs",
@@ -56,6 +56,7 @@ LAYERS: dict[str, set[str]] = {
         "tracing",
         "budget",
         "failover",
+        "attention",
     },
     "outside world": {"netguard", "http_step", "apiclient"},
     "entry points": {"api", "worker", "cli"},

@@ -182,3 +182,17 @@ def test_docker_compose_config_accepts_the_file() -> None:
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_proxy_and_unit_comments_state_the_limits_bin_api_sets() -> None:
+    """The numbers the nginx site and the API unit quote for gunicorn are serve.py's."""
+    from flowforge.api.serve import DEFAULTS
+
+    option = dict(zip(DEFAULTS[::2], DEFAULTS[1::2], strict=True))
+    nginx = (ROOT / "docs/nginx/flowforge.conf").read_text()
+    assert f"--timeout ({option['--timeout']} s)" in nginx
+    line, field = option["--limit-request-line"], option["--limit-request-field_size"]
+    assert f"--limit-request-field_size, set by bin/api, are {line} / {field})" in nginx
+    unit = (ROOT / "docs/systemd/flowforge-api.service").read_text()
+    assert f"--graceful-timeout, {option['--graceful-timeout']} s)" in unit
+    assert "by default" not in unit.split("KillSignal")[0].split("ExecStart")[1]

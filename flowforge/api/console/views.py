@@ -4,7 +4,6 @@ redirects (JavaScript only refreshes a live execution's fragment)."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import re
 import uuid
@@ -29,6 +28,7 @@ from flowforge import (
     actions,
     apikeys,
     catalog,
+    defdiff,
     definitions,
     flowcontrol,
     pausing,
@@ -170,9 +170,15 @@ def index() -> BaseResponse:
 @bp.get("/signin")
 def signin() -> Response:
     """The sign-in form: paste an API key."""
-    token = new_signin_token()
+    return _signin_page(None, 200, new_signin_token())
+
+
+def _signin_page(error: str | None, status: int, token: str) -> Response:
+    """The sign-in form with its double-submit token (a failed try keeps the one it
+    proved), and the error of a failed try."""
+    next_page = request.args.get("next") or request.form.get("next", "")
     response = make_response(
-        render_template("signin.html", signin_token=token, next=request.args.get("next", ""))
+        render_template("signin.html", signin_token=token, next=next_page, error=error), status
     )
     set_cookie(response, SIGNIN_COOKIE, token, max_age=3600)
     return response
@@ -187,7 +193,11 @@ def signin_post() -> BaseResponse:
     with connection() as conn:
         key = apikeys.authenticate(conn, presented) if presented else None
         if key is None:
-            raise Problem(401, "Unauthorized", "the API key is not valid or was revoked")
+            # The form again, with the error: a dead-end page would make the operator
+            # find their way back to the form to try another key.
+            return _signin_page(
+                "That API key is not valid, or it was revoked.", 401, request.form["csrf"]
+            )
         destination = _safe_next(request.form.get("next"), url_for("console.executions"))
         token = sessions.start(conn, key)
     response = redirect(destination, 303)
@@ -244,6 +254,19 @@ def executions() -> str:
     )
 
 
+def _retry_label(statuses: set[str]) -> str:
+    """What the retry button does to this execution, in words: "Retry failed steps" on a
+    cancelled execution where nothing failed would promise what it does not do."""
+    failed, cancelled = StepStatus.FAILED in statuses, StepStatus.CANCELLED in statuses
+    if failed and cancelled:
+        return "Retry failed and cancelled steps"
+    if failed:
+        return "Retry failed steps"
+    if cancelled:
+        return "Re-run cancelled steps"
+    return "Run the remaining steps"
+
+
 def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What the execution page shows: the read model plus the definition and geometry."""
     workflow = timeline.workflow_of(conn, execution_id)
@@ -291,6 +314,7 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
             any(s["status"] in RETRIED_STEP for s in detail["steps"])
             or not any(s["status"] == StepStatus.UNKNOWN for s in detail["steps"])
         ),
+        "retry_label": _retry_label({s["status"] for s in detail["steps"]}),
         "can_resolve": writable,
         "wait_open": {
             s["id"]
@@ -707,15 +731,8 @@ def workflow(key: str) -> str:
         except schedules.NoSchedule:
             schedule = None
         paused = pausing.workflow_pause(conn, key)
-    diff = list(
-        difflib.unified_diff(
-            _pretty(left).splitlines(),
-            _pretty(right).splitlines(),
-            fromfile=f"version {a}",
-            tofile=f"version {b}",
-            lineterm="",
-        )
-    )
+    # Structural, in the author's order, and bounded whatever the definitions hold.
+    diff = defdiff.diff(left, right).lines(f"version {a}", f"version {b}")
     return render_template(
         "workflow.html",
         w=found,
