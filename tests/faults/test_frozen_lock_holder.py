@@ -94,7 +94,7 @@ def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
         assert scalar(db, "SELECT count(*) FROM pending_cancels") == 0
         assert a.popen.poll() is None
     finally:
-        a.signal(signal.SIGCONT)
+        a.kill()  # still asleep inside its checkpoint: a drain would wait for it
     assert len(target.requests_to("/frozen")) == 1
     requests_succeeded = (
         "SELECT count(*) FROM attempts WHERE step_id IN ('get', 'post') AND outcome = 'succeeded'"
@@ -145,7 +145,7 @@ def test_cancel_oldest_never_answers_5xx_when_the_oldest_is_locked(
         assert client.wait(newest, timeout=60)["status"] == "succeeded"
         assert a.popen.poll() is None
     finally:
-        a.signal(signal.SIGCONT)
+        a.kill()  # still asleep inside its checkpoint: a drain would wait for it
     assert scalar(db, "SELECT count(*) FROM executions") == 2
     assert len(target.requests_to("/latest/1")) == 1
     print(f"the replacing webhook was answered 202 in {answer_s:.1f} s")
