@@ -8,6 +8,7 @@ box `{"kind": "cli", "name": "cli@<host>"}`, flow control `model.FLOW_CONTROL_AC
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -32,6 +33,8 @@ def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
         raise NotFound(f"execution {execution_id} does not exist")
     return run
 
+
+logger = logging.getLogger(__name__)
 
 # How long a cancel tries to lock an execution another session holds (a unit of work
 # takes milliseconds) before it records the cancel for the reaper to apply.
@@ -128,6 +131,24 @@ def stop(
             )
         save_run(conn, run.take_changes())
     return run.status
+
+
+def stop_replaced(
+    conn: psycopg.Connection, holders: tuple[str, ...], *, actor: dict[str, Any]
+) -> None:
+    """Stop the holders a cancel_oldest intake (or a cancel_other tick) replaced, after its
+    commit. The new execution is accepted already: a holder that is locked (a worker frozen
+    inside a unit of work) or a stop that fails (the database went away) never turns that
+    into an error; the reconciler stops surplus holders (reconciler.SURPLUS_HOLDERS)."""
+    for holder in holders:
+        try:
+            stop(conn, holder, "concurrency", actor=actor, skip_locked=True)
+        except Exception:
+            logger.warning(
+                "replaced execution not stopped yet; the reconciler will",
+                extra={"execution_id": holder},
+                exc_info=True,
+            )
 
 
 def retry(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:

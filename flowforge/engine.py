@@ -627,6 +627,17 @@ class Run:
             )
         return None
 
+    def correct_never_sent(self, step_id: str, error: str) -> None:
+        """The fence kept an attempt's request home after the reaper had already recorded
+        it `unknown` (its worker was frozen past the lease): it provably never left, so the
+        step is retried like any attempt that was not sent, not left to an operator."""
+        policy = self.definition.step(step_id).retry
+        if self.cancel_requested:
+            self.set_step(step_id, S.CANCELLED, error=error, lease_owner=None)
+            self.derive_status()
+        elif not self.retry_later(step_id, policy, error):
+            self.fail_step(step_id, error)
+
     def mark_unknown(self, step_id: str, error: str) -> None:
         """The remote effect cannot be known: an operator has to decide."""
         self.set_step(step_id, S.UNKNOWN, error=error, lease_owner=None)

@@ -279,8 +279,7 @@ def accept(
                 # on_full cancel_oldest: the new execution holds a slot already; the oldest
                 # holders are cancelled as an operator cancel would, each in its own
                 # transaction (a row lock is never waited for under the slot lock).
-                for holder in decision.replaced:
-                    actions.stop(conn, holder, "concurrency", actor=FLOW_CONTROL_ACTOR)
+                actions.stop_replaced(conn, decision.replaced, actor=FLOW_CONTROL_ACTOR)
             return Accepted(execution_id, replayed=False)
         existing = conn.execute(EXISTING_KEY, params).fetchone() if idempotency_key else None
         if existing is None and refused is not None:

@@ -819,8 +819,7 @@ def stop_replaced(
     """Stop the executions `cancel_other` replaced, by the cancel rules (a request in
     flight finishes and is recorded), in the name of `actor`."""
     for outcome in outcomes:
-        for holder in outcome.replaced:
-            actions.stop(conn, holder, "concurrency", actor=actor)
+        actions.stop_replaced(conn, outcome.replaced, actor=actor)
 
 
 def ticks_between(

@@ -24,9 +24,9 @@ import psycopg_pool
 from flowforge import faults, metrics, netguard, outbound, tracing, waits
 from flowforge.db import wrap_exceptions
 from flowforge.definitions import LimitSpec
-from flowforge.engine import PURE_TYPES, Run
+from flowforge.engine import PURE_TYPES, Run, StepState
 from flowforge.http_step import Rendered, perform, render_request
-from flowforge.model import EventKind, Outcome, StepStatus
+from flowforge.model import AttemptOutcome, EventKind, Outcome, StepStatus
 from flowforge.runs import load_run, save_run, unit_of_work
 from flowforge.templating import TemplateError, render
 from flowforge.worker.broker import Wakeup
@@ -41,6 +41,16 @@ COUNT_FAILED_WAKEUP = """
 UPDATE steps SET failed_wakeups = failed_wakeups + 1
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s AND status = 'ready'
 """
+# A request the fence kept home, whose attempt the reaper had already closed as
+# `unknown` meanwhile: it provably never left, so the attempt is corrected to failed.
+CORRECT_NEVER_SENT = """
+UPDATE attempts SET outcome = %(failed)s, error = %(error)s
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+  AND fencing_token = %(token)s AND outcome = %(unknown)s
+RETURNING 1
+"""
+# How perform() words an outcome whose request provably never left (netguard.NotSent).
+NOT_SENT_PREFIX = "not sent:"
 
 
 class Executor:
@@ -269,6 +279,15 @@ class Executor:
             faults.hit("inside_checkpoint")  # the execution row is locked here
             state = run.steps.get(sid) if run else None
             if (
+                run is not None
+                and state is not None
+                and self._never_sent_but_unknown(conn, eid, sid, token, state, outcome)
+            ):
+                run.correct_never_sent(sid, outcome.error or NOT_SENT_PREFIX)
+                save_run(conn, run.take_changes())
+                logger.warning("request never sent: the reaper's unknown corrected", extra=log)
+                return
+            if (
                 run is None
                 or state is None
                 or state.status != StepStatus.RUNNING
@@ -317,6 +336,31 @@ class Executor:
             until = outbound.hold(conn, key, seconds, reason)
             detail = {"key": key, "until": until.isoformat(), "reason": reason}
             run.events.append((sid, EventKind.LIMIT_HELD, detail))
+
+    @staticmethod
+    def _never_sent_but_unknown(
+        conn: psycopg.Connection,
+        eid: str,
+        sid: str,
+        token: int,
+        state: StepState,
+        outcome: Outcome,
+    ) -> bool:
+        """Whether the reaper recorded `unknown` for this very attempt (same token, no
+        operator decision since) although its request never left; corrects the attempt."""
+        if not (outcome.error or "").startswith(NOT_SENT_PREFIX):
+            return False
+        if state.status != StepStatus.UNKNOWN or state.fencing_token != token:
+            return False
+        params = {
+            "execution_id": eid,
+            "step_id": sid,
+            "token": token,
+            "error": outcome.error,
+            "failed": AttemptOutcome.FAILED,
+            "unknown": AttemptOutcome.UNKNOWN,
+        }
+        return conn.execute(CORRECT_NEVER_SENT, params).fetchone() is not None
 
 
 def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:

@@ -11,8 +11,9 @@ import logging
 
 import psycopg_pool
 
-from flowforge import flowcontrol
+from flowforge import actions, flowcontrol
 from flowforge.db import one, wrap_exceptions
+from flowforge.model import FLOW_CONTROL_ACTOR
 from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,26 @@ WITH stale AS (
 SELECT count(*), count(*) FILTER (WHERE failed_wakeups > 0) FROM stale
 """
 MAX_DOUBLINGS = 7
+# Slot holders beyond their key's limit under on_full cancel_oldest (or a schedule's
+# overlap cancel_other): the intake commits the new holder first and stops the oldest
+# after its commit; when that stop could not run (the holder was locked, the database
+# went away) the surplus holders, oldest first, are stopped here.
+SURPLUS_HOLDERS = f"""
+SELECT id::text FROM (
+    SELECT e.id, e.concurrency_key, v.definition, {flowcontrol.KEY_LIMIT} AS key_limit,
+           row_number() OVER (PARTITION BY e.workflow_id, e.concurrency_key
+                              ORDER BY e.slot_at DESC, e.id DESC) AS newest
+    FROM executions e JOIN workflow_versions v ON v.id = e.version_id
+    WHERE e.concurrency_key IS NOT NULL AND e.slot_at IS NOT NULL
+      AND e.cancel_requested_at IS NULL
+      AND e.status IN ('queued', 'running', 'waiting', 'needs_attention')
+) h
+WHERE newest > key_limit
+  AND CASE WHEN concurrency_key = '{flowcontrol.SCHEDULE_KEY}'
+           THEN definition->'trigger'->'schedule'->>'overlap' = 'cancel_other'
+           ELSE definition->'concurrency'->>'on_full' = 'cancel_oldest' END
+LIMIT 100
+"""
 
 
 class Reconciler:
@@ -66,6 +87,11 @@ class Reconciler:
             started = flowcontrol.fill_all(conn)
         if started:
             logger.warning("started queued executions on free slots", extra={"count": started})
+        with wrap_exceptions(), self.pool.connection() as conn:
+            surplus = tuple(row[0] for row in conn.execute(SURPLUS_HOLDERS).fetchall())
+            if surplus:
+                logger.warning("stopping surplus slot holders", extra={"count": len(surplus)})
+                actions.stop_replaced(conn, surplus, actor=FLOW_CONTROL_ACTOR)
         with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
             count, failed_before = one(
                 conn.execute(

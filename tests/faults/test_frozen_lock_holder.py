@@ -24,7 +24,7 @@ import psycopg
 from tests.faults.helpers import StartWorker, http, scalar, wait_logged, workflow
 from tests.support.api import Api, step
 from tests.support.processes import wait_for
-from tests.support.target import Target
+from tests.support.target import Reply, Target
 
 # The server-side timeouts of the worker's sessions (statement, idle in transaction).
 DB_TIMEOUT_S = "4"
@@ -94,7 +94,7 @@ def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
         assert scalar(db, "SELECT count(*) FROM pending_cancels") == 0
         assert a.popen.poll() is None
     finally:
-        a.signal(signal.SIGCONT)
+        a.kill()  # still asleep inside its checkpoint: a drain would wait for it
     assert len(target.requests_to("/frozen")) == 1
     requests_succeeded = (
         "SELECT count(*) FROM attempts WHERE step_id IN ('get', 'post') AND outcome = 'succeeded'"
@@ -105,3 +105,47 @@ def test_a_frozen_lock_holder_does_not_stop_recovery_of_the_others(
         f"{c.pid}); a {DELAY_S} s delay took {delayed_s:.1f} s and a cancel of the frozen "
         f"execution was answered in {cancel_s:.1f} s while A stayed frozen"
     )
+
+
+def test_cancel_oldest_never_answers_5xx_when_the_oldest_is_locked(
+    client: Api, db: psycopg.Connection, workers: StartWorker, target: Target
+) -> None:
+    """Issue 23 item 3: the intake commits the new execution, then stops the oldest holder;
+    that stop waited on the frozen holder's lock and answered 503 for an accepted event.
+    Now the webhook is 202 at once and the reconciler stops the surplus holder later."""
+    client.publish(
+        "latest",
+        {
+            **workflow(http("get", "GET", f"{target.url}/latest/{{{{ input.n }}}}")),
+            "concurrency": {"limit": 1, "key": "{{ input.k }}", "on_full": "cancel_oldest"},
+        },
+    )
+    # The newest one's request outlasts the frozen session: when the lock frees, the
+    # oldest is a surplus holder, and it must be stopped rather than run again.
+    target.script = lambda r: Reply(json={}, delay_s=15.0 if r.path.endswith("/2") else 0.0)
+    common = {"FLOWFORGE_DB_TIMEOUT_SECONDS": DB_TIMEOUT_S, "FLOWFORGE_WORKER_CONCURRENCY": "1"}
+    a = workers(
+        FLOWFORGE_FAULTS="inside_checkpoint=sleep:600",
+        **{**common, "FLOWFORGE_DB_TIMEOUT_SECONDS": FROZEN_TIMEOUT_S},
+    )
+    oldest = client.start("latest", {"k": "x", "n": 1})
+    wait_logged(a, "fault point reached")
+    a.signal(signal.SIGSTOP)
+    try:
+        asked_at = time.monotonic()
+        answer = client.hook("latest", {"k": "x", "n": 2})
+        answer_s = time.monotonic() - asked_at
+        assert answer.status_code == 202, answer.text
+        assert answer_s < CANCEL_BOUND_S, f"answered after {answer_s:.1f} s"
+        newest = answer.json()["execution_id"]
+        workers(**common)
+        # Once the frozen session is gone, the reconciler stops the surplus holder.
+        stopped = client.wait(oldest, timeout=60)
+        assert stopped["status"] == "cancelled", stopped
+        assert client.wait(newest, timeout=60)["status"] == "succeeded"
+        assert a.popen.poll() is None
+    finally:
+        a.kill()  # still asleep inside its checkpoint: a drain would wait for it
+    assert scalar(db, "SELECT count(*) FROM executions") == 2
+    assert len(target.requests_to("/latest/1")) == 1
+    print(f"the replacing webhook was answered 202 in {answer_s:.1f} s")
