@@ -220,6 +220,13 @@ SCHEMAS: dict[str, Any] = {
                 "description": "JSON Schema 2020-12 every webhook body must satisfy (422 "
                 "with each error's path otherwise); local $ref only",
             },
+            "archive_days": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 3650,
+                "description": "days each accepted webhook's raw request is kept for "
+                "re-ingest (SPEC §14); 0, the default, keeps none",
+            },
         },
     },
     "SourceDefinition": {
