@@ -19,6 +19,8 @@ import requests
 from flowforge import apikeys
 from flowforge.db import create_pool
 from flowforge.worker.retention import Retention
+from tests.integration.test_api_keys import cli
+from tests.integration.test_cli_remote import ok, remote
 from tests.support.api import Api
 from tests.support.processes import Process
 from tests.support.webhooks import sign
@@ -235,3 +237,29 @@ def test_archived_webhooks_are_deleted_after_archive_days(
         assert deliveries(db) == []
     finally:
         pool.close()
+
+
+def test_reingest_from_the_cli_remote_and_on_the_box(
+    client: Api, api_key: str, database_url: str, db: psycopg.Connection
+) -> None:
+    client.publish("orders", definition())
+    for kind in "abc":
+        client.start("orders", {"kind": kind})
+    span = window()
+    only_b = json.dumps({"path": "input.kind", "op": "ne", "value": "b"})
+    args = ["workflow", "reingest", "orders", "--from", span["from"], "--to", span["to"]]
+    preview = ok(remote(client.base, api_key, *args, "--filter", only_b, "--dry-run"))
+    assert "2 archived webhooks would be re-ingested" in preview
+    assert count_executions(db) == 3
+    done = ok(remote(client.base, api_key, *args, "--filter", only_b))
+    assert "2 executions created, 0 already re-ingested, 0 refused" in done
+    # On the box: the rest of the range; what the API made is not made again.
+    left = json.loads(ok(cli(database_url, *args, "--output", "json")))
+    assert left == {"created": 1, "existing": 2, "refused": []}
+    actors = db.execute(
+        "SELECT detail->'actor'->>'kind', count(*) FROM execution_events"
+        " WHERE detail ? 'reingest_of' GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert actors == [("api_key", 2), ("cli", 1)]
+    bad = remote(client.base, api_key, *args, "--filter", "{not json")
+    assert bad.returncode != 0 and "--filter is not JSON" in bad.stderr
