@@ -28,6 +28,7 @@ from flowforge.model import ExecutionStatus, KeyOrigin
 MAX_PER_REQUEST = 500
 SCAN_LIMIT = 5000
 SAMPLE_SIZE = 10
+MAX_CURSOR = 2**63 - 1  # a delivery id is a bigint
 
 # One page of a workflow's archive in the range, after the cursor, each with whether a
 # re-ingest of it already exists (an execution linked to it that its intake did not make).
@@ -92,7 +93,7 @@ def parse(body: Any) -> Request:
     if not isinstance(dry_run, bool):
         errors.append({"path": "$.dry_run", "message": "true or false"})
     after = body.get("after", 0)
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= MAX_CURSOR:
         errors.append({"path": "$.after", "message": "the `next` of a previous answer"})
     limit = body.get("limit", MAX_PER_REQUEST)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PER_REQUEST:
@@ -110,7 +111,7 @@ def _condition_problems(condition: Any) -> list[dict[str, str]]:
         return [{"path": "$.filter", "message": "an object with path, op and value"}]
     path, op = condition.get("path"), condition.get("op")
     problems = []
-    if not isinstance(path, str) or not templating.is_path(path) or not path.startswith("input"):
+    if not isinstance(path, str) or not templating.is_path(path) or path.split(".")[0] != "input":
         problems.append({"path": "$.filter.path", "message": "a dotted path such as input.type"})
     if op not in OPS:
         problems.append({"path": "$.filter.op", "message": f"one of {', '.join(OPS)}"})

@@ -432,6 +432,44 @@ SCHEMAS: dict[str, Any] = {
             "next_after": {"type": ["string", "null"]},
         },
     },
+    "ReingestRequest": {
+        "type": "object",
+        "required": ["from", "to"],
+        "additionalProperties": False,
+        "properties": {
+            "from": {"type": "string", "format": "date-time", "description": "received from"},
+            "to": {"type": "string", "format": "date-time", "description": "received before"},
+            "filter": {
+                "type": "object",
+                "required": ["path", "op"],
+                "additionalProperties": False,
+                "description": "a when-style condition over the archived body (input.…)",
+                "properties": {
+                    "path": {"type": "string", "pattern": "^input(\\.[A-Za-z0-9_]+)*$"},
+                    "op": {"type": "string", "enum": OPS},
+                    "value": {},
+                },
+            },
+            "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
+            "after": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+        },
+    },
+    "ReingestResult": {
+        "type": "object",
+        "required": ["dry_run", "matched", "next"],
+        "properties": {
+            "dry_run": {"type": "boolean"},
+            "matched": {"type": "integer"},
+            "already_reingested": {"type": "integer"},
+            "next": {"type": ["integer", "null"], "description": "pass back as after"},
+            "sample": {"type": "array", "items": {"type": "object"}},
+            "created": {"type": "array", "items": {"type": "object"}},
+            "existing": {"type": "array", "items": {"type": "object"}},
+            "refused": {"type": "array", "items": {"type": "object"}},
+            "version": {"type": "integer"},
+        },
+    },
     "WorkflowPause": {
         "type": "object",
         "required": ["workflow", "paused", "changed"],
@@ -794,6 +832,20 @@ PATHS: dict[str, Any] = {
             {"200": _json(_ref("WorkflowPause"), "Paused"), **_problems(403, 404, *AUTHENTICATED)},
             tags=["workflows"],
             parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/reingest": {
+        "post": _operation(
+            "Re-ingest archived webhooks of a range as new executions of the newest version "
+            "(system keys reingest:<delivery id>; at most limit per call, follow next), or "
+            "count them with dry_run",
+            {
+                "200": _json(_ref("ReingestResult"), "The page's result or preview"),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+            body=_ref("ReingestRequest"),
         )
     },
     "/api/v1/workflows/{key}/resume": {
