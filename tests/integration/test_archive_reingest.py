@@ -263,3 +263,24 @@ def test_reingest_from_the_cli_remote_and_on_the_box(
     assert actors == [("api_key", 2), ("cli", 1)]
     bad = remote(client.base, api_key, *args, "--filter", "{not json")
     assert bad.returncode != 0 and "--filter is not JSON" in bad.stderr
+
+
+def test_a_workflow_with_flow_control_archives_and_reingests_through_its_gate(
+    client: Api, db: psycopg.Connection
+) -> None:
+    client.publish("orders", definition(concurrency={"limit": 1}))
+    made = [client.start("orders", {"kind": "a", "n": n}) for n in range(2)]
+    rows = deliveries(db)
+    assert [row[1] for row in rows] == made
+    linked = db.execute(
+        "SELECT id::text, delivery_id FROM executions ORDER BY created_at, id"
+    ).fetchall()
+    assert linked == [(row[1], row[0]) for row in rows]
+    done = reingest(client, window())
+    assert [c["delivery_id"] for c in done["created"]] == [row[0] for row in rows]
+    statuses = db.execute(
+        "SELECT k.origin, x.status FROM executions x JOIN idempotency_keys k"
+        " ON k.execution_id = x.id WHERE x.id = ANY(%s::uuid[])",
+        ([c["execution_id"] for c in done["created"]],),
+    ).fetchall()
+    assert statuses == [("system", "queued")] * 2
