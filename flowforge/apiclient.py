@@ -196,6 +196,14 @@ class ApiClient:
         """Pause a workflow: webhooks queue, nothing starts or continues."""
         return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/pause"))
 
+    def reingest(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Re-ingest archived webhooks of a range (one capped page), or count them."""
+        return dict(
+            self._json(
+                "POST", f"{WORKFLOWS}/{quote(key, safe='')}/reingest", body=body, send_body=True
+            )
+        )
+
     def resume_workflow(self, key: str) -> dict[str, Any]:
         """Resume a workflow: its paused executions in arrival order, then its queues."""
         return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/resume"))

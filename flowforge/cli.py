@@ -452,6 +452,36 @@ def _workflow_resume(ops: Ops, args: argparse.Namespace) -> None:
     )
 
 
+def _workflow_reingest(ops: Ops, args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"from": args.start, "to": args.end, "dry_run": args.dry_run}
+    if args.filter is not None:
+        try:
+            body["filter"] = json.loads(args.filter)
+        except ValueError as exc:
+            raise UsageError(f"--filter is not JSON: {exc}") from None
+    if args.dry_run:
+        shown = ops.reingest(args.key, body)
+        more = " (more after this page)" if shown["next"] is not None else ""
+        _emit(args, shown, f"{shown['matched']} archived webhooks would be re-ingested{more}")
+        return
+    # One capped page per call, following `next` until the range is done.
+    created, existing, refused, after = 0, 0, [], 0
+    while True:
+        done = ops.reingest(args.key, {**body, "after": after})
+        created += len(done["created"])
+        existing += len(done["existing"])
+        refused += done["refused"]
+        if done["next"] is None:
+            break
+        after = done["next"]
+    result = {"created": created, "existing": existing, "refused": refused}
+    lines = [
+        f"{created} executions created, {existing} already re-ingested, {len(refused)} refused"
+    ]
+    lines += [f"  delivery {r['delivery_id']}: {r['detail']}" for r in refused]
+    _emit(args, result, "\n".join(lines))
+
+
 def _target_version(text: str) -> int | None:
     """--onto: a version number, or `latest` (None)."""
     if text == "latest":
@@ -832,6 +862,16 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         workflow, "resume", _workflow_resume, "release paused and queued work in arrival order"
     ).add_argument("key", type=_workflow_key)
+    again = command(
+        workflow, "reingest", _workflow_reingest, "archived webhooks of a range as new executions"
+    )
+    again.add_argument("key", type=_workflow_key)
+    again.add_argument(
+        "--from", dest="start", required=True, help="received at or after (RFC 3339)"
+    )
+    again.add_argument("--to", dest="end", required=True, help="received before (RFC 3339)")
+    again.add_argument("--filter", help='a when-style condition, e.g. {"path": "input.kind", ...}')
+    again.add_argument("--dry-run", action="store_true", help="count and sample, create nothing")
 
     secret = group("secret", "webhook signing secrets")
     command(secret, "create", _secret_create, "create a signing secret").add_argument(

@@ -47,6 +47,7 @@ _TOP_KEYS = frozenset(
         "start_within_s",
         "retention_days",
         "limits",
+        "archive_days",
     }
 )
 # SPEC §13: outbound limits, by name; a step names one with `limit`.
@@ -239,6 +240,9 @@ class Definition:
     deadline_s: float | None = None
     start_within_s: float | None = None
     retention_days: float = DEFAULT_RETENTION_DAYS
+    # How long accepted webhooks' raw requests are kept for re-ingest (flowforge/archive.py);
+    # 0, the default, keeps none.
+    archive_days: float = 0.0
     schedule: Schedule | None = None
     input_schema: Any = None  # JSON Schema 2020-12 of webhook bodies (flowforge/inputschema.py)
     limits: dict[str, LimitSpec] = field(default_factory=dict, compare=False)
@@ -406,6 +410,7 @@ class _Parser:
         deadline_s = self.time_limit(doc, "deadline_s")
         start_within_s = self.time_limit(doc, "start_within_s")
         retention_days = self.retention_days(doc)
+        archive_days = self.archive_days(doc)
         input_schema = doc.get("input_schema")
         if "input_schema" in doc:
             for problem in inputschema.problems(input_schema, "$.input_schema"):
@@ -425,6 +430,7 @@ class _Parser:
             deadline_s=deadline_s,
             start_within_s=start_within_s,
             retention_days=retention_days,
+            archive_days=archive_days,
             schedule=schedule,
             input_schema=input_schema,
             limits=limits,
@@ -576,6 +582,20 @@ class _Parser:
                 f"retention_days must be days in (0, {MAX_RETENTION_DAYS:.0f}], fractions allowed",
             )
             return DEFAULT_RETENTION_DAYS
+        return float(value)
+
+    def archive_days(self, doc: dict[str, Any]) -> float:
+        """Check `archive_days`: how long accepted webhooks' raw requests are kept for
+        re-ingest, in days; 0 (the default) archives nothing, so no body is stored that
+        nobody asked to keep."""
+        value = doc.get("archive_days", 0)
+        if not is_number(value) or not 0 <= value <= MAX_RETENTION_DAYS:
+            self.error(
+                "$.archive_days",
+                f"archive_days must be days in [0, {MAX_RETENTION_DAYS:.0f}] (0: no archive), "
+                "fractions allowed",
+            )
+            return 0.0
         return float(value)
 
     def unknown_keys(self, value: dict[str, Any], allowed: Iterable[str], path: str) -> None:

@@ -21,6 +21,7 @@ from flowforge import (
     flowcontrol,
     outbound,
     pausing,
+    reingest,
     replay,
     schedules,
     secret_bindings,
@@ -145,6 +146,10 @@ class Database:
     def pause_workflow(self, key: str) -> dict[str, Any]:
         """Pause a workflow: webhooks queue, nothing starts or continues."""
         return {"workflow": key, **pausing.pause_workflow(self.conn, key, actor=_cli_actor())}
+
+    def reingest(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Re-ingest archived webhooks of a range (one capped page), or count them."""
+        return reingest.reingest(self.conn, key, reingest.parse(body), _cli_actor())
 
     def resume_workflow(self, key: str) -> dict[str, Any]:
         """Resume a workflow: its paused executions in arrival order, then its queues."""

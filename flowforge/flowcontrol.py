@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge import archive
 from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
 from flowforge.errors import ClientError, Conflict
@@ -131,10 +132,10 @@ WITH current AS (
 ), accepted AS (
     SELECT mode FROM current, decision WHERE %(key)s::text IS NULL AND mode <> 'refuse'
     UNION ALL SELECT mode FROM claim, decision
-), execution AS (
+), {archive.ARCHIVE_CTE}, execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
                             concurrency_key, slot_at, deadline_at, expires_at, stop_reason,
-                            finished_at, trigger, traceparent)
+                            finished_at, trigger, traceparent, delivery_id)
     SELECT %(id)s, %(workflow_id)s, %(version_id)s,
            CASE WHEN mode = 'drop' THEN '{_CANCELLED}' ELSE '{_QUEUED}' END,
            %(input)s::jsonb, %(key)s, %(ckey)s::text,
@@ -143,7 +144,7 @@ WITH current AS (
            now() + make_interval(secs => %(start_within_s)s::float8),
            CASE WHEN mode = 'drop' THEN 'concurrency' END,
            CASE WHEN mode = 'drop' THEN now() END,
-           %(trigger)s, %(traceparent)s
+           %(trigger)s, %(traceparent)s, {archive.DELIVERY_ID}
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, error,

@@ -13,12 +13,14 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from jsonschema import Draft202012Validator
 
-from flowforge import actions, flowcontrol, inputschema, metrics, presets, sealing
+from flowforge import actions, archive, flowcontrol, inputschema, metrics, presets, sealing
 from flowforge.cache import BoundedCache
 from flowforge.db import notify_relay, one
 from flowforge.definitions import Definition
@@ -70,11 +72,11 @@ WITH current AS (
 ), accepted AS (
     SELECT 1 FROM current WHERE %(key)s::text IS NULL
     UNION ALL SELECT 1 FROM claim
-), execution AS (
+), {archive.ARCHIVE_CTE}, execution AS (
     INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
-                            traceparent)
+                            traceparent, delivery_id)
     SELECT %(id)s, %(workflow_id)s, %(version_id)s, %(queued)s, %(input)s::jsonb, %(key)s,
-           %(traceparent)s
+           %(traceparent)s, {archive.DELIVERY_ID}
     FROM accepted
 ), new_steps AS (
     INSERT INTO steps (execution_id, step_id, type, position, status, ready_at)
@@ -99,6 +101,7 @@ INTAKE_PARAMS = {
     "ready": StepStatus.READY.value,
     "pending": StepStatus.PENDING.value,
     "traceparent": None,  # a schedule tick's execution roots its own trace (tracing.py)
+    **archive.NO_ARCHIVE,
 }
 EXISTING_KEY = """
 SELECT body_sha256, execution_id FROM idempotency_keys
@@ -233,9 +236,16 @@ def accept(
     idempotency_key: str | None,
     secret_id: int | None,
     traceparent: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    system: Mapping[str, Any] | None = None,
 ) -> Accepted:
     """Record a validated JSON body as an execution; replay or refuse a reused key.
     `traceparent` is the intake span's trace context (flowforge/tracing.py), if traced.
+    A webhook passes its `headers`: the workflow's archive keeps the ones that matter
+    (archive.py). A re-ingest passes `system` instead — its key is then in the system's
+    key space, and the execution links to `system["delivery_id"]` with `system["event"]`
+    as its first history entry (reingest.py).
 
     Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
     execution_id = str(uuid7())
@@ -255,6 +265,13 @@ def accept(
         **INTAKE_PARAMS,
         **target.steps,
         "traceparent": traceparent,
+        **archive.intake_params(
+            target.definition.archive_days if headers is not None else 0,
+            body,
+            headers or {},
+            target.webhook_auth,
+        ),
+        **(system or {}),
     }
     controlled = flowcontrol.is_controlled(target.definition)
     if controlled:

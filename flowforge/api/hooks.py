@@ -106,7 +106,9 @@ def _accept(
                 inputschema.check(target.input_checker, body)  # 413/422, nothing written
             identity = _idempotency_key(verified)
             secret_id = _secret_id(target.secrets, verified)
-            return intake.accept(conn, target, raw, identity, secret_id, traceparent)
+            return intake.accept(
+                conn, target, raw, identity, secret_id, traceparent, headers=dict(request.headers)
+            )
         except intake.StaleTarget:
             continue
         except flowcontrol.QueueFull as exc:

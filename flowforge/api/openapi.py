@@ -394,6 +394,14 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "default": definitions.DEFAULT_RETENTION_DAYS,
                 "description": "how long finished executions are kept; fractions allowed",
             },
+            "archive_days": {
+                "type": "number",
+                "minimum": 0,
+                "maximum": definitions.MAX_RETENTION_DAYS,
+                "default": 0,
+                "description": "days each accepted webhook's raw request is kept for "
+                "re-ingest (SPEC §14); 0 keeps none",
+            },
             "limits": {
                 "type": "object",
                 "description": "named outbound limits (SPEC §13); a name with "
@@ -651,6 +659,44 @@ SCHEMAS: dict[str, Any] = {
             "replayed": {"type": "array", "items": {"type": "string", "format": "uuid"}},
             "refused": {"type": "array", "items": {"type": "object"}},
             "next_after": {"type": ["string", "null"]},
+        },
+    },
+    "ReingestRequest": {
+        "type": "object",
+        "required": ["from", "to"],
+        "additionalProperties": False,
+        "properties": {
+            "from": {"type": "string", "format": "date-time", "description": "received from"},
+            "to": {"type": "string", "format": "date-time", "description": "received before"},
+            "filter": {
+                "type": "object",
+                "required": ["path", "op"],
+                "additionalProperties": False,
+                "description": "a when-style condition over the archived body (input.…)",
+                "properties": {
+                    "path": {"type": "string", "pattern": "^input(\\.[A-Za-z0-9_]+)*$"},
+                    "op": {"type": "string", "enum": list(definitions.OPS)},
+                    "value": {},
+                },
+            },
+            "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
+            "after": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+        },
+    },
+    "ReingestResult": {
+        "type": "object",
+        "required": ["dry_run", "matched", "next"],
+        "properties": {
+            "dry_run": {"type": "boolean"},
+            "matched": {"type": "integer"},
+            "already_reingested": {"type": "integer"},
+            "next": {"type": ["integer", "null"], "description": "pass back as after"},
+            "sample": {"type": "array", "items": {"type": "object"}},
+            "created": {"type": "array", "items": {"type": "object"}},
+            "existing": {"type": "array", "items": {"type": "object"}},
+            "refused": {"type": "array", "items": {"type": "object"}},
+            "version": {"type": "integer"},
         },
     },
     "WorkflowPause": {
@@ -1015,6 +1061,20 @@ PATHS: dict[str, Any] = {
             {"200": _json(_ref("WorkflowPause"), "Paused"), **_problems(403, 404, *AUTHENTICATED)},
             tags=["workflows"],
             parameters=[WORKFLOW_KEY],
+        )
+    },
+    "/api/v1/workflows/{key}/reingest": {
+        "post": _operation(
+            "Re-ingest archived webhooks of a range as new executions of the newest version "
+            "(system keys reingest:<delivery id>; at most limit per call, follow next), or "
+            "count them with dry_run",
+            {
+                "200": _json(_ref("ReingestResult"), "The page's result or preview"),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+            body=_ref("ReingestRequest"),
         )
     },
     "/api/v1/workflows/{key}/resume": {

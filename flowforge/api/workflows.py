@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from flowforge import catalog, pausing, secret_bindings, signatures
+from flowforge import catalog, pausing, reingest, secret_bindings, signatures
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
@@ -86,6 +86,18 @@ def resume(key: str) -> Response:
     with connection() as conn:
         result = pausing.resume_workflow(conn, key, actor=api_key.actor())
         return jsonify({"workflow": key, **result})
+
+
+@bp.post("/<workflow_key:key>/reingest")
+@key_required
+def reingest_range(key: str) -> Response:
+    """Re-ingest archived webhooks of a time range as new executions of the newest version
+    (SPEC §14), or count them (dry_run); at most reingest.MAX_PER_REQUEST per request."""
+    authorize(key, write=True)
+    api_key: ApiKey = g.api_key
+    request_ = reingest.parse(json_body())
+    with connection() as conn:
+        return jsonify(reingest.reingest(conn, key, request_, api_key.actor()))
 
 
 @bp.get("/<workflow_key:key>/versions/<int:version>")

@@ -68,9 +68,10 @@ class Housekeeping(Loop):
         """
         forgotten, keys_caught_up = self.forget_expired_keys()
         _expired, executions_caught_up = self.retention.expire()
+        _archived, archive_caught_up = self.retention.expire_archive()
         if forgotten:
             logger.info("forgot old idempotency keys", extra={"count": forgotten})
-        return forgotten, keys_caught_up and executions_caught_up
+        return forgotten, keys_caught_up and executions_caught_up and archive_caught_up
 
     def forget_expired_keys(self) -> tuple[int, bool]:
         """Delete expired keys batch after batch; returns how many and whether caught up.

@@ -29,6 +29,7 @@ import time
 
 import psycopg_pool
 
+from flowforge.archive import EXPIRE_ARCHIVE
 from flowforge.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
 from flowforge.db import wrap_exceptions
 from flowforge.definitions import DEFAULT_RETENTION_DAYS
@@ -148,3 +149,20 @@ class Retention:
         if deleted:
             logger.info("deleted executions past their retention", extra={"count": deleted})
         return deleted, not pending
+
+    def expire_archive(self) -> tuple[int, bool]:
+        """Delete archived webhooks past their workflow's archive_days (archive.py), batch
+        by batch within the same budget; returns how many and whether none is left."""
+        started = time.monotonic()
+        deleted = 0
+        with wrap_exceptions(), self.pool.connection() as conn:
+            while not self.stop.is_set():
+                count = conn.execute(EXPIRE_ARCHIVE, {"limit": self.batch}).rowcount
+                deleted += count
+                if count < self.batch:
+                    break
+                if time.monotonic() - started > self.budget_s:
+                    return deleted, False
+        if deleted:
+            logger.info("deleted archived webhooks past archive_days", extra={"count": deleted})
+        return deleted, not self.stop.is_set()

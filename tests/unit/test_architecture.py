@@ -32,6 +32,8 @@ LAYERS: dict[str, set[str]] = {
         "intake",
         "presets",
         "sources",
+        "archive",
+        "reingest",
         "actions",
         "timeline",
         "apikeys",

@@ -122,6 +122,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "deadline_s": 60,
         "start_within_s": 30.5,
         "retention_days": 0.5,
+        "archive_days": 7,
         "limits": {"api": {"concurrency": 2}},
         "input_schema": {"type": "object"},
     },
