@@ -284,6 +284,8 @@ class Executor:
                 and self._never_sent_but_unknown(conn, eid, sid, token, state, outcome)
             ):
                 run.correct_never_sent(sid, outcome.error or NOT_SENT_PREFIX)
+                if limits:  # nothing was sent: its limit slot ends now, not at its expiry
+                    outbound.release(conn, eid, sid)
                 save_run(conn, run.take_changes())
                 logger.warning("request never sent: the reaper's unknown corrected", extra=log)
                 return
