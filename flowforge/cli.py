@@ -762,6 +762,20 @@ EXAMPLES = {
     "complete": "flowforge complete 01a233ee-a3de-71f1-8ccd-4191093a47ad approval "
     "'{\"approved\": true}'",
     "fail": "flowforge fail 01a233ee-a3de-71f1-8ccd-4191093a47ad approval",
+    "workflow pause": "flowforge workflow pause orders",
+    "workflow reingest": "flowforge workflow reingest orders --from 2026-12-01T09:00:00Z "
+    "--to 2026-12-01T10:00:00Z --dry-run",
+    "workflow resume": "flowforge workflow resume orders",
+    "circuits": "flowforge circuits list",
+    "circuits list": "flowforge circuits list --output json",
+    "circuits close": "flowforge circuits close stripe",
+    "pause": "flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "resume": "flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "fail-paused": "flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "replay": "flowforge replay 01a233ee-a3de-71f1-8ccd-4191093a47ad --from-step notify "
+    "--onto latest",
+    "replay-bulk": "flowforge replay-bulk --workflow orders --of-version 3 --status failed "
+    "--from-step notify --onto latest",
     "schedule": "flowforge schedule show sweep",
     "schedule show": "flowforge schedule show sweep",
     "schedule pause": "flowforge schedule pause sweep",
@@ -858,14 +872,14 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("new", help="a version number, or a definition file (not yet published)")
     command(
         workflow, "pause", _workflow_pause, "webhooks queue; nothing starts until resumed"
-    ).add_argument("key", type=_workflow_key)
+    ).add_argument("key", type=_workflow_key, help="the workflow's key")
     command(
         workflow, "resume", _workflow_resume, "release paused and queued work in arrival order"
-    ).add_argument("key", type=_workflow_key)
+    ).add_argument("key", type=_workflow_key, help="the workflow's key")
     again = command(
         workflow, "reingest", _workflow_reingest, "archived webhooks of a range as new executions"
     )
-    again.add_argument("key", type=_workflow_key)
+    again.add_argument("key", type=_workflow_key, help="the workflow's key")
     again.add_argument(
         "--from", dest="start", required=True, help="received at or after (RFC 3339)"
     )
@@ -886,7 +900,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
     command(circuits, "list", _circuits_list, "open and half-open circuits")
-    command(circuits, "close", _circuits_close, "close a circuit by hand").add_argument("key")
+    command(circuits, "close", _circuits_close, "close a circuit by hand").add_argument(
+        "key", help="the limit's key in the definition's limits, as circuits list shows it"
+    )
 
     executions = group("executions", "inspect executions")
     listing = command(executions, "list", _executions_list, "list executions, newest first")
@@ -934,16 +950,28 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", _resume, "resume a paused execution (an exhausted step runs again)"),
         ("fail-paused", _fail_paused, "fail an execution paused at an exhausted step"),
     ):
-        command(sub, name, handler, help_).add_argument("id", type=_execution_id)
+        command(sub, name, handler, help_).add_argument(
+            "id", type=_execution_id, help="the execution's ID"
+        )
     replaying = command(sub, "replay", _replay, "replay an execution from a step onto a version")
-    replaying.add_argument("id", type=_execution_id)
-    replaying.add_argument("--from-step", required=True, type=_step_id)
+    replaying.add_argument("id", type=_execution_id, help="the execution's ID")
+    replaying.add_argument(
+        "--from-step",
+        required=True,
+        type=_step_id,
+        help="run again from this step; its ancestors keep their outputs",
+    )
     replaying.add_argument(
         "--onto", type=_target_version, default=None, help="a version number or latest (default)"
     )
     bulk = command(sub, "replay-bulk", _replay_bulk, "replay a workflow's executions by filter")
     bulk.add_argument("--workflow", required=True, type=_workflow_key)
-    bulk.add_argument("--from-step", required=True, type=_step_id)
+    bulk.add_argument(
+        "--from-step",
+        required=True,
+        type=_step_id,
+        help="run again from this step; its ancestors keep their outputs",
+    )
     bulk.add_argument("--onto", type=_target_version, default=None, help="version or latest")
     bulk.add_argument("--of-version", type=_positive, help="only executions of this version")
     bulk.add_argument("--status", choices=STATUSES)

@@ -174,12 +174,33 @@ class Variable:
 # tests/unit/test_reference_docs.py fails when a FLOWFORGE_* name in the code is missing.
 VARIABLES = (
     Variable("FLOWFORGE_DATABASE_URL", "PostgreSQL, as a libpq URL", "database_url"),
+    Variable(
+        "FLOWFORGE_DATABASE_POOLER",
+        "`none`, or `transaction` when `FLOWFORGE_DATABASE_URL` is a transaction-mode "
+        "PgBouncer: nothing is prepared on the server and timeouts are set in each "
+        "transaction. `transaction` refuses to start without `FLOWFORGE_DATABASE_DIRECT_URL`",
+        "database_pooler",
+    ),
+    Variable(
+        "FLOWFORGE_DATABASE_DIRECT_URL",
+        "PostgreSQL itself (not the pooler), for what needs a session of its own: the relay's "
+        "LISTEN, `bin/migrate` and its advisory lock, the CLI on the box, the connection "
+        "budget check",
+        default="`FLOWFORGE_DATABASE_URL`",
+    ),
     Variable("FLOWFORGE_AMQP_URL", "RabbitMQ", "amqp_url", read_by="worker"),
     Variable(
         "FLOWFORGE_AMQP_PREFIX",
         "prefix of every exchange and queue name; give each installation on a shared broker "
         "its own",
         "amqp_prefix",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_AMQP_QUEUE_TYPE",
+        "`quorum` (survives the loss of a cluster node) or `classic`: the type of the steps "
+        "and dead-letter queues the worker declares; a queue that already exists keeps its type",
+        "amqp_queue_type",
         read_by="worker",
     ),
     Variable(
@@ -212,6 +233,21 @@ VARIABLES = (
         "FLOWFORGE_WORKER_CONCURRENCY",
         "executor threads (and RabbitMQ prefetch) per worker",
         "worker_concurrency",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_WORKER_POOL_SIZE",
+        "the most pooled PostgreSQL connections one worker opens, whatever its concurrency "
+        "(at least 2); it opens one more for the relay's LISTEN",
+        "worker_pool_size",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_OUTBOUND_LIMITS",
+        'limits per host as JSON, e.g. `{"api.stripe.com": {"rate_per_s": 25, "burst": 50, '
+        '"concurrency": 10}}` (`burst` defaults to 1; `rate_per_s` or `concurrency` needed): '
+        "every `http_request` to that host counts against them, whatever the workflow",
+        default="none",
         read_by="worker",
     ),
     Variable(
