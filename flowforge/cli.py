@@ -59,15 +59,46 @@ class UsageError(FlowForgeError):
 Ops: TypeAlias = "ApiClient | Database"
 
 
+# Statuses in colour, only for a person at a terminal: never into a pipe or a file, and
+# never when NO_COLOR is set (https://no-color.org).
+COLOURS = {
+    "succeeded": "32",
+    "failed": "31",
+    "needs_attention": "33",
+    "unknown": "33",
+    "cancelled": "2",
+}
+
+
+def _colour() -> bool:
+    return not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def _paint(text: str, status: str) -> str:
+    code = COLOURS.get(status)
+    if code is None or not _colour():
+        return text
+    return f"\033[{code}m{text}\033[0m"
+
+
 # C0 and C1 controls but line feed and tab, and DEL: a value an attacker wrote (a URL
 # template filled from a webhook, a workflow name) must not drive the terminal (OSC 52
 # clipboard writes, erased lines, a fake status) in human-readable output (SPEC §12).
+# On a terminal with colour on, the few colour sequences _paint writes pass (they can only
+# colour text); every other control is shown escaped.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_OWN_COLOURS = re.compile(
+    "(\x1b\\[(?:0|"
+    + "|".join(sorted(set(COLOURS.values())))
+    + ")m)|([\x00-\x08\x0b-\x1f\x7f-\x9f])"
+)
 
 
 def printable(text: str) -> str:
     """The text with every terminal control shown as its escape (`\\x1b`), not obeyed."""
-    return _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    if not _colour():
+        return _CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return _OWN_COLOURS.sub(lambda match: match.group(1) or f"\\x{ord(match.group(2)):02x}", text)
 
 
 def _emit(args: argparse.Namespace, value: Any, text: str | Callable[[], str]) -> None:
@@ -289,24 +320,6 @@ def _executions_list(ops: Ops, args: argparse.Namespace) -> None:
     if page["next_cursor"] and args.format != "json":
         # On stderr: stdout stays the table, for pipes.
         print(f"next page: --cursor {page['next_cursor']}", file=sys.stderr)
-
-
-# Statuses in colour, only for a person at a terminal: never into a pipe or a file, and
-# never when NO_COLOR is set (https://no-color.org).
-COLOURS = {
-    "succeeded": "32",
-    "failed": "31",
-    "needs_attention": "33",
-    "unknown": "33",
-    "cancelled": "2",
-}
-
-
-def _paint(text: str, status: str) -> str:
-    code = COLOURS.get(status)
-    if code is None or os.environ.get("NO_COLOR") or not sys.stdout.isatty():
-        return text
-    return f"\033[{code}m{text}\033[0m"
 
 
 def _execution_text(detail: dict[str, Any]) -> str:
