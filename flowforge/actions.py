@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge import flowcontrol
+from flowforge import flowcontrol, waits
 from flowforge.engine import RETRIED_STEP, Run
 from flowforge.errors import Conflict, NotFound
 from flowforge.model import ExecutionStatus, PauseReason, StepStatus
@@ -173,7 +173,8 @@ def retry(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any])
             flowcontrol.take_slot_for_retry(
                 conn, run.workflow_id, run.concurrency_key, run.execution_id
             )
-        run.retry(actor=actor)
+        rerun = run.retry(actor=actor)
+        conn.execute(waits.DROP_KEPT_RESUMES, {"execution_id": run.execution_id, "step_ids": rerun})
         save_run(conn, run.take_changes())
     return run.status
 

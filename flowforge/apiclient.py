@@ -2,8 +2,9 @@
 an operator needs an API key and a URL, never database access (SPEC §11).
 
 Every method returns the API's JSON answer. A problem+json answer becomes `ApiError`
-(its title, detail and `errors[]`), a server that cannot be reached `ApiUnreachable`;
-nothing from `requests` leaks past this module.
+(its title, detail and `errors[]`), a server that cannot be reached `ApiUnreachable`, and
+so does anything a FlowForge API never answers (a redirect of a login proxy, an HTML page,
+JSON that is not an object); nothing from `requests` leaks past this module.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class ApiError(FlowForgeError):
 
 
 class ApiUnreachable(FlowForgeError):
-    """The API did not answer."""
+    """The API did not answer, or what answered is not a FlowForge API."""
 
 
 def _problem(response: requests.Response) -> ApiError:
@@ -102,17 +103,41 @@ class ApiClient:
             raise ApiUnreachable(f"cannot send to the API at {self.base_url}: {exc}") from None
         if response.status_code >= 400:
             raise _problem(response)
+        if not 200 <= response.status_code < 300:
+            # The API never redirects: a proxy in front of it does (to a login page, to
+            # https), and following it would send the API key elsewhere.
+            where = response.headers.get("Location")
+            to = f" to {where}" if where else ""
+            raise ApiUnreachable(
+                f"{url} answered {response.status_code}{to}: is this a FlowForge API? "
+                "(set FLOWFORGE_API_URL to the API's own address)"
+            )
         return response
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.call(method, path, **kwargs)
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The JSON object of a 2xx answer; anything else is not a FlowForge API's."""
+        return self._object(path, self.call(method, path, **kwargs))
+
+    def _object(self, path: str, response: requests.Response) -> dict[str, Any]:
         try:
-            return response.json()
+            body = response.json()
         except ValueError:
+            body = None
+        if not isinstance(body, dict):
             raise ApiUnreachable(
-                f"{self.base_url}{path} answered {response.status_code} without JSON: "
-                "is this a FlowForge API?"
-            ) from None
+                f"{self.base_url}{path} answered {response.status_code} without a JSON "
+                "object: is this a FlowForge API?"
+            )
+        return body
+
+    def _items(self, path: str, name: str) -> list[dict[str, Any]]:
+        """The list `name` of a JSON answer."""
+        items = self._json("GET", path).get(name)
+        if not isinstance(items, list):
+            raise ApiUnreachable(
+                f"{self.base_url}{path} answered without {name!r}: is this a FlowForge API?"
+            )
+        return items
 
     # ---- executions ------------------------------------------------------------------
 
@@ -143,8 +168,10 @@ class ApiClient:
 
     def cancel(self, execution_id: str) -> dict[str, Any]:
         """Cancel; `already_finished` tells a 200 (nothing to stop) from a 202."""
-        response = self.call("POST", f"{EXECUTIONS}/{execution_id}/cancel")
-        return {**response.json(), "already_finished": response.status_code == 200}
+        path = f"{EXECUTIONS}/{execution_id}/cancel"
+        response = self.call("POST", path)
+        body = self._object(path, response)
+        return {**body, "already_finished": response.status_code == 200}
 
     def retry(self, execution_id: str) -> dict[str, Any]:
         """Re-run the failed and cancelled steps."""
@@ -210,7 +237,7 @@ class ApiClient:
 
     def circuits(self) -> list[dict[str, Any]]:
         """Open and half-open circuits of outbound limits (SPEC §13)."""
-        return list(self._json("GET", CIRCUITS)["circuits"])
+        return self._items(CIRCUITS, "circuits")
 
     def close_circuit(self, key: str) -> dict[str, Any]:
         """Close a circuit by hand."""
@@ -218,7 +245,7 @@ class ApiClient:
 
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""
-        return list(self._json("GET", WORKFLOWS)["items"])
+        return self._items(WORKFLOWS, "items")
 
     def workflow(self, key: str) -> dict[str, Any]:
         """One workflow with its versions."""
@@ -240,7 +267,7 @@ class ApiClient:
     def secrets(self, key: str) -> list[dict[str, Any]]:
         """The workflow's signing secrets, without values."""
         path = f"{WORKFLOWS}/{quote(key, safe='')}/webhook-secrets"
-        return list(self._json("GET", path)["items"])
+        return self._items(path, "items")
 
     def revoke_secret(self, key: str, secret_id: int) -> None:
         """Revoke one signing secret."""

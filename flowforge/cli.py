@@ -1088,6 +1088,11 @@ def _run_remote(url: str, args: argparse.Namespace) -> int:
     except ApiUnreachable as exc:
         _error("unreachable", str(exc))
         return REFUSED
+    except (KeyError, TypeError, AttributeError) as exc:
+        # A 2xx JSON object without what a FlowForge API answers: not our API (a stub, a
+        # portal, another version behind the URL), said in one line, not a traceback.
+        _error("unexpected answer", f"{url} answered without {exc}: is this a FlowForge API?")
+        return REFUSED
     return 0
 
 

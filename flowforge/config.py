@@ -313,6 +313,15 @@ VARIABLES = (
         read_by="worker",
     ),
     Variable(
+        "FLOWFORGE_METRICS_TOKEN",
+        "when set, `bin/api`'s `/metrics` answers only `Authorization: Bearer <this token>` "
+        "(401 otherwise); give Prometheus the same value (`authorization.credentials`). "
+        "Unset: `/metrics` is open to whoever reaches the API (the shipped nginx config "
+        "denies it)",
+        default="unset",
+        read_by="api",
+    ),
+    Variable(
         "FLOWFORGE_WORKER_ID",
         "the worker's name in leases, attempts and logs",
         default="host:pid",
@@ -399,6 +408,8 @@ class Settings:
     # bin/worker's own /metrics (FLOWFORGE_METRICS_PORT, 0 = none) and its bind address.
     metrics_port: int = 0
     metrics_address: str = "127.0.0.1"
+    # FLOWFORGE_METRICS_TOKEN: the bearer token bin/api's /metrics asks for (None: open).
+    metrics_token: str | None = field(default=None, repr=False)
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # FLOWFORGE_OUTBOUND_LIMITS: the operator's outbound limits per host (SPEC §13).
@@ -454,6 +465,7 @@ class Settings:
             test_mode=test_mode,
             metrics_port=_port(env, "FLOWFORGE_METRICS_PORT"),
             metrics_address=env.get("FLOWFORGE_METRICS_ADDRESS", "").strip() or cls.metrics_address,
+            metrics_token=env.get("FLOWFORGE_METRICS_TOKEN", "").strip() or None,
             secret_bindings=bindings,
             idempotency_key_hours=_key_hours(env),
             host_limits=outbound.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),

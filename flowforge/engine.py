@@ -708,10 +708,16 @@ class Run:
         self.stop_reason = None
         rerun = [s.id for s in self.definition.steps if self.steps[s.id].status in RETRIED_STEP]
         for step_id in rerun:
+            # A resume kept for a wait of the last round does not carry over to the new one
+            # (actions.retry deletes its row).
+            self.early_resumes.pop(step_id, None)
             self.set_step(
                 step_id,
                 S.PENDING,
                 attempts=0,
+                # A new round: a retried wait step reopens under a new resume URL
+                # (flowforge/waits.py), and any late write of the old round is fenced off.
+                fencing_token=self.steps[step_id].fencing_token + 1,
                 error=None,
                 wake_at=None,
                 output=None,

@@ -121,7 +121,10 @@ def _secrets_used(
 
 
 def _resume_urls(
-    request: Mapping[str, Any], execution_id: str, resume: waits.ResumeUrls | None
+    request: Mapping[str, Any],
+    execution_id: str,
+    resume: waits.ResumeUrls | None,
+    rounds: Mapping[str, int],
 ) -> dict[str, dict[str, str]]:
     """The resume URLs a request names ({{ waits.STEP.url }}), as template context."""
     names = {
@@ -133,7 +136,9 @@ def _resume_urls(
     if not names:
         return {}
     resume = resume or waits.ResumeUrls(public_url=None, key=None)  # fails, saying what
-    return {name: {"url": resume.url(execution_id, name)} for name in sorted(names)}
+    return {
+        name: {"url": resume.url(execution_id, name, rounds.get(name, 0))} for name in sorted(names)
+    }
 
 
 def render_request(
@@ -141,13 +146,17 @@ def render_request(
     context: Mapping[str, Any],
     bindings: secret_bindings.Bindings,
     resume: waits.ResumeUrls | None = None,
+    rounds: Mapping[str, int] | None = None,
 ) -> Rendered:
     """Resolve templates in the worker only; secrets and resume URLs never leave this
-    object, and only the secrets bound to the execution's workflow are read at all."""
+    object, and only the secrets bound to the execution's workflow are read at all.
+
+    `rounds` gives each wait step's round (its fencing token, bumped by a retry), so a
+    retried wait is rendered under a new resume URL (flowforge/waits.py)."""
     assert step.request is not None
     request = step.request
     secrets = _secrets_used(request, context["execution"]["workflow"], bindings)
-    urls = _resume_urls(request, context["execution"]["id"], resume)
+    urls = _resume_urls(request, context["execution"]["id"], resume, rounds or {})
     ctx = {**context, "secrets": secrets, "waits": urls}
     # A resume URL is a credential: its token is redacted like a secret wherever a
     # server echoes it back.

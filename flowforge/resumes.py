@@ -59,7 +59,7 @@ def resume(
     named = waits.verify(resume_key, token)
     if named is None:
         raise NotFound("no such resume URL")
-    execution_id, step_id = named
+    execution_id, step_id, round_ = named
     log = {"execution_id": execution_id, "step": step_id}
     sha = waits.body_sha256(raw)
     with unit_of_work(conn):
@@ -70,6 +70,9 @@ def resume(
         state = run.steps.get(step_id)
         if state is None or run.definition.step(step_id).type != "wait":
             raise Gone("this execution's version has no such wait step")
+        if round_ != state.fencing_token:
+            # A URL of an earlier round of a retried wait: that wait is over.
+            raise Gone(f"step {step_id!r} was retried: this resume URL is from an earlier wait")
         if run.definition.step(step_id).resume_auth == "signature":
             rows = conn.execute(waits.SIGNING_SECRETS, {"execution_id": execution_id}).fetchall()
             check_signature(

@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from flowforge.attention import BEYOND_THE_STATUS
+from flowforge.errors import ClientError
 from flowforge.model import ExecutionStatus
 
 # `needs_attention` in a filter means what it means everywhere (flowforge/attention.py):
@@ -48,6 +49,12 @@ SELECT count(*) FROM (SELECT 1 FROM executions e WHERE e.input @> %(input)s LIMI
 # For a common value: no bitmap scan (the whole GIN posting list), walk the indexes in order.
 WALK_IN_ORDER = "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off"
 WORKFLOW_IDS = "SELECT id, key FROM workflows WHERE key = ANY(%(keys)s) ORDER BY key"
+
+# A console list (its page, its counts, a bulk preview) gets this long in all; a filter
+# that costs more is refused (FilterTooExpensive) rather than tying up an API process and
+# a database connection until the API's own statement timeout.
+LIST_TIMEOUT_MS = 2000
+SET_LIST_TIMEOUT = "SELECT set_config('statement_timeout', %(ms)s, true)"
 
 # The filter fragments of one branch; `w` and `s` are the branch's workflow and status.
 _FRAGMENTS = {
@@ -124,6 +131,28 @@ LIMIT %(limit)s
 """
 
 
+class FilterTooExpensive(ClientError):
+    """The filter matched too little too slowly for the indexes to serve it in time."""
+
+    status = 422
+    title = "Filter too expensive"
+
+
+@contextmanager
+def bounded(conn: psycopg.Connection) -> Iterator[None]:
+    """Run a console list's queries in one transaction under LIST_TIMEOUT_MS, and answer
+    a filter that takes longer with FilterTooExpensive (a page saying to narrow it)."""
+    try:
+        with conn.transaction():
+            conn.execute(SET_LIST_TIMEOUT, {"ms": str(LIST_TIMEOUT_MS)})
+            yield
+    except psycopg.errors.QueryCanceled:
+        raise FilterTooExpensive(
+            f"this filter takes longer than {LIST_TIMEOUT_MS / 1000:g} s to answer: narrow it"
+            " (a workflow, a status, a time range, or a more specific input value)"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Filter:
     """What the executions list is narrowed to; None is "any"."""
@@ -197,7 +226,9 @@ def _planned(conn: psycopg.Connection, flt: Filter) -> Iterator[None]:
         return
     probe = {"input": Jsonb(flt.input_match), "cap": COMMON_INPUT}
     (found,) = conn.execute(INPUT_PROBE, probe).fetchone() or (0,)
-    with conn.transaction():
+    # Rolled back at the end (it only reads): the planner settings stop with it, also
+    # inside an outer transaction (bounded), where a SET LOCAL would otherwise outlive it.
+    with conn.transaction(force_rollback=True):
         if found >= COMMON_INPUT:
             conn.execute(WALK_IN_ORDER)
         yield

@@ -12,7 +12,11 @@ which opens webhook signing secrets, stays out of the worker. Rotating the resum
 invalidates every resume URL handed out so far.
 
 Layout of a token: `ffw1_` then base64url(execution uuid (16 bytes) + MAC (32 bytes) +
-step id (ASCII)); the MAC covers a label, the execution and the step.
+step id (ASCII) [+ "." + round]); the MAC covers a label, the execution, the step and its
+round. The round is the wait step's fencing token, which a retry of the execution bumps
+(engine.Run.retry): a retried wait reopens under a new URL, and a URL leaked in an earlier
+round answers 410. Round 0 (a step never retried) has no suffix, as before rounds existed,
+so URLs handed out before the upgrade keep working.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ UPDATE resumes r SET applied_at = now()
 FROM jsonb_array_elements_text(%(applied_resumes)s) AS a(step_id)
 WHERE r.execution_id = %(execution_id)s AND r.step_id = a.step_id AND r.applied_at IS NULL
 """
+# On a retry: resumes kept for waits of the last round that never began are dropped, so
+# the new round opens empty (under its new URL).
+DROP_KEPT_RESUMES = """
+DELETE FROM resumes
+WHERE execution_id = %(execution_id)s AND step_id = ANY(%(step_ids)s) AND applied_at IS NULL
+"""
 # The workflow's active signing secrets, for wait steps with "auth": "signature".
 SIGNING_SECRETS = """
 SELECT s.id, s.workflow_id, s.sealed FROM webhook_secrets s
@@ -79,8 +89,8 @@ class ResumeUrls:
     public_url: str | None
     key: bytes | None = field(repr=False)
 
-    def url(self, execution_id: str, step_id: str) -> str:
-        """The absolute resume URL of one wait step of one execution."""
+    def url(self, execution_id: str, step_id: str, round_: int = 0) -> str:
+        """The absolute resume URL of one wait step of one execution, in one round."""
         name = "{{ waits." + step_id + ".url }}"
         if self.public_url is None:
             raise ResumeUnavailable(
@@ -92,22 +102,28 @@ class ResumeUrls:
                 f"{name}: FLOWFORGE_RESUME_KEY is not set on the worker (the same key as the"
                 " API's; make one with: python -m flowforge.waits)"
             )
-        return self.public_url + RESUME_PATH + token(self.key, execution_id, step_id)
+        return self.public_url + RESUME_PATH + token(self.key, execution_id, step_id, round_)
 
 
-def _mac(key: bytes, execution: bytes, step_id: str) -> bytes:
-    return hmac.new(key, _LABEL + execution + step_id.encode("ascii"), hashlib.sha256).digest()
+def _named(step_id: str, round_: int) -> bytes:
+    """The step part of a token: its id, and its round unless 0 (ids have no '.')."""
+    return (step_id if round_ == 0 else f"{step_id}.{round_}").encode("ascii")
 
 
-def token(key: bytes, execution_id: str, step_id: str) -> str:
-    """The resume token of (execution, step): 256 bits of MAC, bound to both."""
+def _mac(key: bytes, execution: bytes, named: bytes) -> bytes:
+    return hmac.new(key, _LABEL + execution + named, hashlib.sha256).digest()
+
+
+def token(key: bytes, execution_id: str, step_id: str, round_: int = 0) -> str:
+    """The resume token of (execution, step, round): 256 bits of MAC, bound to all three."""
     execution = uuid.UUID(execution_id).bytes
-    raw = execution + _mac(key, execution, step_id) + step_id.encode("ascii")
+    named = _named(step_id, round_)
+    raw = execution + _mac(key, execution, named) + named
     return PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def verify(key: bytes, presented: str) -> tuple[str, str] | None:
-    """The (execution id, step id) a genuine token names, else None.
+def verify(key: bytes, presented: str) -> tuple[str, str, int] | None:
+    """The (execution id, step id, round) a genuine token names, else None.
 
     The MAC is recomputed and compared with hmac.compare_digest before anything is looked
     up, so a guessed token costs the same whether or not its execution exists."""
@@ -119,12 +135,15 @@ def verify(key: bytes, presented: str) -> tuple[str, str] | None:
     except (binascii.Error, ValueError):
         return None
     execution, mac = raw[:_UUID_BYTES], raw[_UUID_BYTES : _UUID_BYTES + _MAC_BYTES]
-    step_id = raw[_UUID_BYTES + _MAC_BYTES :].decode("ascii", errors="replace")
+    named = raw[_UUID_BYTES + _MAC_BYTES :]
+    step_id, dot, round_text = named.decode("ascii", errors="replace").partition(".")
     if len(mac) != _MAC_BYTES or not is_step_id(step_id):
         return None
-    if not hmac.compare_digest(_mac(key, execution, step_id), mac):
+    if dot and not (round_text.isascii() and round_text.isdigit() and round_text[0] != "0"):
+        return None  # one spelling per round: "a.01" or "a.0" is no token
+    if not hmac.compare_digest(_mac(key, execution, named), mac):
         return None
-    return str(uuid.UUID(bytes=execution)), step_id
+    return str(uuid.UUID(bytes=execution)), step_id, int(round_text or 0)
 
 
 def loggable_path(path: str | None) -> str | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 
-from flask import Blueprint, Flask, Response, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from flowforge import metrics
 from flowforge.api.pool import connection
+from flowforge.api.problems import Problem
 
 bp = Blueprint("health", __name__)
 
@@ -33,10 +35,28 @@ def readyz() -> Response:
 @bp.get("/metrics")
 def prometheus() -> Response:
     """This server's counters and the cluster-wide gauges read from PostgreSQL, in
-    Prometheus text format."""
+    Prometheus text format; only to the bearer of FLOWFORGE_METRICS_TOKEN when it is set
+    (the gauges name workflows and hosts, and each scrape costs queries)."""
+    _check_metrics_token()
     with connection() as conn:
         text = metrics.render(conn)
     return Response(text, content_type=metrics.CONTENT_TYPE)
+
+
+def _check_metrics_token() -> None:
+    """Refuse (401) a scrape without the configured token, in constant time."""
+    expected = current_app.extensions["flowforge.settings"].metrics_token
+    if expected is None:
+        return
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    genuine = hmac.compare_digest(presented.strip().encode(), expected.encode())
+    if scheme.lower() != "bearer" or not genuine:
+        raise Problem(
+            401,
+            "Unauthorized",
+            "send Authorization: Bearer <FLOWFORGE_METRICS_TOKEN>",
+            headers={"WWW-Authenticate": 'Bearer realm="flowforge-metrics"'},
+        )
 
 
 def install(app: Flask) -> None:

@@ -1375,7 +1375,7 @@ PATHS: dict[str, Any] = {
                     "description": "Prometheus text format",
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 },
-                **_problems(503),
+                **_problems(401, 503),  # 401: FLOWFORGE_METRICS_TOKEN is set, not sent
             },
             tags=["operations"],
             public=True,

@@ -165,7 +165,10 @@ class Executor:
         never raises, so the step is always checkpointed."""
         step = run.definition.step(sid)
         try:
-            rendered = render_request(step, run.context(sid), self.secret_bindings, self.resume)
+            rounds = {wid: state.fencing_token for wid, state in run.steps.items()}
+            rendered = render_request(
+                step, run.context(sid), self.secret_bindings, self.resume, rounds
+            )
         except TemplateError as exc:
             return Outcome("failed", error=f"request could not be rendered: {exc}")
         except Exception as exc:

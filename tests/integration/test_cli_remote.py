@@ -4,13 +4,16 @@ database access. Reads, every operator action, scoped and read-only keys, the er
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
 import psycopg
+import pytest
 import requests
 
 from flowforge import apikeys
@@ -311,3 +314,51 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(
         [FLOWFORGE, "executions", "show", eid], env=env, capture_output=True, text=True, timeout=60
     )
     assert "failed" in piped.stdout and "\x1b[" not in piped.stdout
+
+
+class _Odd(http.server.BaseHTTPRequestHandler):
+    """Whatever the test asks for: a login redirect of a proxy, an HTML page, stray JSON."""
+
+    answer: tuple[int, str, bytes] = (302, "text/html", b"<html>moved</html>")
+
+    def _reply(self) -> None:
+        status, content_type, body = self.answer
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if 300 <= status < 400:
+            self.send_header("Location", "https://sso.example/login")
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = _reply
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (302, "text/html", b"<html>moved</html>"),
+        (301, "application/json", b'{"moved": true}'),
+        (200, "text/html", b"<html>a portal</html>"),
+        (202, "application/json", b"[1, 2]"),
+        (200, "application/json", b'"text"'),
+        (200, "application/json", b'{"unexpected": 1}'),
+        (204, "application/json", b""),
+        (502, "text/html", b"<html>bad gateway</html>"),
+    ],
+)
+def test_an_unexpected_answer_is_one_line_and_exit_1(answer: tuple[int, str, bytes]) -> None:
+    handler = type("Odd", (_Odd,), {"answer": answer})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        eid = str(uuid.uuid4())
+        for command in (["cancel", eid], ["retry", eid], ["executions", "show", eid]):
+            refused(remote(url, "ffk_whatever", *command), 1, "error: ")
+    finally:
+        server.shutdown()
+        server.server_close()

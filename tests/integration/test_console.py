@@ -370,3 +370,38 @@ def test_the_workflow_page_shows_its_schedule_next_ticks_and_ledger(
     assert "paused" in page.split('id="schedule-state"')[1].split("</p>")[0]
     assert f'href="/ui/executions/{execution_id}"' in page
     assert shown["next"][0]["tick_at"] in page
+
+
+@pytest.mark.parametrize("value", ["{}", "[]", '{"a": {}}', "[1, []]", '{"a": [{}]}'])
+def test_a_filter_the_index_cannot_serve_is_refused_not_run(
+    published: Any, api_key: str, value: str
+) -> None:
+    _sign_in(published, api_key)
+    for page in ("/ui/executions", "/ui/bulk?action=cancel&"):
+        glue = "?" if page.endswith("executions") else ""
+        r = published.get(f"{page}{glue}path=customer&value={value}")
+        assert r.status_code == 400, r.get_data(as_text=True)
+        assert "empty object or list" in r.get_data(as_text=True)
+    ok = published.get('/ui/executions?path=customer&value={"id": 7}')
+    assert ok.status_code == 200 and len(_ids(ok.get_data(as_text=True))) == 1
+
+
+def test_a_list_query_that_takes_too_long_is_cut_off_with_a_page_saying_so(
+    published: Any, api_key: str, database_url: str
+) -> None:
+    csrf = _sign_in(published, api_key)
+    # Whatever makes a list slow — a filter the plans cannot serve, a table locked by a
+    # migration — the console answers within its bound instead of holding a process.
+    with psycopg.connect(database_url) as blocker:
+        blocker.execute("LOCK TABLE executions IN ACCESS EXCLUSIVE MODE")
+        listing = published.get("/ui/executions?path=customer.id&value=7")
+        bulk = published.get("/ui/bulk?action=cancel")
+        confirmed = published.post(
+            "/ui/bulk", data={"csrf": csrf, "action": "cancel", "upto": str(uuid.uuid4())}
+        )
+        blocker.rollback()
+    for r in (listing, bulk, confirmed):
+        text = r.get_data(as_text=True)
+        assert r.status_code == 422, text
+        assert "Filter too expensive" in text and "narrow it" in text
+    assert published.get("/ui/executions").status_code == 200

@@ -312,3 +312,32 @@ def test_no_gauge_query_scans_a_whole_table(db: psycopg.Connection) -> None:
         # analysed here, they are planned as the small tables they are.
         if name not in ("estimated_rows", "outbound"):
             assert "Index" in plan or "Bitmap" in plan, f"{name}:\n{plan}"
+
+
+def test_with_a_metrics_token_metrics_answer_only_its_bearer(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    proc, base = start_api({**env, "FLOWFORGE_METRICS_TOKEN": "s3cret-scrape"}, tmp_path / "a.log")
+    try:
+        refused = [
+            requests.get(f"{base}/metrics", headers=headers, timeout=10)
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": "Bearer s3cret-scrap"},
+                {"Authorization": "Basic s3cret-scrape"},
+                {"Authorization": "s3cret-scrape"},
+            )
+        ]
+        for answer in refused:
+            assert answer.status_code == 401, answer.text
+            assert answer.headers["Content-Type"] == "application/problem+json"
+            assert "flowforge_" not in answer.text
+        good = requests.get(
+            f"{base}/metrics", headers={"Authorization": "Bearer s3cret-scrape"}, timeout=10
+        )
+        assert good.status_code == 200 and "flowforge_webhooks" in good.text
+        # Liveness and readiness stay open for the load balancer.
+        assert requests.get(f"{base}/healthz", timeout=10).status_code == 200
+    finally:
+        proc.stop()

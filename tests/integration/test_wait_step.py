@@ -394,3 +394,43 @@ def test_publishing_checks_what_waits_name(app_client: Any, db: psycopg.Connecti
     assert r.status_code == 422
     paths = [e["path"] for e in r.get_json()["errors"]]
     assert paths == ["$.steps[0].request.url", "$.steps[1].timeout_s", "$.steps[1].on_timeout"]
+
+
+def _urls_of(target: Target, order: int) -> list[str]:
+    return [r.json()["url"] for r in target.requests_to("/ask") if r.json()["order"] == order]
+
+
+def test_a_retried_wait_reopens_under_a_new_url_and_the_old_one_is_gone(
+    client: Api, target: Target
+) -> None:
+    # Round 1: the chat service gets the URL, then refuses the request; the execution fails
+    # before its wait begins. Whoever saw that first URL must not resume the retried wait.
+    def answer(request: Received) -> Reply:
+        first_ask = request.path == "/ask" and len(_urls_of(target, 3)) == 1
+        if first_ask and request.json()["order"] == 3:
+            return Reply(status=400, json={"no": 1})
+        return Reply(json={"ok": True})
+
+    target.script = answer
+    client.publish("approval", approval(target))
+    eid = client.start("approval", {"order": 3})
+    assert client.wait(eid)["status"] == "failed"
+    assert client.post(f"/api/v1/executions/{eid}/retry").status_code == 202
+    client.wait(eid, "waiting")
+    wait_for(lambda: len(_urls_of(target, 3)) == 2, message="the second ask")
+    leaked, second = _urls_of(target, 3)
+    assert second != leaked
+    assert is_problem(post(leaked, {"approved": "by the leak"}), 410)
+    assert client.execution(eid)["status"] == "waiting"
+    assert post(second, {"approved": "ana"}).status_code == 202
+    done = client.wait(eid)
+    assert done["status"] == "succeeded"
+    assert step(done, "approval")["output"] == {"approved": "ana"}
+
+    # A wait that timed out and is retried reopens too: the URL of its first wait is gone.
+    client.publish("approval", approval(target, timeout_s=1, on_timeout="fail"))
+    timed = client.start("approval", {"order": 4})
+    assert client.wait(timed)["status"] == "failed"
+    assert client.post(f"/api/v1/executions/{timed}/retry").status_code == 202
+    client.wait(timed, "waiting")
+    assert is_problem(post(_urls_of(target, 4)[0], {"approved": "late"}), 410)

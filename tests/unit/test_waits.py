@@ -112,8 +112,20 @@ def test_waits_is_reserved() -> None:
 def test_a_token_names_its_execution_and_step() -> None:
     token = waits.token(KEY, EID, "approval")
     assert token.startswith("ffw1_")
-    assert waits.verify(KEY, token) == (EID, "approval")
+    assert waits.verify(KEY, token) == (EID, "approval", 0)
     assert EID.replace("-", "") not in token  # opaque: not the id in clear either
+
+
+def test_each_round_of_a_wait_has_its_own_token() -> None:
+    first, second = waits.token(KEY, EID, "approval"), waits.token(KEY, EID, "approval", 1)
+    assert first != second
+    assert waits.verify(KEY, second) == (EID, "approval", 1)
+    raw = _raw(second)
+    raw[-1:] = b"2"  # the MAC of round 1 claimed for round 2
+    assert waits.verify(KEY, _spell(raw)) is None
+    for spelling in (b".01", b".0", b".", b".1.1", b".-1"):  # one spelling per round
+        raw = _raw(first) + spelling
+        assert waits.verify(KEY, _spell(raw)) is None
 
 
 def _raw(token: str) -> bytearray:

@@ -60,9 +60,26 @@ def _containment(path: str, value: str) -> Any:
         document: Any = loads_storable(value)
     except ValueError:
         document = value
+    if _has_empty_container(document):
+        # jsonb_path_ops indexes leaf values only: `{}` or `[]` gives the GIN index
+        # nothing to look up, and the query would read every execution.
+        raise bad(
+            "value",
+            "an empty object or list ({} or []) matches too much to search for; give a "
+            "value inside it (a number, a string, true/false/null)",
+        )
     for segment in reversed(segments):
         document = {segment: document}
     return document
+
+
+def _has_empty_container(value: Any) -> bool:
+    """Whether a JSON value is, or holds at any depth, an empty object or list."""
+    if isinstance(value, dict):
+        return not value or any(_has_empty_container(v) for v in value.values())
+    if isinstance(value, list):
+        return not value or any(_has_empty_container(v) for v in value)
+    return False
 
 
 def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) -> Query:

@@ -234,8 +234,9 @@ def executions() -> str:
     with connection() as conn:
         query = forms.parse_query(conn, request.args, g.api_key)
         after_id = timeline.decode_cursor(after) if after else None
-        rows = search.page(conn, query.filter, limit=PAGE_SIZE + 1, after=after_id)
-        counts = search.status_counts(conn, query.filter)
+        with search.bounded(conn):
+            rows = search.page(conn, query.filter, limit=PAGE_SIZE + 1, after=after_id)
+            counts = search.status_counts(conn, query.filter)
         workflows = _workflow_choices(conn)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
@@ -604,8 +605,9 @@ def bulk() -> str:
     with connection() as conn:
         query = forms.parse_query(conn, request.args, g.api_key)
         flt = query.filter.narrowed(BULK_ACTIONS[action])
-        count, capped = search.bulk_count(conn, flt, BULK_COUNT_CAP)
-        newest = search.page(conn, flt, limit=1)
+        with search.bounded(conn):
+            count, capped = search.bulk_count(conn, flt, BULK_COUNT_CAP)
+            newest = search.page(conn, flt, limit=1)
     return render_template(
         "bulk.html",
         action=action,
@@ -638,7 +640,8 @@ def bulk_post() -> str:
         except ValueError:
             raise Problem(400, "Invalid bulk action", "confirm from the preview page") from None
         flt = flt.narrowed(BULK_ACTIONS[action])
-        batch = search.page(conn, flt, limit=BULK_BATCH, after=after_id)
+        with search.bounded(conn):
+            batch = search.page(conn, flt, limit=BULK_BATCH, after=after_id)
         for row in batch:
             if not may(row["workflow"], write=True):
                 skipped += 1
