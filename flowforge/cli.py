@@ -1054,11 +1054,17 @@ def _error(title: str, detail: str) -> None:
     print(printable(message), file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `flowforge` console script."""
+def console() -> int:
+    """The `flowforge` console script: `main` in a process of its own."""
     # Like every Unix tool: `flowforge ... | head -n1` ends quietly when head has read
-    # enough, instead of a BrokenPipeError traceback.
+    # enough, instead of a BrokenPipeError traceback. Only here, never in main(): a
+    # process that calls main() in-process (the tests) must not die of a closed pipe.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return main()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `flowforge` command; its exit status."""
     args = build_parser().parse_args(argv)
     args.format = getattr(args, "format", "table")
     try:
