@@ -642,11 +642,13 @@ class _Parser:
             return "signature"
         webhook = trigger["webhook"]
         if not isinstance(webhook, dict):
-            self.error("$.trigger.webhook", 'webhook must be {"auth": "signature"|"none"}')
+            self.error(
+                "$.trigger.webhook", 'webhook must be an object such as {"auth": "signature"}'
+            )
             return "signature"
         self.unknown_keys(webhook, {"auth"}, "$.trigger.webhook")
         auth = webhook.get("auth", "signature")
-        if auth not in set(WebhookAuth):
+        if not isinstance(auth, str) or auth not in set(WebhookAuth):
             self.error(
                 "$.trigger.webhook.auth",
                 f"auth must be one of {', '.join(sorted(WebhookAuth))}",

@@ -117,7 +117,7 @@ def parse(document: Any) -> tuple[str, list[dict[str, Any]]]:
         if key not in ("auth", "subscriptions"):
             errors.append({"path": f"$.{key}", "message": "allowed: auth, subscriptions"})
     auth = document.get("auth", "signature")
-    if auth not in set(WebhookAuth):
+    if not isinstance(auth, str) or auth not in set(WebhookAuth):
         errors.append({"path": "$.auth", "message": f"one of {', '.join(sorted(WebhookAuth))}"})
     raw = document.get("subscriptions")
     stored: list[dict[str, Any]] = []

@@ -31,10 +31,10 @@ def test_defaults_of_three_api_and_three_worker_hosts_fit_in_a_default_server() 
 
 
 def test_a_worker_that_cannot_fit_refuses_to_start(env: dict[str, str], database_url: str) -> None:
-    too_many = _allowed(database_url)  # its pool alone, + services + LISTEN, is over
+    too_many = _allowed(database_url)  # its pool alone, + LISTEN, is over
     run = subprocess.run(
         [sys.executable, str(ROOT / "bin" / "worker")],
-        env={**env, "FLOWFORGE_WORKER_CONCURRENCY": str(too_many)},
+        env={**env, "FLOWFORGE_WORKER_POOL_SIZE": str(too_many)},
         capture_output=True,
         text=True,
         timeout=60,

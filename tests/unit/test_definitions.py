@@ -772,3 +772,16 @@ def test_a_stored_version_using_a_secret_named_like_a_binding_still_loads() -> N
     with pytest.raises(DefinitionInvalid, match="_workflows"):
         parse_definition(copy.deepcopy(doc))
     assert parse_definition(copy.deepcopy(doc), stored=True).step("call").type == "http_request"
+
+
+@pytest.mark.parametrize("auth", [{}, [], 1, None, True])
+def test_a_webhook_auth_that_is_no_string_is_a_clear_error(auth: object) -> None:
+    """Found by the API fuzzer: `{"auth": {}}` was an unhashable-type 500 at publish."""
+    doc = {
+        "name": "n",
+        "trigger": {"webhook": {"auth": auth}},
+        "steps": [{"id": "s", "type": "transform", "output": {}}],
+    }
+    with pytest.raises(DefinitionInvalid) as raised:
+        parse_definition(doc)
+    assert [e["path"] for e in raised.value.errors] == ["$.trigger.webhook.auth"]
