@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -197,29 +197,28 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
 @key_required
 def pause(execution_id: str) -> tuple[Response, int]:
     """Pause (SPEC §14): nothing of it starts or continues; a request in flight finishes."""
-    _authorize_execution(execution_id, write=True)
-    with connection() as conn:
-        status = actions.pause(conn, execution_id, actor=_request_key().actor())
-    return jsonify({"execution_id": execution_id, "status": status}), 200
+    return _act(execution_id, actions.pause)
 
 
 @bp.post("/<execution_id:execution_id>/resume")
 @key_required
 def resume(execution_id: str) -> tuple[Response, int]:
     """Resume a paused execution; a step whose tries ran out runs again."""
-    _authorize_execution(execution_id, write=True)
-    with connection() as conn:
-        status = actions.resume(conn, execution_id, actor=_request_key().actor())
-    return jsonify({"execution_id": execution_id, "status": status}), 200
+    return _act(execution_id, actions.resume)
 
 
 @bp.post("/<execution_id:execution_id>/fail")
 @key_required
 def fail_paused(execution_id: str) -> tuple[Response, int]:
     """Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)."""
+    return _act(execution_id, actions.fail_paused)
+
+
+def _act(execution_id: str, action: Callable[..., str]) -> tuple[Response, int]:
+    """One operator action on an execution the key may write, recorded with its actor."""
     _authorize_execution(execution_id, write=True)
     with connection() as conn:
-        status = actions.fail_paused(conn, execution_id, actor=_request_key().actor())
+        status = action(conn, execution_id, actor=_request_key().actor())
     return jsonify({"execution_id": execution_id, "status": status}), 200
 
 
