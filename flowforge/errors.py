@@ -46,6 +46,13 @@ class NotFound(ClientError):
     title = "Not found"
 
 
+class Forbidden(ClientError):
+    """This API key (or console session) may not do this."""
+
+    status = 403
+    title = "Forbidden"
+
+
 class Conflict(ClientError):
     """The request conflicts with the current state."""
 
@@ -69,6 +76,10 @@ class DatabaseUnavailable(Unavailable):
     detail = "the database cannot be reached; try again"
 
 
+class StatementCancelled(DatabaseUnavailable):
+    """A statement ran past its statement_timeout and PostgreSQL cancelled it."""
+
+
 class BrokerUnavailable(Unavailable):
     """RabbitMQ cannot be reached right now."""
 
@@ -77,3 +88,16 @@ class BrokerUnavailable(Unavailable):
 
 class ConfigError(FlowForgeError):
     """A FLOWFORGE_* environment variable has an unusable value."""
+
+
+class DatabaseError(FlowForgeError):
+    """PostgreSQL refused a statement or a connection string (store/db.wrap_exceptions
+    with every_error, for the command-line tools that report instead of crashing)."""
+
+
+class SchemaMissing(DatabaseError):
+    """This database has no FlowForge schema yet: run bin/migrate."""
+
+
+class DatabaseExists(DatabaseError):
+    """The database to create exists already."""

@@ -14,9 +14,10 @@ import pika
 import psycopg
 import pytest
 
-from flowforge import apikeys
-from flowforge.migrate import migrate
-from flowforge.sealing import parse_key
+from flowforge.store import apikeys
+from flowforge.store.migrate import migrate
+from flowforge.trust.sealing import parse_key
+from tests.support.api import Api
 from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
@@ -123,6 +124,9 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         "FLOWFORGE_LOG_LEVEL": "INFO",
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
         "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        # Load tests send far more than the default 100 webhooks/s per workflow; the
+        # limit's own tests (test_intake_floods.py) take this out.
+        "FLOWFORGE_WEBHOOK_RATE": "0",
         # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
         "FLOWFORGE_TEST_MODE": "1",
     }
@@ -165,10 +169,16 @@ def api(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def client(api: str, api_key: str) -> Api:
+    """The real bin/api, driven over HTTP with an API key."""
+    return Api(api, api_key)
+
+
+@pytest.fixture
 def app_client(database_url: str) -> Iterator[Any]:
     """The Flask app in-process against the private database, for fast API tests."""
     from flowforge.api import create_app
-    from flowforge.config import Settings
+    from flowforge.store.config import Settings
 
     app = create_app(
         Settings(

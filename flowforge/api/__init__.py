@@ -9,7 +9,6 @@ import re
 
 from flask import Flask, Response, has_request_context, request
 
-from flowforge import tracing
 from flowforge.api import (
     circuits,
     console,
@@ -27,9 +26,11 @@ from flowforge.api import (
 )
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
-from flowforge.config import Settings
-from flowforge.db import create_pool
 from flowforge.logs import configure_logging
+from flowforge.observe import metrics, tracing
+from flowforge.store import intake, runs
+from flowforge.store.config import Settings
+from flowforge.store.db import create_pool
 
 # A request waits for the database at most this long (plus db.REPLY_MARGIN_S), so a stalled
 # database is a 503 problem well before gunicorn's worker timeout (15 s, api/serve.py)
@@ -45,6 +46,11 @@ def create_app(settings: Settings | None = None) -> Flask:
         settings = Settings.from_env()
         tracing.configure(os.environ, service="flowforge-api")
     configure_logging()
+    # What a unit of work saved is counted and traced after its COMMIT (resumes, operator
+    # actions and the gated intake's pure steps save runs in the API too).
+    runs.listen(metrics.saved)
+    runs.listen(tracing.saved)
+    intake.listen_target_reads(metrics.INTAKE_TARGET_READS.inc)
     app = Flask("flowforge")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

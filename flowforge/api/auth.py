@@ -8,9 +8,10 @@ from typing import ParamSpec, TypeVar
 
 from flask import g, request
 
-from flowforge import apikeys
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.errors import Forbidden
+from flowforge.store import apikeys
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,5 +56,5 @@ def authorize(workflow: str | None, *, write: bool) -> apikeys.ApiKey:
     key: apikeys.ApiKey = g.api_key
     if not key.allows(workflow, write=write):
         what = "write" if write else "read"
-        raise Problem(403, "Forbidden", f"this API key may not {what} this workflow")
+        raise Forbidden(f"this API key may not {what} this workflow")
     return key

@@ -7,7 +7,7 @@ from typing import Any
 from flask import current_app, request
 
 from flowforge.api.problems import Problem
-from flowforge.jsonvalues import loads_storable
+from flowforge.domain.jsonvalues import loads_storable
 
 
 def read_body() -> bytes:
@@ -51,3 +51,27 @@ def parse_json(raw: bytes) -> Any:
 def json_body() -> Any:
     """The parsed JSON body of a management request."""
     return parse_json(read_body())
+
+
+# A user-supplied signing secret (a workflow's or a source's): its length, in characters.
+MIN_SECRET, MAX_SECRET = 16, 1024
+
+
+def supplied_secret() -> str | None:
+    """The `value` of a user-supplied secret, or None when the request has no body."""
+    if not request.content_length and not request.get_data(cache=True):
+        return None
+    document = json_body()
+    if not isinstance(document, dict) or set(document) != {"value"}:
+        raise Problem(422, "Invalid secret", 'send {"value": "<the provider\'s secret>"}')
+    value = document["value"]
+    if not isinstance(value, str) or not MIN_SECRET <= len(value) <= MAX_SECRET:
+        raise Problem(
+            422,
+            "Invalid secret",
+            f"value must be a string of {MIN_SECRET}-{MAX_SECRET} characters",
+            errors=[{"path": "$.value", "message": "a string of 16-1024 characters"}],
+        )
+    if not value.isprintable():
+        raise Problem(422, "Invalid secret", "value must be printable characters")
+    return value

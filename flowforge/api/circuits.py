@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge import outbound
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
+from flowforge.errors import Forbidden, NotFound
+from flowforge.store import outbound
 
 bp = Blueprint("circuits", __name__, url_prefix="/api/v1/circuits")
 
@@ -29,8 +29,8 @@ def close(key: str) -> Response:
     """Close a circuit now: its waiting steps go at their next wake-up."""
     api_key = authorize(None, write=True)
     if api_key.workflows is not None:
-        raise Problem(403, "Forbidden", "closing a circuit needs a key for every workflow")
+        raise Forbidden("closing a circuit needs a key for every workflow")
     with connection() as conn:
         if not outbound.close_circuit(conn, key):
-            raise Problem(404, "Not Found", f"no open circuit has key {key!r}")
+            raise NotFound(f"no open circuit has key {key!r}")
     return jsonify({"key": key, "state": "closed"})

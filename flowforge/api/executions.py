@@ -10,14 +10,22 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge import actions, catalog, definitions, flowcontrol, outbound, replay, timeline
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.apikeys import ApiKey
-from flowforge.errors import NotFound
-from flowforge.model import MAX_PAGE, RESOLUTIONS, ExecutionStatus
+from flowforge.domain import definitions
+from flowforge.domain.model import (
+    MAX_PAGE,
+    RESOLUTIONS,
+    ExecutionQuery,
+    ExecutionStatus,
+    ItemStatus,
+    is_key,
+)
+from flowforge.errors import Forbidden, NotFound
+from flowforge.store import actions, grouping, outbound, replay, timeline
+from flowforge.store.apikeys import ApiKey
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
@@ -41,11 +49,43 @@ def show(execution_id: str) -> Response:
     _authorize_execution(execution_id, write=False)
     with connection() as conn:
         detail = timeline.execution_detail(conn, execution_id)
-        detail["flow_control"] = flowcontrol.flow_state(conn, execution_id)
         detail.update(replay.links(conn, execution_id))
         # SPEC §13: ready steps that wait for an outbound limit, and why.
         detail["waiting_on_limits"] = outbound.waiting_on_limits(conn, execution_id)
+        # SPEC §15: the debounce or batch group (and its events) it was started from.
+        detail["built_from"] = grouping.built_from(conn, execution_id)
         return jsonify(detail)
+
+
+@bp.get("/<execution_id:execution_id>/steps/<step_id>/items")
+@key_required
+def map_items(execution_id: str, step_id: str) -> Response:
+    """A page of a map step's items (SPEC §16): counts by status, then items in index
+    order, each with its steps; `status` keeps one status, `after` an index continues."""
+    _authorize_execution(execution_id, write=False)
+    if not definitions.is_step_id(step_id):
+        raise NotFound("no such step")
+    args = request.args
+    status = args.get("status")
+    if status is not None and status not in set(ItemStatus):
+        choices = ", ".join(ItemStatus)
+        raise Problem(400, "Invalid status", f"status must be one of {choices}")
+    try:
+        limit = int(args.get("limit", "50"))
+        after = int(args.get("after", "-1"))
+    except ValueError:
+        raise Problem(400, "Invalid page", "limit and after must be integers") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
+    if not -1 <= after <= definitions.MAX_MAP_ITEMS:
+        raise Problem(
+            400, "Invalid page", f"after must be an index from -1 to {definitions.MAX_MAP_ITEMS}"
+        )
+    with connection() as conn:
+        page = timeline.map_page(
+            conn, execution_id, step_id, status=status, after=after, limit=limit
+        )
+    return jsonify(page)
 
 
 @bp.get("")
@@ -64,23 +104,23 @@ def list_page() -> Response:
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     workflow = args.get("workflow")
-    if workflow is not None and not catalog.is_key(workflow):
+    if workflow is not None and not is_key(workflow):
         # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
-        raise Problem(403, "Forbidden", "this API key may not read this workflow")
+        raise Forbidden("this API key may not read this workflow")
     since, until = _instant(args, "since"), _instant(args, "until")
     with connection() as conn:
-        page = timeline.list_executions(
-            conn,
+        query = ExecutionQuery(
             workflow=workflow,
-            workflows=key.workflows,
             status=status,
             limit=limit,
             cursor=args.get("cursor"),
             since=since,
             until=until,
+            workflows=key.workflows,
         )
+        page = timeline.list_executions(conn, query)
     return jsonify(page)
 
 
@@ -126,7 +166,7 @@ def retry(execution_id: str) -> tuple[Response, int]:
 def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
     """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
     _authorize_execution(execution_id, write=True)
-    if not definitions.is_step_id(step_id):
+    if not definitions.is_step_row(step_id):
         raise NotFound("no such step")
     body = json_body()
     # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
@@ -333,7 +373,7 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         )
     _unexpected(raw, FILTER_FIELDS, "$.filter")
     errors = []
-    if not catalog.is_key(raw["workflow"]):
+    if not is_key(raw["workflow"]):
         errors.append({"path": "$.filter.workflow", "message": "a workflow key"})
     version = raw.get("version")
     if version is not None and (

@@ -7,9 +7,10 @@ import json
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from flowforge import metrics
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.observe import metrics
+from flowforge.store import gauges
 
 bp = Blueprint("health", __name__)
 
@@ -39,7 +40,7 @@ def prometheus() -> Response:
     (the gauges name workflows and hosts, and each scrape costs queries)."""
     _check_metrics_token()
     with connection() as conn:
-        text = metrics.render(conn)
+        text = gauges.render(conn)
     return Response(text, content_type=metrics.CONTENT_TYPE)
 
 

@@ -4,33 +4,28 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import (
-    flowcontrol,
-    inputschema,
-    intake,
-    metrics,
-    presets,
-    signatures,
-    sources,
-    tracing,
-)
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.domain import inputschema
+from flowforge.domain.model import ExecutionStatus
 from flowforge.errors import Conflict, NotFound
-from flowforge.model import ExecutionStatus
+from flowforge.observe import metrics, tracing
+from flowforge.store import flowcontrol, grouping, intake, sources
+from flowforge.trust import presets, signatures
 
 logger = logging.getLogger(__name__)
 
 bp = Blueprint("hooks", __name__)
-TARGETS = intake.Targets()
-SOURCES = sources.Sources()
 
 MAX_IDEMPOTENCY_KEY = 255
+# The 202's status of an event recorded in a debounce or batch group.
+GROUPED = "grouped"
 
 
 def _idempotency_key(verified: presets.Verified | None) -> str | None:
@@ -86,18 +81,21 @@ def _accept(
     conn: psycopg.Connection, key: str, raw: bytes, traceparent: str | None
 ) -> intake.Accepted | str:
     """Authenticate against the cached target, then accept; look again once when the cache
-    is behind (a new secret, a new version, a revoked secret). A signed Slack
-    url_verification is answered with its challenge (returned as a str) and starts nothing."""
+    is behind (a new version, a revoked secret: always; a signature no cached secret
+    verifies: at most once per intake.RECHECK_INTERVAL_S, so forgeries cost no reads). A
+    signed Slack url_verification is answered with its challenge (returned as a str)."""
+    encryption_key = current_app.extensions["flowforge.settings"].encryption_key
+    target = intake.TARGETS.get(conn, key, encryption_key)
     for attempt in range(2):
-        encryption_key = current_app.extensions["flowforge.settings"].encryption_key
-        target = TARGETS.get(conn, key, encryption_key, fresh=attempt > 0)
         try:
             verified = _verified(target.webhook_auth, target.secrets, raw)
         except signatures.SignatureInvalid as exc:
-            if attempt == 0:
-                continue
-            logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
-            raise
+            fresher = intake.TARGETS.recheck(conn, key, encryption_key) if attempt == 0 else None
+            if fresher is None:
+                logger.info("webhook refused", extra={"workflow": key, "reason": str(exc)})
+                raise
+            target = fresher
+            continue
         if verified is not None and verified.challenge is not None:
             return verified.challenge
         try:
@@ -106,10 +104,13 @@ def _accept(
                 inputschema.check(target.input_checker, body)  # 413/422, nothing written
             identity = _idempotency_key(verified)
             secret_id = _secret_id(target.secrets, verified)
+            if grouping.is_grouped(target.definition):
+                return grouping.record(conn, target, raw, identity, secret_id)
             return intake.accept(
                 conn, target, raw, identity, secret_id, traceparent, headers=dict(request.headers)
             )
         except intake.StaleTarget:
+            target = intake.TARGETS.get(conn, key, encryption_key, fresh=True)
             continue
         except flowcontrol.QueueFull as exc:
             # Decided in PostgreSQL: every API process gives the same answer.
@@ -130,18 +131,17 @@ def _route(
     when the cached source or a cached workflow target is behind."""
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     for attempt in range(2):
-        if attempt:
-            fresh = SOURCES.load(conn, source.name, encryption_key)
-            if fresh is None:
-                raise NotFound(f"source {source.name!r} does not exist")
-            source = fresh
         try:
             verified = _verified(source.auth, source.secrets, raw, "source")
         except signatures.SignatureInvalid as exc:
-            if attempt == 0:
-                continue
-            logger.info("webhook refused", extra={"source": source.name, "reason": str(exc)})
-            raise
+            fresher = (
+                sources.SOURCES.recheck(conn, source, encryption_key) if attempt == 0 else None
+            )
+            if fresher is None:
+                logger.info("webhook refused", extra={"source": source.name, "reason": str(exc)})
+                raise
+            source = fresher
+            continue
         if verified is not None and verified.challenge is not None:
             return jsonify({"challenge": verified.challenge}), 200, {}
         body = parse_json(raw)
@@ -149,7 +149,7 @@ def _route(
         try:
             routed = sources.route(
                 conn,
-                SOURCES,
+                sources.SOURCES,
                 source,
                 raw,
                 body,
@@ -159,6 +159,10 @@ def _route(
                 fresh=attempt > 0,
             )
         except sources.StaleSource:
+            fresh = sources.SOURCES.load(conn, source.name, encryption_key)
+            if fresh is None:
+                raise NotFound(f"source {source.name!r} does not exist") from None
+            source = fresh
             continue
         except flowcontrol.QueueFull as exc:
             raise Problem(
@@ -173,6 +177,7 @@ def _route(
                     "workflow": r.workflow,
                     "execution_id": r.accepted.execution_id,
                     "replayed": r.accepted.replayed,
+                    **({"group": r.accepted.group} if r.accepted.group is not None else {}),
                 }
                 for r in routed
             ],
@@ -207,12 +212,12 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     raw = read_body()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        source = SOURCES.cached(conn, key, encryption_key)
+        source = sources.SOURCES.cached(conn, key, encryption_key)
         if source is None:
             try:
                 accepted = _accept(conn, key, raw, span.traceparent)
             except NotFound:
-                source = SOURCES.load(conn, key, encryption_key)
+                source = sources.SOURCES.load(conn, key, encryption_key)
                 if source is None:
                     raise
         if source is not None:
@@ -232,5 +237,14 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
-    body = {"execution_id": accepted.execution_id, "status": ExecutionStatus.QUEUED.value}
+    body: dict[str, Any] = {
+        "execution_id": accepted.execution_id,
+        "status": ExecutionStatus.QUEUED.value,
+    }
+    if accepted.group is not None:
+        # Debounced or batched (grouping.py): recorded against the group's execution,
+        # which exists once the group is due; until then the group says where it stands.
+        body["status"] = GROUPED
+        body["group"] = accepted.group
+        headers["Location"] = f"/api/v1/workflows/{key}/groups/{accepted.group['id']}"
     return jsonify(body), 202, headers

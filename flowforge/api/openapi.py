@@ -13,8 +13,15 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge import definitions, model
-from flowforge.model import RESOLUTIONS, AttemptOutcome, ExecutionStatus, StepStatus, WebhookAuth
+from flowforge.domain import definitions, model
+from flowforge.domain.model import (
+    RESOLUTIONS,
+    AttemptOutcome,
+    ExecutionStatus,
+    ItemStatus,
+    StepStatus,
+    WebhookAuth,
+)
 
 bp = Blueprint("openapi", __name__)
 
@@ -26,6 +33,9 @@ def _whole(pattern: re.Pattern[str]) -> str:
 
 KEY_PATTERN = _whole(model.WORKFLOW_KEY)
 STEP_ID_PATTERN = _whole(definitions.STEP_ID)
+# A step row: a step of the workflow, or one of a map's items' (`lines[3].reserve`).
+STEP_ROW_PATTERN = f"^({definitions.STEP_ID.pattern}|{definitions.ITEM_ROW.pattern})$"
+ITEM_STATUSES = [status.value for status in ItemStatus]
 STATUSES = [status.value for status in ExecutionStatus]
 STEP_STATUSES = [status.value for status in StepStatus]
 OUTCOMES = [outcome.value for outcome in AttemptOutcome]
@@ -110,6 +120,53 @@ def _operation(
     return operation
 
 
+STEP_PARAM = _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id")
+STEP_ROW_PARAM = _path_param(
+    "step", {"type": "string", "pattern": STEP_ROW_PATTERN}, "Step id or item step"
+)
+
+
+def _action(
+    summary: str,
+    answers: dict[str, str],
+    refusals: tuple[int, ...],
+    *,
+    step: dict[str, Any] | None = None,
+    body: str | None = None,
+) -> dict[str, Any]:
+    """An operator action on one execution (or one of its steps): a POST answered with
+    an ActionResult (`answers`: status -> description) or one of `refusals`."""
+    return {
+        "post": _operation(
+            summary,
+            {
+                **{code: _json(_ref("ActionResult"), text) for code, text in answers.items()},
+                **_problems(*refusals, *AUTHENTICATED),
+            },
+            tags=["executions"],
+            parameters=[EXECUTION_ID] if step is None else [EXECUTION_ID, step],
+            body=None if body is None else _ref(body),
+        )
+    }
+
+
+def _group_key(description: str) -> dict[str, Any]:
+    """A debounce or batch group's `key`: a template over input only."""
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": definitions.MAX_TEMPLATE_CHARS,
+        "description": f"a template over input only: {description}",
+    }
+
+
+GROUP_WINDOW = {
+    "type": "number",
+    "minimum": definitions.MIN_GROUP_WINDOW_S,
+    "maximum": definitions.MAX_GROUP_WINDOW_S,
+}
+
+
 def _any_case(words: tuple[str, ...]) -> str:
     """A pattern matching any of these words in any letter case, as `definitions` compares."""
     spelled = ("".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in w) for w in words)
@@ -149,10 +206,11 @@ def _seconds(maximum: float, *, zero: bool = False) -> dict[str, Any]:
     return {"type": "number", **low, "maximum": maximum}
 
 
-# The definition format (SPEC §5), checked field by field against what flowforge/definitions.py
-# accepts by tests/unit/test_openapi_definitions.py: a field, a bound or an enum value that
-# one accepts and the other does not fails that test. What a schema cannot say (the graph,
-# template scopes, header names, string and nesting limits) the API still answers with 422.
+# The definition format (SPEC §5), checked field by field against what
+# flowforge/domain/definitions.py accepts by tests/unit/test_openapi_definitions.py: a field,
+# a bound or an enum value that one accepts and the other does not fails that test. What a
+# schema cannot say (the graph, template scopes, header names, string and nesting limits)
+# the API still answers with 422.
 STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     "http_request": (
         "HttpRequestStep",
@@ -206,9 +264,71 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         ),
     ),
+    "map": (
+        "MapStep",
+        _step(
+            "map",
+            "Runs its steps once per item of an array, at most max_parallel items at a time; "
+            "its output is the list of each item's last step output, in order (SPEC §16)",
+            ["items", "steps"],
+            items={
+                "oneOf": [
+                    {"type": "array", "maxItems": definitions.MAX_MAP_ITEMS},
+                    {"type": "string", "pattern": "\\{\\{"},
+                ],
+                "description": "an array, or a template that renders one (at most "
+                f"{definitions.MAX_MAP_ITEMS} items; more fails the map when it starts)",
+            },
+            steps={
+                "type": "array",
+                "minItems": 1,
+                "items": _ref("ItemStep"),
+                "description": "what each item runs; templates read {{ item }} and {{ index }}",
+            },
+            max_parallel={
+                "type": "integer",
+                "minimum": 1,
+                "maximum": definitions.MAX_MAP_PARALLEL,
+                "default": definitions.DEFAULT_MAP_PARALLEL,
+            },
+            on_item_failure={
+                "type": "string",
+                "enum": list(definitions.ON_ITEM_FAILURE),
+                "default": "fail_fast",
+                "description": "fail_fast: the first failed item fails the map and cancels "
+                "the rest; collect: every item runs, then the map fails if one did",
+            },
+        ),
+    ),
+    "workflow": (
+        "WorkflowStep",
+        _step(
+            "workflow",
+            "Starts an execution of another workflow's newest version (its child, pinned to "
+            "that version), waits for it to end without holding a thread, and takes its "
+            "output: the output of the child's last step in definition order (SPEC §16). A "
+            "failed or cancelled child fails the step; a child that needs attention keeps "
+            "it waiting until an operator resolves the child",
+            ["workflow"],
+            workflow={
+                "type": "string",
+                "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$",
+                "description": "the key of the workflow to start; a cycle of workflows "
+                "calling each other is refused at publish",
+            },
+            input={
+                "description": "the child's input, any JSON; templates resolved inside "
+                "strings (default {})",
+            },
+        ),
+    ),
 }
 
 DEFINITION_SCHEMAS: dict[str, Any] = {
+    "ItemStep": {
+        "oneOf": [_ref(STEP_SCHEMAS[step_type][0]) for step_type in definitions.ITEM_STEP_TYPES],
+        "description": "a step of a map's items: http_request, delay or transform",
+    },
     "Request": {
         "type": "object",
         "required": ["url"],
@@ -312,6 +432,37 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             "max_queued": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
         },
     },
+    "Debounce": {
+        "type": "object",
+        "description": "SPEC §15: the last event of a quiet window starts one execution (that "
+        "event plus `debounced`, how many earlier ones it stands for); the others are recorded "
+        "against it",
+        "required": ["window_s"],
+        "additionalProperties": False,
+        "properties": {
+            "key": _group_key("one group per value"),
+            "window_s": GROUP_WINDOW,
+            "max_wait_s": {
+                "type": "number",
+                "minimum": definitions.MIN_GROUP_WINDOW_S,
+                "maximum": definitions.MAX_DEBOUNCE_WAIT_S,
+                "description": "at least window_s; the group starts at the latest this long after "
+                "its first event (default: ten windows)",
+            },
+        },
+    },
+    "Batch": {
+        "type": "object",
+        "description": "SPEC §15: one execution per max_items events, or per window_s after "
+        "the first, with input.events[] in arrival order",
+        "required": ["max_items", "window_s"],
+        "additionalProperties": False,
+        "properties": {
+            "key": _group_key("one batch per value"),
+            "max_items": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_BATCH_ITEMS},
+            "window_s": GROUP_WINDOW,
+        },
+    },
     "Limit": {
         "type": "object",
         "description": "SPEC §13: an outbound limit shared by every worker; at least one of "
@@ -370,8 +521,11 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                                 "default": "signature",
                                 "description": "signature: Standard Webhooks; stripe, github, "
                                 "shopify, slack: the provider's own scheme (SPEC §15)",
-                            }
+                            },
+                            "debounce": _ref("Debounce"),
+                            "batch": _ref("Batch"),
                         },
+                        "not": {"required": ["debounce", "batch"]},
                     },
                     "schedule": _ref("ScheduleDefinition"),
                 },
@@ -401,6 +555,22 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "default": 0,
                 "description": "days each accepted webhook's raw request is kept for "
                 "re-ingest (SPEC §14); 0 keeps none",
+            },
+            "priority": {
+                "description": "SPEC §16: higher is claimed first among ready steps, with "
+                "ageing (FLOWFORGE_PRIORITY_AGEING_S seconds of waiting are worth one "
+                "point); an integer, or {{ input.<path> }} rendered once when the execution "
+                "is created (absent or null: 0; anything else that is not an integer in "
+                "range refuses the webhook with 422)",
+                "default": definitions.DEFAULT_PRIORITY,
+                "oneOf": [
+                    {
+                        "type": "integer",
+                        "minimum": definitions.MIN_PRIORITY,
+                        "maximum": definitions.MAX_PRIORITY,
+                    },
+                    {"type": "string", "pattern": r"^\{\{\s*input\.[A-Za-z0-9_.-]+\s*\}\}$"},
+                ],
             },
             "limits": {
                 "type": "object",
@@ -735,8 +905,51 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["execution_id", "status"],
         "properties": {
+            "execution_id": {
+                "type": "string",
+                "format": "uuid",
+                "description": "the execution started, or (status grouped) the one the event "
+                "was recorded against: it exists once its group is due",
+            },
+            "status": {"type": "string", "enum": [*STATUSES, "grouped"]},
+            "group": _ref("IntakeGroup"),
+        },
+    },
+    "IntakeGroup": {
+        "type": "object",
+        "description": "SPEC §15: a debounce or batch group of webhooks and its one execution",
+        "properties": {
+            "id": {"type": "integer"},
+            "workflow": {"type": "string"},
+            "kind": {"type": "string", "enum": ["debounce", "batch"]},
+            "key": {"type": "string", "description": "the rendered key; '' without one"},
+            "status": {
+                "type": "string",
+                "enum": ["open", "closed", "started", "failed"],
+                "description": "open: takes events; closed: a full batch, due; started: "
+                "its execution exists; failed: the workflow was archived first",
+            },
             "execution_id": {"type": "string", "format": "uuid"},
-            "status": {"type": "string", "enum": STATUSES},
+            "events": {"type": "integer", "description": "events recorded against it"},
+            "opened_at": {"type": "string", "format": "date-time"},
+            "last_at": {"type": "string", "format": "date-time"},
+            "due_at": {"type": "string", "format": "date-time"},
+            "deadline_at": {"type": "string", "format": "date-time"},
+            "started_at": {"type": ["string", "null"], "format": "date-time"},
+            "reason": {"type": ["string", "null"]},
+            "event_list": {
+                "type": "array",
+                "description": "its first 100 events (one group's or an execution's view)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "received_at": {"type": "string", "format": "date-time"},
+                        "idempotency_key": {"type": ["string", "null"]},
+                        "body": {},
+                    },
+                },
+            },
         },
     },
     "Attempt": {
@@ -814,9 +1027,73 @@ SCHEMAS: dict[str, Any] = {
             "workflow": {"type": "string"},
             "version": {"type": "integer"},
             "status": {"type": "string", "enum": STATUSES},
+            "priority": {
+                "type": "integer",
+                "description": "SPEC §16: fixed when the execution was created",
+            },
             "input": {},
             "steps": {"type": "array", "items": _ref("ExecutionStep")},
             "events": {"type": "array", "items": {"type": "object"}},
+            "replay_of": {"type": ["string", "null"], "format": "uuid"},
+            "replay_from": {"type": ["string", "null"]},
+            "replay_of_deleted": {
+                "type": "boolean",
+                "description": "the original of this replay was deleted by retention",
+            },
+            "replayed_by": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+            "parent": {
+                "description": "the execution and workflow step that started this one as its "
+                "child (SPEC §16); null for any other execution",
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "execution_id": {"type": "string", "format": "uuid"},
+                            "step_id": {"type": "string"},
+                        },
+                    },
+                    {"type": "null"},
+                ],
+            },
+            "parent_deleted": {
+                "type": "boolean",
+                "description": "the parent of this child was deleted by retention (the "
+                "`parent` link stays as recorded)",
+            },
+            "depth": {
+                "type": "integer",
+                "description": "how many parents it has (0: not a child)",
+            },
+            "children": {
+                "type": "array",
+                "description": "the child executions its workflow steps started, oldest first",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "execution_id": {"type": "string", "format": "uuid"},
+                        "step_id": {"type": "string"},
+                        "workflow": {"type": "string"},
+                        "status": {"type": "string", "enum": STATUSES},
+                        "created_at": {"type": "string", "format": "date-time"},
+                        "waiting_for_slot": {
+                            "type": "boolean",
+                            "description": "queued for a concurrency slot of its workflow",
+                        },
+                    },
+                },
+            },
+            "waiting_on_children": {
+                "type": "array",
+                "description": "why it is waiting (SPEC §16): the children its waiting "
+                "workflow steps wait for; needs_attention says one waits for an operator, "
+                "waiting_for_slot that one waits for a concurrency slot",
+                "items": {"type": "object"},
+            },
+            "built_from": {
+                "description": "the debounce or batch group it was started from, with its "
+                "events; null for any other execution",
+                "oneOf": [_ref("IntakeGroup"), {"type": "null"}],
+            },
         },
     },
     "ExecutionPage": {
@@ -825,6 +1102,32 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "items": {"type": "array", "items": {"type": "object"}},
             "next_cursor": {"type": ["string", "null"]},
+        },
+    },
+    "MapItems": {
+        "type": "object",
+        "description": "a map step's items (SPEC §16); also each map step's `items` in an "
+        "execution's page",
+        "required": ["total", "counts", "items", "next_after"],
+        "properties": {
+            "total": {"type": "integer"},
+            "counts": {
+                "type": "object",
+                "properties": {status: {"type": "integer"} for status in ITEM_STATUSES},
+            },
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["index", "status", "steps"],
+                    "properties": {
+                        "index": {"type": "integer"},
+                        "status": {"type": "string", "enum": ITEM_STATUSES},
+                        "steps": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            },
+            "next_after": {"type": ["integer", "null"]},
         },
     },
     "ActionResult": {
@@ -898,7 +1201,10 @@ PATHS: dict[str, Any] = {
     "/hooks/{key}": {
         "post": _operation(
             "Start an execution of the workflow's newest version; for a source's name, one "
-            "per matching subscription (202 lists them as executions[])",
+            "per matching subscription (202 lists them as executions[]); for a workflow with "
+            "trigger.webhook.debounce or .batch, record the event in its group (202 status "
+            "grouped, with the group and the execution it was recorded against; Location "
+            "names the group)",
             {
                 "202": {
                     **_json(_ref("Accepted"), "Accepted durably; Location names the execution"),
@@ -1054,6 +1360,49 @@ PATHS: dict[str, Any] = {
             parameters=[WORKFLOW_KEY],
         )
     },
+    "/api/v1/workflows/{key}/groups": {
+        "get": _operation(
+            "The workflow's debounce or batch groups, newest first (at most 100); "
+            "?status=open for those still gathering events",
+            {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "workflow": {"type": "string"},
+                            "items": {"type": "array", "items": _ref("IntakeGroup")},
+                        },
+                    },
+                    "The groups",
+                ),
+                **_problems(400, 403, 404, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[
+                WORKFLOW_KEY,
+                {
+                    "name": "status",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "string", "enum": ["open", "closed", "started", "failed"]},
+                },
+            ],
+        )
+    },
+    "/api/v1/workflows/{key}/groups/{group_id}": {
+        "get": _operation(
+            "One debounce or batch group with its first 100 events",
+            {
+                "200": _json(_ref("IntakeGroup"), "The group"),
+                **_problems(403, 404, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[
+                WORKFLOW_KEY,
+                _path_param("group_id", {"type": "integer", "minimum": 1}, "Group id"),
+            ],
+        )
+    },
     "/api/v1/workflows/{key}/pause": {
         "post": _operation(
             "Pause the workflow: webhooks are still accepted and queue (max_queued and "
@@ -1205,18 +1554,11 @@ PATHS: dict[str, Any] = {
             parameters=[EXECUTION_ID],
         )
     },
-    "/api/v1/executions/{id}/cancel": {
-        "post": _operation(
-            "Cancel: 202 while work is stopping, 200 once terminal",
-            {
-                "200": _json(_ref("ActionResult"), "Already finished"),
-                "202": _json(_ref("ActionResult"), "Cancelling"),
-                **_problems(403, 404, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[EXECUTION_ID],
-        )
-    },
+    "/api/v1/executions/{id}/cancel": _action(
+        "Cancel: 202 while work is stopping, 200 once terminal",
+        {"200": "Already finished", "202": "Cancelling"},
+        (403, 404),
+    ),
     "/api/v1/circuits": {
         "get": _operation(
             "Circuit breakers of outbound limits that are open or half-open (SPEC §13)",
@@ -1238,17 +1580,11 @@ PATHS: dict[str, Any] = {
             parameters=[_path_param("key", {"type": "string"}, "The limit key")],
         )
     },
-    "/api/v1/executions/{id}/retry": {
-        "post": _operation(
-            "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
-            {
-                "202": _json(_ref("ActionResult"), "Queued again"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[EXECUTION_ID],
-        )
-    },
+    "/api/v1/executions/{id}/retry": _action(
+        "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
+        {"202": "Queued again"},
+        (403, 404, 409),
+    ),
     "/api/v1/executions/{id}/replay": {
         "post": _operation(
             "Replay / fork from a step onto a version: the steps upstream keep their "
@@ -1274,83 +1610,71 @@ PATHS: dict[str, Any] = {
             body=_ref("BulkReplayRequest"),
         )
     },
-    "/api/v1/executions/{id}/pause": {
-        "post": _operation(
-            "Pause: nothing of it starts or continues; a request in flight finishes",
+    "/api/v1/executions/{id}/pause": _action(
+        "Pause: nothing of it starts or continues; a request in flight finishes",
+        {"200": "Paused"},
+        (403, 404, 409),
+    ),
+    "/api/v1/executions/{id}/resume": _action(
+        "Resume a paused execution; a step whose tries ran out runs again",
+        {"200": "Resumed"},
+        (403, 404, 409),
+    ),
+    "/api/v1/executions/{id}/fail": _action(
+        "Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)",
+        {"200": "Failed"},
+        (403, 404, 409),
+    ),
+    "/api/v1/executions/{id}/steps/{step}/items": {
+        "get": _operation(
+            "A page of a map step's items: counts by status, then items in index order",
             {
-                "200": _json(_ref("ActionResult"), "Paused"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[EXECUTION_ID],
-        )
-    },
-    "/api/v1/executions/{id}/resume": {
-        "post": _operation(
-            "Resume a paused execution; a step whose tries ran out runs again",
-            {
-                "200": _json(_ref("ActionResult"), "Resumed"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[EXECUTION_ID],
-        )
-    },
-    "/api/v1/executions/{id}/fail": {
-        "post": _operation(
-            "Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)",
-            {
-                "200": _json(_ref("ActionResult"), "Failed"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[EXECUTION_ID],
-        )
-    },
-    "/api/v1/executions/{id}/steps/{step}/resolve": {
-        "post": _operation(
-            "Settle a step whose remote effect is unknown",
-            {
-                "200": _json(_ref("ActionResult"), "Resolved"),
-                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
+                "200": _json(_ref("MapItems"), "One page"),
+                **_problems(400, 403, 404, *AUTHENTICATED),
             },
             tags=["executions"],
             parameters=[
                 EXECUTION_ID,
-                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
-            ],
-            body=_ref("Resolution"),
-        )
-    },
-    "/api/v1/executions/{id}/steps/{step}/complete": {
-        "post": _operation(
-            "End a waiting wait step as a resume would, recorded with the API key",
-            {
-                "200": _json(_ref("ActionResult"), "Completed"),
-                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[
-                EXECUTION_ID,
-                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
-            ],
-            body=_ref("Completion"),
-        )
-    },
-    "/api/v1/executions/{id}/steps/{step}/fail": {
-        "post": _operation(
-            "Fail a waiting wait step (and so its execution), recorded with the API key",
-            {
-                "200": _json(_ref("ActionResult"), "Failed"),
-                **_problems(403, 404, 409, *AUTHENTICATED),
-            },
-            tags=["executions"],
-            parameters=[
-                EXECUTION_ID,
-                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id"),
+                _path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Map step id"),
+                {
+                    "name": "status",
+                    "in": "query",
+                    "schema": {"type": "string", "enum": ITEM_STATUSES},
+                },
+                {
+                    "name": "after",
+                    "in": "query",
+                    "description": "next_after from the previous page",
+                    "schema": {"type": "integer", "minimum": -1, "default": -1},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                },
             ],
         )
     },
+    "/api/v1/executions/{id}/steps/{step}/resolve": _action(
+        "Settle a step whose remote effect is unknown (a map item's step too)",
+        {"200": "Resolved"},
+        (400, 403, 404, 409, 413, 415, 422),
+        step=STEP_ROW_PARAM,
+        body="Resolution",
+    ),
+    "/api/v1/executions/{id}/steps/{step}/complete": _action(
+        "End a waiting wait step as a resume would, recorded with the API key",
+        {"200": "Completed"},
+        (400, 403, 404, 409, 413, 415, 422),
+        step=STEP_PARAM,
+        body="Completion",
+    ),
+    "/api/v1/executions/{id}/steps/{step}/fail": _action(
+        "Fail a waiting wait step (and so its execution), recorded with the API key",
+        {"200": "Failed"},
+        (403, 404, 409),
+        step=STEP_PARAM,
+    ),
     "/healthz": {
         "get": _operation(
             "Liveness: the process answers",

@@ -13,37 +13,42 @@ from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter, Map
 
-from flowforge import catalog
-from flowforge.api.problems import Problem, problem_response
+from flowforge.api.problems import client_problem, problem_response
+from flowforge.domain.model import is_key
+from flowforge.errors import ClientError, NotFound
 
 _KEY_RULE = "workflow keys are 1-64 of a-z, 0-9, '-' and '_'"
 
 
+class KeyInvalid(ClientError):
+    """Publishing names a workflow that need not exist yet: the key itself is invalid."""
+
+    status = 422
+    title = "Invalid workflow key"
+    errors = [{"path": "key", "message": "invalid workflow key"}]
+
+
 class PathRefused(HTTPException):
-    """Routing found the rule, but a path segment is not the identifier it names."""
+    """Routing found the rule, but a path segment is not the identifier it names: the
+    error it stands for leaves as every ClientError does (werkzeug's routing lets only an
+    HTTPException through, so this carries it)."""
 
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.detail)
-        self.code = problem.status
-        self.problem = problem
+    def __init__(self, error: ClientError) -> None:
+        super().__init__(error.detail)
+        self.code = error.status
+        self.error = error
 
 
-def _key_refusal(answer: str, value: str) -> Problem:
+def _key_refusal(answer: str, value: str) -> ClientError:
     if answer == "hook":
-        return Problem(404, "Not found", f"no workflow {value!r}")
+        return NotFound(f"no workflow {value!r}")
     if answer == "publish":
-        # Publishing names a workflow that need not exist yet: the key itself is invalid.
-        return Problem(
-            422,
-            "Invalid workflow key",
-            f"{_KEY_RULE}, starting with a letter or digit",
-            errors=[{"path": "key", "message": "invalid workflow key"}],
-        )
-    return Problem(404, "Not found", _KEY_RULE)
+        return KeyInvalid(f"{_KEY_RULE}, starting with a letter or digit")
+    return NotFound(_KEY_RULE)
 
 
 class WorkflowKey(BaseConverter):
-    """`<workflow_key:key>`: a whole workflow key (catalog.is_key, a full match).
+    """`<workflow_key:key>`: a whole workflow key (model.is_key, a full match).
 
     `answer` picks the refusal: "resource" (404), "hook" (404 naming the key) or
     "publish" (422 with the JSON path)."""
@@ -53,7 +58,7 @@ class WorkflowKey(BaseConverter):
         self.answer = answer
 
     def to_python(self, value: str) -> str:
-        if not catalog.is_key(value):
+        if not is_key(value):
             raise PathRefused(_key_refusal(self.answer, value))
         return value
 
@@ -65,7 +70,7 @@ class ExecutionId(BaseConverter):
         try:
             return str(uuid.UUID(value))
         except ValueError:
-            raise PathRefused(Problem(404, "Not found", "no such execution")) from None
+            raise PathRefused(NotFound("no such execution")) from None
 
     def to_url(self, value: Any) -> str:
         return str(value)
@@ -78,4 +83,4 @@ def install(app: Flask) -> None:
 
     @app.errorhandler(PathRefused)
     def _refused(exc: PathRefused) -> Response:
-        return problem_response(exc.problem)
+        return problem_response(client_problem(exc.error))

@@ -63,6 +63,12 @@ def problem_response(problem: Problem) -> Response:
     return response
 
 
+def client_problem(exc: ClientError) -> Problem:
+    """The problem document a ClientError leaves as: its status, title, detail and the
+    JSON paths of what was wrong."""
+    return Problem(exc.status, exc.title, exc.detail, errors=exc.errors)
+
+
 def install(app: Flask) -> None:
     """Map every error, expected or not, to problem details without a stack trace."""
 
@@ -72,7 +78,7 @@ def install(app: Flask) -> None:
 
     @app.errorhandler(ClientError)
     def _client(exc: ClientError) -> Response:
-        return problem_response(Problem(exc.status, exc.title, exc.detail, errors=exc.errors))
+        return problem_response(client_problem(exc))
 
     @app.errorhandler(Unavailable)
     def _unavailable(exc: Unavailable) -> Response:

@@ -12,11 +12,12 @@ import time
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from flowforge import resumes, signatures, waits
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.errors import NotFound
+from flowforge.store import resumes, waits
+from flowforge.trust import signatures
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """A workflow's schedule (SPEC §9): what it will do, what it did, and the operator's
-pause, resume, trigger and backfill. Reads and writes are in flowforge/schedules.py."""
+pause, resume, trigger and backfill. Reads and writes are in flowforge/store/schedules.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify
 
-from flowforge import schedules
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.apikeys import ApiKey
-from flowforge.definitions import parse_until
+from flowforge.domain.definitions import parse_until
+from flowforge.store import schedules
+from flowforge.store.apikeys import ApiKey
 
 bp = Blueprint("schedules", __name__, url_prefix="/api/v1/workflows")
 

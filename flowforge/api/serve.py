@@ -26,12 +26,13 @@ from gunicorn import glogging, util
 from gunicorn.http import errors
 from gunicorn.workers.sync import SyncWorker
 
-from flowforge import budget, tracing, waits
 from flowforge.api.problems import PROBLEM_JSON, problem_document
-from flowforge.config import Settings
 from flowforge.errors import ConfigError
 from flowforge.launcher import METRICS_DIR_ENV
 from flowforge.logs import JsonFormatter, configure_logging
+from flowforge.observe import tracing
+from flowforge.store import budget, waits
+from flowforge.store.config import Settings
 
 # Bounds on what one connection may cost a sync worker; every request FlowForge serves
 # is a few milliseconds and a few hundred bytes of head. Options given to bin/api come

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify
 
-from flowforge import signatures, sources
 from flowforge.api.auth import key_required
-from flowforge.api.bodies import json_body
+from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
-from flowforge.api.workflows import supplied_secret
-from flowforge.apikeys import ApiKey
+from flowforge.errors import Forbidden
+from flowforge.store import sources
+from flowforge.store.apikeys import ApiKey
+from flowforge.trust import signatures
 
 bp = Blueprint("sources", __name__, url_prefix="/api/v1/sources")
 
@@ -21,7 +21,7 @@ def _authorize(*, write: bool) -> None:
     change one (reading needs no more than reading every workflow)."""
     api_key: ApiKey = g.api_key
     if api_key.workflows is not None or (write and api_key.read_only):
-        raise Problem(403, "Forbidden", "sources need an API key scoped to every workflow")
+        raise Forbidden("sources need an API key scoped to every workflow")
 
 
 @bp.post("/<workflow_key(answer='publish'):name>")
@@ -53,6 +53,7 @@ def create_secret(name: str) -> tuple[Response, int]:
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
         created = sources.create_secret(conn, name, value, encryption_key)
+        sources.SOURCES.forget(conn, name, encryption_key)
     if supplied is None:
         created["secret"] = value
     return jsonify(created), 201
@@ -64,4 +65,6 @@ def revoke_secret(name: str, secret_id: int) -> tuple[str, int]:
     _authorize(write=True)
     with connection() as conn:
         sources.revoke_secret(conn, name, secret_id)
+        encryption_key = current_app.extensions["flowforge.settings"].encryption_key
+        sources.SOURCES.forget(conn, name, encryption_key)
     return "", 204

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from flowforge import catalog, pausing, reingest, secret_bindings, signatures
 from flowforge.api.auth import authorize, key_required
-from flowforge.api.bodies import json_body
+from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.apikeys import ApiKey
-from flowforge.definitions import parse_definition
+from flowforge.store import catalog, grouping, intake, pausing, reingest
+from flowforge.store.apikeys import ApiKey
+from flowforge.trust import signatures
 
 # A supplied secret's length: the providers' are 32-70 characters; shorter is guessable.
-MIN_SECRET, MAX_SECRET = 16, 1024
 
 bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
@@ -24,18 +23,10 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
     api_key = authorize(key, write=True)
     document = json_body()
-    definition = parse_definition(document)
-    uses = list(secret_bindings.references(document))
-    if uses and not api_key.publish_secrets:
-        # Whoever publishes a request chooses where it goes, secrets included.
-        raise Problem(
-            403,
-            "Forbidden",
-            "this API key may not publish definitions that use secrets "
-            "(create one with `flowforge apikey create --secrets`)",
-        )
     settings = current_app.extensions["flowforge.settings"]
-    secret_bindings.check(uses, key, settings.secret_bindings)
+    definition = catalog.publishable(
+        key, document, settings.secret_bindings, may_use_secrets=api_key.publish_secrets
+    )
     with connection() as conn:
         published = catalog.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"
@@ -61,7 +52,7 @@ def show(key: str) -> Response:
     authorize(key, write=False)
     with connection() as conn:
         detail = catalog.get_workflow(conn, key)
-        detail["paused"] = pausing.workflow_pause(conn, key)
+        detail["paused"] = catalog.workflow_pause(conn, key)
         return jsonify(detail)
 
 
@@ -100,6 +91,31 @@ def reingest_range(key: str) -> Response:
         return jsonify(reingest.reingest(conn, key, request_, api_key.actor()))
 
 
+@bp.get("/<workflow_key:key>/groups")
+@key_required
+def list_groups(key: str) -> Response:
+    """The workflow's debounce or batch groups (SPEC §15), newest first: `?status=open`
+    for the ones still gathering events."""
+    authorize(key, write=False)
+    status = request.args.get("status")
+    if status is not None and status not in grouping.STATUSES:
+        raise Problem(
+            400, "Invalid status", f"status must be one of {', '.join(grouping.STATUSES)}"
+        )
+    with connection() as conn:
+        catalog.get_workflow(conn, key)  # 404 for an unknown workflow
+        return jsonify({"workflow": key, "items": grouping.groups(conn, key, status)})
+
+
+@bp.get("/<workflow_key:key>/groups/<int:group_id>")
+@key_required
+def show_group(key: str, group_id: int) -> Response:
+    """One debounce or batch group with its first events."""
+    authorize(key, write=False)
+    with connection() as conn:
+        return jsonify(grouping.group(conn, key, group_id))
+
+
 @bp.get("/<workflow_key:key>/versions/<int:version>")
 @key_required
 def show_version(key: str, version: int) -> Response:
@@ -123,32 +139,13 @@ def create_secret(key: str) -> tuple[Response, int]:
             catalog.check_supplied_secret(conn, key, supplied)
         value = supplied if supplied is not None else signatures.new_secret()
         created = catalog.create_secret(conn, key, value, encryption_key)
+        intake.TARGETS.forget(conn, key, encryption_key)
         warning = catalog.unsigned_warning(conn, key)
     if supplied is not None:
         del created["secret"]  # the caller has it; an answer need not carry it again
     if warning:
         created = {**created, "warning": warning}
     return jsonify(created), 201
-
-
-def supplied_secret() -> str | None:
-    """The `value` of a user-supplied secret, or None when the request has no body."""
-    if not request.content_length and not request.get_data(cache=True):
-        return None
-    document = json_body()
-    if not isinstance(document, dict) or set(document) != {"value"}:
-        raise Problem(422, "Invalid secret", 'send {"value": "<the provider\'s secret>"}')
-    value = document["value"]
-    if not isinstance(value, str) or not MIN_SECRET <= len(value) <= MAX_SECRET:
-        raise Problem(
-            422,
-            "Invalid secret",
-            f"value must be a string of {MIN_SECRET}-{MAX_SECRET} characters",
-            errors=[{"path": "$.value", "message": "a string of 16-1024 characters"}],
-        )
-    if not value.isprintable():
-        raise Problem(422, "Invalid secret", "value must be printable characters")
-    return value
 
 
 @bp.get("/<workflow_key:key>/webhook-secrets")
@@ -167,4 +164,6 @@ def revoke_secret(key: str, secret_id: int) -> tuple[str, int]:
     authorize(key, write=True)
     with connection() as conn:
         catalog.revoke_secret(conn, key, secret_id)
+        encryption_key = current_app.extensions["flowforge.settings"].encryption_key
+        intake.TARGETS.forget(conn, key, encryption_key)
     return "", 204

@@ -20,7 +20,10 @@ import json
 import logging
 import math
 import random
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,8 +31,9 @@ from urllib.parse import parse_qs, urlsplit
 import pika
 import pika.exceptions
 
-from flowforge import metrics
 from flowforge.errors import BrokerUnavailable
+from flowforge.observe import metrics
+from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +44,25 @@ MAX_BACKOFF = 10.0
 # above 10 s a blackholed broker or a frozen worker goes unnoticed for too long.
 MIN_HEARTBEAT_S = 2
 MAX_HEARTBEAT_S = 10
+# How long a batch may wait for its publisher confirms before it counts as not published
+# (its rows stay in the outbox): a quorum queue without a leader answers once it has one.
+CONFIRM_TIMEOUT_S = 30.0
 # Exceptions that mean "the broker or the connection is gone", not a bug of ours.
 BROKER_ERRORS: tuple[type[Exception], type[Exception]] = (pika.exceptions.AMQPError, OSError)
+
+
+@contextmanager
+def broker_errors() -> Iterator[None]:
+    """pika's exceptions (and the socket's) as BrokerUnavailable: the services that hold
+    a broker connection (consumer, relay) run each pass inside this, so nothing above
+    this module (worker/loop's error policy) sees pika."""
+    try:
+        yield
+    except BROKER_ERRORS as exc:
+        said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise BrokerUnavailable(
+            f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,102 @@ def _count_connection(name: str) -> None:
     _connected.add(name)
 
 
+class Confirms:
+    """Publisher confirms for batches on one channel: publish many messages, then wait once
+    until the broker acked or nacked each of them.
+
+    Not AMQP transactions: RabbitMQ 3.10 answers tx.commit with commit-ok even when a
+    quorum queue refused a message of the transaction outright — the channel's view of
+    the queue still names its leader on a node that is gone (what a client reconnecting
+    right after the loss of that node gets, until the new leader is written down), or the
+    queue is full with reject-publish. The refusal stays inside the broker's channel, and
+    that channel goes on refusing every later publish the same way. A relay that trusted
+    commit-ok deleted the outbox rows of wake-ups that were never queued, for as long as
+    its connection lived (test_broker_node_loss: no progress for 45 s). In confirm mode
+    the same refusal is a nack.
+
+    Not pika's BlockingChannel.confirm_delivery() either: it waits for each message's
+    confirm before the next publish, a round trip and a quorum write per message, where a
+    batch should cost one. pika's blocking adapter has no batched form, so this turns
+    confirm mode on through the channel's underlying pika Channel (its only use of pika
+    internals) and waits in process_data_events, which keeps the heartbeats going.
+    """
+
+    def __init__(
+        self,
+        connection: pika.BlockingConnection,
+        channel: Any,
+        timeout_s: float = CONFIRM_TIMEOUT_S,
+    ) -> None:
+        self._connection = connection
+        self._channel = channel
+        self.timeout_s = timeout_s
+        self._last_tag = 0  # the broker numbers this channel's publishes 1, 2, ...
+        self._unsettled: set[int] = set()
+        self._lowest = 1  # no tag below this one is unsettled
+        self._nacked: set[int] = set()
+        selected: list[bool] = []
+
+        def on_select_ok(_frame: Any) -> None:
+            selected.append(True)
+            self._wake()
+
+        channel._impl.confirm_delivery(ack_nack_callback=self._on_confirm, callback=on_select_ok)
+        self._wait_until(lambda: bool(selected))
+
+    def publish(
+        self, exchange: str, routing_key: str, body: bytes, properties: Any, *, mandatory: bool
+    ) -> int:
+        """Publish without waiting; returns the message's delivery tag."""
+        # Counted first: its confirm may be handled inside basic_publish already.
+        self._last_tag += 1
+        self._unsettled.add(self._last_tag)
+        self._channel.basic_publish(exchange, routing_key, body, properties, mandatory=mandatory)
+        return self._last_tag
+
+    def wait(self) -> set[int]:
+        """Wait until every message published so far is settled; returns the delivery tags
+        the broker nacked (refused). BrokerUnavailable when the channel closes or the
+        confirms take longer than `timeout_s`: then nothing of the batch counts as sent."""
+        self._wait_until(lambda: not self._unsettled)
+        nacked, self._nacked = self._nacked, set()
+        return nacked
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        if method.multiple:  # every tag up to this one
+            settled = self._unsettled.intersection(range(self._lowest, tag + 1))
+            self._lowest = max(self._lowest, tag + 1)
+        else:
+            settled = self._unsettled.intersection((tag,))
+        self._unsettled -= settled
+        if isinstance(method, pika.spec.Basic.Nack):
+            self._nacked |= settled
+        if not self._unsettled:
+            self._wake()
+
+    def _wake(self) -> None:
+        # process_data_events returns early on a ready timer, not on a frame handled by
+        # the underlying channel: without this it would sit out its whole time limit.
+        # Only once everything is settled, not per confirm: a batch's wait is one call.
+        self._connection.call_later(0, _nothing)
+
+    def _wait_until(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while not done():
+            if not self._channel.is_open:
+                raise BrokerUnavailable("the broker closed the channel before confirming")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerUnavailable(f"no publisher confirm within {self.timeout_s:g} s")
+            self._connection.process_data_events(time_limit=left)
+
+
+def _nothing() -> None:
+    """A timer callback that only ends a process_data_events call."""
+
+
 @dataclass(frozen=True)
 class Wakeup:
     """The message body: which step of which execution may have work to do."""
@@ -197,3 +314,21 @@ def reconnect_delay(failures: int) -> float:
     """Exponential back-off with jitter, so many workers do not reconnect in step."""
     ceiling = min(MAX_BACKOFF, 0.25 * 2 ** min(failures, 8))
     return random.uniform(ceiling / 2, ceiling)
+
+
+class BrokerLoop(Loop):
+    """A service thread that holds a broker connection (the consumer, the relay): each
+    pass (`serve`) runs inside broker_errors, so the loop's error policy meets pika's
+    failures as BrokerUnavailable, and a lost connection is retried with jittered
+    back-off (reconnect_delay)."""
+
+    def step(self) -> float:
+        with broker_errors():
+            return self.serve()
+
+    def serve(self) -> float:
+        """One pass; how long to wait before the next one."""
+        raise NotImplementedError
+
+    def backoff(self, failures: int) -> float:
+        return reconnect_delay(failures)

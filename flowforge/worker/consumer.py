@@ -19,18 +19,18 @@ from typing import Any
 
 import pika
 
-from flowforge import faults, metrics
-from flowforge.errors import DatabaseUnavailable
+from flowforge import faults
+from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
+from flowforge.observe import metrics
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
+    BrokerLoop,
     Topology,
     Wakeup,
     connect,
-    reconnect_delay,
 )
 from flowforge.worker.executor import Executor
-from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Unsettled:
             return self._count > 0
 
 
-class Consumer(Loop):
+class Consumer(BrokerLoop):
     """RabbitMQ → executor threads, with reconnects and a dead-letter path for poison.
 
     The threads belong to the Worker; the consumer only submits to them and counts, per
@@ -114,12 +114,9 @@ class Consumer(Loop):
         self.concurrency = concurrency
         self.connected = threading.Event()
 
-    def step(self) -> float:
+    def serve(self) -> float:
         self._consume()
         return 0.0
-
-    def backoff(self, failures: int) -> float:
-        return reconnect_delay(failures)
 
     def _consume(self) -> None:
         connection = connect(self.amqp_url, "flowforge-consumer", self.heartbeat_s)
@@ -130,10 +127,20 @@ class Consumer(Loop):
             tag = channel.basic_consume(
                 self.topology.queue, partial(self._on_message, connection, unsettled)
             )
+            # The broker cancels a consumer whose queue went away (deleted, or a quorum
+            # queue's leader lost while this connection is on another node) and keeps
+            # the connection up: pika only drops the consumer, so without this the worker
+            # would sit on a healthy connection that delivers nothing.
+            cancelled: list[Any] = []
+            channel.add_on_cancel_callback(cancelled.append)
             self.connected.set()
             logger.info("consuming", extra={"queue": self.topology.queue})
             while not self.stop.is_set():
                 connection.process_data_events(time_limit=0.5)
+                if cancelled:
+                    raise BrokerUnavailable(
+                        f"consumer of {self.topology.queue} cancelled by the broker"
+                    )
             # Draining: stop taking messages, then keep serving acks and AMQP heartbeats
             # until the steps already running have checkpointed. Steps taken on an earlier
             # connection cannot be acked any more; the Worker waits for them on its own.

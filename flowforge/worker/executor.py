@@ -12,7 +12,9 @@ to be ours (see `leases.py`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -21,14 +23,26 @@ from urllib.parse import urlsplit
 import psycopg
 import psycopg_pool
 
-from flowforge import faults, metrics, netguard, outbound, tracing, waits
-from flowforge.db import wrap_exceptions
-from flowforge.definitions import LimitSpec
-from flowforge.engine import PURE_TYPES, Run, StepState
-from flowforge.http_step import Rendered, perform, render_request
-from flowforge.model import AttemptOutcome, EventKind, Outcome, StepStatus
-from flowforge.runs import load_run, save_run, unit_of_work
-from flowforge.templating import TemplateError, render
+from flowforge import faults
+from flowforge.domain.definitions import LimitSpec
+from flowforge.domain.engine import PURE_TYPES, Run, StepState, since_resume
+from flowforge.domain.model import (
+    AttemptOutcome,
+    EventKind,
+    Outcome,
+    OutcomeKind,
+    StepStatus,
+    StepType,
+)
+from flowforge.domain.templating import TemplateError, render
+from flowforge.errors import DatabaseError, DatabaseUnavailable
+from flowforge.observe import metrics, tracing
+from flowforge.steps import netguard
+from flowforge.steps.http_step import Rendered, perform, render_request
+from flowforge.store import outbound, waits
+from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, wrap_exceptions
+from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.store.runs import load_run, on_commit, save_run, unit_of_work
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
 
@@ -43,14 +57,127 @@ WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s AND status = 're
 """
 # A request the fence kept home, whose attempt the reaper had already closed as
 # `unknown` meanwhile: it provably never left, so the attempt is corrected to failed.
+# This worker's own attempt only: a claim whose commit was lost (a failover to a standby
+# that lacked it) hands its token out again, to another worker.
 CORRECT_NEVER_SENT = """
 UPDATE attempts SET outcome = %(failed)s, error = %(error)s
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
-  AND fencing_token = %(token)s AND outcome = %(unknown)s
+  AND fencing_token = %(token)s AND worker = %(worker)s AND outcome = %(unknown)s
 RETURNING 1
 """
 # How perform() words an outcome whose request provably never left (netguard.NotSent).
 NOT_SENT_PREFIX = "not sent:"
+# A checkpoint that fails for want of the database is tried again: the outcome is known
+# only in this thread, and handing the delivery back loses it — a request that provably
+# never left, or one whose answer came back, is then the reaper's `unknown`. Tried until
+# it is saved or fenced, for at most CHECKPOINT_PATIENCE_S, and not once the worker stops
+# taking work (its drain must end: the step is then the reaper's, as after a crash).
+CHECKPOINT_PATIENCE_S = 120.0
+CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+# The claim transaction of a step with outbound limits locks each key's row (outbound.py),
+# and a row lock lasts until COMMIT returns: with the commit's wait for the disk included,
+# one key admitted one request per WAL flush (23/s on a busy disk for a limit of 50/s).
+# So that transaction commits without waiting for the disk, releasing its locks at once,
+# and FLUSH_BARRIER follows it on the same connection before the request leaves or the
+# wake-up is acked: a transaction with a WAL record of its own, committed with the
+# configured synchronous_commit, which PostgreSQL makes durable (and, with a synchronous
+# standby, replicated) only together with all WAL written before it — the claim included.
+# Nothing depends on the claim before it is as durable as the server is configured to
+# make it; only the key's lock no longer waits for that.
+# The outcome of a claimed request whose claim could not be confirmed durable.
+NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
+
+# Priorities (SPEC §16, docs/explanation/priorities.md). RabbitMQ hands wake-ups out in
+# the order they were published, so under a backlog the message at the head names an old
+# step, whatever waits behind it. Before it takes that step, a worker asks for a better
+# one: a ready step of a higher priority whose rank — ready_since (when it last became
+# ready) minus priority * ageing_s — is earlier than the named step's. The ageing bounds
+# how long a higher priority goes first: a step that has waited (p_high - p_low) *
+# ageing_s longer ranks first again, so nothing starves.
+#
+# Indexable: within one priority the rank orders as ready_since, so steps_ready_priority
+# (priority, ready_since) WHERE status = 'ready' (migration 0032) answers each priority with
+# one range probe; `levels` walks the priorities above the named step's (a loose index
+# scan, one probe per priority present, at most 200), and the best few of each are merged
+# by rank. Its cost depends on how many priorities are present, not on the backlog
+# (EXPLAIN over 50,000 ready steps: tests/integration/test_priorities.py). Steps the
+# claim would only set aside are not offered: a paused execution's (resume dispatches
+# them), one waiting for an outbound limit (its wait wakes it), one whose wake-ups
+# failed (the reconciler backs off from it).
+BETTER_READY = """
+WITH RECURSIVE named AS (
+    SELECT s.priority, s.ready_since - make_interval(secs => s.priority * %(ageing_s)s) AS rank
+    FROM steps s
+    WHERE s.execution_id = %(execution_id)s AND s.step_id = %(step_id)s AND s.status = 'ready'
+), levels AS (
+    SELECT (SELECT s.priority FROM steps s
+            WHERE s.status = 'ready' AND s.priority > named.priority
+            ORDER BY s.priority LIMIT 1)
+    FROM named
+    UNION ALL
+    SELECT (SELECT s.priority FROM steps s
+            WHERE s.status = 'ready' AND s.priority > levels.priority
+            ORDER BY s.priority LIMIT 1)
+    FROM levels WHERE levels.priority IS NOT NULL
+)
+SELECT c.execution_id, c.step_id
+FROM named, levels,
+     LATERAL (
+         SELECT s.execution_id, s.step_id,
+                s.ready_since - make_interval(secs => s.priority * %(ageing_s)s) AS rank
+         FROM steps s
+         WHERE s.status = 'ready' AND s.priority = levels.priority
+           AND s.ready_since < named.rank + make_interval(secs => levels.priority * %(ageing_s)s)
+           AND s.failed_wakeups = 0
+           AND NOT EXISTS (SELECT FROM limit_waits w
+                           WHERE w.execution_id = s.execution_id AND w.step_id = s.step_id)
+           AND NOT EXISTS (SELECT FROM executions e
+                           WHERE e.id = s.execution_id AND e.status = 'paused')
+         ORDER BY s.ready_since
+         LIMIT %(tries)s) c
+WHERE levels.priority IS NOT NULL
+ORDER BY c.rank
+LIMIT %(tries)s
+"""
+# How many better steps one wake-up tries (each whose execution another session holds is
+# skipped, never waited for) before it takes the step it names.
+BETTER_TRIES = 8
+# The named step keeps a wake-up of its own when another took its turn: written in the
+# transaction of that claim, so every ready step still has a message (SPEC §7), and the
+# message the better step had becomes a duplicate, which changes nothing.
+REDISPATCH = f"""
+{INSERT_WAKEUPS}
+SELECT %(execution_id)s, %(step_id)s
+WHERE EXISTS (SELECT FROM steps
+              WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+                AND status = 'ready')
+"""
+DEFAULT_AGEING_S = 10.0
+# While every ready step has the same priority none can be better than another, and a
+# wake-up need not ask (BETTER_READY is a round trip per step). A worker looks at the
+# spread of the ready steps' priorities (both ends of steps_ready_priority) at most this
+# often: a high priority arriving is noticed within this long.
+SPREAD_EVERY_S = 0.1
+READY_PRIORITY_SPREAD = "SELECT min(priority) <> max(priority) FROM steps WHERE status = 'ready'"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Taken:
+    """What the unit of work that took a step up leaves for the rest of the wake-up: the
+    run, the claimed step (an http_request about to be sent), the outbound wait it got
+    instead, the limits it goes through and the request (or the outcome of one that
+    could not be rendered)."""
+
+    run: Run
+    claimed: StepState | None
+    wait: outbound.Wait | None
+    limits: list[tuple[str, LimitSpec]]
+    prepared: Rendered | Outcome
+
+
+class _NotTaken(Exception):
+    """A better step could not be taken up (a bug of its own, before anything committed):
+    the wake-up goes on with the step it names, so one bad step never stops the others."""
 
 
 class Executor:
@@ -68,10 +195,20 @@ class Executor:
         resume: waits.ResumeUrls | None = None,
         host_limits: Mapping[str, LimitSpec] | None = None,
         wake_in: Callable[[float], None] | None = None,
+        ageing_s: float = DEFAULT_AGEING_S,
+        wake_at_place: Callable[[Wakeup, float], None] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.pool = pool
+        # Set when the worker stops taking work: a checkpoint is no longer tried again.
+        self.stopping = stopping or threading.Event()
         self.worker_id = worker_id
         self.lease_s = lease_s
+        # Seconds of waiting worth one priority point; 0: priorities off (SPEC §16).
+        self.ageing_s = ageing_s
+        self._spread_lock = threading.Lock()
+        self._spread_at = -SPREAD_EVERY_S
+        self._spread = True
         self.allow = allow
         self.secret_bindings = secret_bindings
         self.max_response_bytes = max_response_bytes
@@ -79,57 +216,150 @@ class Executor:
         self.host_limits = host_limits or {}
         # Tells the timer scanner when a step that waits for a limit is due (its wake-up).
         self.wake_in = wake_in
+        # Wakes a step with a reserved place of a rate limit at that place, in-process
+        # (places.py): the scanner is only its fallback.
+        self.wake_at_place = wake_at_place
         self.leases = Leases(lease_s)
 
     def handle(self, wakeup: Wakeup) -> None:
-        """Process one wake-up; stale and duplicate ones change nothing."""
+        """Process one wake-up; stale and duplicate ones change nothing.
+
+        With priorities on, the wake-up first goes to a better ready step when there is
+        one (BETTER_READY), and the step it names is dispatched again in that claim's
+        transaction; otherwise, or when none of them can be taken now, to its own step."""
+        if self.ageing_s > 0 and self._priorities_differ():
+            for better in self._better(wakeup):
+                try:
+                    if self._handle(better, displaced=wakeup):
+                        return
+                except _NotTaken as exc:
+                    log = {"execution_id": better.execution_id, "step": better.step_id}
+                    logger.error("better step not taken", extra=log, exc_info=exc.__cause__)
+                    self.wakeup_failed(better)
+        self._handle(wakeup)
+
+    def _priorities_differ(self) -> bool:
+        """Whether ready steps of more than one priority exist, as last seen at most
+        SPREAD_EVERY_S ago (one thread asks; the others use what it saw)."""
+        now = time.monotonic()
+        with self._spread_lock:
+            if now - self._spread_at < SPREAD_EVERY_S:
+                return self._spread
+            self._spread_at = now
+        with wrap_exceptions(), self.pool.connection() as conn:
+            row = conn.execute(READY_PRIORITY_SPREAD).fetchone()
+        self._spread = bool(row and row[0])
+        return self._spread
+
+    def _better(self, wakeup: Wakeup) -> list[Wakeup]:
+        """Ready steps that rank before the one the wake-up names, best first (none when
+        that step is not ready: a stale wake-up stays a no-op)."""
+        params = {
+            "execution_id": wakeup.execution_id,
+            "step_id": wakeup.step_id,
+            "ageing_s": self.ageing_s,
+            "tries": BETTER_TRIES,
+        }
+        with wrap_exceptions(), self.pool.connection() as conn:
+            rows = conn.execute(BETTER_READY, params).fetchall()
+        return [Wakeup(str(eid), sid) for eid, sid in rows]
+
+    def _handle(self, wakeup: Wakeup, displaced: Wakeup | None = None) -> bool:
+        """Take up one step and run it; whether it was taken up (False: stale, or, for a
+        better step taken instead of `displaced`, locked by another session)."""
         eid, sid = wakeup.execution_id, wakeup.step_id
         with wrap_exceptions(), self.pool.connection() as conn:
             # No later than the transaction's now(), which sets the lease's expiry.
             began = time.monotonic()
-            with unit_of_work(conn):
-                run = _take_up(conn, wakeup)
-                if run is None:
-                    return
-                step = run.definition.step(sid)
-                claimed, wait = None, None
-                limits: list[tuple[str, LimitSpec]] = []
-                if step.type in PURE_TYPES:
-                    run.advance()
-                elif run.when_allows(sid):
-                    # Rendered before the claim commits, so that its attempt row holds
-                    # what is about to be sent, with no round trip of its own.
-                    prepared = self._render(run, sid)
-                    limits, prepared = self._limits(run, sid, prepared)
-                    hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
-                    wait = outbound.admit(conn, eid, sid, limits, hold_s) if limits else None
-                    if wait is None:
-                        sent = prepared.record() if isinstance(prepared, Rendered) else None
-                        claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
-                    elif wait.new:
-                        # Still `ready`: not an attempt, not a failure (SPEC §13).
-                        detail = {"key": wait.key, "reason": wait.reason.value}
-                        run.events.append(
-                            (
-                                sid,
-                                EventKind.STEP_LIMITED,
-                                {**detail, "until": wait.until.isoformat()},
-                            )
-                        )
-                save_run(conn, run.take_changes())
-                if claimed is not None:
-                    faults.hit("before_claim_commit")
-        if wait is not None and self.wake_in is not None:
-            self.wake_in(wait.in_s)
+            try:
+                with wrap_exceptions():
+                    taken = self._take(conn, wakeup, displaced)
+            except DatabaseUnavailable:
+                raise  # an outage (or a cancelled statement): the wake-up is tried again
+            except Exception as exc:
+                if displaced is None:
+                    raise
+                raise _NotTaken(str(exc)) from exc
+            if taken is None:
+                return False
+            run, claimed, wait = taken.run, taken.claimed, taken.wait
+            limits, prepared = taken.limits, taken.prepared
+            durable = not limits or _flushed(conn)
+        if wait is not None:
+            if wait.reserved and self.wake_at_place is not None:
+                self.wake_at_place(wakeup, wait.in_s)
+            elif self.wake_in is not None:
+                self.wake_in(wait.in_s)
         if claimed is not None:
             # The claim committed: only from here on does this worker hold the lease.
             token = claimed.fencing_token
             with self.leases.holding(eid, sid, token, confirmed_at=began) as lease:
                 faults.hit("after_claim_commit")
-                outcome = self._attempt(run, sid, lease, prepared)
+                if durable:
+                    outcome = self._attempt(run, sid, lease, prepared)
+                else:
+                    outcome = Outcome(OutcomeKind.RETRY, error=NOT_FLUSHED)
                 faults.hit("after_http_response")
-                self._checkpoint(eid, sid, lease, outcome, limits)
+                self._checkpoint_patiently(eid, sid, lease, outcome, limits)
         faults.hit("before_ack")
+        return True
+
+    def _take(
+        self, conn: psycopg.Connection, wakeup: Wakeup, displaced: Wakeup | None
+    ) -> _Taken | None:
+        """The unit of work that takes a step up: a pure step runs in it; an
+        http_request is claimed (or set to wait for its outbound limits). None when the
+        step was not taken up. A better step taken instead of `displaced` is taken only
+        if its execution is not locked, and `displaced` is dispatched again in the same
+        transaction."""
+        eid, sid = wakeup.execution_id, wakeup.step_id
+        prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
+        with unit_of_work(conn):
+            run = _take_up(conn, wakeup, skip_locked=displaced is not None)
+            if run is None:
+                return None
+            step = run.definition.step(sid)
+            claimed, wait = None, None
+            limits: list[tuple[str, LimitSpec]] = []
+            if step.type in PURE_TYPES:
+                run.advance()
+            elif run.when_allows(sid):
+                # Rendered before the claim commits, so that its attempt row holds
+                # what is about to be sent, with no round trip of its own.
+                prepared = self._render(run, sid)
+                limits, prepared = self._limits(run, sid, prepared)
+                hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+                wait = None
+                if limits:
+                    conn.execute(COMMIT_WITHOUT_FLUSH)
+                    wait = outbound.admit(conn, eid, sid, limits, hold_s)
+                if wait is None:
+                    sent = prepared.record() if isinstance(prepared, Rendered) else None
+                    claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
+                elif wait.new:
+                    # Still `ready`: not an attempt, not a failure (SPEC §13).
+                    detail = {"key": wait.key, "reason": wait.reason.value}
+                    run.events.append(
+                        (
+                            sid,
+                            EventKind.STEP_LIMITED,
+                            {**detail, "until": wait.until.isoformat()},
+                        )
+                    )
+            save_run(conn, run.take_changes())
+            if displaced is not None:
+                conn.execute(
+                    REDISPATCH,
+                    {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
+                )
+                on_commit(metrics.TAKEN_FIRST.inc)
+                logger.debug(
+                    "a better ready step taken first",
+                    extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
+                )
+            if claimed is not None:
+                faults.hit("before_claim_commit")
+        return _Taken(run, claimed, wait, limits, prepared)
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
         """Handle the wake-up of a pure step in the caller's open pipelined transaction
@@ -170,13 +400,13 @@ class Executor:
                 step, run.context(sid), self.secret_bindings, self.resume, rounds
             )
         except TemplateError as exc:
-            return Outcome("failed", error=f"request could not be rendered: {exc}")
+            return Outcome(OutcomeKind.FAILED, error=f"request could not be rendered: {exc}")
         except Exception as exc:
             # Its message may quote a secret, and there is no redactor yet: the name only.
             name = type(exc).__name__
             log = {"execution_id": run.execution_id, "step": sid, "error": name}
             logger.error("internal error rendering the request", extra=log)
-            return Outcome("failed", error=f"not sent: internal error: {name}")
+            return Outcome(OutcomeKind.FAILED, error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
         return dataclasses.replace(rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s))
 
@@ -196,10 +426,12 @@ class Executor:
                 try:
                     key = render(name, run.context(sid))
                 except TemplateError as exc:
-                    return [], Outcome("failed", error=f"limit key could not be rendered: {exc}")
+                    return [], Outcome(
+                        OutcomeKind.FAILED, error=f"limit key could not be rendered: {exc}"
+                    )
                 if key is None or key == "" or isinstance(key, dict | list):
                     error = f"limit key {name!r} rendered to {key!r}, not a text or number"
-                    return [], Outcome("failed", error=error)
+                    return [], Outcome(OutcomeKind.FAILED, error=error)
             found.append((str(key), run.definition.limits[name]))
         host = (urlsplit(prepared.url).hostname or "").lower().removesuffix(".")
         if host in self.host_limits:
@@ -258,12 +490,48 @@ class Executor:
                 },
             )
             if not passed_fence:
-                outcome = Outcome("failed", error=f"not sent: internal error: {name}")
+                outcome = Outcome(OutcomeKind.FAILED, error=f"not sent: internal error: {name}")
             else:
-                kind = "retry" if step.repeat_safe else "unknown"
+                kind = OutcomeKind.RETRY if step.repeat_safe else OutcomeKind.UNKNOWN
                 outcome = Outcome(kind, error=f"may have been sent: internal error: {name}")
         span.end(outcome)
         return outcome
+
+    def _checkpoint_patiently(
+        self,
+        eid: str,
+        sid: str,
+        lease: Lease,
+        outcome: Outcome,
+        limits: list[tuple[str, LimitSpec]],
+    ) -> None:
+        """_checkpoint, tried again while the database is unavailable (see
+        CHECKPOINT_PATIENCE_S); the lease is still beaten meanwhile, so a link back within
+        the lease saves the outcome as if nothing happened."""
+        deadline = time.monotonic() + CHECKPOINT_PATIENCE_S
+        failures = 0
+        while True:
+            try:
+                self._checkpoint(eid, sid, lease, outcome, limits, again=failures > 0)
+                return
+            except DatabaseUnavailable as exc:
+                lease.finished = False  # not saved: the heartbeat must keep the lease
+                pause = CHECKPOINT_BACKOFF_S[min(failures, len(CHECKPOINT_BACKOFF_S) - 1)]
+                failures += 1
+                if self.stopping.is_set() or time.monotonic() + pause > deadline:
+                    raise
+                logger.warning(
+                    "checkpoint not saved: database unavailable; trying again",
+                    extra={
+                        "execution_id": eid,
+                        "step": sid,
+                        "fencing_token": lease.token,
+                        "failures": failures,
+                        "error": str(exc),
+                    },
+                )
+                if self.stopping.wait(pause):
+                    raise
 
     def _checkpoint(
         self,
@@ -272,13 +540,15 @@ class Executor:
         lease: Lease,
         outcome: Outcome,
         limits: list[tuple[str, LimitSpec]],
+        again: bool = False,
     ) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all. The
-        request's limit slots end here; a 429/503 with Retry-After holds its keys."""
+        request's limit slots end here; a 429/503 with Retry-After holds its keys.
+        `again`: an earlier try failed, and may have committed before its reply was lost."""
         token = lease.token
         log = {"execution_id": eid, "step": sid, "fencing_token": token}
         with wrap_exceptions(), self.pool.connection() as conn, unit_of_work(conn):
-            run = load_run(conn, eid)
+            run = load_run(conn, eid, open_items=True, also=[sid])
             faults.hit("inside_checkpoint")  # the execution row is locked here
             state = run.steps.get(sid) if run else None
             if (
@@ -297,17 +567,33 @@ class Executor:
                 or state is None
                 or state.status != StepStatus.RUNNING
                 or state.fencing_token != token
+                or state.lease_owner != self.worker_id
             ):
-                logger.warning(
-                    "lost ownership of the step: result discarded, nothing written",
-                    extra={
-                        **log,
-                        "current_token": state.fencing_token if state else None,
-                        "current_status": state.status if state else None,
-                        "outcome": outcome.kind,
-                    },
-                )
-                metrics.CHECKPOINT_FENCED.inc()
+                found = {
+                    **log,
+                    "current_token": state.fencing_token if state else None,
+                    "current_status": state.status if state else None,
+                    "outcome": outcome.kind,
+                }
+                # An operator acted on the reaper's unknown first (a retry, a cancel, a
+                # resolve): theirs stands, but the attempt's history is made true.
+                if self._correct_never_sent(conn, eid, sid, token, outcome):
+                    logger.warning(
+                        "request never sent: its attempt corrected, the step had moved on",
+                        extra=found,
+                    )
+                elif again:
+                    logger.warning(
+                        "checkpoint tried again found the step moved on: saved by the "
+                        "earlier try, or taken over meanwhile",
+                        extra=found,
+                    )
+                else:
+                    logger.warning(
+                        "lost ownership of the step: result discarded, nothing written",
+                        extra=found,
+                    )
+                    metrics.CHECKPOINT_FENCED.inc()
                 return
             # A deadline that passed while the request was out: record it, start nothing.
             run.enforce_time_limits()
@@ -342,8 +628,8 @@ class Executor:
             detail = {"key": key, "until": until.isoformat(), "reason": reason}
             run.events.append((sid, EventKind.LIMIT_HELD, detail))
 
-    @staticmethod
     def _never_sent_but_unknown(
+        self,
         conn: psycopg.Connection,
         eid: str,
         sid: str,
@@ -353,14 +639,22 @@ class Executor:
     ) -> bool:
         """Whether the reaper recorded `unknown` for this very attempt (same token, no
         operator decision since) although its request never left; corrects the attempt."""
-        if not (outcome.error or "").startswith(NOT_SENT_PREFIX):
-            return False
         if state.status != StepStatus.UNKNOWN or state.fencing_token != token:
+            return False
+        return self._correct_never_sent(conn, eid, sid, token, outcome)
+
+    def _correct_never_sent(
+        self, conn: psycopg.Connection, eid: str, sid: str, token: int, outcome: Outcome
+    ) -> bool:
+        """Correct this worker's attempt holding `token` from `unknown` to failed when its
+        request provably never left; whether it was corrected."""
+        if not (outcome.error or "").startswith(NOT_SENT_PREFIX):
             return False
         params = {
             "execution_id": eid,
             "step_id": sid,
             "token": token,
+            "worker": self.worker_id,
             "error": outcome.error,
             "failed": AttemptOutcome.FAILED,
             "unknown": AttemptOutcome.UNKNOWN,
@@ -368,19 +662,46 @@ class Executor:
         return conn.execute(CORRECT_NEVER_SENT, params).fetchone() is not None
 
 
-def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:
+def _flushed(conn: psycopg.Connection) -> bool:
+    """Wait until what this connection committed without a flush is durable (see
+    FLUSH_BARRIER); False when that cannot be confirmed. Then the request stays home and
+    its checkpoint says so, instead of leaving a claim nobody works on to be reaped
+    as an outcome that may have left."""
+    try:
+        with wrap_exceptions(every_error=True):
+            conn.execute(FLUSH_BARRIER)
+    except (DatabaseUnavailable, DatabaseError) as exc:
+        logger.warning("claim not confirmed durable; the request stays home: %s", exc)
+        return False
+    return True
+
+
+def _take_up(conn: psycopg.Connection, wakeup: Wakeup, *, skip_locked: bool = False) -> Run | None:
     """Lock and load the wake-up's execution; None (after saving what time limits changed)
-    when the wake-up is stale or a duplicate, else the run with its step started."""
+    when the wake-up is stale or a duplicate, else the run with its step started. With
+    `skip_locked`, None too when another session holds the execution locked."""
     eid, sid = wakeup.execution_id, wakeup.step_id
     log = {"execution_id": eid, "step": sid}
-    run = load_run(conn, eid)
+    # A map's settled items are not loaded (SPEC §16): a unit of work costs what the
+    # items in flight cost, not what the map has done so far.
+    run = load_run(conn, eid, skip_locked=skip_locked, open_items=True, also=[sid])
     if run is None:
-        logger.warning("wake-up for an unknown execution", extra=log)
+        if not skip_locked:
+            logger.warning("wake-up for an unknown execution", extra=log)
         return None
     # Nothing new starts past a deadline or queue expiry, even in the moment before the
     # timer scanner applies it.
     run.enforce_time_limits()
     state = run.steps.get(sid)
+    if (
+        state is not None
+        and state.type == StepType.WORKFLOW
+        and state.status == StepStatus.WAITING
+        and not run.terminal
+    ):
+        # SPEC §16: its child ended (or needs, or no longer needs, an operator); advance()
+        # takes that up, and a duplicate changes nothing.
+        return run
     if run.terminal or state is None or state.status != StepStatus.READY:
         save_run(conn, run.take_changes())
         logger.debug("stale wake-up ignored", extra=log)
@@ -391,7 +712,9 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup) -> Run | None:
         logger.debug("wake-up of a paused execution set aside", extra=log)
         return None
     run.started()
-    metrics.step_started(run, sid)
+    waited = since_resume(run, sid)
+    if waited is not None:
+        on_commit(functools.partial(metrics.resumed_step_started, waited))
     return run
 
 

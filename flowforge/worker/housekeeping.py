@@ -16,8 +16,8 @@ import time
 import psycopg_pool
 
 from flowforge import faults
-from flowforge.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
-from flowforge.db import wrap_exceptions
+from flowforge.store.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
+from flowforge.store.db import wrap_exceptions
 from flowforge.worker.loop import Loop
 from flowforge.worker.retention import Retention
 
@@ -68,10 +68,13 @@ class Housekeeping(Loop):
         """
         forgotten, keys_caught_up = self.forget_expired_keys()
         _expired, executions_caught_up = self.retention.expire()
+        _groups, groups_caught_up = self.retention.expire_groups()
         _archived, archive_caught_up = self.retention.expire_archive()
+        _unmatched, unmatched_caught_up = self.retention.expire_unmatched()
         if forgotten:
             logger.info("forgot old idempotency keys", extra={"count": forgotten})
-        return forgotten, keys_caught_up and executions_caught_up and archive_caught_up
+        caught_up = groups_caught_up and archive_caught_up and unmatched_caught_up
+        return forgotten, keys_caught_up and executions_caught_up and caught_up
 
     def forget_expired_keys(self) -> tuple[int, bool]:
         """Delete expired keys batch after batch; returns how many and whether caught up.

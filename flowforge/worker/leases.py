@@ -32,9 +32,9 @@ from contextlib import contextmanager
 
 import psycopg_pool
 
-from flowforge import metrics
-from flowforge.db import wrap_exceptions
-from flowforge.model import WORKER_BEAT_S, WORKER_DEAD_AFTER_S
+from flowforge.domain.model import WORKER_BEAT_S, WORKER_DEAD_AFTER_S
+from flowforge.observe import metrics
+from flowforge.store.db import wrap_exceptions
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)

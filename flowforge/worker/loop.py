@@ -13,13 +13,13 @@ import logging
 import threading
 
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.worker.broker import BROKER_ERRORS
 
 logger = logging.getLogger(__name__)
 
 # What a loop retries quietly: the dependency is away, not our code broken. pika's own
-# errors stand for a broker connection that died under a service that holds one.
-UNAVAILABLE: tuple[type[Exception], ...] = (DatabaseUnavailable, BrokerUnavailable, *BROKER_ERRORS)
+# errors never get here: a service that holds a broker connection runs its passes inside
+# broker.broker_errors, which says them as BrokerUnavailable.
+UNAVAILABLE: tuple[type[Exception], ...] = (DatabaseUnavailable, BrokerUnavailable)
 # The warning for an outage; `dependency` is "database" or "broker".
 OUTAGE = "%(dependency)s unavailable; %(name)s will retry"
 
@@ -48,6 +48,11 @@ class Loop(threading.Thread):
         """How long to wait after `failures` failed passes in a row."""
         return self.interval
 
+    def idle(self, seconds: float) -> bool:
+        """Wait between passes; True once the loop should stop. A service that holds a
+        connection needing attention meanwhile (the relay's AMQP heartbeats) overrides it."""
+        return self.stop.wait(seconds)
+
     def on_failure(self, error: Exception) -> None:
         """Drop whatever the failed pass may have left half-open (connections)."""
 
@@ -58,7 +63,7 @@ class Loop(threading.Thread):
         failures = 0
         pause = self.first_wait()
         try:
-            while not self.stop.wait(pause):
+            while not self.idle(pause):
                 try:
                     pause = self.step()
                     failures = 0

@@ -14,9 +14,10 @@ import logging
 import os
 import sys
 
-from flowforge import budget, tracing
-from flowforge.config import ConfigError, Settings
 from flowforge.logs import configure_logging
+from flowforge.observe import tracing
+from flowforge.store import budget
+from flowforge.store.config import ConfigError, Settings
 from flowforge.worker.supervisor import Worker
 
 logger = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import threading
 
 import psycopg_pool
 
-from flowforge import actions
-from flowforge.db import wrap_exceptions
+from flowforge.store import actions
+from flowforge.store.db import wrap_exceptions
 from flowforge.worker.loop import Loop, report
 from flowforge.worker.reconciler import Reconciler
 from flowforge.worker.recovery import LeaseRecovery

@@ -2,7 +2,8 @@
 
 PostgreSQL is the truth and RabbitMQ only carries wake-ups, so a purged queue or a reset
 broker loses no work: a ready step with no outbox row that nobody took up for a while
-gets a new wake-up. Likewise a free concurrency slot with a queue behind it is handed on.
+gets a new wake-up, and so does a workflow step whose child ended (SPEC §16). Likewise a
+free concurrency slot with a queue behind it is handed on.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import logging
 
 import psycopg_pool
 
-from flowforge import actions, flowcontrol
-from flowforge.db import one, wrap_exceptions
-from flowforge.model import FLOW_CONTROL_ACTOR
-from flowforge.outbox import INSERT_WAKEUPS, NOTIFY_OUTBOX
+from flowforge.domain.model import FLOW_CONTROL_ACTOR
+from flowforge.store import actions, children, flowcontrol
+from flowforge.store.db import notify_relay, one, wrap_exceptions
+from flowforge.store.outbox import INSERT_WAKEUPS
 
 logger = logging.getLogger(__name__)
 
@@ -51,19 +52,21 @@ WITH stale AS (
 SELECT count(*), count(*) FILTER (WHERE failed_wakeups > 0) FROM stale
 """
 MAX_DOUBLINGS = 7
-# Slot holders beyond their key's limit under on_full cancel_oldest (or a schedule's
-# overlap cancel_other): the intake commits the new holder first and stops the oldest
-# after its commit; when that stop could not run (the holder was locked, the database
-# went away) the surplus holders, oldest first, are stopped here.
+# Under on_full cancel_oldest (or a schedule's overlap cancel_other) what will run — the
+# holders nobody asked to stop and the queue — beyond their key's limit, oldest first: the
+# intake queues the new execution first and stops the oldest after its commit; when that
+# stop could not run (the holder was locked, the database went away) they are stopped here.
 SURPLUS_HOLDERS = f"""
 SELECT id::text FROM (
     SELECT e.id, e.concurrency_key, v.definition, {flowcontrol.KEY_LIMIT} AS key_limit,
            row_number() OVER (PARTITION BY e.workflow_id, e.concurrency_key
-                              ORDER BY e.slot_at DESC, e.id DESC) AS newest
-    FROM executions e JOIN workflow_versions v ON v.id = e.version_id
-    WHERE e.concurrency_key IS NOT NULL AND e.slot_at IS NOT NULL
-      AND e.cancel_requested_at IS NULL
-      AND e.status IN ('queued', 'running', 'waiting', 'needs_attention')
+                              ORDER BY e.slot_at IS NULL DESC,
+                                       coalesce(e.slot_at, e.created_at) DESC,
+                                       e.id DESC) AS newest
+    FROM (SELECT * FROM executions
+          WHERE ({flowcontrol.LIVE_HOLDER}) OR ({flowcontrol.IN_QUEUE})) e
+    JOIN workflow_versions v ON v.id = e.version_id
+    WHERE e.concurrency_key IS NOT NULL
 ) h
 WHERE newest > key_limit
   AND CASE WHEN concurrency_key = '{flowcontrol.SCHEDULE_KEY}'
@@ -92,16 +95,23 @@ class Reconciler:
             if surplus:
                 logger.warning("stopping surplus slot holders", extra={"count": len(surplus)})
                 actions.stop_replaced(conn, surplus, actor=FLOW_CONTROL_ACTOR)
-        with wrap_exceptions(), self.pool.connection() as conn, conn.transaction():
-            count, failed_before = one(
-                conn.execute(
-                    REDISPATCH, {"after_s": self.reconcile_s, "max_doublings": MAX_DOUBLINGS}
+        with wrap_exceptions(), self.pool.connection() as conn:
+            with conn.transaction():
+                count, failed_before = one(
+                    conn.execute(
+                        REDISPATCH, {"after_s": self.reconcile_s, "max_doublings": MAX_DOUBLINGS}
+                    )
                 )
-            )
+            with conn.transaction():
+                (parents,) = one(conn.execute(children.LOST_WAKEUPS, {"after_s": self.reconcile_s}))
+            if count or parents:
+                notify_relay(conn)
             if count:
-                conn.execute(NOTIFY_OUTBOX)
                 logger.warning(
                     "re-dispatched ready steps with lost wake-ups",
                     extra={"count": count, "failed_before": failed_before},
                 )
+            if parents:
+                # SPEC §16: a child ended, and its parent's wake-up went missing.
+                logger.warning("woke parents of ended children again", extra={"count": parents})
         return int(count)

@@ -15,19 +15,18 @@ import psycopg
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
-from flowforge.db import wrap_exceptions
-from flowforge.errors import DatabaseUnavailable
-from flowforge.model import (
+from flowforge.domain.model import (
     TERMINAL_EXECUTION,
     WORKER_DEAD_AFTER_S,
     AttemptOutcome,
     ExecutionStatus,
     StepStatus,
-    execution_event,
-    step_event,
-    transition,
+    execution_moved,
+    step_moved,
 )
-from flowforge.runs import load_run, save_run, unit_of_work
+from flowforge.errors import DatabaseUnavailable
+from flowforge.store.db import wrap_exceptions
+from flowforge.store.runs import load_run, save_run, unit_of_work
 
 logger = logging.getLogger(__name__)
 
@@ -186,18 +185,15 @@ class LeaseRecovery:
                     "response": None,
                 },
             )
+            kind, detail = step_moved(StepStatus.RUNNING, StepStatus.UNKNOWN)
             events: list[tuple[str | None, str, dict[str, Any]]] = [
-                (
-                    step_id,
-                    step_event(StepStatus.UNKNOWN),
-                    {**transition(StepStatus.RUNNING, StepStatus.UNKNOWN), "error": error},
-                )
+                (step_id, kind, {**detail, "error": error})
             ]
             previous = head[0]
             if previous != ExecutionStatus.NEEDS_ATTENTION and previous not in TERMINAL_EXECUTION:
                 conn.execute(SETTLE_EXECUTION, ids)
                 status = ExecutionStatus.NEEDS_ATTENTION
-                events.append((None, execution_event(status), transition(previous, status)))
+                events.append((None, *execution_moved(previous, status)))
             for event_step, kind, detail in events:
                 conn.execute(
                     INSERT_EVENT,
@@ -214,7 +210,7 @@ class LeaseRecovery:
             # Locked by a session that froze inside a unit of work: skipped, and retried in
             # the next pass once the server's timeout has ended that session; waiting for
             # it would stop the recovery of every other execution.
-            run = load_run(conn, execution_id, skip_locked=True)
+            run = load_run(conn, execution_id, skip_locked=True, open_items=True, also=[step_id])
             if run is None:
                 return
             state = run.steps[step_id]

@@ -1,11 +1,14 @@
 """The outbox relay: publishes committed wake-ups to RabbitMQ, in confirmed batches.
 
 A batch is one PostgreSQL transaction: delete up to BATCH rows (FOR UPDATE SKIP LOCKED),
-publish them as persistent, mandatory messages inside one AMQP transaction, and commit
-the delete only after the broker's tx.commit-ok — the broker has then taken
-responsibility for every message it did not return as unroutable (those are put back).
-One AMQP commit per batch instead of one confirm per message is what makes the relay
-fast; see the issue for the figures.
+publish them as persistent, mandatory messages, wait once for the publisher confirms of
+the whole batch, and commit the delete only then — the broker has taken responsibility
+for every message it acked and did not return as unroutable. Returned and nacked
+(refused) ones are put back; after a refusal the relay reconnects, since a channel whose
+view of a quorum queue is stale refuses everything (broker.Confirms says why this is not
+an AMQP transaction any more: RabbitMQ 3.10 commits those over a refusal). One wait per
+batch instead of one per message is what makes the relay fast; see the issue for the
+figures.
 
 A batch of one wake-up for a pure step (the steady trickle: a webhook, then its chain of
 transforms) is not published at all: the relay runs the step in the transaction that
@@ -21,28 +24,29 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
 import psycopg
 import psycopg_pool
 
-from flowforge import metrics
-from flowforge.db import pipelined_transaction, wrap_exceptions
-from flowforge.engine import PURE_TYPES
+from flowforge.domain.engine import PURE_TYPES
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
-from flowforge.outbox import LISTEN_OUTBOX, NOTIFY_IF_PENDING, PUT_BACK, TAKE_BATCH
+from flowforge.observe import metrics
+from flowforge.store.db import pipelined_transaction, wrap_exceptions
+from flowforge.store.outbox import LISTEN_OUTBOX, NOTIFY_IF_PENDING, PUT_BACK, TAKE_BATCH
+from flowforge.store.runs import after_commit
 from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
     ROUTING_KEY,
+    BrokerLoop,
+    Confirms,
     Topology,
     Wakeup,
     connect,
-    reconnect_delay,
 )
-from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ BATCH = 500
 POLL_SECONDS = 1.0
 
 
-class Relay(Loop):
+class Relay(BrokerLoop):
     """Outbox → RabbitMQ, woken by LISTEN/NOTIFY with a polling fallback."""
 
     def __init__(
@@ -83,10 +87,11 @@ class Relay(Loop):
         self.published = 0
         self._broker: pika.BlockingConnection | None = None
         self._channel: Any = None
+        self._confirms: Confirms | None = None
         self._listener: psycopg.Connection | None = None
         self._returned: list[int] = []
 
-    def step(self) -> float:
+    def serve(self) -> float:
         self._ensure_listener()
         self._ensure_channel()
         while self.publish_batch() == BATCH and not self.stop.is_set():
@@ -94,14 +99,57 @@ class Relay(Loop):
         self._wait_for_notify()
         return 0.0
 
-    def backoff(self, failures: int) -> float:
-        return reconnect_delay(failures)
+    def idle(self, seconds: float) -> bool:
+        """Back off (a database outage) while the broker connection stays serviced: pika
+        sends and checks heartbeats only inside its own calls, and a relay that slept
+        through a few would be dropped and reconnect once the database is back."""
+        deadline = time.monotonic() + seconds
+        while not self.stop.wait(min(self._slice_s(), max(0.0, deadline - time.monotonic()))):
+            self._service_broker()
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
+    def _slice_s(self) -> float:
+        """How long the relay may leave the broker connection alone."""
+        return min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
+
+    def _service_broker(self) -> None:
+        """Answer and send heartbeats; a connection that died is dropped quietly (the next
+        pass reconnects and says so)."""
+        if self._broker is None or not self._broker.is_open:
+            return
+        try:
+            self._broker.process_data_events(0)
+        except BROKER_ERRORS:
+            self._close_broker()
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection, waited for in heartbeat-sized slices (the pool's timeout in
+        all) with the broker serviced between them: while the database is down, the
+        pool's wait would otherwise outlast the AMQP heartbeat."""
+        deadline = time.monotonic() + self.pool.timeout
+        while True:
+            try:
+                with wrap_exceptions():
+                    conn = self.pool.getconn(timeout=self._slice_s())
+                break
+            except DatabaseUnavailable:  # the pool's timeout (db.wrap_exceptions)
+                if time.monotonic() >= deadline or self.stop.is_set():
+                    raise
+                self._service_broker()
+        try:
+            with conn:  # as the pool's own connection(): a transaction left open ends
+                yield conn
+        finally:
+            self.pool.putconn(conn)
 
     def on_failure(self, error: Exception) -> None:
         """Reopen only the side that failed; after anything unexpected, both."""
         if not isinstance(error, DatabaseUnavailable):
             self._close_broker()
-        if not isinstance(error, (BrokerUnavailable, *BROKER_ERRORS)):
+        if not isinstance(error, BrokerUnavailable):
             self._close_listener()
 
     def close(self) -> None:
@@ -115,9 +163,9 @@ class Relay(Loop):
         # lone pure step run here costs three round trips, a published batch three (its
         # claim is settled before the broker is waited on).
         with (
-            metrics.after_commit(),
+            after_commit(),
             wrap_exceptions(),
-            self.pool.connection() as conn,
+            self._connection() as conn,
             # A pure step run here may have dispatched the next: the relays hear of it
             # after the commit (NOTIFY_IF_PENDING), as after any unit of work.
             pipelined_transaction(conn, then=NOTIFY_IF_PENDING) as pipeline,
@@ -133,8 +181,10 @@ class Relay(Loop):
             # rows stay locked away from every other relay.
             pipeline.sync()
             self._returned.clear()
+            assert self._broker is not None and self._confirms is not None
+            tags: dict[int, int] = {}  # delivery tag -> outbox id
             for outbox_id, execution_id, step_id, _created_at, _type in rows:
-                self._channel.basic_publish(
+                tag = self._confirms.publish(
                     self.topology.exchange,
                     ROUTING_KEY,
                     Wakeup(str(execution_id), step_id).encode(),
@@ -145,19 +195,28 @@ class Relay(Loop):
                     ),
                     mandatory=True,
                 )
-            self._channel.tx_commit()
-            # Returns precede commit-ok on the wire; this dispatches them to _on_return.
-            assert self._broker is not None
+                tags[tag] = outbox_id
+            # (A tag of an earlier batch that failed before its wait may be settled only
+            # now: its rows were rolled back into the outbox, so it is not ours to count.)
+            refused = {tags[tag] for tag in self._confirms.wait() if tag in tags}
+            # A return precedes its message's ack on the wire; this dispatches any still
+            # pending to _on_return.
             self._broker.process_data_events(0)
-            if self._returned:
+            returned = set(self._returned)
+            if returned:
                 logger.error(
                     "broker returned unroutable wake-ups; keeping them for later",
-                    extra={"count": len(self._returned)},
+                    extra={"count": len(returned)},
                 )
                 if self.topology.declare(self._channel) is not self._channel:
-                    self._close_broker()  # a new channel lacks tx_select: reconnect next pass
-                returned = set(self._returned)
-                kept = [row for row in rows if row[0] in returned]
+                    self._close_broker()  # a new channel lacks confirm mode: reconnect next pass
+            if refused:
+                logger.error(
+                    "broker refused wake-ups; keeping them for later",
+                    extra={"count": len(refused)},
+                )
+            if kept_ids := returned | refused:
+                kept = [row for row in rows if row[0] in kept_ids]
                 conn.execute(
                     PUT_BACK,
                     {
@@ -165,9 +224,14 @@ class Relay(Loop):
                         for i, key in enumerate(("id", "execution_id", "step_id", "created_at"))
                     },
                 )
-        published = len(rows) - len(self._returned)
+        published = len(rows) - len(kept_ids)
         self.published += published
         metrics.WAKEUPS_PUBLISHED.inc(published)
+        if refused:
+            # This channel may refuse everything from now on (its view of a quorum queue
+            # names a leader that is gone): a new connection, after the loop's back-off.
+            self._close_broker()
+            raise BrokerUnavailable(f"RabbitMQ refused {len(refused)} of {len(rows)} wake-ups")
         return len(rows)
 
     def _runs_here(self, rows: list[Any]) -> bool:
@@ -180,8 +244,9 @@ class Relay(Loop):
         assert self.run_pure is not None
         outbox_id, execution_id, step_id = row[:3]
         try:
-            self.run_pure(conn, Wakeup(str(execution_id), step_id))
-        except (DatabaseUnavailable, psycopg.OperationalError):
+            with wrap_exceptions():
+                self.run_pure(conn, Wakeup(str(execution_id), step_id))
+        except DatabaseUnavailable:
             raise
         except Exception:
             # Rolled back with the delete; the next pass publishes it.
@@ -199,7 +264,7 @@ class Relay(Loop):
         self._broker = connect(self.amqp_url, "flowforge-relay", self.heartbeat_s)
         channel = self.topology.declare(self._broker.channel())
         channel.add_on_return_callback(self._on_return)
-        channel.tx_select()
+        self._confirms = Confirms(self._broker, channel)
         self._channel = channel
         logger.info("relay connected to broker")
 
@@ -218,7 +283,7 @@ class Relay(Loop):
         missed heartbeats, and the first publish after it would fail.
         """
         assert self._listener is not None and self._broker is not None
-        slice_s = min(POLL_SECONDS, self.heartbeat_s / 4) if self.heartbeat_s > 0 else POLL_SECONDS
+        slice_s = self._slice_s()
         deadline = time.monotonic() + POLL_SECONDS
         notified = False
         with wrap_exceptions():
@@ -234,7 +299,7 @@ class Relay(Loop):
                 pass
 
     def _close_broker(self) -> None:
-        broker, self._broker, self._channel = self._broker, None, None
+        broker, self._broker, self._channel, self._confirms = self._broker, None, None, None
         if broker is not None and broker.is_open:
             with contextlib.suppress(*BROKER_ERRORS):
                 broker.close()

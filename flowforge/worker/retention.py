@@ -16,6 +16,13 @@ row once the broker confirmed it), the outbox has no index on execution_id that 
 find them without scanning it, and a wake-up for a deleted execution is acknowledged and
 dropped by the executor ("wake-up for an unknown execution").
 
+Debounce and batch groups (SPEC §15) that could not start (`failed`: the workflow was
+archived first, its concurrency key did not render) are deleted with their events by the
+same rule, counted from when they failed: retention_days, and never before their events'
+idempotency keys expired (a redelivery is answered with the group while its key lives).
+A started group goes with its execution (a foreign key ON DELETE CASCADE); an open one is
+due within its max wait, and starts or fails then.
+
 Batches are small and each is one autocommit statement: the executions it deletes are
 locked FOR UPDATE SKIP LOCKED, so several workers share the work without waiting on each
 other, and an operator acting on one of them at that moment is skipped, not blocked.
@@ -26,16 +33,44 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import psycopg_pool
 
-from flowforge.archive import EXPIRE_ARCHIVE
-from flowforge.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
-from flowforge.db import wrap_exceptions
-from flowforge.definitions import DEFAULT_RETENTION_DAYS
-from flowforge.model import ExecutionStatus, StepStatus
+from flowforge.domain.definitions import DEFAULT_RETENTION_DAYS
+from flowforge.domain.model import ExecutionStatus, GroupStatus, StepStatus
+from flowforge.store.archive import EXPIRE_ARCHIVE
+from flowforge.store.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
+from flowforge.store.db import wrap_exceptions
 
 logger = logging.getLogger(__name__)
+
+# Retention of a source's unmatched events (store/sources.py records them): kept
+# UNMATCHED_DAYS, and at most the newest UNMATCHED_PER_SOURCE per source — an auth "none"
+# source lets anyone add rows, so age alone would not bound the table. One batch per
+# statement, oldest first, through source_unmatched_received and source_unmatched_source
+# (migration 0028); rows another worker is deleting are skipped.
+UNMATCHED_DAYS = 30
+UNMATCHED_PER_SOURCE = 10_000
+EXPIRE_UNMATCHED = """
+WITH doomed AS (
+    SELECT id FROM source_unmatched
+    WHERE received_at < now() - make_interval(days => %(days)s)
+    ORDER BY received_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), beyond AS (
+    SELECT u.id FROM sources s
+    CROSS JOIN LATERAL (
+        SELECT u.id FROM source_unmatched u WHERE u.source_id = s.id
+        ORDER BY u.id DESC OFFSET %(keep)s LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) u
+    LIMIT %(limit)s
+)
+DELETE FROM source_unmatched
+WHERE id IN (SELECT id FROM doomed UNION ALL SELECT id FROM beyond)
+"""
+UNMATCHED_RETENTION = {"days": UNMATCHED_DAYS, "keep": UNMATCHED_PER_SOURCE}
 
 RETENTION_BATCH = 500
 # Per housekeeping pass; an unfinished backlog goes on in the next pass, at once.
@@ -102,6 +137,25 @@ DELETE FROM executions WHERE id IN (SELECT id FROM doomed)
 
 EXPIRE_UNKEYED = _expire(keyed=False)
 EXPIRE_KEYED = _expire(keyed=True)
+# One batch of failed groups past their retention, through intake_groups_failed, kept as
+# long as a keyed execution (their events' keys were made before the group failed); the
+# cascade deletes their events. A group being claimed right now is skipped.
+EXPIRE_FAILED_GROUPS = f"""
+WITH policy AS ({_POLICY}), doomed AS (
+    SELECT d.id
+    FROM policy p
+    CROSS JOIN LATERAL (
+        SELECT g.id FROM intake_groups g
+        WHERE g.workflow_id = p.workflow_id AND g.status = '{GroupStatus.FAILED.value}'
+          AND g.started_at < least(p.cutoff, now() - %(key_hours)s::float8 * interval '1 hour')
+        ORDER BY g.started_at
+        LIMIT %(limit)s
+        FOR UPDATE OF g SKIP LOCKED
+    ) d
+    LIMIT %(limit)s
+)
+DELETE FROM intake_groups WHERE id IN (SELECT id FROM doomed)
+"""
 
 
 class Retention:
@@ -150,19 +204,46 @@ class Retention:
             logger.info("deleted executions past their retention", extra={"count": deleted})
         return deleted, not pending
 
+    def expire_groups(self) -> tuple[int, bool]:
+        """Delete failed debounce and batch groups, with their events, past their
+        workflow's retention (EXPIRE_FAILED_GROUPS); returns how many and whether none is
+        left."""
+        params = {
+            "limit": self.batch,
+            "default_days": DEFAULT_RETENTION_DAYS,
+            "key_hours": self.key_hours,
+        }
+        return self._batches(
+            EXPIRE_FAILED_GROUPS, params, "deleted failed groups past their retention"
+        )
+
     def expire_archive(self) -> tuple[int, bool]:
-        """Delete archived webhooks past their workflow's archive_days (archive.py), batch
-        by batch within the same budget; returns how many and whether none is left."""
+        """Delete archived webhooks past their workflow's archive_days (archive.py);
+        returns how many and whether none is left."""
+        return self._batches(
+            EXPIRE_ARCHIVE, {"limit": self.batch}, "deleted archived webhooks past archive_days"
+        )
+
+    def expire_unmatched(self) -> tuple[int, bool]:
+        """Delete source events no subscription matched past their retention
+        (EXPIRE_UNMATCHED: 30 days, the newest 10,000 per source); returns how
+        many and whether none is left."""
+        params = {**UNMATCHED_RETENTION, "limit": self.batch}
+        return self._batches(EXPIRE_UNMATCHED, params, "deleted unmatched source events")
+
+    def _batches(self, statement: str, params: dict[str, Any], done: str) -> tuple[int, bool]:
+        """Run a batched DELETE until a batch comes back short or the pass's budget is
+        spent (then the next pass goes on); log `done` with the count when anything went."""
         started = time.monotonic()
         deleted = 0
         with wrap_exceptions(), self.pool.connection() as conn:
             while not self.stop.is_set():
-                count = conn.execute(EXPIRE_ARCHIVE, {"limit": self.batch}).rowcount
+                count = conn.execute(statement, params).rowcount
                 deleted += count
                 if count < self.batch:
                     break
                 if time.monotonic() - started > self.budget_s:
                     return deleted, False
         if deleted:
-            logger.info("deleted archived webhooks past archive_days", extra={"count": deleted})
+            logger.info(done, extra={"count": deleted})
         return deleted, not self.stop.is_set()

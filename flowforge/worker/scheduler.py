@@ -1,6 +1,8 @@
-"""The scheduler: decides due schedule ticks (SPEC §9). Every worker runs one; they
-coordinate through PostgreSQL alone (schedules.Ticker: due rows claimed FOR UPDATE SKIP
-LOCKED, each tick's execution claimed by its idempotency key in the intake statement).
+"""The scheduler: decides due schedule ticks (SPEC §9) and starts due debounce and batch
+groups (SPEC §15). Every worker runs one; they coordinate through PostgreSQL alone
+(schedules.Ticker: due rows claimed FOR UPDATE SKIP LOCKED, each tick's execution claimed
+by its idempotency key in the intake statement; grouping.Starter: a due group claimed FOR
+UPDATE SKIP LOCKED, started and marked in one transaction).
 
 A pass decides due schedules one transaction each until none is due (or BATCH were),
 then sleeps until the next fire time the index knows, at most MAX_SLEEP — so a tick
@@ -16,8 +18,9 @@ import time
 
 import psycopg_pool
 
-from flowforge import metrics, schedules
-from flowforge.db import one, wrap_exceptions
+from flowforge.observe import metrics
+from flowforge.store import grouping, schedules
+from flowforge.store.db import one, wrap_exceptions
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
@@ -41,6 +44,7 @@ class Scheduler(Loop):
         super().__init__("scheduler", stop)
         self.pool = pool
         self.ticker = schedules.Ticker()
+        self.starter = grouping.Starter()
         self._trimmed_at = 0.0
 
     def step(self) -> float:
@@ -48,7 +52,8 @@ class Scheduler(Loop):
         return 0.0 if decided >= BATCH else pause
 
     def scan(self) -> tuple[int, float]:
-        """Decide up to BATCH due schedules; returns how many and how long to sleep."""
+        """Decide up to BATCH due schedules and start up to grouping.START_BATCH due
+        groups; returns how many and how long to sleep."""
         decided = 0
         with wrap_exceptions(), self.pool.connection() as conn:
             while decided < BATCH and not self.stop.is_set():
@@ -63,10 +68,21 @@ class Scheduler(Loop):
                 self._trimmed_at = time.monotonic()
                 if trimmed:
                     logger.info("schedule ledger trimmed", extra={"count": trimmed})
+            started = 0
+            while started < grouping.START_BATCH and not self.stop.is_set():
+                group = self.starter.start_one(conn)
+                if group is None:
+                    break
+                started += 1
+                record_group(group)
             (seconds,) = one(conn.execute(NEXT_FIRE))
-        if seconds is None:
+            due = grouping.next_due(conn)
+        if started >= grouping.START_BATCH:
+            decided = max(decided, BATCH)  # a backlog of groups: go on at once
+        waits = [float(x) for x in (seconds, due) if x is not None]
+        if not waits:
             return decided, MAX_SLEEP
-        return decided, min(MAX_SLEEP, max(MIN_SLEEP, float(seconds)))
+        return decided, min(MAX_SLEEP, max(MIN_SLEEP, min(waits)))
 
 
 def record(outcome: schedules.TickOutcome) -> None:
@@ -86,5 +102,23 @@ def record(outcome: schedules.TickOutcome) -> None:
             "outcome": outcome.outcome,
             "execution_id": outcome.execution_id,
             "lag_s": outcome.lag_s,
+        },
+    )
+
+
+def record_group(group: grouping.Started) -> None:
+    """A due group's outcome, after its commit: the log line and
+    flowforge_intake_groups_total{kind,outcome}."""
+    metrics.INTAKE_GROUPS.labels(group.kind, group.outcome).inc()
+    logger.info(
+        "intake group %s",
+        group.outcome,
+        extra={
+            "workflow": group.workflow,
+            "group_id": group.group_id,
+            "kind": group.kind,
+            "execution_id": group.execution_id,
+            "events": group.events,
+            "reason": group.reason,
         },
     )

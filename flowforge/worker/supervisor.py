@@ -25,16 +25,19 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from flowforge import netguard, waits
-from flowforge.config import Settings
-from flowforge.db import conninfo, create_pool
 from flowforge.errors import ConfigError
+from flowforge.observe import metrics, tracing
+from flowforge.steps import netguard
+from flowforge.store import intake, runs, waits
+from flowforge.store.config import Settings
+from flowforge.store.db import conninfo, create_pool
 from flowforge.worker.broker import Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.leases import Heartbeat
 from flowforge.worker.loop import Loop
+from flowforge.worker.places import PlaceTimer
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.scheduler import Scheduler
@@ -49,6 +52,14 @@ MONITOR_SECONDS = 0.5
 JOIN_SECONDS = 10.0
 # Exit status of a worker that stopped because one of its threads died.
 THREAD_DIED = 1
+# The background services' share of FLOWFORGE_WORKER_POOL_SIZE: each holds at most one
+# connection at a time, and they are six; a third of the budget, one to three.
+SERVICES_POOL = 3
+
+
+def services_pool_size(worker_pool_size: int) -> int:
+    """How many of the worker's pooled connections are the background services' own."""
+    return max(1, min(SERVICES_POOL, worker_pool_size // 3))
 
 
 class Worker:
@@ -56,35 +67,62 @@ class Worker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # What each unit of work saved is counted and traced after its COMMIT.
+        runs.listen(metrics.saved)
+        runs.listen(tracing.saved)
+        intake.listen_target_reads(metrics.INTAKE_TARGET_READS.inc)
         allow = netguard.Allowlist.parse(settings.http_allow)
         topology = Topology(settings.amqp_prefix, settings.amqp_queue_type)
         self.heartbeat_s = heartbeat_seconds(settings.amqp_url, settings.lease_seconds)
-        # Executors hold a connection only inside a transaction (a claim, a checkpoint: a
-        # millisecond or so), never across a request, so hundreds of them share a few
-        # connections: the pool's size is its own setting, not the concurrency. The six
-        # pooled services below hold at most one each; the relay's LISTEN connection is
-        # its own, outside the pool.
+        # Executors hold a connection only inside a transaction (a claim, a checkpoint),
+        # never across a request, so hundreds of them share a few connections: the
+        # pool's size is its own setting, not the concurrency. The background services
+        # get a share of that budget of their own (SERVICES_POOL): in one shared pool,
+        # whose waiters are served first come first served, the relay that feeds the
+        # executors and the heartbeat that keeps their leases queued behind hundreds of
+        # executor threads — at concurrency 256 the executors sat idle for want of
+        # wake-ups, and requests were kept home for want of a fresh liveness beat. The
+        # relay's LISTEN connection is its own, outside both.
+        services = services_pool_size(settings.worker_pool_size)
+        pool_args: dict[str, Any] = {
+            "timeout_s": settings.db_timeout_seconds,
+            "pooler": settings.behind_pooler,
+        }
         self.pool = create_pool(
             settings.database_url,
-            max_size=settings.worker_pool_size,
+            max_size=settings.worker_pool_size - services,
             name="worker",
-            min_size=2,
-            timeout_s=settings.db_timeout_seconds,
-            pooler=settings.behind_pooler,
+            min_size=min(2, settings.worker_pool_size - services),
+            **pool_args,
+        )
+        self.services_pool = create_pool(
+            settings.database_url,
+            max_size=services,
+            name="worker-services",
+            min_size=1,
+            **pool_args,
         )
         self.stop = threading.Event()  # stops taking work
         self.signals = StopSignals()  # SIGTERM/SIGINT, set by bin/worker's handlers
         self.background = threading.Event()  # stops the housekeeping threads, after the drain
-        timers = TimerScanner(self.pool, self.background)
+        timers = TimerScanner(self.services_pool, self.background)
+        places = PlaceTimer(
+            lambda wakeup: self.executor_threads.submit(self.executor.handle, wakeup),
+            taking_work=lambda: not self.stop.is_set(),
+            stop=self.background,
+        )
         self.executor = Executor(
             self.pool,
             worker_id=settings.worker_id,
             lease_s=settings.lease_seconds,
+            ageing_s=settings.priority_ageing_s,
             allow=allow,
             secret_bindings=settings.secret_bindings,
             resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
             host_limits=settings.host_limits,
             wake_in=timers.wake_in,
+            wake_at_place=places.add,
+            stopping=self.stop,
         )
         self.executor_threads = ThreadPoolExecutor(
             settings.worker_concurrency, thread_name_prefix="executor"
@@ -101,7 +139,7 @@ class Worker:
         #: The services that stop after the drain, on `background`.
         self.services: list[Loop] = [
             Relay(
-                self.pool,
+                self.services_pool,
                 # LISTEN needs a session of its own: never through a transaction pooler.
                 conninfo(settings.direct_url, application="flowforge-worker-relay"),
                 settings.amqp_url,
@@ -112,15 +150,20 @@ class Worker:
                 taking_work=lambda: not self.stop.is_set(),
             ),
             timers,
-            Scheduler(self.pool, self.background),
+            places,
+            Scheduler(self.services_pool, self.background),
             Reaper(
-                self.pool,
+                self.services_pool,
                 lease_s=settings.lease_seconds,
                 reconcile_s=settings.reconcile_seconds,
                 stop=self.background,
             ),
-            Housekeeping(self.pool, self.background, key_hours=settings.idempotency_key_hours),
-            Heartbeat(self.pool, self.executor.leases, settings.worker_id, self.background),
+            Housekeeping(
+                self.services_pool, self.background, key_hours=settings.idempotency_key_hours
+            ),
+            Heartbeat(
+                self.services_pool, self.executor.leases, settings.worker_id, self.background
+            ),
         ]
         self.metrics_server: Any = None
 
@@ -135,6 +178,7 @@ class Worker:
         if self.metrics_server is None:
             self.serve_metrics()
         self.pool.open(wait=False)
+        self.services_pool.open(wait=False)
         for thread in [*self.services, self.consumer]:
             thread.start()
         logger.info(
@@ -183,6 +227,7 @@ class Worker:
         if stuck:
             logger.warning("services still running at exit", extra={"threads": stuck})
         self.pool.close()
+        self.services_pool.close()
         # Last: what the drain did is still scraped while it happens.
         if self.metrics_server is not None:
             self.metrics_server.shutdown()

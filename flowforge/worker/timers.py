@@ -16,16 +16,11 @@ import time
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
-from flowforge import metrics, outbound, timelimits
-from flowforge.db import one, wrap_exceptions
-from flowforge.model import (
-    ExecutionStatus,
-    StepStatus,
-    execution_event,
-    step_event,
-    transition,
-)
-from flowforge.outbox import INSERT_WAKEUPS, NOTIFY
+from flowforge.domain.model import ExecutionStatus, StepStatus, execution_moved, step_moved
+from flowforge.observe import metrics
+from flowforge.store import outbound, timelimits
+from flowforge.store.db import notify_relay, one, wrap_exceptions
+from flowforge.store.outbox import INSERT_WAKEUPS
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
@@ -50,7 +45,7 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 ), woken AS (
-    UPDATE steps s SET status = %(ready)s, ready_at = now()
+    UPDATE steps s SET status = %(ready)s, ready_at = now(), ready_since = now()
     FROM due WHERE s.execution_id = due.execution_id AND s.step_id = due.step_id
       AND s.status = 'waiting'
     RETURNING s.execution_id, s.step_id, extract(epoch FROM now() - s.wake_at) AS lag,
@@ -67,15 +62,17 @@ WITH due AS (
 ), wakeups AS (
     {INSERT_WAKEUPS} SELECT execution_id, step_id FROM woken WHERE NOT paused
 )
-SELECT count(*), CASE WHEN count(*) > 0 THEN {NOTIFY} END, array_agg(lag) FROM woken
+SELECT count(*), array_agg(lag) FROM woken
 """
+_WOKEN = step_moved(StepStatus.WAITING, StepStatus.READY)
+_RESUMED = execution_moved(ExecutionStatus.WAITING, ExecutionStatus.RUNNING)
 WAKE_PARAMS = {
     "ready": StepStatus.READY.value,
     "running": ExecutionStatus.RUNNING.value,
-    "step_kind": step_event(StepStatus.READY),
-    "step_detail": Jsonb(transition(StepStatus.WAITING, StepStatus.READY)),
-    "execution_kind": execution_event(ExecutionStatus.RUNNING),
-    "execution_detail": Jsonb(transition(ExecutionStatus.WAITING, ExecutionStatus.RUNNING)),
+    "step_kind": _WOKEN[0],
+    "step_detail": Jsonb(_WOKEN[1]),
+    "execution_kind": _RESUMED[0],
+    "execution_detail": Jsonb(_RESUMED[1]),
 }
 # How long the scanner may sleep: until the next wake_at, found through the index.
 # Epochs, not an interval: a wake_at of 'infinity' (written by hand) has an epoch but no
@@ -86,7 +83,7 @@ FROM steps WHERE status = 'waiting'
 """
 
 
-WAKE_LIMITED = outbound.WAKE_LIMITED.format(insert_wakeups=INSERT_WAKEUPS, notify=NOTIFY)
+WAKE_LIMITED = outbound.WAKE_LIMITED.format(insert_wakeups=INSERT_WAKEUPS)
 
 
 class TimerScanner(Loop):
@@ -131,10 +128,16 @@ class TimerScanner(Loop):
         """Wake one batch; returns how many woke and how long to sleep next."""
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
-                (woken, _, lags) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
+                (woken, lags) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
             # Steps that waited for an outbound limit (SPEC §13): their wake-ups.
             with conn.transaction():
-                (limited, _) = one(conn.execute(WAKE_LIMITED, {"limit": BATCH}))
+                (limited,) = one(
+                    conn.execute(WAKE_LIMITED, {"limit": BATCH, "grace_s": outbound.LOCAL_GRACE_S})
+                )
+            if woken or limited:
+                # After the commits, never inside them (db.notify_relay); a lost one is
+                # found by the relay's poll.
+                notify_relay(conn)
             # Deadlines and queue expiry: due rows too, checked every pass (at most MAX_SLEEP).
             timelimits.apply_due(conn)
             (seconds,) = one(conn.execute(NEXT_DUE))

@@ -16,8 +16,8 @@ import time
 
 import psycopg
 
-from flowforge import catalog, intake
-from flowforge.definitions import parse_definition
+from flowforge.domain.definitions import parse_definition
+from flowforge.store import catalog, intake
 
 PER_ROUND, ROUNDS = 500, 6
 STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind }}"}}]

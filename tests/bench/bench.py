@@ -1,7 +1,7 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all] [--quick] [--json FILE] [--api-workers N]
-              [--worker-concurrency N] [--profile DIR] [--keep-logs]
+    bin/bench [--phase saturation|steady|all|tracing|outbound] [--quick] [--json FILE]
+              [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
 (tests/bench/steady.py) sends a steady stream, where nothing batches.
@@ -29,9 +29,19 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from flowforge.config import Settings
+from flowforge.store.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
-from tests.bench import figures, flow_control, limits, load, resume_latency, steady, tracing
+from tests.bench import (
+    figures,
+    flow_control,
+    limits,
+    load,
+    outbound,
+    priorities,
+    resume_latency,
+    steady,
+    tracing,
+)
 from tests.bench.infra import ADMIN_DATABASE, BenchError, machine, machine_cpu_ms, rabbitmqctl
 from tests.bench.session import CHAIN3, SLEEPER, Interrupted, Session, fan_definition
 
@@ -147,6 +157,7 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         s.stack.callback(stub.close)
         s.publish("fan", fan_definition(stub.url))
         flow_control.publish(s)
+        priorities.publish(s, stub.url)
 
         # ---- limits -------------------------------------------------------------------
         lim: dict[str, Any] = {}
@@ -296,6 +307,14 @@ def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
             f"quiet keys ({flow_control.BACKLOG:,} queued on another)",
             lambda: flow_control.quiet_key_latency(s),
             lambda v: f"p50 {v['p50']:.0f} ms p99 {v['p99']:.0f} ms",
+        )
+
+        # ---- priorities: high-priority work under a backlog of low-priority work -------
+        backlog = 1_000 if args.quick else 3_000
+        ff["priority_wait_ms"] = _timed(
+            f"priorities ({backlog:,} low queued, {priorities.HIGH_COUNT} high arriving)",
+            lambda: priorities.run(s, backlog),
+            priorities.show,
         )
 
         # ---- flowforge with a million sleeping delays ---------------------------------
@@ -519,6 +538,11 @@ def table(report: dict[str, Any]) -> str:
                     f" queued on another (p50 {ff['quiet_key_latency_ms']['p50']:.0f} ms)",
                 ),
                 (
+                    "priority_wait_ms.high_p99",
+                    _fmt(ff["priority_wait_ms"]["on"]["high_p99_ms"]),
+                    priorities.describe(ff["priority_wait_ms"]),
+                ),
+                (
                     "resume_latency_ms.p50",
                     _fmt(ff["resume_latency_ms"]["p50"]),
                     f"resume -> next step started, open loop at {RESUME_RATE:.0f}/s",
@@ -578,10 +602,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all", "tracing"),
+        choices=("saturation", "steady", "all", "tracing", "outbound"),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
-        "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all)",
+        "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
+        "outbound: slow and https targets, a shared rate limit (issue 27, not part of all; "
+        "--quick about 3 min, full 20 min or more)",
     )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
@@ -624,6 +650,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "tracing":
             report["tracing"] = tracing.run(args, log)
             print(tracing.table(report["tracing"]), flush=True)
+        if args.phase == "outbound":
+            report["outbound"] = outbound.run(args, log)
+            print(outbound.table(report["outbound"]), flush=True)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

@@ -28,10 +28,10 @@ from typing import Any
 
 import psycopg
 
-from flowforge import apikeys
 from flowforge.api import create_app
-from flowforge.config import Settings
-from flowforge.migrate import migrate
+from flowforge.store import apikeys
+from flowforge.store.config import Settings
+from flowforge.store.migrate import migrate
 from tests.bench.infra import PrivateDatabase
 
 ADMIN_URL = os.environ.get(

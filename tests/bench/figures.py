@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from flowforge.db import create_pool
+from flowforge.store.db import create_pool
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
 from tests.bench.infra import BenchError, CpuWindow

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from flowforge import flowcontrol
+from flowforge.store import flowcontrol
 from tests.bench.figures import ExecutionRun, executions
 from tests.bench.infra import BenchError
 from tests.bench.session import CHAIN3, Session

@@ -17,10 +17,9 @@ import time
 
 import psycopg
 
-from flowforge.db import create_pool
-from flowforge.migrate import migrate
+from flowforge.store.db import create_pool
 from flowforge.worker.housekeeping import Housekeeping
-from tests.bench.infra import PrivateDatabase
+from tests.bench.infra import migrated_database
 
 ADMIN_URL = "postgresql://root@127.0.0.1:5432/postgres"
 EXPIRED = """
@@ -43,10 +42,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--intake", type=int, default=1_000, help="fresh keys per second")
     args = parser.parse_args()
-    database = PrivateDatabase.create(ADMIN_URL)
-    url = database.url
-    try:
-        migrate(url)
+    with migrated_database(ADMIN_URL) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(EXPIRED, {"n": args.keys})
             conn.execute("VACUUM ANALYZE idempotency_keys")
@@ -76,8 +72,6 @@ def main() -> None:
             f"housekeeping passes while intake added {args.intake:,}/s: {forgotten / elapsed:,.0f} "
             f"keys/s, {forgotten / elapsed / args.intake:.0f}x the intake rate"
         )
-    finally:
-        database.drop()
 
 
 if __name__ == "__main__":

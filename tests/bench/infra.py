@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -459,3 +459,16 @@ def _own_cpu_ms() -> float:
     """This process plus its waited-for children (wrk, pgbench): the load generators."""
     t = os.times()
     return (t.user + t.system + t.children_user + t.children_system) * 1000.0
+
+
+@contextlib.contextmanager
+def migrated_database(admin_url: str) -> Iterator[str]:
+    """The URL of a private database with every migration applied; dropped afterwards."""
+    from flowforge.store.migrate import migrate
+
+    database = PrivateDatabase.create(admin_url)
+    try:
+        migrate(database.url)
+        yield database.url
+    finally:
+        database.drop()

@@ -6,7 +6,8 @@
   gunicorn command line (tests/bench/bare_app.py), loaded with the same wrk script;
   measured in pairs with FlowForge's webhook (see bench.py);
 - amqp_confirm_each_per_s / amqp_batched_per_s: raw pika, the relay's message shape,
-  persistent and mandatory, confirming each message vs. one AMQP transaction per batch.
+  persistent and mandatory, confirming each message vs. one wait for the publisher
+  confirms of each batch (broker.Confirms, the relay's way).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import pika
 
-from flowforge.worker.broker import ROUTING_KEY, Topology, Wakeup
+from flowforge.worker.broker import ROUTING_KEY, Confirms, Topology, Wakeup
 from flowforge.worker.relay import BATCH as RELAY_BATCH
 from tests.bench.infra import BenchError, CpuWindow, run_tool
 from tests.bench.load import wait_http, wrk
@@ -146,6 +147,16 @@ def _publish(channel: Any, topology: Topology, i: int) -> None:
     )
 
 
+class _Batched:
+    """basic_publish through broker.Confirms, as the relay publishes a batch."""
+
+    def __init__(self, connection: pika.BlockingConnection, channel: Any) -> None:
+        self.confirms = Confirms(connection, channel)
+
+    def basic_publish(self, *args: Any, mandatory: bool) -> None:
+        self.confirms.publish(*args, mandatory=mandatory)
+
+
 def _finish(connection: pika.BlockingConnection, topology: Topology, expected: int) -> None:
     channel = connection.channel()
     depth = channel.queue_declare(topology.queue, passive=True).method.message_count
@@ -171,15 +182,17 @@ def amqp_confirm_each_per_s(session: Session, count: int) -> float:
 
 
 def amqp_batched_per_s(session: Session, count: int, batch: int = RELAY_BATCH) -> float:
-    """One AMQP transaction per `batch` messages, the relay's way of confirming."""
+    """One wait for the publisher confirms of each `batch` messages, the relay's way of
+    confirming (broker.Confirms)."""
     connection, channel, topology = _channel(session)
-    channel.tx_select()
+    batched = _Batched(connection, channel)
     started = time.monotonic()
     for i in range(count):
-        _publish(channel, topology, i)
-        if (i + 1) % batch == 0:
-            channel.tx_commit()
-    channel.tx_commit()
+        _publish(batched, topology, i)
+        if (i + 1) % batch == 0 and batched.confirms.wait():
+            raise BenchError("the broker refused messages")
+    if batched.confirms.wait():
+        raise BenchError("the broker refused messages")
     elapsed = time.monotonic() - started
     _finish(connection, topology, count)
     return count / elapsed

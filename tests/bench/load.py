@@ -149,6 +149,23 @@ class OpenLoopResult:
     late_ms_p99: float  # how far behind schedule requests left (the generator's own lag)
 
 
+def post_webhook(host: str, port: int, path: str, key: str) -> tuple[int, bytes]:
+    """One webhook (BODY, Idempotency-Key `key`) on a new connection, as gunicorn's sync
+    workers close each one anyway: its status and body."""
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request(
+            "POST",
+            path,
+            body=BODY,
+            headers={"Content-Type": "application/json", "Idempotency-Key": key},
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 def open_loop(url: str, rate: float, duration_s: float, prefix: str) -> OpenLoopResult:
     """POST at a constant `rate` for `duration_s`, never waiting for answers."""
     parts = urlsplit(url)
@@ -158,21 +175,10 @@ def open_loop(url: str, rate: float, duration_s: float, prefix: str) -> OpenLoop
     lateness: list[float] = []
 
     def post(i: int) -> int:
-        conn = http.client.HTTPConnection(host, port, timeout=30)
         try:
-            conn.request(
-                "POST",
-                path,
-                body=BODY,
-                headers={"Content-Type": "application/json", "Idempotency-Key": f"{prefix}-{i}"},
-            )
-            response = conn.getresponse()
-            response.read()
-            return response.status
+            return post_webhook(host, port, path, f"{prefix}-{i}")[0]
         except OSError:
             return 0
-        finally:
-            conn.close()
 
     # Enough threads that a slow answer never delays the next departure.
     with ThreadPoolExecutor(max_workers=64, thread_name_prefix="openloop") as pool:

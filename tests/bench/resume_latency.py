@@ -23,7 +23,7 @@ from typing import Any
 
 import requests
 
-from flowforge import waits
+from flowforge.store import waits
 from tests.bench.figures import Stub
 from tests.bench.infra import ADMIN_DATABASE, BenchError
 from tests.bench.session import RESUME_KEY, Session

@@ -39,8 +39,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from flowforge.db import create_pool
-from flowforge.migrate import migrate
+from flowforge.store.db import create_pool
+from flowforge.store.migrate import migrate
 from flowforge.worker.retention import Retention
 from tests.bench.infra import ADMIN_DATABASE, BenchError, PrivateDatabase
 from tests.bench.session import CHAIN3, Interrupted, Session

@@ -15,23 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
-import threading
-import time
 import uuid
-from pathlib import Path
 
-import psycopg
 import requests
 
-from flowforge import apikeys
-from flowforge.migrate import migrate
-from tests.bench.infra import PrivateDatabase
-from tests.support.processes import start_api
+from tests.bench.intake_alone import api_alone, closed_loop
 from tests.support.webhooks import github_header
 
-ADMIN_URL = "postgresql://root@127.0.0.1:5432/postgres"
 SECRET = "bench-routing-secret-0123456789"
 PUSH = {"all": [{"path": "headers.x-github-event", "op": "eq", "value": "push"}]}
 
@@ -46,33 +36,18 @@ def definition(name: str) -> dict[str, object]:
 
 def phase(url: str, seconds: float, senders: int) -> tuple[float, int]:
     """Accepted webhooks per second, and how many were refused, over `seconds`."""
-    stop = time.monotonic() + seconds
-    accepted = [0] * senders
-    refused = [0] * senders
 
-    def send(index: int) -> None:
-        session = requests.Session()
-        while time.monotonic() < stop:
-            raw = json.dumps({"ref": "refs/heads/main", "n": uuid.uuid4().hex}).encode()
-            headers = {
-                "Content-Type": "application/json",
-                "X-GitHub-Event": "push",
-                "X-GitHub-Delivery": str(uuid.uuid4()),
-                "X-Hub-Signature-256": github_header(SECRET, raw),
-            }
-            r = session.post(url, data=raw, headers=headers, timeout=30)
-            if r.status_code == 202:
-                accepted[index] += 1
-            else:
-                refused[index] += 1
+    def post(session: requests.Session) -> requests.Response:
+        raw = json.dumps({"ref": "refs/heads/main", "n": uuid.uuid4().hex}).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "push",
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": github_header(SECRET, raw),
+        }
+        return session.post(url, data=raw, headers=headers, timeout=30)
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(senders)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return sum(accepted) / (time.monotonic() - started), sum(refused)
+    return closed_loop(seconds, senders, post)
 
 
 def main() -> None:
@@ -81,55 +56,36 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--senders", type=int, default=8)
     args = parser.parse_args()
-    database = PrivateDatabase.create(ADMIN_URL)
-    try:
-        migrate(database.url)
-        with psycopg.connect(database.url, autocommit=True) as conn:
-            key = apikeys.create(conn, "bench")[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
-        env["FLOWFORGE_DATABASE_URL"] = database.url
-        with tempfile.TemporaryDirectory() as tmp:
-            proc, base = start_api(env, Path(tmp) / "api.log")
-            try:
-                session = requests.Session()
-                session.headers["Authorization"] = f"Bearer {key}"
-                names = [f"sub-{i}" for i in range(5)] + ["plain"]
-                for name in names:
-                    r = session.post(
-                        f"{base}/api/v1/workflows/{name}/versions", json=definition(name)
-                    )
-                    assert r.status_code == 201, r.text
-                subs = [{"workflow": n, "filter": PUSH} for n in names[:5]]
-                r = session.post(
-                    f"{base}/api/v1/sources/gh", json={"auth": "github", "subscriptions": subs}
-                )
-                assert r.status_code == 200, r.text
-                for path in ("sources/gh", "workflows/plain"):
-                    r = session.post(
-                        f"{base}/api/v1/{path}/webhook-secrets", json={"value": SECRET}
-                    )
-                    assert r.status_code == 201, r.text
-                phase(f"{base}/hooks/plain", 1.0, 2)  # warm both caches
-                phase(f"{base}/hooks/gh", 1.0, 2)
-                plain, plain_refused = phase(f"{base}/hooks/plain", args.seconds, args.senders)
-                routed, routed_refused = phase(f"{base}/hooks/gh", args.seconds, args.senders)
-            finally:
-                proc.stop()
-        print(
-            json.dumps(
-                {
-                    "plain_webhooks_per_s": round(plain, 1),
-                    "source_5_subscriptions_webhooks_per_s": round(routed, 1),
-                    "source_executions_per_s": round(routed * 5, 1),
-                    "ratio": round(routed / plain, 3) if plain else None,
-                    "refused": {"plain": plain_refused, "source": routed_refused},
-                    "seconds": args.seconds,
-                    "senders": args.senders,
-                }
-            )
+    with api_alone() as (session, base):
+        names = [f"sub-{i}" for i in range(5)] + ["plain"]
+        for name in names:
+            r = session.post(f"{base}/api/v1/workflows/{name}/versions", json=definition(name))
+            assert r.status_code == 201, r.text
+        subs = [{"workflow": n, "filter": PUSH} for n in names[:5]]
+        r = session.post(
+            f"{base}/api/v1/sources/gh", json={"auth": "github", "subscriptions": subs}
         )
-    finally:
-        database.drop()
+        assert r.status_code == 200, r.text
+        for path in ("sources/gh", "workflows/plain"):
+            r = session.post(f"{base}/api/v1/{path}/webhook-secrets", json={"value": SECRET})
+            assert r.status_code == 201, r.text
+        phase(f"{base}/hooks/plain", 1.0, 2)  # warm both caches
+        phase(f"{base}/hooks/gh", 1.0, 2)
+        plain, plain_refused = phase(f"{base}/hooks/plain", args.seconds, args.senders)
+        routed, routed_refused = phase(f"{base}/hooks/gh", args.seconds, args.senders)
+    print(
+        json.dumps(
+            {
+                "plain_webhooks_per_s": round(plain, 1),
+                "source_5_subscriptions_webhooks_per_s": round(routed, 1),
+                "source_executions_per_s": round(routed * 5, 1),
+                "ratio": round(routed / plain, 3) if plain else None,
+                "refused": {"plain": plain_refused, "source": routed_refused},
+                "seconds": args.seconds,
+                "senders": args.senders,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -31,12 +31,11 @@ from datetime import timedelta
 
 import psycopg
 
-from flowforge import catalog
-from flowforge.db import create_pool
-from flowforge.definitions import parse_definition
-from flowforge.migrate import migrate
+from flowforge.domain.definitions import parse_definition
+from flowforge.store import catalog
+from flowforge.store.db import create_pool
 from flowforge.worker.scheduler import Scheduler
-from tests.bench.infra import PrivateDatabase
+from tests.bench.infra import migrated_database
 
 ADMIN_URL = os.environ.get(
     "FLOWFORGE_BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -90,10 +89,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--schedulers", type=int, default=1, help="threads, as workers")
     args = parser.parse_args()
-    database = PrivateDatabase.create(ADMIN_URL)
-    url = database.url
-    try:
-        migrate(url)
+    with migrated_database(ADMIN_URL) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             for n in range(args.schedules):
                 document = definition(n)
@@ -147,8 +143,6 @@ def main() -> None:
             f"per tick; of its PostgreSQL backends: {server:.1f} s, "
             f"{server / max(decided, 1) * 1e6:.0f} µs per tick"
         )
-    finally:
-        database.drop()
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ import pika
 import psycopg
 import requests
 
-from flowforge import apikeys
-from flowforge.migrate import migrate
+from flowforge.store import apikeys
+from flowforge.store.migrate import migrate
 from tests.bench.infra import (
     ROOT,
     BenchError,
@@ -238,6 +238,8 @@ class Session:
             # Resume URLs of wait steps (tests/bench/resume_latency.py): the worker renders
             # them against the API this session started.
             "FLOWFORGE_RESUME_KEY": RESUME_KEY,
+            # Throughput is the engine's, not the default per-workflow webhook limit's.
+            "FLOWFORGE_WEBHOOK_RATE": "0",
             **({"FLOWFORGE_PUBLIC_URL": self.api_url} if self.api_url else {}),
             **self.extra_env,
             **extra,
@@ -349,8 +351,10 @@ class Session:
                 self.conn.execute("TRUNCATE outbox, idempotency_keys")
             else:
                 self.conn.execute(
-                    "TRUNCATE executions, steps, attempts, execution_events, resumes, outbox, "
-                    "idempotency_keys"
+                    # The debounce and batch groups first: the scheduler's claim locks a
+                    # group, then its execution; the same order cannot deadlock with it.
+                    "TRUNCATE intake_groups, intake_group_events, executions, steps, attempts, "
+                    "execution_events, resumes, outbox, idempotency_keys"
                 )
         if self.sleepers:
             # The DELETE above leaves dead rows beside the million sleepers; with

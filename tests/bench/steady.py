@@ -47,7 +47,7 @@ import psycopg
 
 from tests.bench.infra import BenchError, machine_cpu_ms, process_table
 from tests.bench.limits import BareFlask
-from tests.bench.load import BODY
+from tests.bench.load import post_webhook
 from tests.bench.session import CHAIN3, Session
 
 # Issue 17's peers behind the same Flask endpoint on the same gunicorn, not re-measured:
@@ -139,21 +139,10 @@ class DoneListener:
 
 def post(host: str, port: int, path: str, key: str) -> tuple[int, str]:
     """One webhook on a new connection (gunicorn's sync workers close each one anyway)."""
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    try:
-        conn.request(
-            "POST",
-            path,
-            body=BODY,
-            headers={"Content-Type": "application/json", "Idempotency-Key": key},
-        )
-        response = conn.getresponse()
-        body = response.read()
-    finally:
-        conn.close()
-    if response.status != 202:
-        raise BenchError(f"{path} answered {response.status}: {body[:300]!r}")
-    return response.status, str(json.loads(body)["execution_id"])
+    status, body = post_webhook(host, port, path, key)
+    if status != 202:
+        raise BenchError(f"{path} answered {status}: {body[:300]!r}")
+    return status, str(json.loads(body)["execution_id"])
 
 
 def get(host: str, port: int, path: str) -> None:

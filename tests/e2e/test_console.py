@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
 from tests.support.processes import Process
@@ -375,5 +375,113 @@ def test_every_page_is_usable_at_a_phones_width(
         browser.get(pages["execution"])
         dag = until(browser, lambda d: d.find_element(By.ID, "dag"))
         assert dag.rect["width"] >= int(dag.get_attribute("width")) - 1  # not shrunk
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
+def test_the_list_tells_how_each_started_and_ended_and_a_schedule_is_run_from_its_page(
+    browser: WebDriver,
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    tmp_path: Path,
+) -> None:
+    """The list's trigger, age (absolute time on hover), duration and error, and a search
+    by a pasted id prefix; a delay drawn on the timeline; a schedule paused, resumed,
+    triggered and backfilled (dry run, then confirmed) from its page; all at a desktop's
+    width and, for the pages involved, at a phone's."""
+    client = Api(api, api_key)
+    broken = [{"id": "shape", "type": "transform", "output": "{{ input.a.b }}"}]
+    client.publish("brittle", unsigned(broken))
+    client.publish("nap", unsigned([{"id": "nap", "type": "delay", "duration_s": 3600}]))
+    sweep = {
+        "name": "Sweep",
+        "trigger": {"schedule": {"every_s": 3600}},
+        "steps": [{"id": "note", "type": "transform", "output": {"n": 1}}],
+    }
+    client.publish("sweep", sweep)
+    workers()
+    failed = client.start("brittle", {"a": 1})
+    napping = client.start("nap", {})
+    client.wait(failed, "failed")
+    client.wait(napping, "waiting")
+
+    sign_in(browser, api, api_key)
+    row = until(browser, lambda d: d.find_element(By.XPATH, f"//a[@title='{failed}']/../.."))
+    cells = {c.get_attribute("class"): c for c in row.find_elements(By.TAG_NAME, "td")}
+    assert cells["trigger"].text == "webhook"
+    assert re.fullmatch(r"[\d.]+ (ms|s|min) ago|just now|\d+ min \d+ s ago", cells["created"].text)
+    title = cells["created"].find_element(By.TAG_NAME, "time").get_attribute("title")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z", title)
+    assert re.fullmatch(r"[\d.]+ (ms|s)", cells["took"].text)
+    assert "it has no 'b'" in cells["error-snippet"].text
+    nap_row = browser.find_element(By.XPATH, f"//a[@title='{napping}']/../..")
+    assert nap_row.find_element(By.CLASS_NAME, "took").text.endswith("…")  # still running
+
+    # A pasted prefix, dashes and all, finds it.
+    box = browser.find_element(By.ID, "f-id")
+    box.send_keys(failed[:18].upper())
+    browser.find_element(By.ID, "apply").click()
+    until(browser, lambda d: "id=" in d.current_url)
+    assert failed in listed(browser) and napping not in listed(browser)
+    shot(browser, tmp_path, "list-by-id")
+
+    browser.get(f"{api}/ui/executions/{napping}")
+    delay = until(browser, lambda d: d.find_element(By.CSS_SELECTOR, "rect[data-kind=delay]"))
+    assert (
+        delay.find_element(By.TAG_NAME, "title")
+        .get_attribute("textContent")
+        .startswith("nap: delay, ")
+    )
+
+    # The schedule, from its page.
+    browser.get(f"{api}/ui/workflows/sweep")
+    browser.find_element(By.ID, "pause-schedule").click()
+    until(browser, lambda d: d.find_element(By.ID, "resume-schedule"))
+    assert "paused" in browser.find_element(By.ID, "schedule-state").text
+    schedule = client.session.get(f"{api}/api/v1/workflows/sweep/schedule", timeout=10)
+    assert schedule.json()["paused"]
+    browser.find_element(By.ID, "resume-schedule").click()
+    until(browser, lambda d: d.find_element(By.ID, "pause-schedule"))
+    browser.find_element(By.ID, "trigger-schedule").click()
+    until(browser, lambda d: d.find_element(By.ID, "execution-status"))
+    assert "/ui/executions/" in browser.current_url
+
+    browser.get(f"{api}/ui/workflows/sweep")
+    hours_ago = browser.execute_script(
+        "const at = h => new Date(Date.now() - h * 3600e3).toISOString().slice(0, 19);"
+        "document.getElementById('backfill-from').value = at(3.5);"
+        "document.getElementById('backfill-to').value = at(0.02);"
+        "return 1;"
+    )
+    assert hours_ago == 1
+    browser.find_element(By.ID, "backfill-preview").click()
+    until(browser, lambda d: d.find_element(By.ID, "backfill-ticks"))
+    would = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#backfill-ticks td.outcome")]
+    assert would.count("would fire") >= 3
+    browser.set_window_size(*PHONE)
+    try:
+        shot(browser, tmp_path, "phone-backfill-preview")
+        found = fits(browser)
+        assert found["page"] <= found["view"] and found["signout"] <= found["view"], found
+        browser.find_element(By.ID, "backfill-confirm").click()
+        until(browser, lambda d: d.find_element(By.ID, "back-to-workflow"))
+        fired = [
+            c.text for c in browser.find_elements(By.CSS_SELECTOR, "#backfill-ticks td.outcome")
+        ]
+        assert fired.count("fired") == would.count("would fire"), fired
+        for url in (
+            f"{api}/ui/workflows/sweep",
+            f"{api}/ui/executions",
+            f"{api}/ui/executions/{napping}",
+        ):
+            browser.get(url)
+            until(browser, lambda d: d.find_element(By.TAG_NAME, "main"))
+            found = fits(browser)
+            assert found["page"] <= found["view"], (url, found)
+            assert found["signout"] <= found["view"], (url, found)
+        shot(browser, tmp_path, "phone-execution-with-delay")
+        timeline = browser.find_element(By.ID, "timeline")
+        assert timeline.rect["width"] >= int(timeline.get_attribute("width")) - 1  # not shrunk
     finally:
         browser.set_window_size(1280, 1000)

@@ -9,15 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.api import Api
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import start_api
-
-
-@pytest.fixture
-def client(api: str, api_key: str) -> Api:
-    """The real bin/api, driven over HTTP with an API key."""
-    return Api(api, api_key)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 
-from flowforge.db import create_pool
+from flowforge.store.db import create_pool
 from tests.faults.helpers import StartWorker, http, logged, workflow
 from tests.support.api import Api, step
 from tests.support.faultproxy import FaultProxy

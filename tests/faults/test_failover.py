@@ -16,8 +16,8 @@ import psycopg
 import pytest
 import requests
 
-from flowforge import apikeys
-from flowforge.migrate import migrate
+from flowforge.store import apikeys
+from flowforge.store.migrate import migrate
 from tests.support.api import Api
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,

@@ -95,11 +95,17 @@ def test_a_worker_frozen_before_the_send_does_not_send_after_its_lease_was_taken
     finally:
         frozen.signal(signal.SIGCONT)
 
-    wait_logged(frozen, "lost ownership")  # it woke up, and wrote nothing
+    # It woke up and kept the POST home: the operator's decision stands, and only the
+    # attempt is made true — it no longer says a request that never left may have left.
+    wait_logged(frozen, "its attempt corrected")
     assert target.requests_to("/charge") == [], "the frozen worker sent the POST after all"
     refused = logged(frozen, "request not sent")
     assert refused and refused[0]["execution_id"] == eid and refused[0]["step"] == "charge"
-    assert client.execution(eid)["status"] == "failed"
+    done = client.execution(eid)
+    charge = step(done, "charge")
+    assert (done["status"], charge["status"]) == ("failed", "failed"), done
+    assert [a["outcome"] for a in charge["attempts"]] == ["failed"], charge["attempts"]
+    assert "not sent" in charge["attempts"][0]["error"]
 
 
 def test_a_frozen_worker_holding_the_wakeup_in_its_prefetch_does_not_delay_the_takeover(

@@ -19,6 +19,7 @@ from tests.faults.helpers import (
     logged,
     publish_wakeup,
     queue_depth,
+    scalar,
     succeeded_twice,
     wait_logged,
     workflow,
@@ -57,9 +58,15 @@ def test_purged_queue_and_dropped_connections_still_finish_every_execution(
     ids = [client.start("chain", {"n": n}) for n in range(RUNS)]
 
     # Four executors are busy with step a (prefetch = concurrency = 4); the other six
-    # wake-ups sit ready in the queue. Purge them: those messages are gone for good.
+    # wake-ups sit ready in the queue. Purge them: those messages are gone for good —
+    # once the relay committed their batch. Until then its outbox rows are still there,
+    # and a broker lost before that commit has them published again, not reconciled.
     queue = f"{amqp_prefix}.steps"
     wait_for(lambda: len(target.requests_to("/a/")) >= 4, message="four steps in flight")
+    wait_for(
+        lambda: scalar(db, "SELECT count(*) FROM outbox") == 0,
+        message="the relay to commit the published wake-ups",
+    )
     wait_for(lambda: queue_depth(amqp_url, queue) >= 1, message="wake-ups waiting in the queue")
     with channel(amqp_url) as ch:
         purged = ch.queue_purge(queue).method.message_count
@@ -126,3 +133,27 @@ def test_a_wakeup_delivered_three_times_runs_the_post_once(
     assert charge["attempt_count"] == 1
     assert [a["outcome"] for a in charge["attempts"]] == ["succeeded"]
     assert succeeded_twice(db) == []
+
+
+def test_a_consumer_the_broker_cancels_consumes_again(
+    client: Api,
+    workers: StartWorker,
+    target: Target,
+    amqp_url: str,
+    amqp_prefix: str,
+) -> None:
+    """The broker cancels a consumer whose queue went away (deleted, or its quorum
+    leader lost with the consumer on another node) on a connection that stays up: the
+    worker must consume again, not sit on a healthy connection that delivers nothing."""
+    client.publish("one", workflow(http("a", "GET", f"{target.url}/a")))
+    worker = workers()
+    assert client.wait(client.start("one", {}), timeout=30)["status"] == "succeeded"
+    with channel(amqp_url) as ch:
+        ch.queue_delete(f"{amqp_prefix}.steps")
+    wait_for(
+        lambda: [r for r in logged(worker, "consumer will reconnect") if "cancelled" in r["error"]],
+        message="the consumer to hear of its cancel",
+    )
+    done = client.wait(client.start("one", {}), timeout=30)
+    assert done["status"] == "succeeded", done
+    assert len(target.requests_to("/a")) == 2

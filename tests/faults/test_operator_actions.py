@@ -76,9 +76,8 @@ def test_cancel_stops_queued_and_waiting_work_at_once(
     assert client.execution(waiting_api)["status"] == "cancelled"
 
 
-def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
-    client: Api, env: dict[str, str], workers: StartWorker, target: Target
-) -> None:
+def _publish_pay(client: Api, target: Target) -> None:
+    """`pay`: charge (a POST), then notify (a GET), both to the target."""
     client.publish(
         "pay",
         workflow(
@@ -86,6 +85,12 @@ def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
             http("notify", "GET", f"{target.url}/notify", after=("charge",)),
         ),
     )
+
+
+def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
+    client: Api, env: dict[str, str], workers: StartWorker, target: Target
+) -> None:
+    _publish_pay(client, target)
     target.script = lambda r: Reply(
         status=201 if r.path == "/charge" else 200,
         json={"id": "ch_1"},
@@ -118,13 +123,7 @@ def test_cancel_during_a_running_step_records_its_result_and_runs_nothing_after(
 def test_an_unknown_step_survives_cancel_and_retry_and_is_listed_as_needing_attention(
     client: Api, env: dict[str, str], workers: StartWorker, target: Target
 ) -> None:
-    client.publish(
-        "pay",
-        workflow(
-            http("charge", "POST", f"{target.url}/charge", json={}),
-            http("notify", "GET", f"{target.url}/notify", after=("charge",)),
-        ),
-    )
+    _publish_pay(client, target)
     client.publish("other", workflow(http("ping", "GET", f"{target.url}/ping")))
     target.script = lambda r: Reply(json={"id": "ch_1"}, delay_s=5.0 if r.path == "/charge" else 0)
     doomed = workers(FLOWFORGE_WORKER_ID="doomed")

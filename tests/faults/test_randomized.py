@@ -1,10 +1,20 @@
-"""The randomized fault run, short form: a few fixed seeds, about a minute each (see
-tests/soak/soak.py for what it does, the long form and how to replay a seed).
+"""The randomized fault run, short form: one fixed seed, about a minute and a half on a
+loaded 2-core machine (see tests/soak/soak.py for what it does, the long form and how to
+replay a seed).
 
-Promise: under SIGKILL, SIGSTOP, reset, blackholed and stranded database and broker links,
-and operator cancel / retry / resolve at random moments, no invariant of SPEC §7 breaks
-(tests/soak/checker.py lists them). A failure prints every violation and the command
-that replays its seed. Deselect locally with `-m "not randomized"`.
+Promise: under SIGKILL, SIGSTOP (also of a worker frozen inside a unit of work), reset,
+blackholed, stranded and lock-partitioned database and broker links, stops and kills of
+the run's own PostgreSQL and RabbitMQ servers, and operator cancel / retry / resolve /
+complete / pause / resume / replay / re-ingest at random moments, no invariant breaks
+(tests/soak/checker.py lists them) — for every feature: concurrency limits, schedules,
+wait steps, retention, outbound limits and circuits, a signed source, map steps, debounce
+and batch, child workflows. A failure prints
+every violation and the command that replays its seed. Deselect locally with
+`-m "not randomized"`.
+
+Seed 11 runs on the run's own servers and is known (by its draws) to stop or kill one of
+them. The long form (docs/explanation/failures.md) covers the shared services and the
+replicated servers (failover, node loss) too.
 """
 
 from __future__ import annotations
@@ -16,17 +26,27 @@ import pytest
 
 from tests.soak.soak import Options, run_one
 
-SEEDS = (1, 2, 3)
-SHORT = Options(duration=30.0, interval=(0.3, 1.2))
+SHORT = Options(duration=35.0, interval=(0.3, 1.2), settle_cap=240.0)
+SEEDS = {11: replace(SHORT, servers="own")}
 
 
 @pytest.mark.randomized
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", sorted(SEEDS))
 def test_no_invariant_breaks_under_random_faults(
     seed: int, pg_admin_url: str, amqp_url: str, tmp_path: Path
 ) -> None:
-    outcome = run_one(seed, replace(SHORT, logs=tmp_path), pg_admin_url, amqp_url)
+    options = SEEDS[seed]
+    outcome = run_one(seed, replace(options, logs=tmp_path), pg_admin_url, amqp_url)
     assert not outcome.violations, (
         f"{outcome.summary()}\nreplay (best effort): .venv/bin/python -m tests.soak.soak "
-        f"--seed {seed} {SHORT.replay_flags()}"
+        f"--seed {seed} {options.replay_flags()}"
     )
+    # The run touched what it is for (figures, not timings).
+    by_workflow = outcome.figures["executions_by_workflow"]
+    ran = ("lim_queue", "metered", "approve", "sched_skip", "orders", "mapped", "childed")
+    for workflow in ran:
+        assert by_workflow.get(workflow), f"no {workflow} execution: {by_workflow}"
+    groups = outcome.figures["groups"]
+    assert groups.get("debounce events") and groups.get("batch events"), groups
+    if options.servers == "own":
+        assert outcome.figures["server_outages"], "no server fault: choose another seed"

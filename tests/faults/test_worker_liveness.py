@@ -9,7 +9,7 @@ import time
 
 import psycopg
 
-from flowforge.model import WORKER_DEAD_AFTER_S
+from flowforge.domain.model import WORKER_DEAD_AFTER_S
 from tests.faults.helpers import StartWorker, http, scalar, workflow
 from tests.support.api import Api, step
 from tests.support.processes import wait_for

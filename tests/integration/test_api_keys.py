@@ -14,7 +14,7 @@ import psycopg
 import pytest
 import requests
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.support.definitions import OPEN
 from tests.support.problems import PROBLEM, assert_problem
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.support.definitions import OPEN
 
 

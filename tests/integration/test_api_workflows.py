@@ -8,19 +8,19 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.definitions import unsigned
 from tests.support.problems import assert_problem
 
 # In the fast lane (bin/test --fast, docs/howto/develop.md).
 pytestmark = pytest.mark.fast
 
-CHAIN = {
-    "name": "Chain",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
+CHAIN = unsigned(
+    [
         {"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}},
         {"id": "b", "type": "transform", "depends_on": ["a"], "output": "{{ a.n }}"},
     ],
-}
+    name="Chain",
+)
 
 
 def auth(key: str) -> dict[str, str]:

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 import requests
 
-from flowforge import apikeys
-from flowforge.db import create_pool
+from flowforge.store import apikeys
+from flowforge.store.db import create_pool
 from flowforge.worker.retention import Retention
 from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, remote

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.http_step import ATTEMPT_BODY_BYTES
+from flowforge.steps.http_step import ATTEMPT_BODY_BYTES
 from tests.faults.helpers import cli
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned

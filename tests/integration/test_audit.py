@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.runs import load_run, save_run, unit_of_work
+from flowforge.store.runs import load_run, save_run, unit_of_work
 from tests.faults.helpers import cli
 from tests.support.definitions import unsigned
 

@@ -12,12 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge import catalog, intake
-from flowforge.db import one
-from flowforge.definitions import parse_definition
-from flowforge.engine import Run
-from flowforge.model import ExecutionStatus, Outcome, StepStatus, execution_event
-from flowforge.runs import load_run, save_run, unit_of_work
+from flowforge.domain.definitions import parse_definition
+from flowforge.domain.engine import Run
+from flowforge.domain.model import ExecutionStatus, Outcome, StepStatus, execution_event
+from flowforge.store import catalog, intake
+from flowforge.store.db import one
+from flowforge.store.runs import load_run, save_run, unit_of_work
 from flowforge.worker.reconciler import MAX_DOUBLINGS, REDISPATCH
 from flowforge.worker.timers import WAKE_DUE, WAKE_PARAMS
 
@@ -116,7 +116,7 @@ def test_timer_scan_writes_the_engines_transitions(db: psycopg.Connection, execu
 
     (before,) = one(db.execute(LAST_EVENT, {"id": execution}))
     with db.transaction():
-        (woken, _, _lags) = one(db.execute(WAKE_DUE, {"limit": 10, **WAKE_PARAMS}))
+        (woken, _lags) = one(db.execute(WAKE_DUE, {"limit": 10, **WAKE_PARAMS}))
     assert woken == 1
 
     after = loaded(db, execution)

@@ -9,7 +9,7 @@ import json
 import psycopg
 import requests
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, refused, remote, start
 from tests.support.definitions import OPEN

@@ -16,10 +16,11 @@ import psycopg
 import pytest
 import requests
 
-from flowforge import apikeys
-from flowforge.runs import load_run, save_run, unit_of_work
+from flowforge.store import apikeys
+from flowforge.store.runs import load_run, save_run, unit_of_work
 from tests.faults.helpers import FLOWFORGE
 from tests.integration.test_audit import CHARGE, lose_the_lease
+from tests.support.api import Api
 from tests.support.definitions import unsigned
 from tests.support.processes import free_port
 
@@ -94,13 +95,7 @@ def test_operators_read_and_act_through_the_api_with_their_keys_rules(
         )
     )
     assert published == "created workflow charge: version 1\n"
-    r = requests.post(
-        f"{api}/api/v1/workflows/waiter/versions",
-        json=WAITER,
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
+    Api(api, api_key).publish("waiter", WAITER)
     charge, waiter, other = start(api, "charge"), start(api, "waiter"), start(api, "waiter")
 
     # Reads: an aligned table under its header, JSON that parses, with a read-only key.
@@ -207,13 +202,7 @@ def test_a_closed_pipe_ends_the_cli_quietly(api: str, api_key: str) -> None:
     however much was left to write when head stopped reading."""
     pad = {f"pad{n}": "x" * 60_000 for n in range(6)}  # far more than a pipe holds
     big = unsigned([{"id": "pad", "type": "transform", "output": pad}])
-    r = requests.post(
-        f"{api}/api/v1/workflows/big/versions",
-        json=big,
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
+    Api(api, api_key).publish("big", big)
     env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}
     done = subprocess.run(
         f"{FLOWFORGE} workflow show big --version 1 | head -n1",
@@ -226,13 +215,18 @@ def test_a_closed_pipe_ends_the_cli_quietly(api: str, api_key: str) -> None:
     assert done.stdout == "{\n" and done.stderr == "", done.stderr
 
 
-def test_executions_list_by_creation_time(api: str, api_key: str, db: psycopg.Connection) -> None:
+def _publish_waiter(api: str, api_key: str) -> None:
+    """Publish WAITER (again: a version the same as the newest is no error)."""
     requests.post(
         f"{api}/api/v1/workflows/waiter/versions",
         json=WAITER,
         headers={"Authorization": f"Bearer {api_key}"},
         timeout=10,
     ).raise_for_status()
+
+
+def test_executions_list_by_creation_time(api: str, api_key: str, db: psycopg.Connection) -> None:
+    _publish_waiter(api, api_key)
     started = [start(api, "waiter") for _ in range(2)]
     recent = ok(remote(api, api_key, "--output", "json", "executions", "list", "--since", "1h"))
     assert [item["id"] for item in json.loads(recent)["items"]] == started[::-1]
@@ -285,12 +279,7 @@ def test_workflow_diff_between_versions_and_a_file(api: str, api_key: str, tmp_p
 def test_colour_only_on_a_terminal_and_never_with_no_color(
     api: str, api_key: str, db: psycopg.Connection
 ) -> None:
-    requests.post(
-        f"{api}/api/v1/workflows/waiter/versions",
-        json=WAITER,
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=10,
-    ).raise_for_status()
+    _publish_waiter(api, api_key)
     eid = start(api, "waiter")
     db.execute("UPDATE executions SET status = 'failed' WHERE id = %s", (eid,))
     env = {**os.environ, "FLOWFORGE_API_URL": api, "FLOWFORGE_API_KEY": api_key}

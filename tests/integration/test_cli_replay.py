@@ -40,56 +40,17 @@ def test_replay_and_bulk_replay_from_the_cli(
     assert out["replay_of"] == ids[0] and out["version"] == 2
     assert client.wait(out["execution_id"])["status"] == "succeeded"
 
-    preview = ok(
-        remote(
-            api,
-            api_key,
-            "replay-bulk",
-            "--workflow",
-            "fix",
-            "--from-step",
-            "shape",
-            "--of-version",
-            "1",
-            "--status",
-            "failed",
-        )
-    )
+    # Every failed execution of version 1 of `fix`, replayed from its step `shape`.
+    bulk = ("replay-bulk", "--workflow", "fix", "--from-step", "shape", "--of-version", "1")
+    preview = ok(remote(api, api_key, *bulk, "--status", "failed"))
     assert "3 executions would be replayed (confirm with --yes)" in preview
     assert db.execute("SELECT count(*) FROM executions WHERE replay_of IS NOT NULL").fetchone() == (
         1,
     )
-    done = ok(
-        remote(
-            api,
-            api_key,
-            "replay-bulk",
-            "--workflow",
-            "fix",
-            "--from-step",
-            "shape",
-            "--of-version",
-            "1",
-            "--batch",
-            "2",
-            "--yes",
-        )
-    )
+    done = ok(remote(api, api_key, *bulk, "--batch", "2", "--yes"))
     assert "3 executions replayed, 0 refused" in done
     # On the box: nothing is left to take; the actor is cli@host.
-    left = ok(
-        cli(
-            database_url,
-            "replay-bulk",
-            "--workflow",
-            "fix",
-            "--from-step",
-            "shape",
-            "--of-version",
-            "1",
-            "--yes",
-        )
-    )
+    left = ok(cli(database_url, *bulk, "--yes"))
     assert "0 executions would be replayed" in left
     made = json.loads(
         ok(

@@ -9,8 +9,8 @@ import sys
 
 import psycopg
 
-from flowforge import budget
-from flowforge.config import Settings
+from flowforge.store import budget
+from flowforge.store.config import Settings
 from tests.support.processes import ROOT, free_port
 
 
@@ -59,7 +59,7 @@ def test_an_api_that_cannot_fit_refuses_to_start(env: dict[str, str], database_u
 
 def test_the_budget_tool_prints_a_topology_against_the_server(env: dict[str, str]) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "flowforge.budget", "--api", "3", "--workers", "3"],
+        [sys.executable, "-m", "flowforge.store.budget", "--api", "3", "--workers", "3"],
         env={**env, "FLOWFORGE_WORKER_CONCURRENCY": "8"},
         capture_output=True,
         text=True,

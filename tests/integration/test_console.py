@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge import apikeys, netguard, search
-from flowforge.db import create_pool
+from flowforge.api.console import graph
+from flowforge.store import apikeys, search
 from flowforge.worker.broker import Wakeup
-from flowforge.worker.executor import Executor
+from tests.support import inprocess
 from tests.support.definitions import OPEN, unsigned
 from tests.support.target import Reply, Target
 
@@ -316,20 +316,10 @@ def test_the_pages_show_what_each_attempt_sent_and_got_back(
     assert app_client.post("/api/v1/workflows/pay/versions", json=definition).status_code == 201
     eid = app_client.post("/hooks/pay", json={}).get_json()["execution_id"]
     app_client.environ_base.pop("HTTP_AUTHORIZATION")
-    pool = create_pool(database_url, max_size=2, name="test-console")
-    pool.open(wait=True, timeout=10)
-    try:
-        executor = Executor(
-            pool,
-            worker_id="worker-console",
-            lease_s=10,
-            allow=netguard.Allowlist.parse("127.0.0.1"),
-            secret_bindings={"TOK": frozenset({"pay"})},
-        )
+    bindings = {"TOK": frozenset({"pay"})}
+    with inprocess.executor(database_url, "test-console", secret_bindings=bindings) as executor:
         executor.handle(Wakeup(eid, "quote"))
         executor.handle(Wakeup(eid, "charge"))
-    finally:
-        pool.close()
     assert [r.headers["x-api-token"] for r in target.received] == [value, value]
 
     _sign_in(app_client, api_key)
@@ -369,7 +359,9 @@ def test_the_workflow_page_shows_its_schedule_next_ticks_and_ledger(
     assert 'id="schedule-ledger"' in page and "every 3600 s in UTC" in page
     assert "paused" in page.split('id="schedule-state"')[1].split("</p>")[0]
     assert f'href="/ui/executions/{execution_id}"' in page
-    assert shown["next"][0]["tick_at"] in page
+    # In the console's one format, as every other time on its pages.
+    assert graph.stamp(shown["next"][0]["tick_at"]) in page
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:00:00\.000Z</td>", page)
 
 
 @pytest.mark.parametrize("value", ["{}", "[]", '{"a": {}}', "[1, []]", '{"a": [{}]}'])

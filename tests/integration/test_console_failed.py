@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.integration.test_console import _sign_in
 from tests.support.definitions import unsigned
 from tests.support.processes import Process

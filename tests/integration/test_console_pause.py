@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge import apikeys
+from flowforge.store import apikeys
 from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
 
 

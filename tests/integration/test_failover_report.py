@@ -1,4 +1,4 @@
-"""python -m flowforge.failover lists what an old primary recorded that the promoted one
+"""python -m flowforge.store.failover lists what an old primary recorded that the promoted one
 lacks (issue 26). Two private databases stand for the two servers: the same history, then
 one execution and one attempt only the old one got (the commits replication lost)."""
 
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from flowforge import intake
-from flowforge.catalog import publish
-from flowforge.definitions import parse_definition
-from flowforge.failover import report
+from flowforge.domain.definitions import parse_definition
+from flowforge.store import intake
+from flowforge.store.catalog import publish
+from flowforge.store.failover import report
 from tests.support.definitions import OPEN
 from tests.support.processes import ROOT
 
@@ -59,7 +59,7 @@ def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
         (lost, 7)
     ]
     run = subprocess.run(
-        [sys.executable, "-m", "flowforge.failover", "--old", old_url, "--new", new_url],
+        [sys.executable, "-m", "flowforge.store.failover", "--old", old_url, "--new", new_url],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,7 +67,7 @@ def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
     )
     assert run.returncode == 1 and lost in run.stdout
     same = subprocess.run(
-        [sys.executable, "-m", "flowforge.failover", "--old", new_url, "--new", new_url],
+        [sys.executable, "-m", "flowforge.store.failover", "--old", new_url, "--new", new_url],
         capture_output=True,
         text=True,
         timeout=60,

@@ -180,10 +180,10 @@ def test_drop_new_records_the_new_execution_cancelled_with_reason_concurrency(
     assert len(target.received) == 2
 
 
-def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_and_starts_the_new_one(
+def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_before_the_new_one_starts(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=2.0)
+    gauge = Gauge(hold_s=30.0)
     target.script = gauge
     client.publish(
         "newest",
@@ -193,9 +193,12 @@ def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_and_starts_the_new_
     oldest = client.start("newest", {"n": 1})
     wait_for(lambda: target.received, message="the first POST")
     newest = client.start("newest", {"n": 2})
-    # The new one starts while the old POST is still in flight at the target.
-    wait_for(lambda: len(target.received) == 2, timeout=10, message="the second POST")
-    assert gauge.overall_peak == 2
+    # The slot is held until the oldest is terminal (SPEC §8): the new one waits queued
+    # while the old POST is still in flight at the target, then starts.
+    assert client.execution(newest)["status"] == "queued"
+    assert client.execution(oldest)["cancel_requested_at"] is not None
+    time.sleep(1.0)  # room for a wrongly started POST to arrive
+    gauge.release.set()
     old = client.wait(oldest, "cancelled")
     # The POST that was in flight finished and is recorded: its effect happened.
     assert step(old, "call")["status"] == "succeeded"
@@ -203,6 +206,78 @@ def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_and_starts_the_new_
     assert events(old, "execution.cancelled")[0]["detail"]["reason"] == "concurrency"
     assert client.wait(newest)["status"] == "succeeded"
     assert [r.json()["n"] for r in target.received] == [1, 2]
+    assert gauge.overall_peak == 1
+
+
+def test_a_cancelled_execution_holds_its_slot_until_its_request_in_flight_ends(
+    client: Api, target: Target, workers: Callable[..., Process], db: psycopg.Connection
+) -> None:
+    gauge = Gauge(hold_s=30.0)
+    target.script = gauge
+    client.publish("two", flow([post(f"{target.url}/sync/x")], concurrency={"limit": 2}))
+    workers()
+    first, second, third = (client.start("two", {"n": n}) for n in range(3))
+    wait_for(lambda: len(target.received) == 2, message="two POSTs in flight")
+    answer = client.post(f"/api/v1/executions/{first}/cancel")
+    assert answer.status_code == 202, answer.text
+    # Asked to stop, but its POST is still in flight: it keeps the slot, the third waits.
+    assert client.execution(first)["status"] == "running"
+    assert client.execution(third)["status"] == "queued"
+    (holders,) = db.execute(
+        "SELECT count(*) FROM executions WHERE slot_at IS NOT NULL AND status = 'running'"
+    ).fetchone()
+    assert holders == 2
+    time.sleep(1.0)  # room for a wrongly started POST to arrive
+    gauge.release.set()
+    assert client.wait(first, "cancelled")["status"] == "cancelled"
+    assert client.wait(second)["status"] == "succeeded"
+    assert client.wait(third)["status"] == "succeeded"
+    assert len(target.received) == 3
+    assert gauge.overall_peak == 2
+
+
+def test_cancel_other_never_has_two_posts_of_one_schedule_in_flight(
+    client: Api, target: Target, workers: Callable[..., Process], db: psycopg.Connection
+) -> None:
+    gauge = Gauge(hold_s=2.5)
+    target.script = gauge
+    client.publish(
+        "ticking",
+        {
+            "name": "ticking",
+            "trigger": {
+                "webhook": {"auth": "none"},
+                "schedule": {"every_s": 1, "overlap": "cancel_other"},
+            },
+            "steps": [
+                {
+                    "id": "call",
+                    "type": "http_request",
+                    "request": {"method": "POST", "url": f"{target.url}/sync/x", "json": {}},
+                }
+            ],
+        },
+    )
+    workers()
+
+    def stopped() -> int:
+        (count,) = db.execute(
+            "SELECT count(*) FROM executions WHERE stop_reason = 'concurrency'"
+        ).fetchone()
+        return int(count)
+
+    wait_for(lambda: stopped() >= 3 and len(target.received) >= 2, timeout=30, message="ticks")
+    assert client.post("/api/v1/workflows/ticking/schedule/pause").status_code == 200
+    wait_for(
+        lambda: (
+            db.execute("SELECT count(*) FROM executions WHERE finished_at IS NULL").fetchone()[0]
+            == 0
+        ),
+        timeout=30,
+        message="every execution to end",
+    )
+    # Each tick cancelled the one before; a POST in flight finished before the next left.
+    assert gauge.overall_peak == 1
 
 
 def test_max_queued_refuses_at_the_same_count_from_two_api_processes_creating_nothing(

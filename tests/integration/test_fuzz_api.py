@@ -22,8 +22,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from flowforge import apikeys
 from flowforge.api import openapi
+from flowforge.store import apikeys
 from tests.support.processes import Process, start_api
 
 EXAMPLES = int(os.environ.get("FLOWFORGE_FUZZ_EXAMPLES", "100"))
@@ -104,7 +104,7 @@ schema = schemathesis.openapi.from_dict(openapi.DOCUMENT)
 def test_openapi_document_is_served_and_covers_every_route(live: Live) -> None:
     """Every Flask route is described, so the fuzzer below reaches all of them."""
     from flowforge.api import create_app
-    from flowforge.config import Settings
+    from flowforge.store.config import Settings
 
     r = requests.get(f"{live.base}/openapi.json", timeout=10)
     assert r.status_code == 200

@@ -106,8 +106,8 @@ def test_every_injected_template_is_reported_with_its_path(open_client: Any) -> 
 
 def test_values_are_inserted_as_data_never_spliced_into_json() -> None:
     """An input that looks like JSON or a template stays one string when it is rendered."""
-    from flowforge.definitions import parse_definition
-    from flowforge.templating import render
+    from flowforge.domain.definitions import parse_definition
+    from flowforge.domain.templating import render
 
     definition = parse_definition(
         {**OPEN, "steps": [{"id": "t", "type": "transform", "output": {"a": "{{ input.x }}"}}]}

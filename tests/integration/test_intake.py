@@ -11,19 +11,19 @@ import pytest
 import requests
 
 from tests.support.api import Api
+from tests.support.definitions import unsigned
 
 # In the fast lane (bin/test --fast, docs/howto/develop.md).
 pytestmark = pytest.mark.fast
 
-CHAIN = {
-    "name": "Chain",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
+CHAIN = unsigned(
+    [
         {"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}},
         {"id": "b", "type": "transform", "depends_on": ["a"], "output": "{{ a.n }}"},
         {"id": "c", "type": "transform", "output": 1},
     ],
-}
+    name="Chain",
+)
 
 
 def auth(key: str) -> dict[str, str]:
@@ -184,7 +184,7 @@ def test_a_number_jsonb_cannot_hold_is_a_400_and_every_stored_one_loads_again(
 def test_needs_attention_lists_every_unknown_step_through_its_partial_index(
     app_client: Any, api_key: str, db: psycopg.Connection
 ) -> None:
-    from flowforge.timeline import NEEDS_ATTENTION_PAGE
+    from flowforge.store.timeline import NEEDS_ATTENTION_PAGE
 
     published(app_client, api_key)
     ids = [hook(app_client, "chain", b"{}").get_json()["execution_id"] for _ in range(5)]
@@ -278,7 +278,7 @@ def test_a_webhook_flood_gets_429_with_retry_after_and_liveness_stays_up(
     database_url: str, api_key: str
 ) -> None:
     from flowforge.api import create_app
-    from flowforge.config import Settings
+    from flowforge.store.config import Settings
 
     app = create_app(Settings(database_url=database_url, webhook_rate=2.0))
     app.extensions["flowforge.pool"].wait(timeout=10)

@@ -21,8 +21,8 @@ import psycopg_pool
 import pytest
 from prometheus_client import REGISTRY
 
-from flowforge import netguard
-from flowforge.db import create_pool
+from flowforge.steps import netguard
+from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.leases import RENEW, SAFE_FRACTION, Heartbeat, Leases

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from flowforge import metrics, waits
+from flowforge.store import gauges, waits
 from tests.support.api import Api
 from tests.support.processes import (
     ROOT,
@@ -131,7 +131,7 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert value(before, "flowforge_resumes_total", outcome="gone") == 0
         assert value(before, "flowforge_executions", status="needs_attention") == 0
         assert value(before, "flowforge_oldest_ready_step_seconds") == 0
-        assert {name for name, _ in before} >= set(metrics.DATABASE_GAUGES) - {
+        assert {name for name, _ in before} >= set(gauges.DATABASE_GAUGES) - {
             "flowforge_slot_queue",  # one series per workflow with a concurrency key
             "flowforge_slot_holders",
             "flowforge_work_depth",  # one series per workflow with ready or running steps
@@ -299,8 +299,8 @@ def test_no_gauge_query_scans_a_whole_table(db: psycopg.Connection) -> None:
     )
     db.execute("ANALYZE executions")
     db.execute("ANALYZE steps")
-    for name, query in metrics.GAUGE_QUERIES.items():
-        params = {"tables": metrics.ESTIMATED_TABLES} if "%(tables)s" in query else None
+    for name, query in gauges.GAUGE_QUERIES.items():
+        params = {"tables": gauges.ESTIMATED_TABLES} if "%(tables)s" in query else None
         plan = "\n".join(row[0] for row in db.execute("EXPLAIN " + query, params))
         if name == "outbox_backlog":
             # The outbox holds only the unpublished wake-ups: its size is the backlog.

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from flowforge.migrate import MigrationError, discover, migrate
+from flowforge.store.migrate import MigrationError, discover, migrate
 
 
 @pytest.fixture

@@ -1,54 +1,111 @@
-"""The model and the schema speak the same words: each status set in flowforge/model.py is
-exactly what the SQL CHECK constraints of the migrated database allow."""
+"""The model and the schema speak the same words: every CHECK constraint of the migrated
+database is held to the code. A closed set (`status IN ('a', 'b')`) is exactly one of the
+enums or named sets of flowforge/domain/model.py; a pattern is the one the code matches with; any
+other CHECK is listed here by name. A new CHECK fails until it is placed."""
 
 from __future__ import annotations
 
 import re
-from enum import StrEnum
+from collections.abc import Iterable
 
 import psycopg
 import pytest
 
-from flowforge.model import (
+from flowforge.domain.model import (
+    PAUSABLE,
+    WORKFLOW_KEY,
     AttemptOutcome,
     CircuitState,
     ExecutionStatus,
+    GroupKind,
+    GroupStatus,
     KeyOrigin,
+    LedgerOutcome,
     LimitReason,
     PauseReason,
     StepStatus,
     WebhookAuth,
 )
+from flowforge.observe.tracing import format_traceparent
 
-CHECK_OF_COLUMN = """
-SELECT pg_get_constraintdef(c.oid)
+CHECKS = """
+SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)
 FROM pg_constraint c
-JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey)
-WHERE c.contype = 'c' AND c.conrelid = %(table)s::regclass AND a.attname = %(column)s
+WHERE c.contype = 'c' AND c.connamespace = current_schema()::regnamespace
+ORDER BY 1, 2
 """
+# (table, column) of each closed-set CHECK: the values the code writes there.
+CLOSED_SETS: dict[tuple[str, str], Iterable[str]] = {
+    ("executions", "status"): ExecutionStatus,
+    ("executions", "paused_from"): PAUSABLE,
+    ("executions", "pause_reason"): PauseReason,
+    ("steps", "status"): StepStatus,
+    ("attempts", "outcome"): AttemptOutcome,
+    ("idempotency_keys", "origin"): KeyOrigin,
+    ("workflow_versions", "webhook_auth"): WebhookAuth,
+    ("sources", "auth"): WebhookAuth,
+    ("limit_waits", "reason"): LimitReason,
+    ("outbound_limits", "circuit"): CircuitState,
+    ("schedule_ticks", "outcome"): LedgerOutcome,
+    ("intake_groups", "kind"): GroupKind,
+    ("intake_groups", "status"): GroupStatus,
+}
+# (table, column) of each pattern CHECK: the regular expression the code matches with.
+PATTERNS: dict[tuple[str, str], str] = {
+    ("workflows", "key"): WORKFLOW_KEY.pattern,
+    ("sources", "name"): WORKFLOW_KEY.pattern,
+    # What tracing.format_traceparent writes (test_traceparents_fit_the_check).
+    ("executions", "traceparent"): "00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}",
+}
+# Every other CHECK, by constraint name: shapes and bounds, not words of the domain.
+STRUCTURAL = {
+    "executions_priority_range",
+    "sources_subscriptions_check",
+    "webhook_secrets_one_form",
+    "workflows_max_concurrency_check",
+    "executions_parent_check",
+}
+_CLOSED = re.compile(r"CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)")
+_PATTERN = re.compile(r"CHECK \(\((\w+) ~ '\^(.*)\$'::text\)\)")
 
 
-def allowed_values(db: psycopg.Connection, table: str, column: str) -> set[str]:
-    """The literals of the one CHECK constraint on a column: `status IN ('a', 'b')`."""
-    rows = db.execute(CHECK_OF_COLUMN, {"table": table, "column": column}).fetchall()
-    assert len(rows) == 1, rows
-    return set(re.findall(r"'([^']*)'::text", rows[0][0]))
+@pytest.fixture
+def checks(db: psycopg.Connection) -> list[tuple[str, str, str]]:
+    return db.execute(CHECKS).fetchall()
 
 
-@pytest.mark.parametrize(
-    ("table", "column", "enum"),
-    [
-        ("executions", "status", ExecutionStatus),
-        ("steps", "status", StepStatus),
-        ("attempts", "outcome", AttemptOutcome),
-        ("idempotency_keys", "origin", KeyOrigin),
-        ("workflow_versions", "webhook_auth", WebhookAuth),
-        ("executions", "pause_reason", PauseReason),
-        ("limit_waits", "reason", LimitReason),
-        ("outbound_limits", "circuit", CircuitState),
-    ],
-)
-def test_check_constraint_lists_exactly_the_enum(
-    db: psycopg.Connection, table: str, column: str, enum: type[StrEnum]
+def test_every_closed_set_check_lists_exactly_its_enum(
+    checks: list[tuple[str, str, str]],
 ) -> None:
-    assert allowed_values(db, table, column) == {member.value for member in enum}
+    found = {}
+    for table, _, definition in checks:
+        if match := _CLOSED.fullmatch(definition):
+            column, values = match.groups()
+            found[(table, column)] = set(re.findall(r"'([^']*)'::text", values))
+    assert set(found) == set(CLOSED_SETS), "place each closed-set CHECK in CLOSED_SETS"
+    for place, values in CLOSED_SETS.items():
+        assert found[place] == {str(value) for value in values}, place
+
+
+def test_every_pattern_check_is_the_codes_pattern(checks: list[tuple[str, str, str]]) -> None:
+    found = {}
+    for table, _, definition in checks:
+        if match := _PATTERN.fullmatch(definition):
+            column, pattern = match.groups()
+            found[(table, column)] = pattern
+    assert found == PATTERNS
+
+
+def test_every_other_check_is_listed(checks: list[tuple[str, str, str]]) -> None:
+    other = {
+        name
+        for _, name, definition in checks
+        if not _CLOSED.fullmatch(definition) and not _PATTERN.fullmatch(definition)
+    }
+    assert other == STRUCTURAL
+
+
+def test_traceparents_fit_the_check() -> None:
+    pattern = re.compile(PATTERNS[("executions", "traceparent")])
+    for ids in ((1, 1, 1), (2**128 - 1, 2**64 - 1, 0)):
+        assert pattern.fullmatch(format_traceparent(*ids))

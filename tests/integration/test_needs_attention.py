@@ -1,4 +1,4 @@
-"""One definition of "needs an operator" (flowforge/attention.py): every execution with an
+"""One definition of "needs an operator" (flowforge/store/attention.py): every execution with an
 unknown step, whatever its own status, and every one in status needs_attention. The API's
 filter, the console's chip and filter, and the gauge the FlowForgeNeedsAttention alert
 reads all count the same executions."""
@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import yaml
 
-from flowforge.metrics import DatabaseGauges
+from flowforge.store.gauges import DatabaseGauges
 from tests.integration.test_console import _ids, _sign_in, published  # noqa: F401
 from tests.unit.test_alert_rules import RULES
 

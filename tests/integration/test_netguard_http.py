@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from flowforge.netguard import (
+from flowforge.steps.netguard import (
     Allowlist,
     HttpResult,
     NotSent,

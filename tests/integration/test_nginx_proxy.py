@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from flowforge.config import Settings
+from flowforge.store.config import Settings
 from tests.support.processes import Process, free_port, start_api, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

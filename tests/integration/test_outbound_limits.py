@@ -14,7 +14,7 @@ import psycopg
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
-from tests.support.target import Received, Reply, Target
+from tests.support.target import Received, Reply, Target, most_in_any_second
 
 COUNT_SUCCEEDED = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
 
@@ -24,17 +24,6 @@ def limited(url: str, limits: dict[str, Any], limit: str) -> dict[str, Any]:
         [{"id": "call", "type": "http_request", "limit": limit, "request": {"url": url}}]
     )
     return {**definition, "limits": limits}
-
-
-def most_in_any_second(times: list[float]) -> int:
-    """The most arrivals in any window of one second (sliding, not calendar seconds)."""
-    times = sorted(times)
-    most, first = 0, 0
-    for last, at in enumerate(times):
-        while at - times[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def test_a_rate_limit_holds_across_two_workers_and_waiting_is_no_attempt(

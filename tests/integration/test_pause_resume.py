@@ -227,3 +227,26 @@ def test_on_exhausted_pause_holds_the_execution_then_resume_runs_the_step_again_
         "api_key"
     )
     assert [r.path for r in target.received].count("/second") == 1
+
+
+def test_an_execution_paused_with_a_step_ready_resumes_and_runs_it(
+    client: Api, target: Target, workers: Callable[..., Process]
+) -> None:
+    """Soak seed 2301: an execution paused while its first step was `ready` (accepted,
+    no worker had taken it yet) answered 500 to its resume — the resume dispatched that
+    step again though the unit of work had not changed it (KeyError in save_run) — and
+    stayed paused for good; the workflow's resume failed the same way."""
+    client.publish("ready", flow([call("first", f"{target.url}/first")]))
+    eid = client.start("ready", {"n": 1})
+    assert step(client.execution(eid), "first")["status"] == "ready"
+    assert client.post(f"/api/v1/executions/{eid}/pause").status_code == 200
+    resumed = client.post(f"/api/v1/executions/{eid}/resume")
+    assert resumed.status_code == 200, resumed.text
+    other = client.start("ready", {"n": 2})
+    assert client.post("/api/v1/workflows/ready/pause").status_code == 200
+    assert client.execution(other)["status"] == "paused"
+    workers()
+    assert client.post("/api/v1/workflows/ready/resume").status_code == 200, "workflow resume"
+    assert client.wait(eid)["status"] == "succeeded"
+    assert client.wait(other)["status"] == "succeeded"
+    assert len(target.received) == 2

@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from flowforge.db import create_pool, pipelined_transaction
+from flowforge.store.db import create_pool, pipelined_transaction
 from tests.support.api import Api, step
 from tests.support.pgbouncer import PgBouncer
 from tests.support.processes import ROOT, start_api, start_worker

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.db import pipelined_transaction
-from flowforge.outbox import TAKE_BATCH
-from flowforge.runs import load_run, unit_of_work
+from flowforge.store.db import pipelined_transaction
+from flowforge.store.outbox import TAKE_BATCH
+from flowforge.store.runs import load_run, unit_of_work
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 

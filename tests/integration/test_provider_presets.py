@@ -6,7 +6,7 @@ Signatures are made by tests/support/webhooks.py from each provider's documentat
 (standard library only), and each request's fate is cross-checked with the provider's
 own verifier — Stripe's `stripe.WebhookSignature`, Slack's `slack_sdk` SignatureVerifier,
 GitHub's and Shopify's published Python snippets — and with GitHub's published vector;
-never with flowforge.presets checking itself.
+never with flowforge.trust.presets checking itself.
 """
 
 from __future__ import annotations

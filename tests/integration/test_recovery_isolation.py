@@ -18,8 +18,8 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge import netguard
-from flowforge.db import create_pool
+from flowforge.steps import netguard
+from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import HOUSEKEEPING_SECONDS, Housekeeping

@@ -14,7 +14,7 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.db import create_pool
+from flowforge.store.db import create_pool
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_KEYED, EXPIRE_UNKEYED, Retention
 from tests.support.definitions import unsigned

@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge import apikeys
-from flowforge.config import ConfigError, Settings
-from flowforge.definitions import DefinitionInvalid, parse_definition
+from flowforge.domain.definitions import DefinitionInvalid, parse_definition
+from flowforge.store import apikeys
+from flowforge.store.config import ConfigError, Settings
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
@@ -60,8 +60,7 @@ PLAIN = {
 
 
 def test_worker_refuses_a_secret_that_is_not_bound_to_the_workflow(
-    api: str,
-    api_key: str,
+    client: Api,
     workers: Callable[..., Process],
     target: Target,
     database_url: str,
@@ -71,7 +70,6 @@ def test_worker_refuses_a_secret_that_is_not_bound_to_the_workflow(
     target.script = lambda r: Reply(json={"echo": r.headers.get("authorization", "")[::-1]})
     # Only the worker has the bindings here: the API cannot check at publish.
     worker = workers(FLOWFORGE_SECRET_TOK=value, FLOWFORGE_SECRET_TOK_WORKFLOWS="orders,billing")
-    client = Api(api, api_key)
     client.publish("thief", leaking(target))
     client.publish("orders", leaking(target))
 
@@ -91,9 +89,7 @@ def test_worker_refuses_a_secret_that_is_not_bound_to_the_workflow(
     assert value[::-1] in step(allowed, "send")["output"]["body"]["echo"]
 
     places = {
-        "API answers": client.session.get(
-            f"{api}/api/v1/executions/{stolen['id']}", timeout=10
-        ).text,
+        "API answers": client.text(f"/api/v1/executions/{stolen['id']}"),
         "worker log": worker.log(),
         "pg_dump": pg_dump(database_url),
     }

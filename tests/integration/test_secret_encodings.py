@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import secrets
+import warnings
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote
@@ -84,7 +85,11 @@ def decodings(text: str) -> list[str]:
     stages = [text]
     for _ in range(5):
         text = html.unescape(unquote(text.replace("+", " ")))
-        text = text.encode().decode("unicode_escape", "ignore") if "\\u" in text else text
+        if "\\u" in text:
+            with warnings.catch_warnings():
+                # Other backslashes in an echo are not escapes: decoding them only warns.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                text = text.encode().decode("unicode_escape", "ignore")
         stages.append(text)
     return [s.lower() for s in stages]
 

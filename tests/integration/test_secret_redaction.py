@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 
-from flowforge.http_step import ATTEMPT_BODY_BYTES, redactor_reach
+from flowforge.steps.http_step import ATTEMPT_BODY_BYTES, redactor_reach
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
@@ -92,8 +92,7 @@ def value() -> str:
 
 
 def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
-    api: str,
-    api_key: str,
+    client: Api,
     workers: Callable[..., Process],
     target: Target,
     database_url: str,
@@ -108,7 +107,6 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
         FLOWFORGE_SECRET_SCHEME=scheme_value,
         FLOWFORGE_SECRET_SCHEME_WORKFLOWS=WORKFLOW,
     )
-    client = Api(api, api_key)
     client.publish(WORKFLOW, definition(target))
     done = client.wait(client.start(WORKFLOW, {"n": 1}))
     assert done["status"] == "failed", done
@@ -140,8 +138,8 @@ def test_secrets_echoed_in_any_spelling_are_stored_nowhere(
     places = {
         "API answers": "\n".join(
             [
-                client.session.get(f"{api}/api/v1/executions/{done['id']}", timeout=10).text,
-                client.session.get(f"{api}/api/v1/executions", timeout=10).text,
+                client.text(f"/api/v1/executions/{done['id']}"),
+                client.text("/api/v1/executions"),
             ]
         ),
         "worker log": worker.log(),

@@ -17,8 +17,8 @@ import psycopg
 import pytest
 import requests
 
-from flowforge import sealing, signatures
-from flowforge.sealing import parse_key
+from flowforge.trust import sealing, signatures
+from flowforge.trust.sealing import parse_key
 from tests.integration.test_webhook_signatures import SIGNED, counts, signed_headers
 from tests.support.api import Api
 from tests.support.problems import PROBLEM, assert_problem
@@ -43,7 +43,7 @@ def forms(secret: str) -> list[str]:
 
 def app_with_key(database_url: str, key: bytes | None) -> Iterator[Any]:
     from flowforge.api import create_app
-    from flowforge.config import Settings
+    from flowforge.store.config import Settings
 
     app = create_app(Settings(database_url=database_url, encryption_key=key))
     app.extensions["flowforge.pool"].wait(timeout=10)

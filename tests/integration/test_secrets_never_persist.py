@@ -97,8 +97,7 @@ def with_credentials(value: str, tmp: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("source", [with_env, with_credentials], ids=["env", "credentials"])
 def test_secret_reaches_the_target_and_is_stored_nowhere(
-    api: str,
-    api_key: str,
+    client: Api,
     workers: Callable[..., Process],
     target: Target,
     database_url: str,
@@ -108,7 +107,6 @@ def test_secret_reaches_the_target_and_is_stored_nowhere(
     value = "tok" + secrets.token_hex(16)
     target.script = echo
     worker = workers(FLOWFORGE_LOG_LEVEL="DEBUG", **source(value, tmp_path))
-    client = Api(api, api_key)
     client.publish("uses-secret", definition(target))
 
     accepted = client.hook("uses-secret", {"order": "A1"})
@@ -142,9 +140,9 @@ def test_secret_reaches_the_target_and_is_stored_nowhere(
     # Search every place the value could have ended up.
     answers = [
         accepted.text,
-        client.session.get(f"{api}/api/v1/executions/{done['id']}", timeout=10).text,
-        client.session.get(f"{api}/api/v1/executions", timeout=10).text,
-        client.session.get(f"{api}/api/v1/workflows/uses-secret/versions/1", timeout=10).text,
+        client.text(f"/api/v1/executions/{done['id']}"),
+        client.text("/api/v1/executions"),
+        client.text("/api/v1/workflows/uses-secret/versions/1"),
     ]
     dump = pg_dump(database_url)
     places = {
@@ -207,8 +205,7 @@ def escaping_echo(request: Received) -> Reply:
 
 
 def test_secrets_echoed_in_escaped_or_encoded_form_are_redacted(
-    api: str,
-    api_key: str,
+    client: Api,
     workers: Callable[..., Process],
     target: Target,
     database_url: str,
@@ -218,7 +215,6 @@ def test_secrets_echoed_in_escaped_or_encoded_form_are_redacted(
     value = "tok/" + secrets.token_hex(12) + "+x=="
     target.script = escaping_echo
     worker = workers(FLOWFORGE_SECRET_TOKEN=value, **BOUND)
-    client = Api(api, api_key)
     client.publish("uses-secret", definition(target))
     done = client.wait(client.start("uses-secret", {"order": "A1"}))
     assert done["status"] == "succeeded", [(s["id"], s["error"]) for s in done["steps"]]
@@ -237,7 +233,7 @@ def test_secrets_echoed_in_escaped_or_encoded_form_are_redacted(
     spellings = {value, quote(value, safe=""), value.replace("/", "\\/"), value[4:]}
     text = "\n".join(
         [
-            client.session.get(f"{api}/api/v1/executions/{done['id']}", timeout=10).text,
+            client.text(f"/api/v1/executions/{done['id']}"),
             worker.log(),
             (tmp_path / "api.log").read_text(errors="replace"),
             pg_dump(database_url),

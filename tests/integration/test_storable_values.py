@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
-from flowforge.catalog import is_key
-from flowforge.definitions import parse_until
-from flowforge.jsonvalues import MAX_DEPTH, NotStorable, loads_storable
+from flowforge.domain.definitions import parse_until
+from flowforge.domain.jsonvalues import MAX_DEPTH, NotStorable, loads_storable
+from flowforge.store.catalog import is_key
 from tests.support.definitions import OPEN
 from tests.support.problems import assert_problem
 

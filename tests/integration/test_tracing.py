@@ -150,6 +150,9 @@ def test_one_trace_from_the_partner_to_the_target_across_a_delay_and_a_sigkill(
         doomed = workers(**otel, **WORKER_ENV)
         eid = client.start("traced", {"order": 1}, headers={"traceparent": INCOMING})
         wait_for(lambda: target.requests_to("/orders"), timeout=30, message="the first GET")
+        # The pause step's span leaves in the doomed worker's next batch (100 ms): a
+        # SIGKILL before it would lose it with the process, which no exporter survives.
+        wait_for(lambda: collector.named("step pause"), timeout=5, message="the pause span")
         doomed.kill()
         workers(**otel, **WORKER_ENV)
         done = client.wait(eid, timeout=60)

@@ -320,7 +320,7 @@ def test_operators_complete_and_fail_a_wait_with_their_name_in_the_history(
 def test_scoped_and_read_only_keys_may_not_complete_other_waits(
     client: Api, target: Target, db: psycopg.Connection, api: str
 ) -> None:
-    from flowforge import apikeys
+    from flowforge.store import apikeys
 
     eid, _ = waiting(client, target)
     for key in (
@@ -374,7 +374,7 @@ def test_without_a_public_url_the_step_fails_saying_why(
 
 
 def test_publishing_checks_what_waits_name(app_client: Any, db: psycopg.Connection) -> None:
-    from flowforge import apikeys
+    from flowforge.store import apikeys
 
     key = apikeys.create(db, "t")[1]
     definition = {

@@ -2,7 +2,7 @@
 a workflow, a refused call writes nothing, and secrets rotate without downtime.
 
 Every signature here is made by `sign()` below — hmac + base64 from the standard library,
-written from the Standard Webhooks description — never by flowforge.signatures, so a bug
+written from the Standard Webhooks description — never by flowforge.trust.signatures, so a bug
 in FlowForge's signer and verifier cannot cancel itself out.
 """
 

@@ -18,13 +18,14 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge import netguard
-from flowforge.db import conninfo, create_pool
+from flowforge.steps import netguard
+from flowforge.store.db import conninfo, create_pool
 from flowforge.worker.broker import Topology, Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
+from tests.support.definitions import CALLS
 
 CHAIN = {
     "name": "chain",
@@ -36,18 +37,6 @@ CHAIN = {
             "id": "c",
             "type": "http_request",
             "depends_on": ["b"],
-            "request": {"method": "POST", "url": "http://127.0.0.1:9/c"},
-        },
-    ],
-}
-CALLS = {
-    "name": "calls",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {"id": "fetch", "type": "http_request", "request": {"url": "http://127.0.0.1:9/f"}},
-        {
-            "id": "charge",
-            "type": "http_request",
             "request": {"method": "POST", "url": "http://127.0.0.1:9/c"},
         },
     ],

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from flowforge.config import Settings
+from flowforge.store.config import Settings
 from flowforge.worker.loop import Loop
 from flowforge.worker.supervisor import THREAD_DIED, Worker
 from tests.support.processes import wait_for

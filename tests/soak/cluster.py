@@ -18,10 +18,16 @@ from pathlib import Path
 import pika
 import psycopg
 
-from flowforge import apikeys
-from flowforge.migrate import migrate
+from flowforge.store import apikeys
+from flowforge.store.migrate import migrate
 from tests.support.faultproxy import FaultProxy
-from tests.support.processes import ROOT, Process, start_api
+from tests.support.processes import (
+    ROOT,
+    TEST_ENCRYPTION_KEY,
+    TEST_RESUME_KEY,
+    Process,
+    start_api,
+)
 
 API_PROCESSES = 2
 API_WORKERS_EACH = 2
@@ -69,8 +75,13 @@ class Cluster:
         lease_s: float,
         reconcile_s: float,
         concurrency: int,
+        proxied: bool = True,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.admin_url = admin_url
+        # Without proxies (servers mode ha) workers reach the servers directly.
+        self.proxied = proxied
+        self.extra_env = dict(extra_env or {})
         self.amqp_url = amqp_url
         self.logs = logs
         self.lease_s = lease_s
@@ -85,9 +96,11 @@ class Cluster:
         self.slots: list[WorkerSlot] = []
         self._created_database = False
         server = psycopg.conninfo.conninfo_to_dict(admin_url)
-        pg_host, pg_port = str(server.get("host") or "127.0.0.1"), int(server.get("port") or 5432)
+        pg_host = str(server.get("host") or "127.0.0.1").split(",")[0]
+        pg_port = int(str(server.get("port") or 5432).split(",")[0])
         for index in range(workers):
-            pg, amqp = FaultProxy(pg_host, pg_port), FaultProxy.for_url(amqp_url)
+            pg = FaultProxy(pg_host, pg_port)
+            amqp = FaultProxy.for_url(amqp_url.split(",")[0])
             self.slots.append(WorkerSlot(index, pg=pg, amqp=amqp))
 
     @property
@@ -109,8 +122,15 @@ class Cluster:
             # A worker stuck in its drain is sent SIGABRT (see drain): its log then ends
             # with every thread's stack.
             "PYTHONFAULTHANDLER": "1",
+            # Resume URLs (wait steps) need a base; the run swaps in a real API's.
+            "FLOWFORGE_PUBLIC_URL": "http://127.0.0.1:9",
+            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+            **self.extra_env,
         }
-        if slot is not None:
+        if slot is not None and not self.proxied:
+            env["FLOWFORGE_WORKER_ID"] = slot.worker_id
+        elif slot is not None:
             env["FLOWFORGE_DATABASE_URL"] = psycopg.conninfo.make_conninfo(
                 self.database_url, host="127.0.0.1", port=slot.pg.port
             )
@@ -164,6 +184,8 @@ class Cluster:
         assert slot.proc is not None
         if '"consuming"' not in slot.proc.log():
             return "never logged consuming"
+        if not self.proxied:
+            return None
         if slot.pg.open_links == 0:
             return "no database connection"
         if slot.amqp.open_links == 0:
@@ -241,7 +263,7 @@ class Cluster:
             with psycopg.connect(self.admin_url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
         with contextlib.suppress(Exception):
-            connection = pika.BlockingConnection(pika.URLParameters(self.amqp_url))
+            connection = pika.BlockingConnection(pika.URLParameters(self.amqp_url.split(",")[0]))
             channel = connection.channel()
             for queue in (f"{self.prefix}.steps", f"{self.prefix}.dead"):
                 channel.queue_delete(queue)

@@ -46,6 +46,10 @@ class OperatorAction:
     # Step statuses read through the API right before the action: the checker counts a
     # re-sent unsafe request as asked for only when its step was failed or unknown here.
     steps_before: dict[str, str] = field(default_factory=dict)
+    # time.time() once the answer came: a pause is in force from here on.
+    answered: float | None = None
+    # What the action made (a replay's new executions), or other detail.
+    made: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -16,10 +16,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from tests.soak.cluster import Cluster, WorkerSlot
+from tests.soak.features import OVERLAPS
 from tests.soak.history import History, OperatorAction, RecordingClient
+from tests.soak.servers import Servers
 
 # Relative weights of the operations. Each operation takes three draws in [0, 1): which
 # target (pick), how long (duration), and a coin for one more choice. They are drawn
@@ -33,8 +36,34 @@ FAULTS = {
     "amqp_reset": 1.0,
     "amqp_blackhole": 1.0,
     "amqp_strand": 0.7,
+    "freeze": 0.6,
+    "pg_lock_partition": 1.0,
 }
-ACTIONS = {"cancel": 3.0, "retry": 3.0, "resolve": 2.0}
+# Faults that act on a worker's links: none without proxies (servers mode ha).
+LINK_FAULTS = {"pg_reset", "pg_blackhole", "amqp_reset", "amqp_blackhole", "amqp_strand"}
+LINK_FAULTS |= {"pg_lock_partition"}
+ACTIONS = {
+    "cancel": 3.0,
+    "retry": 3.0,
+    "resolve": 2.0,
+    "complete": 1.5,
+    "pause_workflow": 0.7,
+    "pause_execution": 1.0,
+    "replay": 1.2,
+    "bulk_replay": 0.4,
+    "reingest": 0.5,
+    "close_circuit": 0.3,
+}
+# Workflows the operator pauses (and resumes 2-8 s later).
+PAUSABLE = ("orders", "fanout", "metered", "lim_queue", "sched_allow", "mapped", "debounced")
+# (workflow, step) a replay starts from: everything upstream must not be sent again.
+REPLAY_FROM = {"orders": ("shape", "notify"), "fanout": ("report", "join"), "archived": ("after",)}
+# A worker frozen inside a unit of work stays frozen this long (then it is killed and
+# replaced): past FLOWFORGE_DB_TIMEOUT_SECONDS, so its session is ended by the server.
+FREEZE_S = (12.0, 30.0)
+# The statements after which a partition drops every answer: the locks of flow control
+# (fill_slots' advisory lock) and of the checkpoints and the reaper (row locks).
+LOCK_MARKERS = (b"pg_advisory_xact_lock", b"FOR UPDATE")
 
 
 def _loop(
@@ -72,12 +101,20 @@ class Nemesis:
         *,
         interval: tuple[float, float],
         lease_s: float,
+        servers: Servers | None = None,
     ) -> None:
         self.cluster = cluster
         self.history = history
         self.rng = rng
         self.interval = interval
         self.lease_s = lease_s
+        self.servers = servers
+        self.operations = {
+            op: weight for op, weight in FAULTS.items() if cluster.proxied or op not in LINK_FAULTS
+        }
+        if servers is not None:
+            self.operations.update(servers.operations())
+        self.frozen: WorkerSlot | None = None
         self.heals: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         # Proxy faults in force, so two faults on one link do not heal each other early.
@@ -100,12 +137,20 @@ class Nemesis:
                 stop,
                 self.rng,
                 self.interval,
-                FAULTS,
-                lambda op, *draws: getattr(self, op)(*draws),
+                self.operations,
+                self.perform,
                 lambda: self.run_due_heals(time.monotonic()),
             )
         finally:
             self.run_due_heals()
+            if self.servers is not None:
+                self.servers.heal()
+
+    def perform(self, op: str, pick: float, duration: float, coin: float) -> None:
+        if self.servers is not None and op in self.servers.operations():
+            self.servers.perform(op, self.history, duration, coin)
+        else:
+            getattr(self, op)(pick, duration, coin)
 
     def _slot(self, pick: float, usable: Callable[[WorkerSlot], bool]) -> WorkerSlot | None:
         slots = [slot for slot in self.cluster.slots if usable(slot)]
@@ -118,7 +163,7 @@ class Nemesis:
         sender: it stalls 0.5-1.8 s between its claim commit and the request (less than a
         lease, so alone it loses nothing). A pause or a cut database link that lands in
         such a stall is what a fence before the send is for."""
-        slot = self._slot(pick, lambda s: s.alive)
+        slot = self._slot(pick, lambda s: s.alive and s is not self.frozen)
         if slot is None:
             return
         self.history.fault("kill", slot.worker_id)
@@ -134,7 +179,7 @@ class Nemesis:
 
     def pause(self, pick: float, duration: float, coin: float) -> None:
         """SIGSTOP a worker for 0.5-4 leases, then SIGCONT."""
-        slot = self._slot(pick, lambda s: s.alive and not s.paused)
+        slot = self._slot(pick, lambda s: s.alive and not s.paused and s is not self.frozen)
         if slot is None:
             return
         seconds = self.lease_s * (0.5 + 3.5 * duration)
@@ -151,7 +196,77 @@ class Nemesis:
 
         self.later(seconds, resume)
 
+    def freeze(self, pick: float, duration: float, coin: float) -> None:
+        """Freeze a worker inside a unit of work and leave it frozen while the rest must
+        go on (issue 23 item 1): the slot's next generation starts with its checkpoints
+        stalled (fault point inside_checkpoint, the execution row locked), is SIGSTOPped
+        as soon as one is reached, stays frozen FREEZE_S, then is killed and replaced.
+        One freeze at a time; a generation that never reaches a checkpoint within 15 s
+        is replaced without a freeze."""
+        if self.frozen is not None:
+            return
+        slot = self._slot(pick, lambda s: s.alive and not s.paused)
+        if slot is None:
+            return
+        self.frozen = slot
+        self.history.fault("kill", slot.worker_id, "to freeze its successor")
+        assert slot.proc is not None
+        slot.proc.kill()
+        self.cluster.spawn(slot, faults="inside_checkpoint=sleep:600")
+        self.history.fault("restart", slot.worker_id, "inside_checkpoint=sleep:600")
+        seconds = FREEZE_S[0] + (FREEZE_S[1] - FREEZE_S[0]) * duration
+        generation, gave_up_at = slot.generation, time.monotonic() + 15.0
+
+        def thaw() -> None:
+            if slot.generation == generation and slot.alive:
+                self.history.fault("thaw", slot.worker_id, "killed")
+                assert slot.proc is not None
+                slot.proc.kill()
+                self.cluster.spawn(slot)
+                self.history.fault("restart", slot.worker_id)
+            self.frozen = None
+
+        def watch() -> None:
+            if slot.generation != generation or not slot.alive:
+                self.frozen = None
+                return
+            assert slot.proc is not None
+            if "fault point reached" in slot.proc.log():
+                slot.signal_group(signal.SIGSTOP)
+                slot.paused = True
+                self.history.fault("freeze", slot.worker_id, f"{seconds:.1f}s")
+                self.later(seconds, thaw)
+            elif time.monotonic() > gave_up_at:
+                thaw()
+            else:
+                self.later(0.1, watch)
+
+        self.later(0.1, watch)
+
     # ---- network faults ------------------------------------------------------------
+
+    def pg_lock_partition(self, pick: float, duration: float, coin: float) -> None:
+        """Partition a worker's database link right after a lock statement (issue 23
+        item 2): what it sends still reaches the server (which takes the lock and keeps
+        the half-open session), every answer from then on is lost; 2-8 s later the link
+        is reset, as a partition whose connection state was lost."""
+        slot = self._slot(pick, lambda s: f"{s.index}:pg" not in self._faulted)
+        if slot is None:
+            return
+        name = f"{slot.index}:pg"
+        self._faulted.add(name)
+        marker = LOCK_MARKERS[int(coin * len(LOCK_MARKERS))]
+        seconds = 2.0 + 6.0 * duration
+        slot.pg.drop_replies(after=marker)
+        self.history.fault("pg_lock_partition", slot.worker_id, f"{marker.decode()} {seconds:.1f}s")
+
+        def heal() -> None:
+            slot.pg.cut()
+            slot.pg.restore()
+            self._faulted.discard(name)
+            self.history.fault("pg_heal", slot.worker_id, "reset")
+
+        self.later(seconds, heal)
 
     def _link_fault(self, link: str, mode: str, pick: float, duration: float, coin: float) -> None:
         slot = self._slot(pick, lambda s: f"{s.index}:{link}" not in self._faulted)
@@ -229,6 +344,9 @@ class Operator:
         # What this operator cancelled, newest last: people change their minds, and a
         # retry soon after a cancel is where re-sent requests hide.
         self.cancelled: list[str] = []
+        # Pauses to lift: (when, kind "workflow" / "execution", key or id).
+        self.paused: list[tuple[float, str, str]] = []
+        self.started_wall = time.time()
 
     def run(self, stop: threading.Event) -> None:
         _loop(
@@ -237,8 +355,36 @@ class Operator:
             self.interval,
             ACTIONS,
             lambda op, *draws: getattr(self, op)(*draws),
-            lambda: None,
+            self.resume_due,
         )
+
+    def resume_due(self, everything: bool = False) -> None:
+        """Lift the pauses whose time came (all of them at the quiet period)."""
+        now = time.monotonic()
+        due = [p for p in self.paused if everything or p[0] <= now]
+        self.paused = [p for p in self.paused if p not in due]
+        base = self.cluster.api_bases[0]
+        for _, kind, name in due:
+            path = (
+                f"/api/v1/workflows/{name}/resume"
+                if kind == "workflow"
+                else f"/api/v1/executions/{name}/resume"
+            )
+            self._act(f"resume_{kind}", base, name, path, look=kind == "execution")
+
+    def heal(self) -> None:
+        """The quiet period: every pause lifted, every paused execution resumed (the
+        ones paused by exhausted retries too), every paused workflow resumed."""
+        self.resume_due(everything=True)
+        base = self.cluster.api_bases[0]
+        for key in OVERLAPS:
+            self._act(
+                "pause_schedule", base, key, f"/api/v1/workflows/{key}/schedule/pause", look=False
+            )
+        for key in PAUSABLE:
+            self._act("resume_workflow", base, key, f"/api/v1/workflows/{key}/resume", look=False)
+        for eid in self._executions(base, ["paused"]):
+            self._act("resume_execution", base, eid, f"/api/v1/executions/{eid}/resume")
 
     def _api(self, coin: float) -> str:
         bases = self.cluster.api_bases
@@ -258,27 +404,51 @@ class Operator:
         r = self.client.request("operator", "GET", f"{base}/api/v1/executions/{execution_id}")
         if r is None or r.status_code != 200:
             return None
-        return {s["id"]: s["status"] for s in r.json()["steps"]}
+        found = {}
+        for s in r.json()["steps"]:
+            found[s["id"]] = s["status"]
+            # A map's items (SPEC §16) are counted on the page, with a first page of them
+            # (the soak's maps have fewer items than a page): their rows' statuses count
+            # like steps', for the checker's "asked for" and for resolve.
+            for item in (s.get("items") or {}).get("items", []):
+                found.update({row["id"]: row["status"] for row in item["steps"]})
+        return found
 
     def _act(
-        self, action: str, base: str, execution_id: str, path: str, body: Any = None, **extra: Any
+        self,
+        action: str,
+        base: str,
+        execution_id: str,
+        path: str,
+        body: Any = None,
+        *,
+        look: bool = True,
+        made: Callable[[Any], list[str]] | None = None,
+        **extra: Any,
     ) -> int | None:
         """Look at the execution, act on it, record both; the API's status code."""
         at, wall = self.history.now(), time.time()
-        before = self._steps(base, execution_id) or {}
+        before = (self._steps(base, execution_id) or {}) if look else {}
         r = self.client.request("operator", "POST", f"{base}{path}", json=body)
+        answered = time.time()
+        status = r.status_code if r is not None else None
+        created: list[str] = []
+        if made is not None and r is not None and status is not None and status < 300:
+            created = made(r.json())
         self.history.action(
             OperatorAction(
                 at,
                 wall,
                 action,
                 execution_id,
-                r.status_code if r is not None else None,
+                status,
                 steps_before=before,
+                answered=answered,
+                made=created,
                 **extra,
             )
         )
-        return r.status_code if r is not None else None
+        return status
 
     def cancel(self, pick: float, duration: float, coin: float) -> None:
         """Cancel a running execution (mostly), or a waiting, queued or needs_attention one."""
@@ -329,4 +499,146 @@ class Operator:
             body,
             step_id=sid,
             outcome=outcome,
+        )
+
+    def complete(self, pick: float, duration: float, coin: float) -> None:
+        """Complete (or, one time in four, fail) a waiting wait step by hand."""
+        base = self._api(coin)
+        waiting = [
+            eid
+            for eid in self._executions(base, ["waiting", "running"])
+            if (self._steps(base, eid) or {}).get("approval") == "waiting"
+        ][:20]
+        if not waiting:
+            return
+        eid = waiting[int(pick * len(waiting))]
+        if duration < 0.75:
+            self._act(
+                "complete",
+                base,
+                eid,
+                f"/api/v1/executions/{eid}/steps/approval/complete",
+                {"output": {"approved": "by hand"}},
+                step_id="approval",
+            )
+        else:
+            self._act(
+                "fail_wait",
+                base,
+                eid,
+                f"/api/v1/executions/{eid}/steps/approval/fail",
+                step_id="approval",
+            )
+
+    def pause_workflow(self, pick: float, duration: float, coin: float) -> None:
+        """Pause a workflow for 2-8 s (webhooks still queue; nothing of it starts)."""
+        key = PAUSABLE[int(pick * len(PAUSABLE))]
+        base = self._api(coin)
+        if key in {name for _, kind, name in self.paused if kind == "workflow"}:
+            return
+        status = self._act(
+            "pause_workflow", base, key, f"/api/v1/workflows/{key}/pause", look=False
+        )
+        if status == 200:
+            self.paused.append((time.monotonic() + 2.0 + 6.0 * duration, "workflow", key))
+
+    def pause_execution(self, pick: float, duration: float, coin: float) -> None:
+        """Pause a running, waiting or queued execution for 1-8 s."""
+        base = self._api(coin)
+        live = self._executions(base, ["running", "waiting", "queued"])
+        if not live:
+            return
+        eid = live[int(pick * len(live))]
+        status = self._act("pause_execution", base, eid, f"/api/v1/executions/{eid}/pause")
+        if status in (200, 202):
+            self.paused.append((time.monotonic() + 1.0 + 7.0 * duration, "execution", eid))
+
+    def _replayable(self, base: str, workflow: str, statuses: list[str]) -> list[str]:
+        found: list[str] = []
+        for status in statuses:
+            r = self.client.request(
+                "operator",
+                "GET",
+                f"{base}/api/v1/executions?workflow={workflow}&status={status}&limit=50",
+            )
+            if r is not None and r.status_code == 200:
+                found.extend(item["id"] for item in r.json()["items"])
+        return sorted(found)
+
+    def replay(self, pick: float, duration: float, coin: float) -> None:
+        """Replay a finished execution from a step past its unsafe POST (SPEC §14)."""
+        workflows = sorted(REPLAY_FROM)
+        workflow = workflows[int(coin * len(workflows))]
+        base = self.cluster.api_bases[0]
+        done = self._replayable(base, workflow, ["succeeded", "failed", "cancelled"])
+        if not done:
+            return
+        eid = done[int(pick * len(done))]
+        steps = REPLAY_FROM[workflow]
+        step = steps[int(duration * len(steps))]
+        self._act(
+            "replay",
+            base,
+            eid,
+            f"/api/v1/executions/{eid}/replay",
+            {"from_step": step, "version": "latest"},
+            step_id=step,
+            made=lambda answer: [answer["execution_id"]] if "execution_id" in answer else [],
+        )
+
+    def bulk_replay(self, pick: float, duration: float, coin: float) -> None:
+        """Bulk replay by filter: a dry run, then the confirmed batch (at most 5)."""
+        workflow = "orders" if coin < 0.5 else "fanout"
+        step = REPLAY_FROM[workflow][0]
+        base = self.cluster.api_bases[1 % len(self.cluster.api_bases)]
+        flt = {"workflow": workflow, "status": "failed"}
+        body = {"filter": flt, "from_step": step, "dry_run": True}
+        r = self.client.request("operator", "POST", f"{base}/api/v1/executions/replay", json=body)
+        if r is None or r.status_code != 200 or not r.json().get("upto"):
+            return
+        confirm = {"filter": flt, "from_step": step, "upto": r.json()["upto"], "limit": 5}
+
+        def made(answer: Any) -> list[str]:
+            return [str(eid) for eid in answer.get("replayed", [])]
+
+        self._act(
+            "bulk_replay",
+            base,
+            f"bulk:{workflow}",
+            "/api/v1/executions/replay",
+            confirm,
+            look=False,
+            step_id=step,
+            made=made,
+        )
+
+    def reingest(self, pick: float, duration: float, coin: float) -> None:
+        """Re-ingest the archived webhooks of a recent range (dry run one time in three)."""
+        base = self._api(coin)
+        now = time.time()
+        start = max(self.started_wall, now - 10.0 - 30.0 * pick)
+        iso = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
+        body = {"from": iso(start), "to": iso(start + 5.0), "dry_run": duration < 0.33}
+        self._act(
+            "reingest",
+            base,
+            "workflow:archived",
+            "/api/v1/workflows/archived/reingest",
+            body,
+            look=False,
+            made=lambda answer: [str(item["execution_id"]) for item in answer.get("created", [])],
+        )
+
+    def close_circuit(self, pick: float, duration: float, coin: float) -> None:
+        """Close an open circuit by hand (an operator who knows the host is back)."""
+        base = self._api(coin)
+        r = self.client.request("operator", "GET", f"{base}/api/v1/circuits")
+        if r is None or r.status_code != 200:
+            return
+        keys = sorted(str(item["key"]) for item in r.json().get("circuits", []))
+        if not keys:
+            return
+        key = keys[int(pick * len(keys))]
+        self._act(
+            "close_circuit", base, f"circuit:{key}", f"/api/v1/circuits/{key}/close", look=False
         )

@@ -1,32 +1,45 @@
 """The randomized fault run: a nemesis and a checker in the spirit of Jepsen, against real
-bin/api and bin/worker processes on the local PostgreSQL and RabbitMQ.
+bin/api and bin/worker processes.
 
 Three workers (--workers; each reaches PostgreSQL and RabbitMQ through its own fault
-proxy, lease 2 s) and two API processes run three workflows (unsafe POSTs, keyed POSTs,
-GETs, a PUT, delays, a join of parallel branches, `when` conditions; a few delays wait
-until a time from the webhook body that PostgreSQL stores but Python cannot load) against
-a recording target on 127.0.0.1 that is sometimes slow, failing (503) or hanging past
-the request timeout. Webhooks go through both APIs with an Idempotency-Key, some
-delivered twice (in parallel or later), and reads of executions go along.
+proxy, lease 2 s) and two API processes run three plain workflows (unsafe POSTs, keyed
+POSTs, GETs, a PUT, delays, a join of parallel branches, `when` conditions; a few delays
+wait until a time from the webhook body that PostgreSQL stores but Python cannot load)
+and the feature workflows of tests/soak/features.py (concurrency limits with every
+on_full, max_queued, start_within_s, deadline_s; schedules with every overlap; wait
+steps; retention; an outbound limit with a circuit; a signed source; re-ingest; a map
+step of unsafe POSTs; debounce and batch; a child workflow) against a recording target
+on 127.0.0.1 that is sometimes slow, failing (503) or hanging past the request timeout. Webhooks go
+through both APIs with an Idempotency-Key, some delivered twice (in parallel or later),
+each by a patient sender (backoff with jitter and Retry-After for up to 40 s, as real
+senders retry), and reads of executions go along.
 
 Meanwhile the nemesis (tests/soak/nemesis.py) SIGKILLs and restarts workers (some
-restarted ones stall between claim and send), SIGSTOPs and SIGCONTs them, resets and
-blackholes their database and broker links and strands broker links for good; the
-operator, on its own thread, cancels, retries and resolves live executions through the
+restarted ones stall between claim and send), SIGSTOPs and SIGCONTs them, freezes one
+inside a unit of work, resets and blackholes their database and broker links, partitions
+a database link right after a lock statement, strands broker links for good, and (by
+--servers, tests/soak/servers.py) stops, kills and restarts the run's own PostgreSQL and
+RabbitMQ, or fails PostgreSQL over and kills a RabbitMQ node. The operator, on its own
+thread, cancels, retries, resolves, completes wait steps, pauses and resumes workflows
+and executions, replays (one and in bulk), re-ingests and closes circuits through the
 API. Every fault, operator action and API answer goes to history.jsonl.
 
 Then a quiet period: nemesis and operator stop, every proxy passes, every worker runs
-and is consuming again, and the run waits until everything settled: for as long as the
-backlog the faults left behind keeps shrinking (up to --settle-cap in all), and no longer
-than --settle without progress, which is what a stuck execution looks like.
+and is consuming again, every pause is lifted and the schedules are paused, and the run
+waits until everything settled: for as long as the backlog the faults left behind keeps
+shrinking (up to --settle-cap in all), and no longer than --settle without progress,
+which is what a stuck execution looks like.
 The checker (tests/soak/checker.py lists the invariants) reads the target's log, the
 history and the database and prints every violation with the attempts, the operator
-actions and the long-open database sessions needed to debug it; last, every worker must
+actions and the long-open database sessions needed to debug it; some checks judge the
+whole timeline, faults included (limits, circuits, pauses, replays, 5xx for accepted
+events, false unknowns, recovery while a worker is frozen). Last, every worker must
 drain on SIGTERM.
 
-Nothing here stops the shared services: every fault goes through a per-worker proxy.
-Each run creates and drops its own database and RabbitMQ names (on the local services, or
-on FLOWFORGE_TEST_DATABASE_URL / FLOWFORGE_TEST_AMQP_URL), also when it fails.
+With --servers shared nothing stops the shared services: every fault goes through a
+per-worker proxy. Each run creates and drops its own database and RabbitMQ names (on
+the local services, on FLOWFORGE_TEST_DATABASE_URL / FLOWFORGE_TEST_AMQP_URL, or on its
+own servers), also when it fails.
 
 Usage:
 
@@ -34,8 +47,9 @@ Usage:
     .venv/bin/python -m tests.soak.soak --duration 60
     # replay a failure from its seed (use the same options as the failed run)
     .venv/bin/python -m tests.soak.soak --seed 1234 --duration 60
-    # the long form: 10 seeds (301, 302, ... 310), 3 minutes of nemesis each (30 in all)
-    .venv/bin/python -m tests.soak.soak --seed 301 --seeds 10 --duration 180
+    # the long form (docs/explanation/failures.md lists the seeds run and their figures)
+    .venv/bin/python -m tests.soak.soak --seed 2321 --seeds 3 --duration 180 --servers own
+    .venv/bin/python -m tests.soak.soak --seed 2324 --duration 180 --servers ha
     # the short form, as CI runs it (tests/faults/test_randomized.py)
     bin/test tests/faults/test_randomized.py
 
@@ -64,11 +78,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.soak.checker import Checker, Violation, report, settle
+import psycopg
+
+from tests.soak.checker import CIRCUIT_LOG, Checker, Violation, report, settle
 from tests.soak.cluster import Cluster
+from tests.soak.features import (
+    SOURCE,
+    SOURCE_SECRET,
+    Features,
+    feature_definitions,
+    source_definition,
+)
 from tests.soak.history import History, RecordingClient
 from tests.soak.nemesis import Nemesis, Operator
-from tests.soak.workload import Workload, definitions, target_script
+from tests.soak.servers import Servers
+from tests.soak.workload import Workload, definitions, recorded, target_script
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
 from tests.support.target import Target
 
@@ -98,6 +122,10 @@ class Options:
     slow: float = 0.15
     fail: float = 0.07
     hang: float = 0.05
+    # Where PostgreSQL and RabbitMQ come from (tests/soak/servers.py): shared, own, ha.
+    servers: str = "own"
+    # New webhooks per second to the feature workflows (features.py); 0: none.
+    features: float = 2.0
     logs: Path | None = None
 
     def replay_flags(self) -> str:
@@ -107,7 +135,8 @@ class Options:
             f"--duplicates {self.duplicates:g} --poison {self.poison:g} "
             f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
             f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
-            f"--settle {self.settle:g} --settle-cap {self.settle_cap:g}"
+            f"--settle {self.settle:g} --settle-cap {self.settle_cap:g} "
+            f"--servers {self.servers} --features {self.features:g}"
         )
 
 
@@ -156,24 +185,51 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
     target = Target()
     # Killed workers reset their connections to the target: expected here, not news.
     target.server.handle_error = lambda *_args: None  # type: ignore[method-assign]
-    target.script = target_script(seed, options.slow, options.fail, options.hang)
+    quiet = threading.Event()
+    replies: dict[int, Any] = {}
+    target.script = recorded(
+        target_script(seed, options.slow, options.fail, options.hang, quiet), replies
+    )
+    servers = Servers(options.servers, admin_url, amqp_url)
     cluster = Cluster(
-        admin_url,
-        amqp_url,
+        servers.admin_url,
+        servers.amqp_url,
         logs,
         workers=options.workers,
         lease_s=options.lease,
         reconcile_s=options.reconcile,
         concurrency=options.concurrency,
+        proxied=servers.proxied,
+        extra_env=servers.extra_env,
     )
+    servers.steps_queue = f"{cluster.prefix}.steps"
     try:
         cluster.start()
+        with psycopg.connect(cluster.database_url, autocommit=True) as conn:
+            conn.execute(CIRCUIT_LOG)
         client = RecordingClient(history, cluster.api_key)
-        for key, definition in definitions(target).items():
+        published = definitions(target)
+        if options.features:
+            published.update(feature_definitions(target))
+        for key, definition in published.items():
             url = f"{cluster.api_bases[0]}/api/v1/workflows/{key}/versions"
             r = client.request("setup", "POST", url, json=definition)
             if r is None or r.status_code != 201:
                 raise RuntimeError(f"publishing {key}: {r.text if r is not None else 'no answer'}")
+        if options.features:
+            base = f"{cluster.api_bases[0]}/api/v1/sources/{SOURCE}"
+            for url, body in ((base, source_definition()), (f"{base}/webhook-secrets", None)):
+                body = body if body is not None else {"value": SOURCE_SECRET}
+                r = client.request("setup", "POST", url, json=body)
+                if r is None or r.status_code not in (200, 201):
+                    raise RuntimeError(f"source: {r.text if r is not None else 'no answer'}")
+        features = Features(
+            client,
+            cluster.api_bases,
+            random.Random(workload_rng.random()),
+            target,
+            rate=options.features,
+        )
         workload = Workload(
             client,
             cluster.api_bases,
@@ -183,7 +239,12 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             poison=options.poison,
         )
         nemesis = Nemesis(
-            cluster, history, nemesis_rng, interval=options.interval, lease_s=options.lease
+            cluster,
+            history,
+            nemesis_rng,
+            interval=options.interval,
+            lease_s=options.lease,
+            servers=servers,
         )
         operator = Operator(cluster, client, history, operator_rng, interval=options.interval)
         stop = threading.Event()
@@ -193,6 +254,8 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             _thread("soak-nemesis", lambda: nemesis.run(stop), errors),
             _thread("soak-operator", lambda: operator.run(stop), errors),
         ]
+        if options.features:
+            threads.append(_thread("soak-features", lambda: features.run(stop), errors))
         stop.wait(options.duration)
         stop.set()
         for thread in threads:
@@ -200,14 +263,18 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         if errors:
             raise RuntimeError("the workload or the nemesis crashed") from errors[0]
         history.fault("quiet", "all")
+        quiet.set()
         unhealthy = cluster.heal(HEAL_TIMEOUT_S)
+        operator.heal()
         settling = settle(cluster.database_url, options.settle, options.settle_cap)
         history.fault(
             "check",
             "all",
             f"settled in {settling.seconds}s, backlog {settling.backlog}, left {settling.left}",
         )
-        checker = Checker(cluster, client, history, workload, target)
+        checker = Checker(
+            cluster, client, history, workload, target, features, replies, servers, published
+        )
         violations = checker.run(unhealthy)
         for worker, code in cluster.drain(DRAIN_TIMEOUT_S).items():
             if code != 0:
@@ -239,8 +306,11 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         try:
             cluster.close()
         finally:
-            target.close()
-            history.close()
+            try:
+                servers.close()
+            finally:
+                target.close()
+                history.close()
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Options]:
@@ -271,6 +341,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
     parser.add_argument(
         "--settle-cap", type=float, default=d.settle_cap, help="quiet wait: seconds in all"
     )
+    parser.add_argument("--servers", choices=("shared", "own", "ha"), default=d.servers)
+    parser.add_argument(
+        "--features", type=float, default=d.features, help="feature webhooks per second"
+    )
     parser.add_argument("--logs", type=Path, default=None, help="directory for logs")
     args = parser.parse_args(argv)
     options = Options(
@@ -285,6 +359,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
         concurrency=args.concurrency,
         settle=args.settle,
         settle_cap=args.settle_cap,
+        servers=args.servers,
+        features=args.features,
         logs=args.logs,
     )
     return args, options

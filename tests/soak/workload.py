@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from tests.soak.history import RecordingClient
 from tests.support.target import Received, Reply, Target
@@ -151,22 +152,39 @@ class TargetPath:
 
     @classmethod
     def parse(cls, path: str) -> TargetPath | None:
-        parts = path.split("?")[0].strip("/").split("/")
+        # A map item's step is its row id, lines[3].reserve: its brackets may come encoded.
+        parts = unquote(path.split("?")[0]).strip("/").split("/")
         if len(parts) != 5 or parts[0] != "t":
             return None
         return cls(parts[1], parts[2], int(parts[3]), parts[4])
 
 
-def target_script(seed: int, slow: float, fail: float, hang: float) -> Callable[[Received], Reply]:
+# The outbound-limited host (features.py, workflow `metered`) is down for OUTAGE_S of
+# every OUTAGE_EVERY_S while the nemesis runs: its circuit opens, probes, closes again.
+OUTAGE_S, OUTAGE_EVERY_S = 8.0, 20.0
+
+
+def target_script(
+    seed: int, slow: float, fail: float, hang: float, quiet: threading.Event | None = None
+) -> Callable[[Received], Reply]:
     """Answers: mostly fast 200s; `slow` share 0.3-1.8 s late, `fail` share 503, `hang`
-    share answers only after the step's timeout has passed."""
+    share answers only after the step's timeout has passed. Until `quiet` is set the
+    metered host has its outages (503 to every request)."""
     seen: dict[str, int] = {}
     lock = threading.Lock()
+    started = time.time()
 
     def script(req: Received) -> Reply:
         where = TargetPath.parse(req.path)
         if where is None:
             return Reply(status=404, json={"error": "no such path"})
+        if (
+            where.workflow == "metered"
+            and where.step == "call"
+            and not (quiet is not None and quiet.is_set())
+            and (req.at - started) % OUTAGE_EVERY_S < OUTAGE_S
+        ):
+            return Reply(status=503, json={"error": "outage"})
         base = f"{where.workflow}/{where.step}/{where.n}"
         with lock:
             occurrence = seen.get(base, 0)
@@ -190,6 +208,76 @@ def target_script(seed: int, slow: float, fail: float, hang: float) -> Callable[
     return script
 
 
+def recorded(
+    script: Callable[[Received], Reply], replies: dict[int, Reply]
+) -> Callable[[Received], Reply]:
+    """The script, remembering each reply by id() of its request (the target keeps every
+    request, so ids stay unique): the checker needs how long each one was held."""
+
+    def wrapped(req: Received) -> Reply:
+        reply = script(req)
+        replies[id(req)] = reply
+        return reply
+
+    return wrapped
+
+
+# A sender's patience (issue 23): the run's own PostgreSQL outages last up to 8 s (plus
+# the pools' reconnect), so a sender that gives up after 2 s never delivers what fell in
+# one. A real sender (Stripe, GitHub, Standard Webhooks senders) retries with backoff for
+# much longer; this one retries for SEND_BUDGET_S with exponential backoff and jitter, the
+# same Idempotency-Key every time, and waits at least what a 429/503's Retry-After asks.
+# A delivery still not accepted after the budget is a violation (webhook_executions).
+SEND_BUDGET_S = 40.0
+BACKOFF_FIRST_S = 0.2
+BACKOFF_CAP_S = 5.0
+# Answers a sender tries again: none at all, 429 (slow down), and 5xx.
+RETRIED = frozenset({None, 429})
+
+
+def retry_after(response: Any) -> float | None:
+    """Seconds a 429/503 asked to wait (Retry-After in delta-seconds), or None."""
+    if response is None or response.status_code not in (429, 503):
+        return None
+    value = response.headers.get("Retry-After")
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def backoff(tries: int, rng: random.Random) -> float:
+    """Exponential backoff with equal jitter: half the step fixed, half random."""
+    step = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2**tries)
+    return step / 2 + rng.uniform(0, step / 2)
+
+
+def patient(
+    key: str,
+    attempt: Callable[[], tuple[int | None, Any]],
+    done: Callable[[int | None], bool],
+    budget_s: float = SEND_BUDGET_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[float]:
+    """Call `attempt` (one delivery: its status and response) until `done(status)`, a
+    status a sender does not retry (4xx but 429), or `budget_s` has passed; the waits it
+    slept. The jitter comes from the key (not a shared RNG), so a replay draws the same
+    waits. `sleep` and `clock` are for the unit tests."""
+    rng = random.Random(hashlib.sha256(key.encode()).digest())
+    deadline = clock() + budget_s
+    waits: list[float] = []
+    while True:
+        status, response = attempt()
+        if done(status) or not (status in RETRIED or (status is not None and status >= 500)):
+            return waits
+        wait = max(backoff(len(waits), rng), retry_after(response) or 0.0)
+        if clock() + wait > deadline:
+            return waits
+        waits.append(wait)
+        sleep(wait)
+
+
 @dataclass
 class Delivery:
     """What the API answered to every delivery of one webhook key."""
@@ -197,6 +285,8 @@ class Delivery:
     workflow: str
     body: dict[str, Any]
     answers: list[tuple[int | None, str | None]] = field(default_factory=list)
+    # (sent, answered) wall-clock times of each answer above.
+    times: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def accepted(self) -> set[str]:
@@ -239,7 +329,7 @@ class Workload:
 
     def run(self, stop: threading.Event) -> None:
         """Send until `stop`; then wait for every delivery in flight to be answered."""
-        with ThreadPoolExecutor(8, thread_name_prefix="soak-send") as pool:
+        with ThreadPoolExecutor(32, thread_name_prefix="soak-send") as pool:
             n = 0
             while not stop.wait(self.rng.expovariate(self.rate)):
                 if self.rng.random() < 0.2:
@@ -276,11 +366,14 @@ class Workload:
             pool.submit(self.deliver, key, other, later)
 
     def deliver(self, key: str, api: int, after_s: float) -> None:
-        """POST the webhook with its Idempotency-Key until the API accepts it."""
+        """POST the webhook with its Idempotency-Key until the API accepts it, as a real
+        sender does (patient(): backoff with jitter, Retry-After, a 40 s budget)."""
         time.sleep(after_s)
         delivery = self.deliveries[key]
         url = f"{self.api_bases[api]}/hooks/{delivery.workflow}"
-        for _ in range(5):
+
+        def attempt() -> tuple[int | None, Any]:
+            sent = time.time()
             r = self.client.request(
                 "webhook",
                 "POST",
@@ -294,9 +387,10 @@ class Workload:
                 eid = r.json().get("execution_id")
             with self._lock:
                 delivery.answers.append((r.status_code if r is not None else None, eid))
-            if eid:
-                return
-            time.sleep(0.3)
+                delivery.times.append((sent, time.time()))
+            return (r.status_code if r is not None else None), r
+
+        patient(key, attempt, lambda status: status == 202)
 
     def read(self, pool: ThreadPoolExecutor) -> None:
         """A GET of one execution, or of one page of a status filter."""

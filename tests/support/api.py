@@ -7,7 +7,7 @@ from typing import Any
 
 import requests
 
-from flowforge.model import TERMINAL_EXECUTION, ExecutionStatus
+from flowforge.domain.model import TERMINAL_EXECUTION, ExecutionStatus
 from tests.support.processes import wait_for
 
 # Settled: an execution stays so until someone acts; what tests wait for by default. The
@@ -57,6 +57,10 @@ class Api:
         r = self.session.get(f"{self.base}/api/v1/executions/{execution_id}", timeout=10)
         assert r.status_code == 200, r.text
         return r.json()
+
+    def text(self, path: str) -> str:
+        """What a GET of `path` answers, as text (to search it, whatever its status)."""
+        return self.session.get(f"{self.base}{path}", timeout=10).text
 
     def post(self, path: str, body: Any = None) -> requests.Response:
         return self.session.post(f"{self.base}{path}", json=body, timeout=10)

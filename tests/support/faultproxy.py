@@ -127,6 +127,12 @@ class FaultProxy:
         with self._lock:
             return sum(1 for link in self._links if link.stranded)
 
+    @property
+    def deaf_links(self) -> int:
+        """Links that sent drop_replies' marker: their answers are discarded from then on."""
+        with self._lock:
+            return sum(1 for link in self._links if link.deaf)
+
     def upstream_ports(self) -> set[int]:
         """Local ports of the open upstream connections: what the server sees as each
         client's port (PostgreSQL's pg_stat_activity.client_port), to tell whose it is."""

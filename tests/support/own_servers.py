@@ -32,8 +32,8 @@ import pika
 import psycopg
 import pytest
 
-from flowforge.migrate import migrate
-from tests.support.processes import free_port, wait_for
+from flowforge.store.migrate import migrate
+from tests.support.processes import server_port, wait_for
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 
@@ -59,6 +59,20 @@ def _as_postgres_user() -> Callable[[], None] | None:
     return drop
 
 
+def _stop(
+    proc: subprocess.Popen[bytes] | None,
+    ask: Callable[[subprocess.Popen[bytes]], object],
+    kill: Callable[[], None],
+) -> None:
+    """Ask a running server to stop, give it a minute, then kill it."""
+    if proc is not None and proc.poll() is None:
+        ask(proc)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            kill()
+
+
 class OwnPostgres:
     """A PostgreSQL cluster of the test's own: stop it (any mode), SIGKILL its postmaster,
     start it again on the same port and data; `close()` removes it for good."""
@@ -68,7 +82,7 @@ class OwnPostgres:
         self.root = Path(tempfile.mkdtemp(prefix="ff-test-pg-"))
         self.data = self.root / "data"
         self.log_path = self.root / "postgres.log"
-        self.port = free_port()
+        self.port = server_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self.settings = {
             "listen_addresses": "127.0.0.1",
@@ -126,12 +140,7 @@ class OwnPostgres:
     def stop(self, mode: str = "fast") -> None:
         """Shut down like `pg_ctl stop -m MODE` (smart, fast or immediate)."""
         signum = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signum[mode])
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        _stop(self.proc, lambda proc: proc.send_signal(signum[mode]), self.kill)
 
     def kill(self) -> None:
         """SIGKILL the postmaster; its backends notice and exit, the next start recovers."""
@@ -199,8 +208,8 @@ class OwnRabbitMQ:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ff-test-rmq-"))
         self.node = f"ff-test-{uuid.uuid4().hex[:8]}@localhost"
-        self.port = free_port()
-        self.dist_port = free_port()
+        self.port = server_port()
+        self.dist_port = server_port()
         self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
         self.log_path = self.root / "server.log"
         home = self.root / "home"
@@ -280,12 +289,7 @@ class OwnRabbitMQ:
 
     def stop(self) -> None:
         """Stop the whole node (`rabbitmqctl -n NODE stop`)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.ctl("stop")
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        _stop(self.proc, lambda _proc: self.ctl("stop"), self.kill)
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group (beam and its helpers)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,6 +27,40 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Ports a server that is stopped and started again keeps: below the kernel's ephemeral
+# range (net.ipv4.ip_local_port_range, 32768-60999 by default), which free_port() draws
+# from and every outgoing connection takes its local port from. A port in that range is
+# free only while its server listens: seed 2334 stopped its own RabbitMQ's app, an
+# outgoing connection on the machine was given the port meanwhile, and start_app failed
+# with eaddrinuse, leaving the run without a broker for good.
+SERVER_PORTS = (20_000, 32_000)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999
+
+
+def server_port() -> int:
+    """A free loopback port outside the ephemeral range, for a server the test stops and
+    starts again on the same port (tests/support/own_servers.py)."""
+    low, high = _ephemeral_range()
+    candidates = [p for p in range(*SERVER_PORTS) if not low <= p <= high]
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free server port below the ephemeral range")
 
 
 def wait_for(

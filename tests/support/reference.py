@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from flowforge.config import VARIABLES, Settings
+from flowforge.store.config import VARIABLES, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "docs" / "reference" / "configuration.md"
@@ -107,6 +107,11 @@ def cli_page() -> str:
             "answer. `--output json` prints the answer as JSON. Statuses are in colour only",
             "on a terminal, and never when `NO_COLOR` is set. Output into a pipe that closes",
             "early (`| head -n1`) ends quietly.",
+            "",
+            "On a terminal, output longer than the screen goes through a pager",
+            "(`$FLOWFORGE_PAGER`, else `$PAGER`, else `less` with `LESS=FRX`; `--no-pager`",
+            'for one command). Shell completion: `eval "$(flowforge completion bash)"` in',
+            "`~/.bashrc` (or `zsh` in `~/.zshrc`), generated from the same parser as this page.",
             "",
             *sections,
         ]

@@ -12,6 +12,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def most_in_any_second(times: list[float]) -> int:
+    """The most arrivals in any window of one second (sliding, not calendar seconds)."""
+    times = sorted(times)
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
 @dataclass
 class Received:
     """One request the target saw."""
@@ -38,6 +49,12 @@ class Reply:
 
 
 Script = Callable[[Received], Reply]
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a worker opening hundreds of connections at
+    # once (the outbound bench) would wait out SYN retransmits.
+    request_queue_size = 1024
 
 
 class Target:
@@ -93,7 +110,7 @@ class Target:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         if tls is not None:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)

@@ -15,7 +15,7 @@ def sign(secret: str, msg_id: str, timestamp: int | str, body: bytes) -> str:
 
 
 # The providers' schemes, each written from the provider's own documentation (the links),
-# with the standard library only: never through flowforge.presets.
+# with the standard library only: never through flowforge.trust.presets.
 
 
 def stripe_header(secrets: list[str], timestamp: int, body: bytes) -> str:

@@ -8,16 +8,16 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from flowforge import metrics
+from flowforge.store import gauges
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus" / "alerts.yml"
 SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
 
 
 def exported() -> set[str]:
-    """Every sample name flowforge.metrics can export, labelled series without children
+    """Every sample name flowforge.observe.metrics can export, labelled series without children
     yet included."""
-    names = set(metrics.DATABASE_GAUGES)
+    names = set(gauges.DATABASE_GAUGES)
     for family in REGISTRY.collect():
         if family.name.startswith("flowforge_"):
             names.update(family.name + suffix for suffix in SUFFIXES[family.type])

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from flowforge import archive
-from flowforge.definitions import DefinitionInvalid, parse_definition
+from flowforge.domain.definitions import DefinitionInvalid, parse_definition
+from flowforge.store import archive
 
 STEPS = [{"id": "shape", "type": "transform", "output": {}}]
 

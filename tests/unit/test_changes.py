@@ -3,8 +3,8 @@ run starts a new change log, so nothing is cleared behind anyone's back."""
 
 from __future__ import annotations
 
-from flowforge.engine import Changes
-from flowforge.model import DEFAULT_LEASE_S, ExecutionStatus, StepStatus
+from flowforge.domain.engine import Changes
+from flowforge.domain.model import DEFAULT_LEASE_S, ExecutionStatus, StepStatus
 from tests.unit.test_engine import http, make_run
 
 

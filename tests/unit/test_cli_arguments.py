@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from flowforge import cli
-from flowforge.tables import table
+from flowforge.cli.tables import table
 from tests.support.processes import free_port
 
 EID = "01a2319b-39f6-785c-973d-591e2442266d"

@@ -1,4 +1,4 @@
-"""Cron parsing and fire times (flowforge/cron.py), checked against cronsim, and the DST
+"""Cron parsing and fire times (flowforge/domain/cron.py), checked against cronsim, and the DST
 rule of SPEC §9 on the 2026 transitions of Europe/Lisbon and America/New_York.
 
 cronsim (healthchecks.io) is the reference: it follows Debian cron, whose DST handling
@@ -18,8 +18,8 @@ from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowforge import cron
-from flowforge.definitions import DefinitionInvalid, parse_definition
+from flowforge.domain import cron
+from flowforge.domain.definitions import DefinitionInvalid, parse_definition
 
 SETTINGS = settings(max_examples=200, deadline=None)
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from flowforge.defdiff import MAX_CHANGES, MAX_VALUE, diff
+from flowforge.domain.defdiff import MAX_CHANGES, MAX_VALUE, diff
 
 
 def test_changes_are_listed_in_the_authors_order_with_their_paths() -> None:

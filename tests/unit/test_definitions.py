@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.definitions import (
+from flowforge.domain.definitions import (
     MAX_DEFINITION_BYTES,
     SAFE_METHODS,
     STEP_TYPES,
@@ -144,7 +144,7 @@ def test_the_spec_example_steps_are_normalised() -> None:
 
 
 def test_public_constants() -> None:
-    assert STEP_TYPES == ("http_request", "delay", "transform", "wait")
+    assert STEP_TYPES == ("http_request", "delay", "transform", "wait", "map", "workflow")
     assert frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"}) == SAFE_METHODS
     assert MAX_DEFINITION_BYTES == 262_144
     assert issubclass(DefinitionInvalid, FlowForgeError)

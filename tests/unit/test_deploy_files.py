@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flowforge.config import Settings
+from flowforge.store.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "docs" / "systemd"

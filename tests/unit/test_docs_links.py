@@ -80,7 +80,7 @@ def test_every_whole_definition_in_the_docs_is_valid() -> None:
     """A reader copies these: each ```json block that is a whole definition publishes."""
     import json
 
-    from flowforge.definitions import parse_definition
+    from flowforge.domain.definitions import parse_definition
 
     checked = 0
     for page in pages():

@@ -1,4 +1,4 @@
-"""The DAG rules of flowforge/engine.py, driven without a database."""
+"""The DAG rules of flowforge/domain/engine.py, driven without a database."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from flowforge.definitions import RetryPolicy, parse_definition
-from flowforge.engine import Run, StepState, backoff_seconds
-from flowforge.model import Outcome
+from flowforge.domain.definitions import RetryPolicy, parse_definition
+from flowforge.domain.engine import Run, StepState, backoff_seconds
+from flowforge.domain.model import Outcome
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 OPERATOR = {"kind": "api_key", "id": 7, "name": "ops"}

@@ -13,21 +13,26 @@ import logging
 import pytest
 from flask import Flask
 
-from flowforge import definitions, jsonvalues, signatures, timeline
 from flowforge.api import problems
+from flowforge.domain import definitions, jsonvalues
+from flowforge.domain.templating import TemplateError
 from flowforge.errors import (
     BrokerUnavailable,
     ClientError,
     ConfigError,
     Conflict,
+    DatabaseError,
     DatabaseUnavailable,
     FlowForgeError,
+    Forbidden,
     NotFound,
+    SchemaMissing,
 )
-from flowforge.migrate import MigrationError
-from flowforge.netguard import SentNoResponse
-from flowforge.sealing import EncryptionKeyMissing, SecretUnreadable
-from flowforge.templating import TemplateError
+from flowforge.steps.netguard import SentNoResponse
+from flowforge.store import timeline
+from flowforge.store.migrate import MigrationError
+from flowforge.trust import signatures
+from flowforge.trust.sealing import EncryptionKeyMissing, SecretUnreadable
 from tests.support.problems import assert_problem
 
 SECRET_DETAIL = "postgresql://flowforge:hunter2@db.internal/flowforge"
@@ -52,6 +57,9 @@ def answer(error: Exception) -> object:
         TemplateError(f"{{{{ input.x }}}}: 'x' not found in {SECRET_DETAIL}"),
         SentNoResponse(f"POST {SECRET_DETAIL}: connection reset"),
         FlowForgeError(SECRET_DETAIL),
+        # psycopg's refusals as db.wrap_exceptions(every_error=True) says them: still ours.
+        DatabaseError(f"syntax error at {SECRET_DETAIL}"),
+        SchemaMissing(f'relation "workflows" does not exist at {SECRET_DETAIL}'),
     ],
     ids=lambda error: type(error).__name__,
 )
@@ -97,6 +105,7 @@ def test_a_fault_only_the_operator_can_fix_is_a_503_without_retry_after(
         (jsonvalues.NotStorable("strings may not contain \\u0000"), 400, "unsupported-json"),
         (signatures.SignatureInvalid("no matching signature"), 401, "invalid-signature"),
         (timeline.BadCursor("pass back a next_cursor"), 400, "invalid-cursor"),
+        (Forbidden("this API key may not read this workflow"), 403, "forbidden"),
     ],
     ids=lambda value: type(value).__name__ if isinstance(value, Exception) else None,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowforge import faults
-from flowforge.config import ConfigError, Settings
+from flowforge.store.config import ConfigError, Settings
 
 
 def test_faults_without_test_mode_refuse_to_start() -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from flowforge.definitions import Concurrency, DefinitionInvalid, parse_definition
-from flowforge.engine import Run, StepState
-from flowforge.flowcontrol import KeyUnresolved, concurrency_key, retry_after
-from flowforge.model import Outcome
+from flowforge.domain.definitions import Concurrency, DefinitionInvalid, parse_definition
+from flowforge.domain.engine import Run, StepState
+from flowforge.domain.model import Outcome
+from flowforge.store.flowcontrol import KeyUnresolved, concurrency_key, retry_after
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 GET = {"method": "GET", "url": "https://example.com/x", "timeout_s": 10}

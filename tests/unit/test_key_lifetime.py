@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowforge.config import ConfigError, Settings
+from flowforge.store.config import ConfigError, Settings
 
 NAME = "FLOWFORGE_IDEMPOTENCY_KEY_HOURS"
 

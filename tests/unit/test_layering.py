@@ -12,7 +12,7 @@ IO_MODULES = ("psycopg", "psycopg_pool", "urllib3", "requests", "pika")
 def test_engine_imports_no_io_library() -> None:
     script = (
         "import json, sys\n"
-        "import flowforge.engine, flowforge.model, flowforge.jsonvalues\n"
+        "import flowforge.domain.engine, flowforge.domain.model, flowforge.domain.jsonvalues\n"
         f"print(json.dumps(sorted(m for m in {IO_MODULES!r} if m in sys.modules)))\n"
     )
     result = subprocess.run(

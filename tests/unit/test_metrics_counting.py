@@ -1,16 +1,21 @@
-"""What flowforge.metrics counts from a unit of work's changes, and when: only after the
-block that holds the transaction ended without an error."""
+"""What flowforge.observe.metrics counts from a unit of work's changes, and when: only after the
+block that holds the transaction ended without an error (store/runs.after_commit). What the
+changes did is the engine's word (engine.happened, engine.since_resume); metrics counts it."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 from prometheus_client import REGISTRY
 
-from flowforge import intake, metrics
-from flowforge.engine import Changes, FinishedAttempt, NewAttempt, StepState
-from flowforge.model import EventKind
+from flowforge.domain import engine
+from flowforge.domain.definitions import parse_definition
+from flowforge.domain.engine import Changes, FinishedAttempt, NewAttempt, Run, StepState
+from flowforge.domain.model import EventKind
+from flowforge.observe import metrics
+from flowforge.store import intake, runs
 
 
 def sample(name: str, **labels: str) -> float:
@@ -51,33 +56,92 @@ def snapshot() -> list[float]:
     return [sample(name, **labels) for name, labels in NAMES]
 
 
+def test_the_engine_says_what_a_unit_of_work_did() -> None:
+    done = engine.happened(changes())
+    assert done.attempts_ended == (("transform", "succeeded"), ("http_request", "succeeded"))
+    assert done.waits_started == 1
+    assert done.waits_ended == (EventKind.WAIT_TIMED_OUT,)
+    assert [(kind, round(took)) for kind, took in done.steps_ended] == [
+        ("http_request", 2),
+        ("transform", 0),
+    ]
+    assert done.execution_ended is None
+    assert engine.happened(Changes("e")) is engine.NOTHING_HAPPENED
+
+
+def counted_after_commit(done: Changes) -> None:
+    """What runs.save_run does with a saved unit of work: its listeners hear of it after
+    the COMMIT."""
+    runs.on_commit(partial(metrics.saved, done))
+
+
 def test_a_committed_unit_of_work_is_counted_after_it_ends() -> None:
     before = snapshot()
-    with metrics.after_commit():
-        metrics.saved(changes())
+    with runs.after_commit():
+        counted_after_commit(changes())
         assert snapshot() == before  # not yet: the COMMIT has not happened
     assert [b - a for a, b in zip(before, snapshot(), strict=True)] == [1, 1, 1, 1, 1]
 
 
 def test_a_rolled_back_unit_of_work_counts_nothing() -> None:
     before = snapshot()
-    with pytest.raises(RuntimeError), metrics.after_commit():
-        metrics.saved(changes())
+    with pytest.raises(RuntimeError), runs.after_commit():
+        counted_after_commit(changes())
         raise RuntimeError("the commit failed")
     assert snapshot() == before
     # And the next unit of work is not haunted by the discarded one.
-    with metrics.after_commit():
+    with runs.after_commit():
         pass
     assert snapshot() == before
 
 
 def test_a_nested_block_counts_with_the_outermost() -> None:
     before = snapshot()
-    with metrics.after_commit():
-        with metrics.after_commit():
-            metrics.saved(changes())
+    with runs.after_commit():
+        with runs.after_commit():
+            counted_after_commit(changes())
         assert snapshot() == before
     assert snapshot() != before
+
+
+def waited_run(wait: StepState) -> Run:
+    definition = parse_definition(
+        {
+            "name": "approval",
+            "trigger": {"webhook": {"auth": "none"}},
+            "steps": [
+                {"id": "approval", "type": "wait", "timeout_s": 60},
+                {
+                    "id": "after",
+                    "type": "transform",
+                    "depends_on": ["approval"],
+                    "output": {"ok": True},
+                },
+            ],
+        }
+    )
+    now = datetime.now(UTC)
+    return Run(
+        "e",
+        "approval",
+        1,
+        "running",
+        {},
+        definition,
+        {"approval": wait, "after": StepState("after", "transform", "pending")},
+        now,
+    )
+
+
+def test_the_engine_says_how_long_ago_a_resume_let_a_step_start() -> None:
+    now = datetime.now(UTC)
+    resumed = StepState("approval", "wait", "succeeded", finished_at=now - timedelta(seconds=3))
+    assert round(engine.since_resume(waited_run(resumed), "after") or 0) == 3
+    # A timed-out wait keeps its wake_at: no resume to measure.
+    timed_out = StepState(
+        "approval", "wait", "succeeded", wake_at=now, finished_at=now - timedelta(seconds=3)
+    )
+    assert engine.since_resume(waited_run(timed_out), "after") is None
 
 
 def test_an_execution_duration_runs_from_the_time_in_its_id() -> None:
@@ -86,7 +150,7 @@ def test_an_execution_duration_runs_from_the_time_in_its_id() -> None:
     done.events = [(None, "execution.succeeded", {})]
     count = "flowforge_execution_duration_seconds_count"
     before = sample(count, status="succeeded")
-    metrics.saved(done)  # outside any unit of work: counted at once
+    counted_after_commit(done)  # outside any unit of work: counted at once
     assert sample(count, status="succeeded") == before + 1
     assert metrics._accepted_at("00000000-0000-4000-8000-000000000000") is None
 

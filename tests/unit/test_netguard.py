@@ -6,9 +6,9 @@ import ipaddress
 
 import pytest
 
-from flowforge import netguard
 from flowforge.errors import FlowForgeError
-from flowforge.netguard import (
+from flowforge.steps import netguard
+from flowforge.steps.netguard import (
     Allowlist,
     NotSent,
     RequestInvalid,

@@ -1,4 +1,4 @@
-"""/openapi.json's Definition schema accepts what flowforge/definitions.py accepts.
+"""/openapi.json's Definition schema accepts what flowforge/domain/definitions.py accepts.
 
 The OpenAPI document is written by hand (it states the contract) and the parser is the
 rule, so they drift apart unless a test holds them together: it once rejected
@@ -24,8 +24,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from flowforge import definitions
 from flowforge.api import openapi
+from flowforge.domain import definitions
 from tests.support import definitions as shipped
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +45,8 @@ STEP_BASES: dict[str, dict[str, Any]] = {
     "delay": {"id": "pause", "type": "delay", "duration_s": 1},
     "transform": SHAPE,
     "wait": {"id": "approve", "type": "wait", "timeout_s": 60},
+    "map": {"id": "lines", "type": "map", "items": "{{ input.lines }}", "steps": [SHAPE]},
+    "workflow": {"id": "invoice", "type": "workflow", "workflow": "invoicing"},
 }
 
 
@@ -79,6 +81,16 @@ LOCATIONS: dict[str, tuple[dict[str, Any], list[str | int], dict[str, Any]]] = {
         ["trigger", "webhook"],
         SCHEMAS["Definition"]["properties"]["trigger"]["properties"]["webhook"],
     ),
+    "trigger.webhook.debounce": (
+        _doc(SHAPE, trigger={"webhook": {"debounce": {"window_s": 1}}}),
+        ["trigger", "webhook", "debounce"],
+        SCHEMAS["Debounce"],
+    ),
+    "trigger.webhook.batch": (
+        _doc(SHAPE, trigger={"webhook": {"batch": {"window_s": 1, "max_items": 1}}}),
+        ["trigger", "webhook", "batch"],
+        SCHEMAS["Batch"],
+    ),
     "trigger.schedule": (
         _doc(SHAPE, trigger={"schedule": {"every_s": 60}}),
         ["trigger", "schedule"],
@@ -112,6 +124,7 @@ LOCATIONS: dict[str, tuple[dict[str, Any], list[str | int], dict[str, Any]]] = {
 
 # A valid value for every field the schema names. A field named in the schema without a
 # sample here fails test_every_named_field_is_accepted_by_both: add one.
+SAMPLE_BATCH = {"max_items": 2, "window_s": 1}
 SAMPLES: dict[str, dict[str, Any]] = {
     "definition": {
         "name": "Orders",
@@ -123,11 +136,18 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "start_within_s": 30.5,
         "retention_days": 0.5,
         "archive_days": 7,
+        "priority": "{{ input.priority }}",
         "limits": {"api": {"concurrency": 2}},
         "input_schema": {"type": "object"},
     },
     "trigger": {"webhook": {"auth": "signature"}, "schedule": {"every_s": 60}},
-    "trigger.webhook": {"auth": "none"},
+    "trigger.webhook": {
+        "auth": "none",
+        "debounce": {"window_s": 30, "max_wait_s": 300},
+        "batch": {"max_items": 100, "window_s": 10},
+    },
+    "trigger.webhook.debounce": {"key": "{{ input.customer }}", "window_s": 30, "max_wait_s": 300},
+    "trigger.webhook.batch": {"key": "{{ input.shop }}", "max_items": 100, "window_s": 10},
     "trigger.schedule": {
         "cron": "*/5 * * * *",
         "every_s": 300,
@@ -176,6 +196,24 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "timeout_s": 3600,
         "on_timeout": "continue",
         "auth": "signature",
+    },
+    "step map": {
+        "id": "each",
+        "type": "map",
+        "depends_on": [],
+        "when": {"path": "input.x", "op": "exists"},
+        "items": [1, 2, 3],
+        "steps": [{"id": "double", "type": "transform", "output": {"n": "{{ item }}"}}],
+        "max_parallel": 20,
+        "on_item_failure": "collect",
+    },
+    "step workflow": {
+        "id": "invoice",
+        "type": "workflow",
+        "depends_on": [],
+        "when": {"path": "input.x", "op": "exists"},
+        "workflow": "invoicing",
+        "input": {"order": "{{ input.x }}"},
     },
     "request": {
         "method": "post",
@@ -332,6 +370,31 @@ def test_every_bound_is_answered_alike(location: str, field: str, value: Any, in
 
 
 @pytest.mark.parametrize(
+    ("priority", "accepted"),
+    [
+        (0, True),
+        (definitions.MIN_PRIORITY, True),
+        (definitions.MAX_PRIORITY, True),
+        (definitions.MIN_PRIORITY - 1, False),
+        (definitions.MAX_PRIORITY + 1, False),
+        (2.5, False),
+        (True, False),
+        ("5", False),
+        ("{{ input.priority }}", True),
+        ("{{input.order.priority}}", True),
+        ("{{ input }}", False),
+        ("{{ secrets.p }}", False),
+        ("{{ execution.id }}", False),
+        ("x {{ input.priority }}", False),
+        ("{{ input.a }}{{ input.b }}", False),
+        (None, False),
+    ],
+)
+def test_priority_values_are_answered_alike(priority: Any, accepted: bool) -> None:
+    assert _answers(_doc(SHAPE, priority=priority)) == (accepted, accepted)
+
+
+@pytest.mark.parametrize(
     ("when", "accepted"),
     [
         ({"path": "input.x", "op": "eq"}, False),
@@ -364,8 +427,14 @@ def test_when_values_are_answered_alike(when: dict[str, Any], accepted: bool) ->
         _doc({**STEP_BASES["transform"], "duration_s": 1}),
         _doc({"id": "approve", "type": "wait"}),
         _doc({"id": "shape", "type": "map", "output": {}}),
+        _doc({"id": "invoice", "type": "workflow"}),
+        _doc({"id": "invoice", "type": "workflow", "workflow": "Not A Key"}),
         {"name": "t", "steps": []},
         {"steps": [SHAPE]},
+        _doc(
+            SHAPE,
+            trigger={"webhook": {"debounce": {"window_s": 1}, "batch": SAMPLE_BATCH}},
+        ),
     ],
 )
 def test_shapes_both_reject(doc: dict[str, Any]) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from flowforge.config import ConfigError, Settings
-from flowforge.definitions import Circuit, DefinitionInvalid, LimitSpec, parse_definition
+from flowforge.domain.definitions import Circuit, DefinitionInvalid, LimitSpec, parse_definition
+from flowforge.store.config import ConfigError, Settings
 
 
 def definition(limits: Any, limit: Any = "partner") -> dict[str, Any]:

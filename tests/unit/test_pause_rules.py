@@ -1,10 +1,10 @@
-"""The pause rules of flowforge/engine.py (SPEC §14), driven without a database: a
+"""The pause rules of flowforge/domain/engine.py (SPEC §14), driven without a database: a
 paused run promotes and dispatches nothing, records what was in flight, resumes as it
 was, and retry.on_exhausted "pause" holds the run at the step whose tries ran out."""
 
 from __future__ import annotations
 
-from flowforge.model import Outcome
+from flowforge.domain.model import Outcome
 from tests.unit.test_engine import OPERATOR, http, make_run, statuses
 
 RETRY = {"max_attempts": 1, "on_exhausted": "pause"}

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowforge.definitions import Definition, DefinitionInvalid, parse_definition
-from flowforge.templating import TemplateError, render
+from flowforge.domain.definitions import Definition, DefinitionInvalid, parse_definition
+from flowforge.domain.templating import TemplateError, render
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -8,7 +8,7 @@ import argparse
 import re
 from pathlib import Path
 
-from flowforge.config import VARIABLES
+from flowforge.store.config import VARIABLES
 from tests.support import reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def test_every_variable_the_code_reads_is_documented() -> None:
     prefixes = tuple(n.split("<")[0] for n in documented if "<" in n)
     used = {name for path in SOURCES for name in NAME.findall(path.read_text(encoding="utf-8"))}
     missing = sorted(n for n in used if n not in documented and not f"{n}_".startswith(prefixes))
-    assert missing == [], f"add a Variable to flowforge/config.py VARIABLES for {missing}"
+    assert missing == [], f"add a Variable to flowforge/store/config.py VARIABLES for {missing}"
 
 
 def test_the_configuration_page_is_generated_from_the_code() -> None:

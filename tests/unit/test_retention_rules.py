@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.definitions import DEFAULT_RETENTION_DAYS, DefinitionInvalid, parse_definition
+from flowforge.domain.definitions import DEFAULT_RETENTION_DAYS, DefinitionInvalid, parse_definition
 
 STEPS = [{"id": "shape", "type": "transform", "output": {}}]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flowforge import sealing
-from flowforge.config import ConfigError, Settings
+from flowforge.store.config import ConfigError, Settings
+from flowforge.trust import sealing
 
 KEY = sealing.parse_key(sealing.new_key())
 
@@ -34,7 +34,10 @@ def test_a_sealed_secret_opens_only_for_its_own_row_and_key() -> None:
 
 def test_python_m_flowforge_sealing_prints_a_usable_key() -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "flowforge.sealing"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "flowforge.trust.sealing"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert len(sealing.parse_key(printed)) == 32
     assert Settings.from_env({"FLOWFORGE_ENCRYPTION_KEY": printed}).encryption_key is not None
@@ -45,7 +48,7 @@ def test_a_malformed_key_stops_start_up_without_printing_it(bad: str) -> None:
     with pytest.raises(ConfigError) as raised:
         Settings.from_env({"FLOWFORGE_ENCRYPTION_KEY": bad})
     assert bad not in str(raised.value)
-    assert "python -m flowforge.sealing" in str(raised.value)
+    assert "python -m flowforge.trust.sealing" in str(raised.value)
 
 
 def test_the_key_comes_from_the_environment_or_the_systemd_credential(tmp_path: Path) -> None:

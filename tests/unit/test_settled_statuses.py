@@ -6,7 +6,7 @@ this test holds that copy to the one definition until it imports it.
 
 from __future__ import annotations
 
-from flowforge.model import TERMINAL_EXECUTION, ExecutionStatus
+from flowforge.domain.model import TERMINAL_EXECUTION, ExecutionStatus
 from tests.soak import checker
 from tests.support.api import TERMINAL
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from flowforge.definitions import parse_definition
-from flowforge.templating import find_placeholders, iter_template_strings
+from flowforge.domain.definitions import parse_definition
+from flowforge.domain.templating import find_placeholders, iter_template_strings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "docs" / "examples").glob("*.json"))
@@ -72,8 +72,21 @@ def test_the_nginx_site_keeps_resume_tokens_out_of_its_log_and_denies_metrics() 
     metrics = location(config, "= /metrics")
     assert re.search(r"\bdeny\s+all\s*;", metrics), metrics
     assert not re.search(r"\ballow\s+all\b", config)
-    # Nothing else logs request lines with a custom format that could bring them back.
-    assert "log_format" not in config
+    # The error log would name a resume request's line (body too large, API down).
+    assert re.search(r"\berror_log\s+\S+\s+(crit|alert|emerg)\s*;", resume), resume
+    # A custom format never brings request lines back...
+    formats = dict(re.findall(r"\blog_format\s+(\w+)\s+((?:'[^']*'\s*)+);", config))
+    assert len(formats) == config.count("log_format")
+    for name, text in formats.items():
+        assert not re.search(
+            r"\$(request|request_uri|uri|document_uri|args|query_string)\b", text
+        ), name
+    # ...and nginx's own refusals, logged where error_page ends them with the original
+    # request line in $request, use one of those formats.
+    problem = re.search(r"location\s+/\.problem/\s*\{([^{}]*)", config)
+    assert problem is not None
+    logged = re.search(r"\baccess_log\s+\S+\s+(\w+)\s*;", problem.group(1))
+    assert logged is not None and logged.group(1) in formats, problem.group(1)
 
 
 @pytest.mark.parametrize("path", SYSTEMD, ids=lambda p: p.name)

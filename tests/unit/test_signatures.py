@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from flowforge.signatures import TOLERANCE_S, SignatureInvalid, new_secret, verify
+from flowforge.trust.signatures import TOLERANCE_S, SignatureInvalid, new_secret, verify
 from tests.support.webhooks import sign
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()

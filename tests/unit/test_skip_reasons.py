@@ -3,7 +3,7 @@ why (`small_order ... skipped because when shape.total lte 100 is false`)."""
 
 from __future__ import annotations
 
-from flowforge.engine import Run
+from flowforge.domain.engine import Run
 from tests.unit.test_engine import make_run
 
 

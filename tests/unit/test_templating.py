@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.errors import FlowForgeError
-from flowforge.templating import (
+from flowforge.domain.templating import (
     TemplateError,
     TemplateSyntaxError,
     evaluate_condition,
@@ -18,6 +17,7 @@ from flowforge.templating import (
     render_url,
     resolve_path,
 )
+from flowforge.errors import FlowForgeError
 
 CONTEXT: dict[str, Any] = {
     "input": {"order_id": "A/1 ?&", "n": 3, "price": 2.5, "ok": True, "none": None},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowforge.config import ConfigError, Settings
+from flowforge.store.config import ConfigError, Settings
 from flowforge.worker.broker import broker_urls
 
 

@@ -1,4 +1,4 @@
-"""flowforge/tracing.py with the SDK's in-memory exporter: which spans, with which ids and
+"""flowforge/observe/tracing.py with the SDK's in-memory exporter: which spans, with which ids and
 parents, and nothing loaded from OpenTelemetry when tracing is off."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from flowforge import tracing
-from flowforge.engine import Changes, StepState
-from flowforge.intake import uuid7
-from flowforge.model import Outcome
+from flowforge.domain.engine import Changes, StepState
+from flowforge.domain.model import Outcome
+from flowforge.observe import tracing
+from flowforge.store.intake import uuid7
 from tests.support.processes import ROOT
 
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -39,7 +39,8 @@ def test_off_by_default_loads_no_opentelemetry_module() -> None:
     """The hot path's cost when off: every hook module imported, configure() run with no
     OTEL_* variable, and not one opentelemetry module in the process."""
     code = (
-        "import sys; from flowforge import tracing, runs, intake; "
+        "import sys; from flowforge.observe import tracing; "
+        "from flowforge.store import runs, intake; "
         "import flowforge.api.hooks, flowforge.worker.executor, flowforge.worker.main; "
         "assert tracing.configure({}) is False; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
@@ -150,8 +151,8 @@ def test_an_execution_without_a_webhook_context_roots_a_trace_at_its_id(
 
 
 def test_the_attempt_span_is_what_the_target_receives(spans: InMemorySpanExporter) -> None:
-    from flowforge.definitions import parse_definition
-    from flowforge.engine import Run
+    from flowforge.domain.definitions import parse_definition
+    from flowforge.domain.engine import Run
 
     definition = parse_definition(
         {

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from flowforge import waits
-from flowforge.config import ConfigError, Settings
-from flowforge.definitions import DefinitionInvalid, parse_definition
-from flowforge.http_step import render_request
-from flowforge.templating import TemplateError
+from flowforge.domain.definitions import DefinitionInvalid, parse_definition
+from flowforge.domain.templating import TemplateError
+from flowforge.steps.http_step import render_request
+from flowforge.store import waits
+from flowforge.store.config import ConfigError, Settings
 from tests.unit.test_engine import NOW, make_run, statuses
 
 KEY = bytes(range(32))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowforge.config import ConfigError, Settings
+from flowforge.store.config import ConfigError, Settings
 
 
 def test_the_pool_size_is_its_own_setting_whatever_the_concurrency() -> None:
@@ -20,3 +20,9 @@ def test_the_pool_size_is_its_own_setting_whatever_the_concurrency() -> None:
 def test_a_pool_too_small_to_run_a_worker_is_refused_at_start(raw: str) -> None:
     with pytest.raises(ConfigError, match="FLOWFORGE_WORKER_POOL_SIZE"):
         Settings.from_env({"FLOWFORGE_WORKER_POOL_SIZE": raw})
+
+
+def test_the_background_services_have_a_third_of_the_pool_one_to_three() -> None:
+    from flowforge.worker.supervisor import services_pool_size
+
+    assert [services_pool_size(n) for n in (2, 5, 6, 9, 10, 100)] == [1, 1, 2, 3, 3, 3]

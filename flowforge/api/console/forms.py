@@ -12,13 +12,15 @@ from urllib.parse import urlencode
 
 import psycopg
 
-from flowforge import catalog, search
 from flowforge.api.problems import Problem
-from flowforge.apikeys import ApiKey
-from flowforge.jsonvalues import loads_storable
+from flowforge.domain.jsonvalues import loads_storable
+from flowforge.domain.model import is_key
+from flowforge.errors import Forbidden
+from flowforge.store import search
+from flowforge.store.apikeys import ApiKey
 
 # The filter fields, as the list's form names them; bulk pages carry the same ones.
-FIELDS = ("workflow", "status", "from", "to", "idempotency_key", "path", "value")
+FIELDS = ("id", "workflow", "status", "from", "to", "idempotency_key", "path", "value")
 PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_PATH_DEPTH = 8
 MAX_TEXT = 512
@@ -91,10 +93,10 @@ def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) 
     workflow = raw["workflow"]
     keys: list[str] | None
     if workflow:
-        if not catalog.is_key(workflow):
+        if not is_key(workflow):
             raise bad("workflow", "not a workflow key")
         if not key.allows(workflow, write=False):
-            raise Problem(403, "Forbidden", "this API key may not read this workflow")
+            raise Forbidden("this API key may not read this workflow")
         keys = [workflow]
     else:
         keys = list(key.workflows) if key.workflows is not None else None
@@ -104,6 +106,9 @@ def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) 
     status = raw["status"]
     if status and status not in search.STATUSES:
         raise bad("status", "one of " + ", ".join(search.STATUSES))
+    prefix = search.id_prefix(raw["id"]) if raw["id"] else None
+    if raw["id"] and prefix is None:
+        raise bad("id", "an execution id or its first hex digits, such as 01a233ee")
     if raw["value"] and not raw["path"]:
         raise bad("path", "name the input path the value is compared with")
     flt = search.Filter(
@@ -113,6 +118,7 @@ def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) 
         created_to=_instant("to", raw["to"]) if raw["to"] else None,
         idempotency_key=raw["idempotency_key"] or None,
         input_match=_containment(raw["path"], raw["value"]) if raw["path"] else None,
+        id_prefix=prefix,
     )
     return Query(raw, flt)
 

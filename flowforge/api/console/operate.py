@@ -1,15 +1,22 @@
-"""The console's operator actions: the one place it calls flowforge.actions, each call
-recorded in the execution's history with the signed-in key as its actor."""
+"""The console's operator actions: the one place it calls flowforge.store.actions (and the
+store's other units of work an operator starts), each call recorded in the execution's
+history with the signed-in key as its actor."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from flowforge import actions, pausing
-from flowforge import replay as replay_module
-from flowforge.apikeys import ApiKey
+from flowforge.store import actions, outbound, pausing, schedules
+from flowforge.store import reingest as reingest_module
+from flowforge.store import replay as replay_module
+from flowforge.store.apikeys import ApiKey
+
+# One per process, as the API's schedule endpoints keep: it caches intake targets, which
+# the intake statement re-checks.
+_TICKER = schedules.Ticker()
 
 
 def cancel(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
@@ -86,3 +93,45 @@ def replay_onto_newest(
 ) -> str:
     """Replay a failed execution from its failed step onto the newest version."""
     return replay(conn, key, execution_id, from_step, None)
+
+
+def pause_schedule(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
+    """Pause a schedule: due ticks are ledgered paused, not fired (as the API's pause)."""
+    return schedules.set_paused(conn, workflow, True, key.actor())
+
+
+def resume_schedule(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
+    """Resume a schedule: ticks fire again from now on."""
+    return schedules.set_paused(conn, workflow, False, key.actor())
+
+
+def trigger_schedule(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
+    """Fire a tick now, under the overlap policy; what became of it."""
+    return _TICKER.trigger(conn, workflow, key.actor()).view()
+
+
+def backfill_schedule(
+    conn: psycopg.Connection,
+    key: ApiKey,
+    workflow: str,
+    start: datetime,
+    end: datetime,
+    *,
+    dry_run: bool,
+) -> list[dict[str, Any]]:
+    """Fire (or, dry, list) the past range's ticks that have not fired, as the API does."""
+    return _TICKER.backfill(conn, workflow, start, end, dry_run=dry_run, actor=key.actor())
+
+
+def reingest(
+    conn: psycopg.Connection, key: ApiKey, workflow: str, request: reingest_module.Request
+) -> dict[str, Any]:
+    """Re-ingest a workflow's archived deliveries as new executions (dry: how many, and a
+    sample)."""
+    return reingest_module.reingest(conn, workflow, request, key.actor())
+
+
+def close_circuit(conn: psycopg.Connection, circuit: str) -> bool:
+    """Close an open circuit by hand (no actor is recorded: a circuit has no history);
+    False if it was not open."""
+    return outbound.close_circuit(conn, circuit)

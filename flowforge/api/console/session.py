@@ -19,10 +19,10 @@ from typing import ParamSpec, TypeVar
 from flask import g, request
 from werkzeug.wrappers import Response
 
-from flowforge import sessions
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
-from flowforge.apikeys import ApiKey
+from flowforge.errors import Forbidden
+from flowforge.store import sessions
+from flowforge.store.apikeys import ApiKey
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -81,10 +81,10 @@ def signed_in(view: Callable[P, R]) -> Callable[P, R]:
                 found = sessions.find(conn, token)
         if found is None:
             if request.method == "POST":
-                raise Problem(403, "Forbidden", "sign in to the console first")
+                raise Forbidden("sign in to the console first")
             raise SignInNeeded
         if request.method == "POST" and not same_token(request.form.get("csrf"), found.csrf_token):
-            raise Problem(403, "Forbidden", "the form's CSRF token is missing or wrong")
+            raise Forbidden("the form's CSRF token is missing or wrong")
         g.api_key = found.key
         g.console_session = found
         return view(*args, **kwargs)
@@ -102,6 +102,6 @@ def require(workflow: str | None, *, write: bool) -> ApiKey:
     """The signed-in key, if it may read (or act on) this workflow; else 403."""
     if not may(workflow, write=write):
         what = "act on" if write else "read"
-        raise Problem(403, "Forbidden", f"this API key may not {what} this workflow")
+        raise Forbidden(f"this API key may not {what} this workflow")
     key: ApiKey = g.api_key
     return key

@@ -24,20 +24,6 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
-from flowforge import (
-    actions,
-    apikeys,
-    catalog,
-    defdiff,
-    definitions,
-    flowcontrol,
-    pausing,
-    replay,
-    schedules,
-    search,
-    sessions,
-    timeline,
-)
 from flowforge.api.console import forms, graph, operate
 from flowforge.api.console.session import (
     COOKIE,
@@ -53,9 +39,33 @@ from flowforge.api.console.session import (
 )
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.engine import RETRIED_STEP
-from flowforge.errors import ClientError, NotFound
-from flowforge.model import RESOLUTIONS, TERMINAL_EXECUTION, ExecutionStatus, StepStatus
+from flowforge.domain import defdiff, definitions
+from flowforge.domain.model import (
+    LIVE_EXECUTION,
+    RESOLUTIONS,
+    TERMINAL_EXECUTION,
+    ExecutionStatus,
+    ItemStatus,
+    StepStatus,
+    is_key,
+)
+from flowforge.errors import ClientError, Forbidden, NotFound
+from flowforge.store import (
+    actions,
+    apikeys,
+    catalog,
+    grouping,
+    outbound,
+    reingest,
+    replay,
+    schedules,
+    search,
+    sessions,
+    timeline,
+)
+
+# Groups a workflow page lists (SPEC §15).
+GROUPS_SHOWN = 50
 
 bp = Blueprint(
     "console",
@@ -72,12 +82,14 @@ PAGE_SIZE = 50
 BULK_BATCH = 100
 BULK_COUNT_CAP = 10_000
 BULK_ACTIONS: dict[str, tuple[str, ...]] = {
-    "cancel": ("queued", "running", "waiting", "needs_attention"),
+    # A paused execution is cancelled from its own page.
+    "cancel": tuple(s.value for s in LIVE_EXECUTION if s != ExecutionStatus.PAUSED),
     "retry": tuple(sorted(s.value for s in actions.RETRIED_EXECUTION)),
     # SPEC §14: replayed from the step the confirmation names, onto the version it names.
     "replay": tuple(sorted(s.value for s in replay.REPLAYABLE)),
 }
-LIVE_EXECUTION = frozenset({"queued", "running", "waiting"})
+# The statuses of an execution that moves on by itself (the page refreshes for them).
+MOVES_ON = frozenset(LIVE_EXECUTION) - {ExecutionStatus.PAUSED, ExecutionStatus.NEEDS_ATTENTION}
 # No other site may frame, script or post into the console; its own files only.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -131,8 +143,42 @@ def _pretty(value: Any) -> str:
 def _when(value: str | datetime | None) -> str:
     if value is None:
         return "—"
+    return graph.stamp(value)
+
+
+def _span(seconds: float) -> str:
+    """A length of time as an operator reads it: 180 ms, 4.2 s, 3 min 5 s, 2 h 10 min, 3 d."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{hours // 24} d"
+
+
+@bp.app_template_filter("ago")
+def _ago(value: str | datetime | None) -> str:
+    """How long ago, from the server's clock: `5 min ago`; the page puts the absolute
+    time (the `when` format) in the element's title."""
+    if value is None:
+        return "—"
     instant = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    seconds = (datetime.now(UTC) - instant).total_seconds()
+    return "just now" if seconds < 1 else f"{_span(seconds)} ago"
+
+
+@bp.app_template_filter("took")
+def _took(row: dict[str, Any]) -> str:
+    """How long an execution took from creation to its end, or has run so far (`…`)."""
+    start = row["created_at"]
+    if row.get("finished_at") and row["status"] in TERMINAL_EXECUTION:
+        return _span((row["finished_at"] - start).total_seconds())
+    return f"{_span((datetime.now(UTC) - start).total_seconds())} …"
 
 
 def _csrf() -> str:
@@ -188,7 +234,7 @@ def _signin_page(error: str | None, status: int, token: str) -> Response:
 def signin_post() -> BaseResponse:
     """Check the key, open a session, set its cookie."""
     if not same_token(request.form.get("csrf"), request.cookies.get(SIGNIN_COOKIE)):
-        raise Problem(403, "Forbidden", "the sign-in form's token is missing or wrong; reload it")
+        raise Forbidden("the sign-in form's token is missing or wrong; reload it")
     presented = request.form.get("api_key", "").strip()
     with connection() as conn:
         key = apikeys.authenticate(conn, presented) if presented else None
@@ -238,8 +284,11 @@ def executions() -> str:
             rows = search.page(conn, query.filter, limit=PAGE_SIZE + 1, after=after_id)
             counts = search.status_counts(conn, query.filter)
         workflows = _workflow_choices(conn)
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+        more = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        # How each one started and its first error, for this page's rows only.
+        extra = search.extras(conn, [str(r["id"]) for r in rows])
+    rows = [{**r, **extra.get(str(r["id"]), {})} for r in rows]
     next_link = None
     if more:
         next_link = query.link(after=timeline.encode_cursor(str(rows[-1]["id"])))
@@ -268,11 +317,45 @@ def _retry_label(statuses: set[str]) -> str:
     return "Run the remaining steps"
 
 
+# Items of a map shown at a time on the execution page (SPEC §16).
+ITEM_PAGE = 20
+
+
+def _item_page(conn: psycopg.Connection, detail: dict[str, Any]) -> dict[str, str]:
+    """`?items=<map>&items_after=<index>&items_status=<status>`: that page of one map's
+    items in place of its first one, read like the API's (timeline.map_page: counts from
+    the items that did not succeed, never every item's rows). Returns the query to keep
+    (the live fragment refreshes the same page)."""
+    args = request.args
+    map_id = args.get("items")
+    if map_id is None:
+        return {}
+    step = next((s for s in detail["steps"] if s["id"] == map_id and "items" in s), None)
+    if step is None:
+        raise forms.bad("items", "not a map step of this execution")
+    status = args.get("items_status") or None
+    if status is not None and status not in set(ItemStatus):
+        raise forms.bad("items_status", "one of " + ", ".join(ItemStatus))
+    try:
+        after = int(args.get("items_after", "-1"))
+    except ValueError:
+        raise forms.bad("items_after", "an item index") from None
+    if not -1 <= after <= definitions.MAX_MAP_ITEMS:
+        raise forms.bad("items_after", f"an index from -1 to {definitions.MAX_MAP_ITEMS}")
+    step["items"] = timeline.map_page(
+        conn, detail["id"], map_id, status=status, after=after, limit=ITEM_PAGE
+    )
+    step["items"]["status"] = status
+    query = {"items": map_id, "items_after": str(after)}
+    return {**query, "items_status": status} if status else query
+
+
 def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What the execution page shows: the read model plus the definition and geometry."""
     workflow = timeline.workflow_of(conn, execution_id)
     require(workflow, write=False)
     detail = timeline.execution_detail(conn, execution_id)
+    item_query = _item_page(conn, detail)
     document = catalog.get_version(conn, detail["workflow"], detail["version"])["definition"]
     raw_steps = {s["id"]: s for s in document.get("steps", [])}
     statuses = {s["id"]: s["status"] for s in detail["steps"]}
@@ -293,28 +376,32 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         for a in s["attempts"]
     ]
     attempts.sort(key=lambda a: a["started_at"])
+    took = {(a["step_id"], a["attempt"]): graph.attempt_took(a, ended) for a in attempts}
+    for s in detail["steps"]:
+        for a in s["attempts"]:
+            a["took"] = took.get((s["id"], a["attempt"]))
     # Anything to refresh for: the execution moves on by itself, or a step still does.
-    live = detail["status"] in LIVE_EXECUTION or any(
-        s["status"] in {"ready", "running"} for s in detail["steps"]
+    live = detail["status"] in MOVES_ON or any(
+        s["status"] in {StepStatus.READY, StepStatus.RUNNING} for s in detail["steps"]
     )
     writable = may(detail["workflow"], write=True)
     return {
         "e": detail,
+        "item_query": item_query,
+        "item_page": ITEM_PAGE,
         "definition": document,
         "raw_steps": raw_steps,
         "dag": graph.layout(list(raw_steps.values()), statuses),
-        "timeline": graph.timeline(created, ended, attempts, list(raw_steps)),
+        "timeline": graph.timeline(created, ended, attempts, list(raw_steps), detail["steps"]),
         "axis_w": graph.AXIS_W,
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
         "can_cancel": writable and detail["status"] not in TERMINAL_EXECUTION,
-        # As actions.retry decides: with an unknown step, only if something else can re-run.
         "can_retry": writable
-        and detail["status"] in actions.RETRIED_EXECUTION
-        and (
-            any(s["status"] in RETRIED_STEP for s in detail["steps"])
-            or not any(s["status"] == StepStatus.UNKNOWN for s in detail["steps"])
-        ),
+        and actions.retry_refusal(
+            detail["status"], ((s["id"], s["status"]) for s in detail["steps"])
+        )
+        is None,
         "retry_label": _retry_label({s["status"] for s in detail["steps"]}),
         "can_resolve": writable,
         "wait_open": {
@@ -325,15 +412,20 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "resolutions": RESOLUTIONS,
         "csrf": _csrf(),
         # SPEC §14: why it does not move (paused, or its workflow is) and what may be done.
-        "pause_state": flowcontrol.flow_state(conn, execution_id),
+        "pause_state": detail["flow_control"],
         "can_pause": writable
-        and detail["status"] not in TERMINAL_EXECUTION | {ExecutionStatus.PAUSED}
-        and not detail["cancel_requested_at"],
+        and detail["status"] != ExecutionStatus.PAUSED
+        and actions.pause_refusal(
+            detail["status"], cancel_requested=bool(detail["cancel_requested_at"])
+        )
+        is None,
         "can_resume": writable and detail["status"] == ExecutionStatus.PAUSED,
         "can_fail_paused": writable
-        and detail["status"] == ExecutionStatus.PAUSED
-        and any(s["status"] == StepStatus.FAILED for s in detail["steps"]),
+        and actions.fail_paused_refusal(detail["status"], (s["status"] for s in detail["steps"]))
+        is None,
         "replay": replay.links(conn, execution_id),
+        # SPEC §15: the debounce or batch group it was started from, with its events.
+        "built_from": grouping.built_from(conn, execution_id),
         "can_replay": writable and detail["status"] in replay.REPLAYABLE,
         "latest_version": catalog.get_workflow(conn, detail["workflow"])["latest_version"],
     }
@@ -453,7 +545,9 @@ def resolve(execution_id: str, step_id: str) -> BaseResponse:
         raise Problem(422, "Invalid resolution", "outcome must be succeeded or failed")
     output = forms.json_field(request.form, "output") if outcome == "succeeded" else None
     with connection() as conn:
-        operate.resolve(conn, key, execution_id, _step_id(step_id), outcome, output)
+        if not definitions.is_step_row(step_id):  # a map item's step is resolved too
+            raise NotFound("no such step")
+        operate.resolve(conn, key, execution_id, step_id, outcome, output)
     return _back(execution_id)
 
 
@@ -531,7 +625,7 @@ def failed_post() -> str:
     if action not in FAILED_ACTIONS:
         raise Problem(400, "Invalid action", "action must be replay or retry")
     workflow = request.form.get("workflow", "")
-    if not catalog.is_key(workflow):
+    if not is_key(workflow):
         raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
     key = require(workflow, write=True)
     step_id = _step_id(request.form.get("step", ""))
@@ -544,14 +638,9 @@ def failed_post() -> str:
     done, skipped = _tally("done"), _tally("skipped")
     flt = replay.Filter(workflow=workflow, status=ExecutionStatus.FAILED, step=step_id)
     with connection() as conn:
-        ids = [
-            r[0]
-            for r in conn.execute(
-                replay.BATCH, {**flt.params(upto, after), "limit": BULK_BATCH}
-            ).fetchall()
-        ]
+        ids = replay.batch_ids(conn, flt, upto=upto, after=after, limit=BULK_BATCH)
         for execution_id in ids:
-            if error is not None and not _failed_with(conn, execution_id, step_id, error):
+            if error is not None and not replay.failed_with(conn, execution_id, step_id, error):
                 continue
             try:
                 if action == "replay":
@@ -572,18 +661,6 @@ def failed_post() -> str:
         "after": ids[-1] if len(ids) == BULK_BATCH else None,
     }
     return render_template("failed.html", groups=[], csrf=_csrf(), result=result)
-
-
-FAILED_WITH = """
-SELECT 1 FROM steps
-WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'failed' AND error = %(error)s
-"""
-
-
-def _failed_with(conn: psycopg.Connection, execution_id: str, step_id: str, error: str) -> bool:
-    """Whether the execution's step failed with exactly this error (its inbox group)."""
-    params = {"id": execution_id, "step": step_id, "error": error}
-    return conn.execute(FAILED_WITH, params).fetchone() is not None
 
 
 # ---- bulk --------------------------------------------------------------------------
@@ -733,7 +810,12 @@ def workflow(key: str) -> str:
             schedule = schedules.show(conn, key)
         except schedules.NoSchedule:
             schedule = None
-        paused = pausing.workflow_pause(conn, key)
+        paused = catalog.workflow_pause(conn, key)
+        # SPEC §15: open (and closed, due) groups first, then the last started ones.
+        groups = sorted(
+            grouping.groups(conn, key, None, limit=GROUPS_SHOWN),
+            key=lambda g: (g["status"] not in ("open", "closed"), -g["id"]),
+        )
     # Structural, in the author's order, and bounded whatever the definitions hold.
     diff = defdiff.diff(left, right).lines(f"version {a}", f"version {b}")
     return render_template(
@@ -748,7 +830,63 @@ def workflow(key: str) -> str:
         b=b,
         diff=diff,
         schedule=schedule,
+        groups=groups,
         executions_link=urlencode({"workflow": key}),
+    )
+
+
+# ---- re-ingest (SPEC §14) ---------------------------------------------------------------
+
+
+def _reingest_request(form: Any, *, dry_run: bool) -> tuple[reingest.Request, dict[str, str]]:
+    """A re-ingest request from the page's fields (from, to, an optional JSON filter, the
+    cursor), validated by reingest.parse as the API's is; and the fields to carry on."""
+    fields = {name: form.get(name, "").strip() for name in ("from", "to", "filter", "after")}
+    body: dict[str, Any] = {"from": fields["from"], "to": fields["to"], "dry_run": dry_run}
+    if fields["filter"]:
+        try:
+            body["filter"] = json.loads(fields["filter"])
+        except ValueError:
+            raise Problem(
+                422,
+                "Invalid re-ingest",
+                'filter must be JSON: {"path": "input.type", "op": "eq", "value": "paid"}',
+            ) from None
+    if fields["after"]:
+        if not fields["after"].isdigit() or len(fields["after"]) > 19:
+            raise Problem(400, "Invalid re-ingest", "continue from the previous page")
+        body["after"] = int(fields["after"])
+    return reingest.parse(body), fields
+
+
+@bp.get("/workflows/<workflow_key:key>/reingest")
+@signed_in
+def reingest_page(key: str) -> str:
+    """Re-ingest archived webhooks of a range: the form, then (with a range) a dry run —
+    how many of this page match and a sample — and the confirmation form."""
+    require(key, write=True)
+    preview = None
+    fields = {"from": "", "to": "", "filter": "", "after": ""}
+    if request.args.get("from") or request.args.get("to"):
+        parsed, fields = _reingest_request(request.args, dry_run=True)
+        with connection() as conn:
+            preview = operate.reingest(conn, g.api_key, key, parsed)
+    return render_template(
+        "reingest.html", key=key, fields=fields, preview=preview, result=None, csrf=_csrf()
+    )
+
+
+@bp.post("/workflows/<workflow_key:key>/reingest")
+@signed_in
+def reingest_post(key: str) -> str:
+    """The confirmed re-ingest of one page (at most reingest.MAX_PER_REQUEST executions of
+    the newest version, with the signed-in key as actor); `next` continues the range."""
+    api_key = require(key, write=True)
+    parsed, fields = _reingest_request(request.form, dry_run=False)
+    with connection() as conn:
+        result = operate.reingest(conn, api_key, key, parsed)
+    return render_template(
+        "reingest.html", key=key, fields=fields, preview=None, result=result, csrf=_csrf()
     )
 
 
@@ -770,3 +908,119 @@ def resume_workflow(key: str) -> BaseResponse:
     with connection() as conn:
         operate.resume_workflow(conn, api_key, key)
     return redirect(url_for("console.workflow", key=key), 303)
+
+
+# ---- schedules (SPEC §9), as the API's schedule endpoints --------------------------------
+
+
+def _back_to_workflow(key: str) -> BaseResponse:
+    return redirect(url_for("console.workflow", key=key) + "#schedule", 303)
+
+
+@bp.post("/workflows/<workflow_key:key>/schedule/pause")
+@signed_in
+def pause_schedule(key: str) -> BaseResponse:
+    """Pause the schedule (due ticks are ledgered paused), then back to the workflow."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        operate.pause_schedule(conn, api_key, key)
+    return _back_to_workflow(key)
+
+
+@bp.post("/workflows/<workflow_key:key>/schedule/resume")
+@signed_in
+def resume_schedule(key: str) -> BaseResponse:
+    """Resume the schedule, then back to the workflow."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        operate.resume_schedule(conn, api_key, key)
+    return _back_to_workflow(key)
+
+
+@bp.post("/workflows/<workflow_key:key>/schedule/trigger")
+@signed_in
+def trigger_schedule(key: str) -> BaseResponse:
+    """Fire a tick now; on to its execution, or back to the ledger, whose newest row says
+    why none started (skipped under the overlap policy, buffered)."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        tick = operate.trigger_schedule(conn, api_key, key)
+    if tick["execution_id"]:
+        return redirect(url_for("console.execution", execution_id=tick["execution_id"]), 303)
+    return _back_to_workflow(key)
+
+
+def _form_instant(name: str) -> datetime:
+    """A backfill bound from the form: a datetime-local value is UTC, as the form says;
+    one with an offset keeps it."""
+    text = request.form.get(name, "").strip()
+    try:
+        moment = datetime.fromisoformat(text)
+        return definitions.parse_until(
+            (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+        )
+    except ValueError:
+        raise Problem(
+            400, "Invalid backfill", f"{name} must be a date and time such as 2026-12-01T09:30"
+        ) from None
+
+
+@bp.post("/workflows/<workflow_key:key>/schedule/backfill")
+@signed_in
+def backfill_schedule(key: str) -> str:
+    """A backfill's dry run (the ticks it would fire, and a button to fire them) or the
+    backfill itself (what became of each tick)."""
+    api_key = require(key, write=True)
+    start, end = _form_instant("from"), _form_instant("to")
+    if end < start:
+        raise Problem(400, "Invalid backfill", "to must not be before from")
+    dry_run = request.form.get("dry_run") == "1"
+    with connection() as conn:
+        items = operate.backfill_schedule(conn, api_key, key, start, end, dry_run=dry_run)
+    return render_template(
+        "backfill.html",
+        key=key,
+        items=items,
+        dry_run=dry_run,
+        start=request.form["from"],
+        end=request.form["to"],
+        csrf=_csrf(),
+    )
+
+
+# ---- open circuits (SPEC §13) ----------------------------------------------------------
+
+
+@bp.get("/circuits")
+@signed_in
+def circuits() -> str:
+    """The circuits of outbound limits that are open or half-open, with a close button
+    for a key that may act on every workflow (a circuit's key is shared by all of them)."""
+    key: apikeys.ApiKey = g.api_key
+    with connection() as conn:
+        found = outbound.circuits(conn)
+    closable = key.workflows is None and may(None, write=True)
+    return render_template(
+        "circuits.html",
+        circuits=found,
+        closable=closable,
+        closed=request.args.get("closed"),
+        csrf=_csrf(),
+    )
+
+
+@bp.post("/circuits/close")
+@signed_in
+def close_circuit() -> BaseResponse:
+    """Close a circuit by hand (the operator knows the host is back): its waiting steps go
+    at their next wake-up. The same rule as POST /api/v1/circuits/{key}/close."""
+    key: apikeys.ApiKey = require(None, write=True)
+    if key.workflows is not None:
+        raise Forbidden("closing a circuit needs a key for every workflow")
+    circuit = request.form.get("key", "")
+    if not circuit:
+        raise Problem(400, "Invalid circuit", "name the circuit's key")
+    with connection() as conn:
+        if not operate.close_circuit(conn, circuit):
+            raise NotFound(f"no open circuit has key {circuit!r}")
+    return redirect(url_for("console.circuits", closed=circuit), 303)

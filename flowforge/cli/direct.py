@@ -1,0 +1,227 @@
+"""The operator commands straight on PostgreSQL, for the `flowforge` CLI on the box
+(`--db`): the same operations as flowforge.cli.apiclient.ApiClient, with the same names and
+the same answers as the API, so one CLI handler serves both. The history names
+`cli@<host>`.
+
+Only this side has the API keys: the API has no endpoint that makes them.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import psycopg
+
+from flowforge.domain.definitions import parse_until
+from flowforge.domain.model import ExecutionQuery
+from flowforge.errors import NotFound
+from flowforge.store import (
+    actions,
+    apikeys,
+    catalog,
+    grouping,
+    outbound,
+    pausing,
+    reingest,
+    replay,
+    schedules,
+    timeline,
+)
+from flowforge.store.config import Settings
+from flowforge.trust import signatures
+
+
+def _cli_actor() -> dict[str, str]:
+    """Who acts, for the history, when an operator uses the CLI on the box."""
+    return {"kind": "cli", "name": f"cli@{socket.gethostname()}"}
+
+
+class Database:
+    """The operations of ApiClient, straight on PostgreSQL, answering as the API does."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def list_executions(self, query: ExecutionQuery) -> dict[str, Any]:
+        """A page of executions, newest first (on the box every workflow is in scope)."""
+        return timeline.list_executions(self.conn, query)
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        """One execution with its steps, attempts, history and flow-control state."""
+        return timeline.execution_detail(self.conn, execution_id)
+
+    def cancel(self, execution_id: str) -> dict[str, Any]:
+        """Cancel; `already_finished` when there was nothing to stop."""
+        status, was_terminal = actions.cancel(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status, "already_finished": was_terminal}
+
+    def retry(self, execution_id: str) -> dict[str, Any]:
+        """Re-run the failed and cancelled steps."""
+        status = actions.retry(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def resolve(self, execution_id: str, step: str, outcome: str, output: Any) -> dict[str, Any]:
+        """Settle an unknown step."""
+        status = actions.resolve(self.conn, execution_id, step, outcome, output, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def complete(self, execution_id: str, step: str, output: Any) -> dict[str, Any]:
+        """End a waiting wait step with `output`."""
+        status = actions.complete_wait(self.conn, execution_id, step, output, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def fail(self, execution_id: str, step: str) -> dict[str, Any]:
+        """Fail a waiting wait step."""
+        status = actions.fail_wait(self.conn, execution_id, step, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def pause(self, execution_id: str) -> dict[str, Any]:
+        """Pause an execution (SPEC §14)."""
+        status = actions.pause(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def resume(self, execution_id: str) -> dict[str, Any]:
+        """Resume a paused execution."""
+        status = actions.resume(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def fail_paused(self, execution_id: str) -> dict[str, Any]:
+        """Fail an execution paused at a step whose tries ran out."""
+        status = actions.fail_paused(self.conn, execution_id, actor=_cli_actor())
+        return {"execution_id": execution_id, "status": status}
+
+    def replay(self, execution_id: str, from_step: str, version: int | None) -> dict[str, Any]:
+        """Replay / fork from a step onto a version (None: the newest)."""
+        made = replay.replay(self.conn, execution_id, from_step, version, actor=_cli_actor())
+        return made.view()
+
+    def replay_bulk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Bulk replay: a dry run (preview) or one confirmed batch (the API's body)."""
+        raw = body["filter"]
+        flt = replay.Filter(
+            workflow=raw["workflow"],
+            version=raw.get("version"),
+            status=raw.get("status"),
+            since=parse_until(raw["from"]) if raw.get("from") else None,
+            until=parse_until(raw["to"]) if raw.get("to") else None,
+            error=raw.get("error"),
+        )
+        version = None if body["version"] == "latest" else int(body["version"])
+        if body.get("dry_run"):
+            return {"dry_run": True, **replay.preview(self.conn, flt)}
+        done = replay.replay_batch(
+            self.conn,
+            flt,
+            body["from_step"],
+            version,
+            upto=body["upto"],
+            after=body.get("after"),
+            limit=body.get("limit", 100),
+            actor=_cli_actor(),
+        )
+        return {"dry_run": False, **done}
+
+    def pause_workflow(self, key: str) -> dict[str, Any]:
+        """Pause a workflow: webhooks queue, nothing starts or continues."""
+        return {"workflow": key, **pausing.pause_workflow(self.conn, key, actor=_cli_actor())}
+
+    def reingest(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Re-ingest archived webhooks of a range (one capped page), or count them."""
+        return reingest.reingest(self.conn, key, reingest.parse(body), _cli_actor())
+
+    def resume_workflow(self, key: str) -> dict[str, Any]:
+        """Resume a workflow: its paused executions in arrival order, then its queues."""
+        return {"workflow": key, **pausing.resume_workflow(self.conn, key, actor=_cli_actor())}
+
+    def circuits(self) -> list[dict[str, Any]]:
+        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        return outbound.circuits(self.conn)
+
+    def close_circuit(self, key: str) -> dict[str, Any]:
+        """Close a circuit by hand."""
+        if not outbound.close_circuit(self.conn, key):
+            raise NotFound(f"no open circuit has key {key!r}")
+        return {"key": key, "state": "closed"}
+
+    def workflows(self) -> list[dict[str, Any]]:
+        """Every workflow."""
+        return catalog.list_workflows(self.conn, None)
+
+    def workflow(self, key: str) -> dict[str, Any]:
+        """One workflow with its versions."""
+        return catalog.get_workflow(self.conn, key)
+
+    def version(self, key: str, number: int) -> dict[str, Any]:
+        """One version with its definition."""
+        return catalog.get_version(self.conn, key, number)
+
+    def groups(self, key: str, status: str | None) -> dict[str, Any]:
+        """The workflow's debounce or batch groups (SPEC §15), newest first."""
+        catalog.get_workflow(self.conn, key)  # NotFound for an unknown workflow
+        return {"workflow": key, "items": grouping.groups(self.conn, key, status)}
+
+    def publish(self, key: str, document: Any) -> dict[str, Any]:
+        """Validate and publish, checking secret bindings as the API does."""
+        definition = catalog.publishable(key, document, Settings.from_env().secret_bindings)
+        return catalog.publish(self.conn, key, document, definition, None)
+
+    def create_secret(self, key: str) -> dict[str, Any]:
+        """A new signing secret, with the API's warning when nothing checks it."""
+        encryption_key = Settings.from_env().encryption_key
+        created = catalog.create_secret(self.conn, key, signatures.new_secret(), encryption_key)
+        if warning := catalog.unsigned_warning(self.conn, key):
+            created = {**created, "warning": warning}
+        return created
+
+    def secrets(self, key: str) -> list[dict[str, Any]]:
+        """The workflow's signing secrets, without values."""
+        return catalog.list_secrets(self.conn, key)
+
+    def revoke_secret(self, key: str, secret_id: int) -> None:
+        """Revoke one signing secret."""
+        catalog.revoke_secret(self.conn, key, secret_id)
+
+    def create_key(
+        self, name: str, workflows: list[str] | None, read_only: bool, publish_secrets: bool
+    ) -> dict[str, Any]:
+        """A new API key; the plain key is in this answer only."""
+        key_id, key = apikeys.create(self.conn, name, workflows, read_only, publish_secrets)
+        return {"id": key_id, "name": name, "key": key}
+
+    def keys(self) -> list[dict[str, Any]]:
+        """Every API key, revoked ones included, without secrets."""
+        return apikeys.list_keys(self.conn)
+
+    def revoke_key(self, key_id: int) -> None:
+        """Revoke an API key (from its next request on)."""
+        apikeys.revoke(self.conn, key_id)
+
+    def schedule(self, key: str) -> dict[str, Any]:
+        """The schedule: next fire times and the recent ledger."""
+        return schedules.show(self.conn, key)
+
+    def pause_schedule(self, key: str) -> dict[str, Any]:
+        """Pause the schedule; answers the schedule."""
+        return schedules.set_paused(self.conn, key, True, _cli_actor())
+
+    def resume_schedule(self, key: str) -> dict[str, Any]:
+        """Resume the schedule; answers the schedule."""
+        return schedules.set_paused(self.conn, key, False, _cli_actor())
+
+    def trigger_schedule(self, key: str) -> dict[str, Any]:
+        """Fire a tick now; answers what became of it."""
+        return schedules.Ticker().trigger(self.conn, key, _cli_actor()).view()
+
+    def backfill_schedule(self, key: str, start: str, end: str, dry_run: bool) -> dict[str, Any]:
+        """Fire (or, dry, list) the ticks of a past range that have not fired."""
+        try:
+            first, last = parse_until(start), parse_until(end)
+        except ValueError as exc:
+            raise schedules.BackfillInvalid(str(exc)) from None
+        if last < first:
+            raise schedules.BackfillInvalid("to must not be before from")
+        items = schedules.Ticker().backfill(
+            self.conn, key, first, last, dry_run=dry_run, actor=_cli_actor()
+        )
+        return {"dry_run": dry_run, "items": items}

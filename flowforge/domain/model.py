@@ -1,0 +1,390 @@
+"""The words of the domain, with no I/O: statuses, event kinds, outcomes, requests.
+
+The engine, the worker, the reaper, the timer scanner, the intake and the API all speak
+these words; keeping them here lets the pure engine import them without pulling in a
+database driver, the HTTP client or the broker client. Each status set is defined once,
+here; the SQL CHECK constraints list the same values (tests/integration/test_model_sql.py
+reads them back from a migrated database).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class ExecutionStatus(StrEnum):
+    """Where an execution stands (SPEC §6); `executions.status`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    # SPEC §14: an operator (or its workflow's pause, or a step's exhausted retries under
+    # retry.on_exhausted "pause") holds it; nothing starts until it is resumed.
+    PAUSED = "paused"
+    NEEDS_ATTENTION = "needs_attention"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class WebhookAuth(StrEnum):
+    """How a workflow's webhooks prove their sender (SPEC §15); `workflow_versions.webhook_auth`.
+
+    `signature` is Standard Webhooks; the others are the providers' own schemes, verified
+    as each provider documents (flowforge/trust/presets.py)."""
+
+    NONE = "none"
+    SIGNATURE = "signature"
+    STRIPE = "stripe"
+    GITHUB = "github"
+    SHOPIFY = "shopify"
+    SLACK = "slack"
+
+
+class PauseReason(StrEnum):
+    """Why an execution is paused; `executions.pause_reason`."""
+
+    OPERATOR = "operator"
+    WORKFLOW = "workflow"
+    EXHAUSTED = "exhausted"
+
+
+class StepStatus(StrEnum):
+    """Where one step of an execution stands; `steps.status`."""
+
+    PENDING = "pending"
+    READY = "ready"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    UNKNOWN = "unknown"
+    CANCELLED = "cancelled"
+
+
+class ItemStatus(StrEnum):
+    """Where one item of a map stands (SPEC §16), derived from its steps' rows: never
+    stored, so it cannot disagree with them."""
+
+    QUEUED = "queued"  # not started yet (or started again by a retry)
+    RUNNING = "running"  # a step of it is ready, running or waiting
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  # a step's remote effect is unknown: an operator decides
+    CANCELLED = "cancelled"
+
+
+# Plain strings: an enum member hashes through a Python-level __hash__, and a map's
+# items are counted from every row of the execution in each unit of work.
+_ITEM_ACTIVE = frozenset({"ready", "running", "waiting"})
+
+
+def item_status(statuses: set[str]) -> ItemStatus:
+    """An item's status from the set of its rows' statuses; no rows yet is `queued`."""
+    if not statuses.isdisjoint(_ITEM_ACTIVE):
+        return ItemStatus.RUNNING
+    if "failed" in statuses:
+        return ItemStatus.FAILED
+    if "unknown" in statuses:
+        return ItemStatus.UNKNOWN
+    if "cancelled" in statuses:
+        return ItemStatus.CANCELLED
+    if not statuses or "pending" in statuses:
+        return ItemStatus.QUEUED
+    return ItemStatus.SUCCEEDED
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt ended; `attempts.outcome` (NULL while it is in flight)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    LOST_LEASE = "lost_lease"
+
+
+class GroupKind(StrEnum):
+    """How a workflow gathers its webhooks (SPEC §15); `intake_groups.kind`."""
+
+    DEBOUNCE = "debounce"
+    BATCH = "batch"
+
+
+class GroupStatus(StrEnum):
+    """Where a debounce or batch group stands; `intake_groups.status` (flowforge/store/grouping.py).
+    `open` takes events; `closed` is a full batch, due; `started` has its execution;
+    `failed` could not start (its workflow was archived first, its concurrency key did not
+    render) and is deleted retention_days later."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+    STARTED = "started"
+    FAILED = "failed"
+
+
+class KeyOrigin(StrEnum):
+    """Who made an idempotency key; `idempotency_keys.origin`, part of its primary key
+    (SPEC §12). A client's `Idempotency-Key` or `webhook-id` is always `client`, whatever
+    it spells; every identity FlowForge makes for itself (a schedule tick's, and any later
+    retry, resume or re-ingest key) is `system`, so no client key can claim, block or
+    replay one."""
+
+    CLIENT = "client"
+    SYSTEM = "system"
+
+
+class LimitReason(StrEnum):
+    """Why a ready step waits for its outbound limit (SPEC §13; limit_waits.reason)."""
+
+    RATE = "rate"  # its place in the key's rate is later
+    CONCURRENCY = "concurrency"  # the key's requests in flight are at its concurrency
+    HELD = "held"  # a 429/503 with Retry-After holds the key until then
+    CIRCUIT = "circuit"  # the key's circuit is open
+
+
+class CircuitState(StrEnum):
+    """A limit key's circuit breaker (SPEC §13; outbound_limits.circuit)."""
+
+    CLOSED = "closed"
+    OPEN = "open"  # its steps wait until the cool-down ends
+    HALF_OPEN = "half_open"  # one probe is out; its result closes or reopens it
+
+
+class StepType(StrEnum):
+    """What a step does (SPEC §4); `steps.type`. Only an http_request leaves the process:
+    the others are pure and run inside the engine (engine.PURE_TYPES)."""
+
+    HTTP_REQUEST = "http_request"
+    DELAY = "delay"
+    TRANSFORM = "transform"
+    WAIT = "wait"
+    MAP = "map"
+    # SPEC §16: starts an execution of another workflow (its child) and waits for it to end.
+    WORKFLOW = "workflow"
+
+
+class OutcomeKind(StrEnum):
+    """The verdict on one attempt (Outcome.kind): a retry is a failed attempt the step's
+    retry policy may run again."""
+
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class OnFull(StrEnum):
+    """What the intake does when a concurrency key's slots are all held (SPEC §8). The
+    first three are a definition's `concurrency.on_full`; `skip` and `buffer_one` are a
+    schedule's overlap policies, which the gated intake applies to the schedule's key."""
+
+    QUEUE = "queue"
+    DROP_NEW = "drop_new"
+    CANCEL_OLDEST = "cancel_oldest"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+
+
+class Overlap(StrEnum):
+    """What a schedule's tick does while its previous execution is live (SPEC §9)."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    ALLOW = "allow"
+    CANCEL_OTHER = "cancel_other"
+
+    @property
+    def on_full(self) -> OnFull | None:
+        """The slot policy a tick takes on its schedule's key (a limit of 1); None for
+        `allow`, which takes no slot."""
+        return _OVERLAP_ON_FULL.get(self)
+
+
+_OVERLAP_ON_FULL = {
+    Overlap.SKIP: OnFull.SKIP,
+    Overlap.BUFFER_ONE: OnFull.BUFFER_ONE,
+    Overlap.CANCEL_OTHER: OnFull.CANCEL_OLDEST,
+}
+
+
+class OnTimeout(StrEnum):
+    """What a wait step's timeout does: fail the step, or succeed it without a resume."""
+
+    FAIL = "fail"
+    CONTINUE = "continue"
+
+
+class OnExhausted(StrEnum):
+    """What a step whose tries ran out does to its execution (SPEC §14 retry.on_exhausted)."""
+
+    FAIL = "fail"
+    PAUSE = "pause"
+
+
+class LedgerOutcome(StrEnum):
+    """One row of a schedule's tick ledger (`schedule_ticks.outcome`): a tick's verdict,
+    or an operator's pause and resume of the schedule."""
+
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    BUFFERED = "buffered"
+    MISSED = "missed"
+    PAUSED = "paused"  # a tick that fell while the schedule was paused
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class EventKind(StrEnum):
+    """The history entries that are not a status transition (see step_event and
+    execution_event for those)."""
+
+    EXECUTION_RETRIED = "execution.retried"
+    # A cancel, or a flow-control stop (with its reason), was asked for, by its actor.
+    CANCEL_REQUESTED = "execution.cancel_requested"
+    STEP_RESOLVED = "step.resolved"
+    # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
+    SLOT_GRANTED = "execution.slot_granted"
+    DEADLINE_PASSED = "execution.deadline_passed"
+    # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
+    WAIT_RESUMED = "wait.resumed"
+    WAIT_COMPLETED = "wait.completed"
+    WAIT_FAILED = "wait.failed"
+    WAIT_TIMED_OUT = "wait.timed_out"
+    # SPEC §14: a workflow paused or resumed (recorded on each execution it touched is the
+    # execution's own transition); an operator failed a paused execution; a replay made.
+    WORKFLOW_PAUSED = "workflow.paused"
+    WORKFLOW_RESUMED = "workflow.resumed"
+    EXECUTION_REPLAYED = "execution.replayed"
+    EXECUTION_RESUMED = "execution.resumed"
+    FAIL_REQUESTED = "execution.fail_requested"
+    # SPEC §13: a ready step waits for its outbound limit (key, reason, until); not an
+    # attempt, not a failure. A 429/503 with Retry-After held a key for everyone.
+    STEP_LIMITED = "step.limited"
+    LIMIT_HELD = "limit.held"
+    # SPEC §16: a workflow step started its child execution; the child needs an operator
+    # (the parent keeps waiting, visibly); the child ended (with its status).
+    CHILD_STARTED = "child.started"
+    CHILD_NEEDS_ATTENTION = "child.needs_attention"
+    CHILD_ENDED = "child.ended"
+
+
+# Who acted, in the history of an operator action or a stop (SPEC §11): an API key
+# ({"kind": "api_key", "id", "name"}), the CLI on the box ({"kind": "cli", "name":
+# "cli@host"}), or FlowForge itself. Callers copy it into event details, never mutate it.
+FLOW_CONTROL_ACTOR: dict[str, Any] = {"kind": "system", "name": "flow control"}
+# Who cancels a child execution (SPEC §16) when its parent's workflow step is cancelled.
+PARENT_CANCEL_ACTOR: dict[str, Any] = {"kind": "system", "name": "parent execution"}
+# Who pauses an execution of a paused workflow the moment a worker touches it.
+WORKFLOW_PAUSE_ACTOR: dict[str, Any] = {"kind": "system", "name": "workflow pause"}
+
+
+def step_event(status: str) -> str:
+    """The history kind of a step entering `status`: `step.ready`."""
+    return f"step.{status}"
+
+
+def execution_event(status: str) -> str:
+    """The history kind of an execution entering `status`: `execution.running`."""
+    return f"execution.{status}"
+
+
+def transition(previous: str, status: str) -> dict[str, Any]:
+    """The detail of a status transition in the history: `{"from": ..., "to": ...}`."""
+    return {"from": str(previous), "to": str(status)}
+
+
+def step_moved(previous: str, status: str) -> tuple[str, dict[str, Any]]:
+    """A step's move from `previous` to `status` as the history records it: the event's
+    kind and detail (for the set-based statements that write history rows themselves)."""
+    return step_event(status), transition(previous, status)
+
+
+def execution_moved(previous: str, status: str) -> tuple[str, dict[str, Any]]:
+    """An execution's move from `previous` to `status` as the history records it."""
+    return execution_event(status), transition(previous, status)
+
+
+# A workflow key, as the database's CHECK requires (match it whole: fullmatch).
+WORKFLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# How deep child workflows nest (SPEC §16) unless FLOWFORGE_MAX_CHILD_DEPTH says otherwise:
+# an execution started by a webhook is at depth 0, its child at 1.
+DEFAULT_MAX_CHILD_DEPTH = 8
+
+
+def is_key(text: str) -> bool:
+    """Whether text is a whole workflow key, as the database's CHECK requires."""
+    return WORKFLOW_KEY.fullmatch(text) is not None
+
+
+# The largest page a list answers (API `limit`, CLI `--limit`).
+MAX_PAGE = 200
+
+# How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
+DEFAULT_LEASE_S = 60.0
+# Worker liveness (worker_heartbeats): a worker beats at least this often, and one silent
+# for WORKER_DEAD_AFTER_S is dead: its leases are expired at once (worker/recovery.py).
+WORKER_BEAT_S = 2.0
+WORKER_DEAD_AFTER_S = 10.0
+TERMINAL_EXECUTION = frozenset(
+    {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+)
+# The statuses of an execution that is not over, in declaration order: the set the partial
+# live indexes, the slot holders and the gauges read (SQL spells it with sql_list).
+LIVE_EXECUTION = tuple(s for s in ExecutionStatus if s not in TERMINAL_EXECUTION)
+# What a paused execution was doing before (`executions.paused_from`): any live status but
+# paused itself.
+PAUSABLE = tuple(s for s in LIVE_EXECUTION if s != ExecutionStatus.PAUSED)
+
+
+def sql_list(values: tuple[StrEnum, ...]) -> str:
+    """A closed set of the domain's words as an SQL list, `('queued', 'running')`: written
+    once here so no statement spells a status set out by hand (the values are enum
+    members, never input)."""
+    return "(" + ", ".join(f"'{value.value}'" for value in values) + ")"
+
+
+LIVE_EXECUTION_SQL = sql_list(LIVE_EXECUTION)
+# What an operator may resolve an unknown step as (a tuple: a JSON object is unhashable).
+RESOLUTIONS = (AttemptOutcome.SUCCEEDED.value, AttemptOutcome.FAILED.value)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict on one attempt."""
+
+    kind: OutcomeKind
+    output: Any = None
+    error: str | None = None
+    http_status: int | None = None
+    duration_ms: int | None = None
+    retry_after_s: float | None = None
+    # The attempt's own record of the answer (attempts.response), redacted and capped.
+    response: dict[str, Any] | None = None
+
+    @property
+    def attempt_outcome(self) -> str:
+        """The attempt row's outcome: a retry is a failed attempt."""
+        return (
+            AttemptOutcome.FAILED if self.kind == OutcomeKind.RETRY else AttemptOutcome(self.kind)
+        )
+
+
+@dataclass(frozen=True)
+class ExecutionQuery:
+    """Which executions one page of the list holds, newest first: the API's
+    GET /api/v1/executions and `flowforge execution list` (remote or on the box) ask the
+    same question. Created in [since, until) when given; `workflows` is the API key's
+    scope (None: every workflow)."""
+
+    workflow: str | None = None
+    status: str | None = None
+    limit: int = 50
+    cursor: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    workflows: tuple[str, ...] | None = None

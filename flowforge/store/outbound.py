@@ -1,0 +1,478 @@
+"""Outbound limits shared by every worker through PostgreSQL (SPEC §13).
+
+A limited http_request is admitted in its claim transaction, under the row lock of each
+of its keys (outbound_limits), so every worker sees every other's requests: never a
+per-process counter. What is checked, in order:
+
+- held: a 429/503 with Retry-After from the key's host holds the key until then;
+- concurrency: the key's requests in flight (outbound_slots) are below its concurrency;
+- circuit: an open circuit makes its steps wait until its cool-down ends; then one probe
+  goes (half-open) and its result closes or reopens it;
+- rate: the generic cell rate algorithm (GCRA). Each admitted request moves the key's
+  theoretical arrival time `tat` on by 1/rate; a request may leave at
+  max(now, tat - (burst - 1)/rate). In any interval of T seconds at most
+  burst + rate·T requests leave. A request whose place is later keeps it (a reserved
+  wait): it wakes at that instant, so N waiting steps cost about N wake-ups, not N per
+  token. What leaves is checked by a second GCRA over the instants requests were
+  actually admitted (`sent_tat`), with a tolerance of its own (DEPARTURE_JITTER_S): steps
+  woken late cannot all leave together. Strict spacing there (no tolerance) turned every
+  clump of steps that one pass of a timer scanner woke into one departure per wake-up
+  round trip: 22/s for a limit of 50/s. In any interval of T seconds at most
+  burst + rate·(T + DEPARTURE_JITTER_S) requests leave (52 in a second at 50/s, burst 1).
+
+A step that may not leave yet stays `ready` with a wake time (limit_waits): no attempt,
+no failure, and its executor thread goes back at once. A reserved place is woken by the
+worker that recorded it, in-process at that instant (worker/places.py), with the timer
+scanner as the fallback LOCAL_GRACE_S later; other waits get the scanner's wake-up when
+the time comes; a slot freed at a checkpoint wakes the oldest step that waits for it at
+once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from flowforge.domain.definitions import Circuit, LimitSpec
+from flowforge.domain.model import CircuitState, LimitReason
+from flowforge.errors import ConfigError
+from flowforge.store.db import one
+
+# A wait for a slot of a full concurrency is woken by the checkpoint that frees one; this
+# is the poll behind it, for a slot whose worker died (its slot ends by itself at `until`).
+CONCURRENCY_POLL_S = 1.0
+# A slot outlives its attempt's timeout by the lease and this much: past that its worker
+# is gone (or the checkpoint is), and the reaper recovers the step.
+SLOT_MARGIN_S = 5.0
+# A place this close is taken now: less than the wake-up would cost.
+NOW_S = 0.005
+# How far the actual departures of a key may run ahead of strict spacing (at least its
+# burst allows that much anyway): steps that one pass of the timer scanner woke arrive
+# together. 50 ms let 56 reach a target in one second at 50/s (the wire adds its own
+# bunching); 20 ms kept it at 52 and still lifted the achieved rate.
+DEPARTURE_JITTER_S = 0.02
+# Over how many instants, 1/rate apart, the requests the departure check holds back at
+# once are spread (by a hash of the step): all at the one instant the check allows next,
+# one left there and the rest were held back again, and again — 2,000-3,700 extra claims
+# under the key's lock for 600 requests at 50/s. A few instants, not a schedule of their
+# own: one (held_tat, tried) piled the held-back steps up seconds ahead.
+HELD_SPREAD = 4
+
+# The key's row, created on first use and locked (ON CONFLICT DO UPDATE locks and returns
+# it), with the database's clock once the lock is ours: clock_timestamp(), not now(),
+# which is when the transaction began — before it waited for the lock, so a stale `now`
+# would let tat fall behind and admit a burst.
+LOCK_KEY = """
+INSERT INTO outbound_limits AS l (key) VALUES (%(key)s)
+ON CONFLICT (key) DO UPDATE SET updated_at = now()
+RETURNING l.tat, l.sent_tat, l.held_until, l.circuit, l.opened_until, l.probe, clock_timestamp()
+"""
+# The key's slots in flight, read by a statement of its own once the row lock is ours: a
+# subquery of LOCK_KEY would read with the snapshot that statement began with — from
+# before the holder it waited for committed its slot — and admit one too many (soak
+# seeds 11, 2311).
+IN_FLIGHT = "SELECT count(*) FROM outbound_slots WHERE key = %(key)s AND until > now()"
+MY_WAIT = """
+SELECT key, reason, wake_at, reserved FROM limit_waits
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+"""
+MOVE_TAT = "UPDATE outbound_limits SET tat = %(tat)s WHERE key = %(key)s"
+SENT = "UPDATE outbound_limits SET sent_tat = %(sent_tat)s WHERE key = %(key)s"
+TAKE_SLOT = """
+INSERT INTO outbound_slots (execution_id, step_id, key, until)
+VALUES (%(execution_id)s, %(step_id)s, %(key)s, now() + make_interval(secs => %(hold_s)s))
+ON CONFLICT (execution_id, step_id, key) DO UPDATE SET until = EXCLUDED.until
+"""
+ADMITTED = """
+DELETE FROM limit_waits WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+"""
+WAIT = """
+INSERT INTO limit_waits (execution_id, step_id, key, reason, wake_at, reserved)
+VALUES (%(execution_id)s, %(step_id)s, %(key)s, %(reason)s, %(wake_at)s, %(reserved)s)
+ON CONFLICT (execution_id, step_id) DO UPDATE
+SET key = EXCLUDED.key, reason = EXCLUDED.reason, wake_at = EXCLUDED.wake_at,
+    reserved = EXCLUDED.reserved, woken = false,
+    since = CASE WHEN limit_waits.key = EXCLUDED.key AND limit_waits.reason = EXCLUDED.reason
+                 THEN limit_waits.since ELSE now() END
+"""
+# At the checkpoint: the step's slots end, and for each key the oldest step waiting for a
+# slot of it wakes now.
+RELEASE = """
+WITH freed AS (
+    DELETE FROM outbound_slots
+    WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+    RETURNING key
+), next AS (
+    SELECT DISTINCT ON (w.key) w.execution_id, w.step_id
+    FROM limit_waits w JOIN freed f ON f.key = w.key
+    WHERE w.reason = 'concurrency' AND NOT w.woken
+    ORDER BY w.key, w.since
+)
+UPDATE limit_waits w SET wake_at = now()
+FROM next WHERE w.execution_id = next.execution_id AND w.step_id = next.step_id
+"""
+PROBE = """
+UPDATE outbound_limits SET circuit = 'half_open', probe = %(probe)s,
+       opened_until = now() + make_interval(secs => %(until_s)s), updated_at = now()
+WHERE key = %(key)s
+"""
+# At the checkpoint of a request through a key with a circuit: a success closes it; a
+# failure (no connection, no response, a 5xx) counts, in a row within window_s, and the
+# one that reaches `failures` — or a failed probe — opens it for cool_down_s.
+CIRCUIT_SUCCEEDED = """
+WITH closed AS (
+    UPDATE outbound_limits
+    SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
+        probe = NULL, updated_at = now()
+    WHERE key = %(key)s AND (circuit <> 'closed' OR failures > 0)
+    RETURNING key
+)
+UPDATE limit_waits SET wake_at = now()
+WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+"""
+CIRCUIT_FAILED = """
+WITH counted AS (
+    SELECT key, circuit,
+           CASE WHEN first_failure_at IS NULL
+                     OR first_failure_at < now() - make_interval(secs => %(window_s)s)
+                THEN 1 ELSE failures + 1 END AS failures,
+           CASE WHEN first_failure_at IS NULL
+                     OR first_failure_at < now() - make_interval(secs => %(window_s)s)
+                THEN now() ELSE first_failure_at END AS first_failure_at
+    FROM outbound_limits WHERE key = %(key)s FOR UPDATE
+), opens AS (
+    SELECT *, circuit = 'half_open' OR (circuit = 'closed' AND failures >= %(failures)s)
+              AS opens
+    FROM counted
+)
+UPDATE outbound_limits l
+SET failures = o.failures, first_failure_at = o.first_failure_at,
+    circuit = CASE WHEN o.opens THEN 'open' ELSE l.circuit END,
+    opened_until = CASE WHEN o.opens THEN now() + make_interval(secs => %(cool_down_s)s)
+                        ELSE l.opened_until END,
+    probe = CASE WHEN o.opens THEN NULL ELSE l.probe END,
+    updated_at = now()
+FROM opens o WHERE l.key = o.key
+"""
+# For operators: circuits that are not closed, and closing one by hand.
+OPEN_CIRCUITS = """
+SELECT key, circuit, failures, opened_until, probe, updated_at FROM outbound_limits
+WHERE circuit <> 'closed' ORDER BY key
+"""
+CLOSE_CIRCUIT = """
+WITH closed AS (
+    UPDATE outbound_limits
+    SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
+        probe = NULL, updated_at = now()
+    WHERE key = %(key)s AND circuit <> 'closed'
+    RETURNING key
+), woken AS (
+    UPDATE limit_waits SET wake_at = now()
+    WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+)
+SELECT key FROM closed
+"""
+# A 429/503 with Retry-After holds the key for every execution, never shortening a hold.
+HOLD = """
+INSERT INTO outbound_limits AS l (key, held_until, held_reason)
+VALUES (%(key)s, now() + make_interval(secs => %(seconds)s), %(reason)s)
+ON CONFLICT (key) DO UPDATE
+SET held_until = greatest(l.held_until, EXCLUDED.held_until),
+    held_reason = CASE WHEN l.held_until IS NULL OR l.held_until < EXCLUDED.held_until
+                       THEN EXCLUDED.held_reason ELSE l.held_reason END,
+    updated_at = now()
+RETURNING held_until
+"""
+# A reserved place is woken by the worker that recorded it, in-process, at its place
+# (worker/places.py); the timer scanner wakes it only once it is this much overdue — its
+# worker died or stopped, or the local claim failed. Longer than a local claim takes on a
+# loaded machine (p99 under 2 s at load average 15), so the two rarely both wake a step
+# (a duplicate is harmless anyway: the claim decides).
+LOCAL_GRACE_S = 3.0
+# For the timer scanner: the due waits' wake-ups (for steps still ready), in the same
+# statement as their rows are marked woken (the relay is notified after the commit). A
+# woken row keeps a rate wait's place until its step is admitted; rows whose step went
+# away are dropped after a while.
+WAKE_LIMITED = """
+WITH due AS (
+    UPDATE limit_waits w SET woken = true
+    WHERE (w.execution_id, w.step_id) IN (
+        SELECT execution_id, step_id FROM limit_waits
+        WHERE NOT woken AND wake_at <= now()
+          AND (NOT reserved OR wake_at <= now() - make_interval(secs => %(grace_s)s))
+        ORDER BY wake_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+    RETURNING w.execution_id, w.step_id
+), wakeups AS (
+    {insert_wakeups}
+    SELECT d.execution_id, d.step_id FROM due d
+    JOIN steps s ON s.execution_id = d.execution_id AND s.step_id = d.step_id
+    WHERE s.status = 'ready'
+), forgotten AS (
+    DELETE FROM limit_waits WHERE woken AND wake_at < now() - interval '10 minutes'
+), ended AS (
+    DELETE FROM outbound_slots WHERE until < now() - interval '10 minutes'
+)
+SELECT count(*) FROM due
+"""
+# When the scanner's next pass is due for a wait: reserved places are their workers' own
+# (the fallback for them is found by the pass every MAX_SLEEP); limit_waits_unreserved.
+NEXT_LIMITED = """
+SELECT extract(epoch FROM min(wake_at)) - extract(epoch FROM now())
+FROM limit_waits WHERE NOT woken AND NOT reserved
+"""
+# What an execution's steps wait for, for the API, the CLI and the console.
+WAITING_ON_LIMITS = """
+SELECT w.step_id, w.key, w.reason, w.wake_at, w.since, l.held_until, l.held_reason
+FROM limit_waits w
+JOIN steps s ON s.execution_id = w.execution_id AND s.step_id = w.step_id AND s.status = 'ready'
+LEFT JOIN outbound_limits l ON l.key = w.key
+WHERE w.execution_id = %(execution_id)s
+ORDER BY w.step_id
+"""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a step may not leave yet, and until when."""
+
+    key: str
+    reason: LimitReason
+    until: datetime
+    reserved: bool = False
+    # Seconds from the admission's clock reading to `until`: when to wake the scanner.
+    in_s: float = 0.0
+    # Whether it differs from the step's previous wait: then it goes in the history.
+    new: bool = True
+
+
+def parse_host_limits(text: str) -> dict[str, LimitSpec]:
+    """FLOWFORGE_OUTBOUND_LIMITS: an operator's limits per host, as JSON such as
+    {"api.stripe.com": {"rate_per_s": 25, "burst": 50, "concurrency": 10}}; every request
+    to that host (as its URL names it) counts against key "host:api.stripe.com"."""
+    name = "FLOWFORGE_OUTBOUND_LIMITS"
+    if not text.strip():
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a JSON object of host limits: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f'{name} must be a JSON object such as {{"api.example.com": ...}}')
+    found = {}
+    for host, spec in raw.items():
+        if not isinstance(spec, dict) or set(spec) - {"rate_per_s", "burst", "concurrency"}:
+            raise ConfigError(f"{name}: {host!r} needs an object of rate_per_s, burst, concurrency")
+        rate, burst, concurrency = (
+            spec.get("rate_per_s"),
+            spec.get("burst", 1),
+            spec.get("concurrency"),
+        )
+        if rate is None and concurrency is None:
+            raise ConfigError(f"{name}: {host!r} needs rate_per_s or concurrency")
+        numbers_ok = (rate is None or (_number(rate) and rate > 0)) and all(
+            value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+            for value in (burst, concurrency)
+        )
+        if not numbers_ok:
+            raise ConfigError(
+                f"{name}: {host!r}: rate_per_s must be a positive number, burst and "
+                "concurrency positive integers"
+            )
+        found[host.lower().removesuffix(".")] = LimitSpec(
+            float(rate) if rate is not None else None, burst, concurrency
+        )
+    return found
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def admit(
+    conn: psycopg.Connection,
+    execution_id: str,
+    step_id: str,
+    limits: Sequence[tuple[str, LimitSpec]],
+    hold_s: float,
+) -> Wait | None:
+    """Admit the step's request through every one of its limits, or say why it waits.
+
+    Runs in the claim's transaction; an admitted request holds a slot of each key with a
+    concurrency until the checkpoint releases it (or `hold_s` passes)."""
+    ids = {"execution_id": execution_id, "step_id": step_id}
+    me = f"{execution_id}/{step_id}"
+    probes: list[str] = []  # keys of open circuits whose cool-down ended
+    mine = conn.execute(MY_WAIT, ids).fetchone()
+    reserved_until: datetime | None = mine[2] if mine is not None and mine[3] else None
+    # Sorted, so that two steps with the same keys never lock them in opposite orders.
+    ordered = sorted(dict(limits).items())
+    states = {}
+    for key, spec in ordered:
+        row = one(conn.execute(LOCK_KEY, {"key": key}))
+        tat, sent_tat, held_until, circuit, opened_until, probe, now = row
+        in_flight = 0
+        if spec.concurrency is not None:
+            in_flight = one(conn.execute(IN_FLIGHT, {"key": key}))[0]
+        states[key] = (spec, tat, sent_tat)
+        if held_until is not None and held_until > now:
+            return _wait(conn, ids, mine, Wait(key, LimitReason.HELD, held_until), now)
+        if spec.circuit is not None and circuit != CircuitState.CLOSED:
+            if opened_until is not None and opened_until > now and probe != me:
+                # Open until its cool-down ends; or half-open with another step's probe
+                # out, whose success wakes the waiters (a poll behind it, in case).
+                until = opened_until
+                if circuit == CircuitState.HALF_OPEN:
+                    until = min(until, now + timedelta(seconds=CONCURRENCY_POLL_S))
+                return _wait(conn, ids, mine, Wait(key, LimitReason.CIRCUIT, until), now)
+            probes.append(key)
+        if spec.concurrency is not None and in_flight >= spec.concurrency:
+            until = now + timedelta(seconds=CONCURRENCY_POLL_S)
+            return _wait(conn, ids, mine, Wait(key, LimitReason.CONCURRENCY, until), now)
+    soon = now + timedelta(seconds=NOW_S)
+    if mine is not None and reserved_until is not None and reserved_until > soon:
+        # Woken early (a duplicate or the reconciler's wake-up): the place stands.
+        return _wait(conn, ids, mine, Wait(mine[0], LimitReason.RATE, reserved_until, True), now)
+    latest: Wait | None = None
+    for key, (spec, tat, sent_tat) in states.items():
+        if spec.rate_per_s is None:
+            continue
+        interval = timedelta(seconds=1 / spec.rate_per_s)
+        tau = (spec.burst - 1) * interval
+        if reserved_until is None:
+            # A place in the key's schedule, kept by this step even while it waits.
+            place = max(now, tat - tau)
+            conn.execute(MOVE_TAT, {"key": key, "tat": max(tat, now) + interval})
+        else:
+            place = now
+        # The schedule spreads the waiting steps' wake-ups; what actually leaves is held
+        # to the rate too: steps woken late (a slow scanner, broker or database) would
+        # otherwise leave together, faster than the rate.
+        leaves = sent_tat - max(tau, timedelta(seconds=DEPARTURE_JITTER_S))
+        if leaves > place and leaves > soon:
+            # Held back: the steps held back together wake spread over HELD_SPREAD
+            # instants 1/rate apart, not all at the one instant the check allows next.
+            leaves += (zlib.crc32(me.encode()) % HELD_SPREAD) * interval
+        place = max(place, leaves)
+        if place > soon and (latest is None or place > latest.until):
+            latest = Wait(key, LimitReason.RATE, place, reserved=True)
+    if latest is not None:
+        return _wait(conn, ids, mine, latest, now)
+    for key in probes:
+        # The one probe of a circuit whose cool-down ended: half-open until its result,
+        # or until its attempt could have ended (then another probe may go).
+        conn.execute(PROBE, {"key": key, "probe": me, "until_s": hold_s + SLOT_MARGIN_S})
+    for key, (spec, _tat, sent_tat) in states.items():
+        if spec.rate_per_s is not None:
+            leaves = max(sent_tat, now) + timedelta(seconds=1 / spec.rate_per_s)
+            conn.execute(SENT, {"key": key, "sent_tat": leaves})
+    for key, (spec, _tat, _now) in states.items():
+        if spec.concurrency is not None:
+            conn.execute(TAKE_SLOT, {**ids, "key": key, "hold_s": hold_s + SLOT_MARGIN_S})
+    if mine is not None:
+        conn.execute(ADMITTED, ids)
+    return None
+
+
+def _wait(
+    conn: psycopg.Connection, ids: Mapping[str, str], mine: Any, wait: Wait, now: datetime
+) -> Wait:
+    """Record the wait (its wake-up comes from the timer scanner)."""
+    new = mine is None or (mine[0], mine[1]) != (wait.key, wait.reason.value)
+    in_s = (wait.until - now).total_seconds()
+    conn.execute(
+        WAIT,
+        {
+            **ids,
+            "key": wait.key,
+            "reason": wait.reason.value,
+            "wake_at": wait.until,
+            "reserved": wait.reserved,
+        },
+    )
+    return dataclasses.replace(wait, new=new, in_s=in_s)
+
+
+def release(conn: psycopg.Connection, execution_id: str, step_id: str) -> None:
+    """End the step's slots (at its checkpoint) and wake the next step waiting for one."""
+    conn.execute(RELEASE, {"execution_id": execution_id, "step_id": step_id})
+
+
+def failed_for_circuit(http_status: int | None, kind: str, error: str | None) -> bool:
+    """Whether a request's outcome counts against its circuits: a 5xx, or no answer at all
+    (no connection, no response). Not a request kept home by its own worker (a lease not
+    confirmed in time, an internal error) or refused by the address guard."""
+    if http_status is not None:
+        return http_status >= 500
+    text = error or ""
+    mine = text.startswith(
+        ("not sent: lease", "not sent: internal", "may have been sent: internal")
+    )
+    return kind in ("retry", "unknown") and not mine
+
+
+def record_result(
+    conn: psycopg.Connection, circuits: Sequence[tuple[str, Circuit]], failed: bool
+) -> None:
+    """Count a request's result in the circuits of its keys (at its checkpoint)."""
+    for key, circuit in circuits:
+        if failed:
+            params = {
+                "key": key,
+                "failures": circuit.failures,
+                "window_s": circuit.window_s,
+                "cool_down_s": circuit.cool_down_s,
+            }
+            conn.execute(CIRCUIT_FAILED, params)
+        else:
+            conn.execute(CIRCUIT_SUCCEEDED, {"key": key})
+
+
+def circuits(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Every circuit that is open or half-open, for the API, the CLI and the console."""
+    return [
+        {
+            "key": key,
+            "state": state,
+            "failures": failures,
+            "until": until.isoformat() if until else None,
+            "probe": probe,
+            "since": since.isoformat(),
+        }
+        for key, state, failures, until, probe, since in conn.execute(OPEN_CIRCUITS)
+    ]
+
+
+def close_circuit(conn: psycopg.Connection, key: str) -> bool:
+    """Close a circuit by hand (an operator knows the host is back): the steps waiting for
+    it wake now. False if it was not open."""
+    return conn.execute(CLOSE_CIRCUIT, {"key": key}).fetchone() is not None
+
+
+def hold(conn: psycopg.Connection, key: str, seconds: float, reason: str) -> datetime:
+    """Hold `key` for every execution for `seconds` (a 429/503's Retry-After)."""
+    (until,) = one(conn.execute(HOLD, {"key": key, "seconds": seconds, "reason": reason}))
+    return until
+
+
+def waiting_on_limits(conn: psycopg.Connection, execution_id: str) -> list[dict[str, Any]]:
+    """What each of an execution's ready steps waits for: key, reason, until when, since."""
+    rows = conn.execute(WAITING_ON_LIMITS, {"execution_id": execution_id}).fetchall()
+    return [
+        {
+            "step": step_id,
+            "key": key,
+            "reason": reason,
+            "until": wake_at.isoformat(),
+            "since": since.isoformat(),
+            "held_until": held_until.isoformat() if held_until else None,
+            "held_reason": held_reason,
+        }
+        for step_id, key, reason, wake_at, since, held_until, held_reason in rows
+    ]

@@ -1,0 +1,209 @@
+"""The map step (SPEC §16) through real bin/api and bin/worker processes: items at most
+max_parallel at a time, results in order, fail_fast, collect, and a retry that re-runs
+only the items that did not succeed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.support.api import Api, step
+from tests.support.processes import Process, wait_for
+from tests.support.target import Received, Reply, Target
+
+
+@pytest.fixture
+def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
+    workers(FLOWFORGE_WORKER_CONCURRENCY="8")
+    return Api(api, api_key)
+
+
+class InFlight:
+    """A target script that holds each request a moment and counts how many it holds at
+    once; `fail(index, attempt)` says which requests answer 400."""
+
+    def __init__(self, hold_s: float = 0.05) -> None:
+        self.hold_s = hold_s
+        self.now = 0
+        self.most = 0
+        self.lock = threading.Lock()
+        self.fail: Callable[[int], bool] = lambda _index: False
+
+    def __call__(self, request: Received) -> Reply:
+        index = int(request.path.rsplit("/", 1)[1])
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.hold_s)
+        with self.lock:
+            self.now -= 1
+        if self.fail(index):
+            return Reply(status=400, json={"error": "no stock"})
+        return Reply(json={"reserved": index})
+
+
+def orders(target: Target, **map_fields: Any) -> dict[str, Any]:
+    return {
+        "name": "orders",
+        "trigger": {"webhook": {"auth": "none"}},
+        "steps": [
+            {
+                "id": "lines",
+                "type": "map",
+                "items": "{{ input.lines }}",
+                **map_fields,
+                "steps": [
+                    {
+                        "id": "reserve",
+                        "type": "http_request",
+                        "request": {
+                            "method": "POST",
+                            "url": f"{target.url}/reserve/{{{{ index }}}}",
+                            "json": {"sku": "{{ item.sku }}", "order": "{{ input.order }}"},
+                            "idempotency_key": "{{ execution.id }}-{{ index }}",
+                        },
+                    },
+                    {
+                        "id": "line",
+                        "type": "transform",
+                        "depends_on": ["reserve"],
+                        "output": {"sku": "{{ item.sku }}", "got": "{{ reserve.body.reserved }}"},
+                    },
+                ],
+            },
+            {"id": "total", "type": "transform", "depends_on": ["lines"], "output": "{{ lines }}"},
+        ],
+    }
+
+
+def payload(count: int) -> dict[str, Any]:
+    return {"order": "o-1", "lines": [{"sku": f"sku-{n}"} for n in range(count)]}
+
+
+def test_items_run_at_most_max_parallel_at_once_and_the_output_keeps_their_order(
+    client: Api, target: Target
+) -> None:
+    script = InFlight()
+    target.script = script
+    client.publish("orders", orders(target, max_parallel=3))
+    eid = client.start("orders", payload(24))
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "succeeded", done
+    expected = [{"sku": f"sku-{n}", "got": n} for n in range(24)]
+    assert step(done, "lines")["output"] == expected
+    assert step(done, "total")["output"] == expected
+    assert 1 <= script.most <= 3
+    sent = target.requests_to("/reserve/")
+    assert sorted(int(r.path.rsplit("/", 1)[1]) for r in sent) == list(range(24))
+    assert {r.headers["idempotency-key"] for r in sent} == {f"{eid}-{n}" for n in range(24)}
+    # Item 0's request (items run in parallel: it need not arrive first).
+    (first,) = [r for r in sent if r.path.endswith("/reserve/0")]
+    assert first.json() == {"sku": "sku-0", "order": "o-1"}
+    # One node on the page: the items are counted, not listed among the steps.
+    assert [s["id"] for s in done["steps"]] == ["lines", "total"]
+    items = step(done, "lines")["items"]
+    assert items["total"] == 24 and items["counts"]["succeeded"] == 24
+    page = client.session.get(
+        f"{client.base}/api/v1/executions/{eid}/steps/lines/items",
+        params={"after": 19, "limit": 3},
+        timeout=10,
+    ).json()
+    assert [i["index"] for i in page["items"]] == [20, 21, 22]
+    assert page["next_after"] == 22
+    assert page["items"][0]["steps"][1]["output"] == {"sku": "sku-20", "got": 20}
+
+
+def test_fail_fast_fails_the_map_at_the_first_failed_item_and_starts_no_more(
+    client: Api, target: Target
+) -> None:
+    script = InFlight()
+    script.fail = lambda index: index == 2
+    target.script = script
+    client.publish("orders", orders(target, max_parallel=2))
+    eid = client.start("orders", payload(40))
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "failed", done
+    lines = step(done, "lines")
+    assert lines["status"] == "failed"
+    assert "item 2 failed" in lines["error"]
+    assert step(done, "total")["status"] == "cancelled"
+    assert len(target.requests_to("/reserve/")) <= 5
+    assert lines["items"]["counts"]["queued"] >= 35
+
+
+def test_collect_runs_every_item_then_a_retry_reruns_only_the_failed_ones(
+    client: Api, target: Target
+) -> None:
+    script = InFlight(hold_s=0.01)
+    failing = {3, 7, 11}
+    script.fail = lambda index: index in failing
+    target.script = script
+    client.publish("orders", orders(target, max_parallel=4, on_item_failure="collect"))
+    eid = client.start("orders", payload(16))
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "failed", done
+    lines = step(done, "lines")
+    assert "3 of 16 items did not succeed (first: item 3" in lines["error"]
+    assert lines["items"]["counts"] == {
+        "queued": 0,
+        "running": 0,
+        "succeeded": 13,
+        "failed": 3,
+        "unknown": 0,
+        "cancelled": 0,
+    }
+    assert len(target.requests_to("/reserve/")) == 16
+    failed_page = client.session.get(
+        f"{client.base}/api/v1/executions/{eid}/steps/lines/items",
+        params={"status": "failed"},
+        timeout=10,
+    ).json()
+    assert [i["index"] for i in failed_page["items"]] == [3, 7, 11]
+
+    failing.clear()
+    retried = client.post(f"/api/v1/executions/{eid}/retry")
+    assert retried.status_code == 202, retried.text
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "succeeded", done
+    sent = [int(r.path.rsplit("/", 1)[1]) for r in target.requests_to("/reserve/")]
+    assert sorted(sent[16:]) == [3, 7, 11]
+    assert [line["got"] for line in step(done, "lines")["output"]] == list(range(16))
+
+
+def test_a_resume_does_not_run_again_an_item_that_failed_for_good(
+    client: Api, target: Target
+) -> None:
+    """Soak seed 2344: a map's item failed (a 503 to its unsafe POST, no retry policy);
+    with `collect` the map and its execution go on, so the workflow could be paused and
+    resumed while the other items ran — and the resume re-ran every `failed` step, meant
+    for the steps whose tries ran out under `on_exhausted: pause`: the item's unsafe POST
+    was sent a second time, asked for by nobody."""
+    release = threading.Event()
+
+    def script(request: Received) -> Reply:
+        index = int(request.path.rsplit("/", 1)[1])
+        if index == 0:
+            return Reply(status=503, json={"error": "busy"})
+        if index == 1:
+            release.wait(30)  # held until the execution has been paused and resumed
+        return Reply(json={"reserved": index})
+
+    target.script = script
+    definition = orders(target, max_parallel=1, on_item_failure="collect")
+    lines = definition["steps"][0]["steps"][0]["request"]
+    del lines["idempotency_key"]  # an unsafe POST: never sent twice unless asked for
+    client.publish("orders", definition)
+    eid = client.start("orders", payload(3))
+    # max_parallel 1: item 1 is sent only once item 0 has failed.
+    wait_for(lambda: target.requests_to("/reserve/1"), timeout=30, message="item 1 sent")
+    assert client.post(f"/api/v1/executions/{eid}/pause").status_code == 200
+    assert client.post(f"/api/v1/executions/{eid}/resume").status_code == 200
+    release.set()
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "failed", done
+    assert "1 of 3 items did not succeed (first: item 0" in step(done, "lines")["error"]
+    assert len(target.requests_to("/reserve/0")) == 1
