@@ -294,3 +294,35 @@ def test_a_webhook_flood_gets_429_with_retry_after_and_liveness_stays_up(
         assert client.get("/healthz").status_code == 200
     finally:
         app.extensions["flowforge.pool"].close()
+
+
+def test_a_keys_slot_holders_are_counted_through_their_index_not_the_workflows_history(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    """Under a key's slot lock every intake, hand-over and retry counts the key's holders;
+    with 20,000 ended executions of the workflow that count must still read a few index
+    pages (the 0020 index was partial on a predicate the count no longer implied, so it
+    read the whole history under the lock)."""
+    from flowforge.store.flowcontrol import RETRY_SLOT
+
+    published(app_client, api_key, {**CHAIN, "concurrency": {"limit": 2}})
+    eid = hook(app_client, "chain", b'{"n": 1}').get_json()["execution_id"]
+    db.execute(
+        """
+        INSERT INTO executions (id, workflow_id, version_id, status, input, concurrency_key,
+                                slot_at)
+        SELECT gen_random_uuid(), workflow_id, version_id, 'succeeded', input,
+               concurrency_key, now()
+        FROM executions, generate_series(1, 20000) WHERE id = %(id)s
+        """,
+        {"id": eid},
+    )
+    db.execute("ANALYZE executions")
+    (plan,) = db.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + RETRY_SLOT, {"id": eid}
+    ).fetchone()
+    assert "executions_slot_holders" in json.dumps(plan), plan
+    top = plan[0]["Plan"]
+    assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] < 50, top
+    # And the count is right: the one live holder besides itself is none.
+    assert db.execute(RETRY_SLOT, {"id": eid}).fetchone() == (2, 0)
