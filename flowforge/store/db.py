@@ -20,6 +20,7 @@ import psycopg.abc
 import psycopg.adapt
 import psycopg.conninfo
 import psycopg_pool
+import psycopg_pool.base
 
 from flowforge.errors import (
     DatabaseError,
@@ -120,6 +121,12 @@ REPLY_MARGIN_S = 5.0
 # reach minutes. Giving an attempt up after this long restarts it from 1 s at the next
 # request, so attempts are never more than a few seconds apart.
 RECONNECT_TIMEOUT_S = 10.0
+# And within an attempt the pool waits 1, 2, 4 s between tries: a process whose database
+# came back just after a try kept answering 503 for up to 4 s while its neighbours served
+# (one gunicorn worker of four, seen in tests/faults/test_postgres_trouble.py). A try
+# refused by a server that is down costs one connect(); every ~1 s (±10 %) is cheap, and
+# every process is back within about a second of its database.
+psycopg_pool.base.AttemptWithBackoff.DELAY_BACKOFF = 1.0
 
 
 # What each program's PostgreSQL connections are called (pg_stat_activity.application_name),
