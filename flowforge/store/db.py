@@ -117,15 +117,15 @@ NETWORK_DEFAULTS = {
 # How much longer than the server's statement timeout we wait for a reply before deciding
 # that the server, or whatever sits between us, will never answer.
 REPLY_MARGIN_S = 5.0
-# After a database outage the pool's reconnect back-off (doubling from 1 s, uncapped) would
-# reach minutes. Giving an attempt up after this long restarts it from 1 s at the next
-# request, so attempts are never more than a few seconds apart.
+# psycopg_pool retries a lost connection with a back-off doubling from 1 s, uncapped, which
+# after an outage would reach minutes. Giving an attempt up after this long restarts it at
+# the next request.
 RECONNECT_TIMEOUT_S = 10.0
-# And within an attempt the pool waits 1, 2, 4 s between tries: a process whose database
-# came back just after a try kept answering 503 for up to 4 s while its neighbours served
-# (one gunicorn worker of four, seen in tests/faults/test_postgres_trouble.py). A try
-# refused by a server that is down costs one connect(); every ~1 s (±10 %) is cheap, and
-# every process is back within about a second of its database.
+# And the tries are ~1 s apart (±10 %), not 1, 2, 4 s: with the doubling, a process whose
+# database came back just after a try kept answering 503 for up to 4 s while its
+# neighbours served (one gunicorn worker of four, tests/faults/test_postgres_trouble.py).
+# A try refused by a server that is down costs one connect(), so every process is back
+# within about a second of its database.
 psycopg_pool.base.AttemptWithBackoff.DELAY_BACKOFF = 1.0
 
 
