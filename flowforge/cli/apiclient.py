@@ -64,6 +64,9 @@ def _problem(response: requests.Response) -> ApiError:
 class ApiClient:
     """One API base URL and one API key; methods named for the CLI commands they serve."""
 
+    # Commands without an API endpoint (apikey) refuse this side (flowforge/cli/ops.py).
+    remote = True
+
     def __init__(self, base_url: str, key: str, timeout_s: float = TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s

@@ -40,6 +40,8 @@ def _cli_actor() -> dict[str, str]:
 class Database:
     """The operations of ApiClient, straight on PostgreSQL, answering as the API does."""
 
+    remote = False
+
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
