@@ -172,3 +172,9 @@ def target_version(text: str) -> int | None:
     if text == "latest":
         return None
     return positive(text)
+
+
+def version_or_latest(text: str) -> int | str:
+    """`workflow resume --onto`: a version number, or `latest` (kept as the word: the
+    option's absence means no re-pinning at all)."""
+    return text if text == "latest" else positive(text)

@@ -21,6 +21,7 @@ from flowforge.cli.arguments import (
     step_id,
     step_row,
     target_version,
+    version_or_latest,
     workflow_key,
 )
 from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus
@@ -65,7 +66,7 @@ EXAMPLES = {
     "workflow pause": "flowforge workflow pause orders",
     "workflow reingest": "flowforge workflow reingest orders --from 2026-12-01T09:00:00Z "
     "--to 2026-12-01T10:00:00Z --dry-run",
-    "workflow resume": "flowforge workflow resume orders",
+    "workflow resume": "flowforge workflow resume orders --onto latest",
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
     "circuits close": "flowforge circuits close stripe",
@@ -183,9 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         workflow, "pause", "workflows.pause", "webhooks queue; nothing starts until resumed"
     ).add_argument("key", type=workflow_key, help="the workflow's key")
-    command(
+    resuming = command(
         workflow, "resume", "workflows.resume", "release paused and queued work in arrival order"
-    ).add_argument("key", type=workflow_key, help="the workflow's key")
+    )
+    resuming.add_argument("key", type=workflow_key, help="the workflow's key")
+    resuming.add_argument(
+        "--onto",
+        type=version_or_latest,
+        metavar="VERSION",
+        help="first re-pin the executions that never started a step onto this version "
+        "(a number, or latest): the ones that arrived while it was paused",
+    )
     again = command(
         workflow, "reingest", "workflows.reingest", "archived webhooks of a range as new executions"
     )

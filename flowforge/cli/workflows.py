@@ -115,11 +115,17 @@ def pause(ops: Ops, args: argparse.Namespace) -> None:
 
 
 def resume(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.resume_workflow(args.key)
+    done = ops.resume_workflow(args.key, args.onto)
+    said = ""
+    if args.onto is not None:
+        said = f"{done['repinned']} never-started executions re-pinned onto version {done['onto']}"
+        if done["kept"]:
+            said += f" ({done['kept']} kept their version: their concurrency key would change)"
+        said += "; "
     emit(
         args,
         done,
-        f"workflow {args.key} is running again ({done['resumed']} executions resumed, "
+        f"{said}workflow {args.key} is running again ({done['resumed']} executions resumed, "
         f"{done['started']} started from the queue)",
     )
 
