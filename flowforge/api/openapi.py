@@ -875,7 +875,10 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "onto": {
-                "oneOf": [{"const": "latest"}, {"type": "integer", "minimum": 1}],
+                "oneOf": [
+                    {"const": "latest"},
+                    {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                ],
                 "description": "re-pin the never-started executions onto this version first",
             }
         },

@@ -87,13 +87,15 @@ def _onto() -> pausing.Onto:
     body = json_body()
     if isinstance(body, dict) and set(body) == {"onto"}:
         onto = body["onto"]
-        if onto == "latest" or (type(onto) is int and onto >= 1):
+        if isinstance(onto, float) and onto.is_integer():
+            onto = int(onto)  # 2.0 is the JSON number 2
+        if onto == "latest" or (type(onto) is int and 1 <= onto <= pausing.MAX_VERSION):
             return onto
     raise Problem(
         422,
         "Invalid resume",
         'send {"onto": "latest"} or {"onto": <a version number>}, or no body',
-        errors=[{"path": "$.onto", "message": '"latest" or a version number (1 or more)'}],
+        errors=[{"path": "$.onto", "message": '"latest" or a version number'}],
     )
 
 

@@ -33,6 +33,8 @@ from flowforge.store.runs import definition_for, load_run, save_run, unit_of_wor
 
 # What `onto` names: a version number, or the newest.
 Onto = int | Literal["latest"]
+# workflow_versions.version is an integer column: a larger number names no version.
+MAX_VERSION = 2**31 - 1
 
 # Set or clear the flag; the previous value says whether anything changed.
 SET_PAUSED = """
@@ -162,6 +164,11 @@ def repin(
     {onto, repinned, kept}. A workflow that is not paused is refused (409): a worker
     could start any of them while it runs."""
     version = None if onto == "latest" else int(onto)
+    if version is not None and not 1 <= version <= MAX_VERSION:
+        raise InvalidOnto(
+            f"workflow {key!r} has no version {version}",
+            [{"path": "$.onto", "message": "no such version"}],
+        )
     row = conn.execute(PAUSED_TARGET, {"key": key, "version": version}).fetchone()
     if row is None:
         raise NotFound(f"workflow {key!r} does not exist")

@@ -94,6 +94,8 @@ def test_resume_onto_latest_repins_what_never_started_and_keeps_what_did(
         ({"onto": 3}, 422),
         ({"onto": "newest"}, 422),
         ({"onto": 0}, 422),
+        ({"onto": 2**40}, 422),
+        ({"onto": True}, 422),
         ({"onto": 2, "more": 1}, 422),
         ([2], 422),
     ):
@@ -102,6 +104,8 @@ def test_resume_onto_latest_repins_what_never_started_and_keeps_what_did(
     wrong = remote(api, api_key, "workflow", "resume", "orders", "--onto", "3")
     assert wrong.returncode == 2 and wrong.stdout == "", wrong
     assert wrong.stderr.startswith("error: Invalid version: workflow 'orders' has no version 3")
+    huge = cli(database_url, "workflow", "resume", "orders", "--onto", str(2**40))
+    assert huge.returncode == 2 and "has no version" in huge.stderr, huge
     assert db.execute("SELECT paused_at IS NOT NULL FROM workflows").fetchone() == (True,)
     assert db.execute(
         "SELECT DISTINCT v.version FROM executions e JOIN workflow_versions v "
