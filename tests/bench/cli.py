@@ -3,11 +3,12 @@
     .venv/bin/python -m tests.bench.cli [--runs 20]
 
 Each figure is the wall time of the installed `flowforge` script as a new process (what a
-shell and its Tab completion start), measured `--runs` times, printed as p50 and max
-next to a bare `python -c pass` on the same machine: `flowforge --help`, `flowforge
-completion bash`, and a remote `flowforge executions list` against a real bin/api (a
-private, migrated database with 50 queued executions, its own API key, the API on a
-loopback port). Issue 43's targets: --help and completion 0.15 s, the remote list 0.4 s.
+shell and its Tab completion start), measured `--runs` times, printed as p50 and max with
+the CPU time it used (p50), next to a bare `python -c pass` on the same machine:
+`flowforge --help`, `flowforge completion bash`, and a remote `flowforge executions list`
+against a real bin/api (a private, migrated database with 50 queued executions, its own
+API key, the API on a loopback port). Issue 43's targets: --help and completion 0.15 s,
+the remote list 0.4 s.
 A figure, not a test: nothing is asserted. The database is dropped afterwards.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,27 +42,34 @@ EXECUTIONS = 50
 TARGETS_S = {"--help": 0.15, "completion bash": 0.15, "executions list (remote)": 0.4}
 
 
-def wall_times(argv: Sequence[str], env: Mapping[str, str], runs: int) -> list[float]:
-    """Seconds from fork to exit of `argv`, `runs` times (after one untimed warm-up run
-    that fills the page cache, as the second Tab of a session would find it)."""
-    times = []
+def wall_times(
+    argv: Sequence[str], env: Mapping[str, str], runs: int
+) -> tuple[list[float], list[float]]:
+    """Seconds from fork to exit of `argv`, and the CPU seconds it used (user + system,
+    which other work on a busy machine inflates far less), `runs` times after one untimed
+    warm-up run that fills the page cache, as the second Tab of a session finds it."""
+    times, cpu = [], []
     for n in range(runs + 1):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
         elapsed = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()}")
         if n:
             times.append(elapsed)
-    return times
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return times, cpu
 
 
-def line(name: str, times: list[float]) -> str:
+def line(name: str, measured: tuple[list[float], list[float]]) -> str:
+    times, cpu = measured
     target = TARGETS_S.get(name)
     aim = f"  (target {target:.2f} s)" if target else ""
     return (
         f"{name:<26} p50 {statistics.median(times):.3f} s  max {max(times):.3f} s"
-        f"  over {len(times)} runs{aim}"
+        f"  cpu p50 {statistics.median(cpu):.3f} s  over {len(times)} runs{aim}"
     )
 
 
