@@ -40,8 +40,9 @@ def paint(text: str, status: str) -> str:
 
 # C0 and C1 controls but line feed and tab, and DEL: a value an attacker wrote (a URL
 # template filled from a webhook, a workflow name) must not drive the terminal (OSC 52
-# clipboard writes, erased lines, a fake status) in human-readable output (SPEC §12).
-# On a terminal with colour on, the few colour sequences _paint writes pass (they can only
+# clipboard writes, erased lines, a fake status) in human-readable output (docs/contract.md,
+# Security rules).
+# On a terminal with colour on, the few colour sequences `paint` writes pass (they can only
 # colour text); every other control is shown escaped.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _OWN_COLOURS = re.compile(

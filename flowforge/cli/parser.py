@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", type=workflow_key, help="the workflow's key")
     revoke.add_argument("id", type=positive, help="the secret's ID, from secret list")
 
-    circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
+    circuits = group("circuits", "circuit breakers of outbound limits")
     command(circuits, "list", "circuits.list_circuits", "open and half-open circuits")
     command(circuits, "close", "circuits.close", "close a circuit by hand").add_argument(
         "key", help="the limit's key in the definition's limits, as circuits list shows it"
