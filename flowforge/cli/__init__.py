@@ -14,11 +14,6 @@ exists only there: the API has no endpoint that makes keys.
 said 400/422).
 """
 
-# Adding a command: a `_name(ops, args)` handler that calls one method, present with the
-# same name and answer on `ApiClient` (flowforge/cli/apiclient.py) and on `Database`
-# (flowforge/cli/direct.py), and prints with `_emit`; then one `command(...)` line in
-# build_parser, and its example in EXAMPLES. A command with no API endpoint takes
-
 # Adding a command: a handler `name(ops, args)` in the module of its group (apikeys,
 # workflows, webhook_secrets, circuits, executions, actions, bulk, schedules) that calls
 # one method, present with the same name and answer on `ApiClient` (apiclient.py) and on
