@@ -138,3 +138,34 @@ def test_resume_onto_latest_repins_what_never_started_and_keeps_what_did(
         ok(cli(database_url, "--output", "json", "workflow", "resume", "orders", "--onto", "2"))
     )
     assert (done["onto"], done["repinned"], done["kept"], done["paused"]) == (2, 0, 0, False)
+
+
+def test_one_whose_concurrency_key_would_change_keeps_its_version_and_none_is_lost(
+    client: Api, target: Target, workers: Callable[..., Process]
+) -> None:
+    """No worker runs until the resume: the executions are queued, never taken up (the
+    re-pin writes the wake-ups of their new roots). Under version 2 the concurrency key
+    is another input field: the one whose key changes keeps version 1 (its slot belongs
+    to its key), the one whose key is the same moves; both then run to the end."""
+    target.script = lambda received: Reply(json={"ok": True})
+    v1 = {**version(target, "v1"), "concurrency": {"limit": 1, "key": "{{ input.region }}"}}
+    v2 = {**version(target, "v2"), "concurrency": {"limit": 1, "key": "{{ input.shop }}"}}
+    client.publish("orders", v1)
+    assert client.post("/api/v1/workflows/orders/pause").status_code == 200
+    same = client.start("orders", {"region": "eu", "shop": "eu"})
+    other = client.start("orders", {"region": "eu-2", "shop": "s-9"})
+    client.publish("orders", v2)
+
+    resumed = client.post("/api/v1/workflows/orders/resume", {"onto": "latest"})
+    assert resumed.status_code == 200, resumed.text
+    assert (resumed.json()["onto"], resumed.json()["repinned"], resumed.json()["kept"]) == (2, 1, 1)
+    workers()
+    assert client.wait(same, timeout=40)["status"] == "succeeded"
+    assert client.wait(other, timeout=40)["status"] == "succeeded"
+    assert (client.execution(same)["version"], client.execution(other)["version"]) == (2, 1)
+    assert sorted(r.path for r in target.received) == [
+        "/v1/first",
+        "/v1/second",
+        "/v2/first",
+        "/v2/second",
+    ]
