@@ -869,6 +869,20 @@ SCHEMAS: dict[str, Any] = {
             "version": {"type": "integer"},
         },
     },
+    "WorkflowResume": {
+        "type": "object",
+        "required": ["onto"],
+        "additionalProperties": False,
+        "properties": {
+            "onto": {
+                "oneOf": [
+                    {"const": "latest"},
+                    {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                ],
+                "description": "re-pin the never-started executions onto this version first",
+            }
+        },
+    },
     "WorkflowPause": {
         "type": "object",
         "required": ["workflow", "paused", "changed"],
@@ -879,6 +893,16 @@ SCHEMAS: dict[str, Any] = {
             "held": {"type": "integer", "description": "live executions paused at once"},
             "resumed": {"type": "integer", "description": "paused executions resumed"},
             "started": {"type": "integer", "description": "queued executions given a slot"},
+            "onto": {"type": "integer", "description": "the version re-pinned onto (onto)"},
+            "repinned": {
+                "type": "integer",
+                "description": "never-started executions moved onto that version (onto)",
+            },
+            "kept": {
+                "type": "integer",
+                "description": "never-started executions left on their version: their "
+                "concurrency key would change (onto)",
+            },
         },
     },
     "WebhookSecret": {
@@ -1429,14 +1453,21 @@ PATHS: dict[str, Any] = {
     "/api/v1/workflows/{key}/resume": {
         "post": _operation(
             "Resume the workflow: its paused executions in arrival order, then its queues "
-            "through flow control",
+            "through flow control. With a body {onto}, its executions that never started a "
+            "step are first re-pinned onto that version (409 unless the workflow is paused)",
             {
                 "200": _json(_ref("WorkflowPause"), "Resumed"),
-                **_problems(403, 404, *AUTHENTICATED),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["workflows"],
             parameters=[WORKFLOW_KEY],
         )
+        | {
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": _ref("WorkflowResume")}},
+            }
+        }
     },
     "/api/v1/workflows/{key}/schedule/pause": {
         "post": _operation(

@@ -71,12 +71,32 @@ def pause(key: str) -> Response:
 @bp.post("/<workflow_key:key>/resume")
 @key_required
 def resume(key: str) -> Response:
-    """Resume a workflow: its paused executions in arrival order, then its queues."""
+    """Resume a workflow: its paused executions in arrival order, then its queues. With
+    {"onto": "latest" | N}, its executions that never started a step are re-pinned onto
+    that version first (docs/howto/morning-after-an-outage.md)."""
     authorize(key, write=True)
     api_key: ApiKey = g.api_key
+    onto = _onto() if request.content_length or request.get_data(cache=True) else None
     with connection() as conn:
-        result = pausing.resume_workflow(conn, key, actor=api_key.actor())
+        result = pausing.resume_workflow(conn, key, actor=api_key.actor(), onto=onto)
         return jsonify({"workflow": key, **result})
+
+
+def _onto() -> pausing.Onto:
+    """The `onto` of a resume's body: "latest" or a version number."""
+    body = json_body()
+    if isinstance(body, dict) and set(body) == {"onto"}:
+        onto = body["onto"]
+        if isinstance(onto, float) and onto.is_integer():
+            onto = int(onto)  # 2.0 is the JSON number 2
+        if onto == "latest" or (type(onto) is int and 1 <= onto <= pausing.MAX_VERSION):
+            return onto
+    raise Problem(
+        422,
+        "Invalid resume",
+        'send {"onto": "latest"} or {"onto": <a version number>}, or no body',
+        errors=[{"path": "$.onto", "message": '"latest" or a version number'}],
+    )
 
 
 @bp.post("/<workflow_key:key>/reingest")

@@ -64,6 +64,9 @@ def _problem(response: requests.Response) -> ApiError:
 class ApiClient:
     """One API base URL and one API key; methods named for the CLI commands they serve."""
 
+    # Commands without an API endpoint (apikey) refuse this side (flowforge/cli/ops.py).
+    remote = True
+
     def __init__(self, base_url: str, key: str, timeout_s: float = TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
@@ -222,9 +225,13 @@ class ApiClient:
             )
         )
 
-    def resume_workflow(self, key: str) -> dict[str, Any]:
-        """Resume a workflow: its paused executions in arrival order, then its queues."""
-        return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/resume"))
+    def resume_workflow(self, key: str, onto: int | str | None = None) -> dict[str, Any]:
+        """Resume a workflow: its paused executions in arrival order, then its queues;
+        `onto` ("latest" or a number) re-pins its never-started executions first."""
+        path = f"{WORKFLOWS}/{quote(key, safe='')}/resume"
+        if onto is None:
+            return dict(self._json("POST", path))
+        return dict(self._json("POST", path, body={"onto": onto}, send_body=True))
 
     def circuits(self) -> list[dict[str, Any]]:
         """Open and half-open circuits of outbound limits (SPEC §13)."""

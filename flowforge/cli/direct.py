@@ -40,6 +40,8 @@ def _cli_actor() -> dict[str, str]:
 class Database:
     """The operations of ApiClient, straight on PostgreSQL, answering as the API does."""
 
+    remote = False
+
     def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
 
@@ -130,9 +132,11 @@ class Database:
         """Re-ingest archived webhooks of a range (one capped page), or count them."""
         return reingest.reingest(self.conn, key, reingest.parse(body), _cli_actor())
 
-    def resume_workflow(self, key: str) -> dict[str, Any]:
-        """Resume a workflow: its paused executions in arrival order, then its queues."""
-        return {"workflow": key, **pausing.resume_workflow(self.conn, key, actor=_cli_actor())}
+    def resume_workflow(self, key: str, onto: pausing.Onto | None = None) -> dict[str, Any]:
+        """Resume a workflow: its paused executions in arrival order, then its queues;
+        `onto` ("latest" or a number) re-pins its never-started executions first."""
+        resumed = pausing.resume_workflow(self.conn, key, actor=_cli_actor(), onto=onto)
+        return {"workflow": key, **resumed}
 
     def circuits(self) -> list[dict[str, Any]]:
         """Open and half-open circuits of outbound limits (SPEC §13)."""

@@ -261,6 +261,8 @@ class EventKind(StrEnum):
     WORKFLOW_RESUMED = "workflow.resumed"
     EXECUTION_REPLAYED = "execution.replayed"
     EXECUTION_RESUMED = "execution.resumed"
+    # A resume onto a version moved a never-started execution to it (from_version, version).
+    EXECUTION_REPINNED = "execution.repinned"
     FAIL_REQUESTED = "execution.fail_requested"
     # SPEC §13: a ready step waits for its outbound limit (key, reason, until); not an
     # attempt, not a failure. A 429/503 with Retry-After held a key for everyone.

@@ -379,6 +379,77 @@ def test_every_page_is_usable_at_a_phones_width(
         browser.set_window_size(1280, 1000)
 
 
+LIST_GEOMETRY = """
+const rows = [...document.querySelectorAll('#executions tbody tr')];
+const cell = (row, name) => row.querySelector('td.' + name);
+return {
+  view: window.innerWidth,
+  page: document.documentElement.scrollWidth,
+  header: document.querySelector('#executions thead tr').getBoundingClientRect().height,
+  rows: rows.map(row => ({
+    id: cell(row, 'id').querySelector('a').title,
+    first: row.querySelector('td').className,
+    height: row.getBoundingClientRect().height,
+    status: cell(row, 'status').getBoundingClientRect().toJSON(),
+    key: cell(row, 'key').title,
+    key_cut: cell(row, 'key').scrollWidth > cell(row, 'key').clientWidth,
+    error_width: cell(row, 'error-snippet').getBoundingClientRect().width,
+  })),
+};
+"""
+
+
+def test_the_executions_list_is_one_line_per_execution_on_a_phone_and_a_desktop(
+    browser: WebDriver,
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    tmp_path: Path,
+) -> None:
+    """Issue 43: at 390 px the status is the first column and on screen, and at 390 and
+    1280 px every execution is one line, however long its idempotency key and error: the
+    key is cut, its whole value in the title (and on the execution's page), and at 1280
+    px the error keeps a readable width."""
+    client = Api(api, api_key)
+    broken = [{"id": "shape", "type": "transform", "output": "{{ input.a.b.c.d }}"}]
+    client.publish("a-rather-long-workflow-key-for-a-narrow-screen", unsigned(broken))
+    workers()
+    keys = [f"order-{n}-" + "0123456789abcdef" * 14 for n in range(3)]
+    started = [
+        client.start(
+            "a-rather-long-workflow-key-for-a-narrow-screen",
+            {"a": 1},
+            headers={"Idempotency-Key": key},
+        )
+        for key in keys
+    ]
+    for eid in started:
+        client.wait(eid, "failed")
+    sign_in(browser, api, api_key)
+    try:
+        for width in (PHONE[0], 1280):
+            browser.set_window_size(width, 900)
+            browser.get(f"{api}/ui/executions")
+            until(browser, lambda d: d.find_element(By.ID, "executions"))
+            shot(browser, tmp_path, f"list-{width}")
+            found = browser.execute_script(LIST_GEOMETRY)
+            assert found["page"] <= found["view"], found  # the table scrolls in its own box
+            rows = {row["id"]: row for row in found["rows"]}
+            assert set(started) <= set(rows), found
+            for eid, key in zip(started, keys, strict=True):
+                row = rows[eid]
+                assert row["first"] == "status", row
+                assert row["status"]["left"] >= 0 and row["status"]["right"] <= found["view"], row
+                assert row["height"] <= found["header"] * 1.6, (width, row, found["header"])
+                assert row["key"] == key and row["key_cut"], row
+                if width == 1280:
+                    assert row["error_width"] >= 200, row
+        browser.get(f"{api}/ui/executions/{started[0]}")
+        assert keys[0] in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    finally:
+        browser.set_window_size(1280, 1000)
+
+
 def test_the_list_tells_how_each_started_and_ended_and_a_schedule_is_run_from_its_page(
     browser: WebDriver,
     api: str,

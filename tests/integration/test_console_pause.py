@@ -10,6 +10,7 @@ import psycopg
 
 from flowforge.store import apikeys
 from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
+from tests.support.definitions import OPEN
 
 
 def test_an_execution_is_paused_and_resumed_from_its_page_with_the_actor(
@@ -82,3 +83,34 @@ def test_a_read_only_key_sees_no_pause_button_and_a_forged_post_is_refused(
     assert published.post("/ui/workflows/open/pause", data={"csrf": csrf}).status_code == 403
     assert db.execute("SELECT count(*) FROM executions WHERE status = 'paused'").fetchone() == (0,)
     assert db.execute("SELECT paused_at FROM workflows WHERE key = 'open'").fetchone() == (None,)
+
+
+def test_a_paused_workflow_is_resumed_onto_its_newest_version_from_its_page(
+    published: Any,  # noqa: F811
+    api_key: str,
+    db: psycopg.Connection,
+) -> None:
+    csrf = _sign_in(published, api_key)
+    assert published.post("/ui/workflows/open/pause", data={"csrf": csrf}).status_code == 303
+    page = published.get("/ui/workflows/open").get_data(as_text=True)
+    assert "Resume onto v1" in page  # shown while paused, naming the newest version
+    fixed = published.post(
+        "/api/v1/workflows/open/versions",
+        json=OPEN,
+        headers={"Authorization": f"Bearer {api_key}"},
+    )
+    assert fixed.status_code == 201, fixed.get_data(as_text=True)
+    page = published.get("/ui/workflows/open").get_data(as_text=True)
+    assert 'id="resume-workflow-onto"' in page and "Resume onto v2" in page
+    resumed = published.post("/ui/workflows/open/resume", data={"csrf": csrf, "onto": "2"})
+    assert resumed.status_code == 303
+    moved = db.execute(
+        "SELECT DISTINCT v.version, e.status FROM executions e "
+        "JOIN workflow_versions v ON v.id = e.version_id"
+    ).fetchall()
+    assert moved == [(2, "succeeded")]
+    actors = db.execute(
+        "SELECT DISTINCT detail->'actor'->>'name' FROM execution_events "
+        "WHERE kind = 'execution.repinned'"
+    ).fetchall()
+    assert actors == [("tests",)]

@@ -135,7 +135,7 @@ def test_bin_migrate_from_a_fresh_shell_finds_the_venv_and_can_create_the_databa
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.mark.parametrize("script", ["api", "worker", "migrate", "demo"])
+@pytest.mark.parametrize("script", ["api", "worker", "migrate", "demo", "test"])
 def test_every_bin_command_answers_help(script: str) -> None:
     result = subprocess.run(
         [str(ROOT / "bin" / script), "--help"],
@@ -146,6 +146,20 @@ def test_every_bin_command_answers_help(script: str) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: bin/{script}")
+
+
+def test_bin_test_help_is_its_own_not_pytests() -> None:
+    """`bin/test --help` says what the README says about it, and runs nothing."""
+    said = subprocess.run(
+        [str(ROOT / "bin" / "test"), "--help"],
+        env=bare_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    for named in ("--fast", "FLOWFORGE_TEST_DATABASE_URL", "FLOWFORGE_TEST_AMQP_URL", "CI=true"):
+        assert named in said, named
+    assert "pytest --help" in said and "positional arguments" not in said
 
 
 def test_a_venv_without_the_dependencies_is_reported_with_what_to_run(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from flowforge.cli import _emit, printable
+from flowforge.cli.output import emit, printable
 
 HOSTILE = "https://x.example/\x1b]52;c;ZXZpbA==\x07\x1b[2K\rsucceeded\x9b31m\x7f"
 
@@ -22,7 +22,7 @@ def test_controls_are_shown_not_obeyed() -> None:
 
 
 def test_emit_escapes_text_and_leaves_json_alone(capsys: pytest.CaptureFixture[str]) -> None:
-    _emit(argparse.Namespace(format="text"), {"url": HOSTILE}, lambda: f"url {HOSTILE}")
+    emit(argparse.Namespace(format="text"), {"url": HOSTILE}, lambda: f"url {HOSTILE}")
     assert "\x1b" not in capsys.readouterr().out
-    _emit(argparse.Namespace(format="json"), {"url": HOSTILE}, "unused")
+    emit(argparse.Namespace(format="json"), {"url": HOSTILE}, "unused")
     assert json.loads(capsys.readouterr().out) == {"url": HOSTILE}

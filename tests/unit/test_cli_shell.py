@@ -64,9 +64,9 @@ def test_completion_needs_neither_the_api_nor_the_database() -> None:
 
 EMIT = """
 import argparse, sys
-from flowforge import cli
+from flowforge.cli import output
 args = argparse.Namespace(format="table", no_pager=sys.argv[1] == "off")
-cli._emit(args, None, "\\n".join(f"line {n}" for n in range(200)))
+output.emit(args, None, "\\n".join(f"line {n}" for n in range(200)))
 """
 
 

@@ -74,9 +74,12 @@ def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict
     return pausing.pause_workflow(conn, workflow, actor=key.actor())
 
 
-def resume_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:
-    """Resume a workflow: its paused executions in arrival order, then its queues."""
-    return pausing.resume_workflow(conn, workflow, actor=key.actor())
+def resume_workflow(
+    conn: psycopg.Connection, key: ApiKey, workflow: str, onto: int | None = None
+) -> dict[str, Any]:
+    """Resume a workflow: its paused executions in arrival order, then its queues; with
+    `onto`, its never-started executions re-pinned onto that version first."""
+    return pausing.resume_workflow(conn, workflow, actor=key.actor(), onto=onto)
 
 
 def replay(

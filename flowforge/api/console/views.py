@@ -903,10 +903,12 @@ def pause_workflow(key: str) -> BaseResponse:
 @bp.post("/workflows/<workflow_key:key>/resume")
 @signed_in
 def resume_workflow(key: str) -> BaseResponse:
-    """Resume a workflow, then back to its page."""
+    """Resume a workflow (with `onto`, a version number: its never-started executions
+    re-pinned onto it first), then back to its page."""
     api_key = require(key, write=True)
+    onto = request.form.get("onto", "")
     with connection() as conn:
-        operate.resume_workflow(conn, api_key, key)
+        operate.resume_workflow(conn, api_key, key, int(onto) if onto.isdigit() else None)
     return redirect(url_for("console.workflow", key=key), 303)
 
 

@@ -1,0 +1,373 @@
+"""The `flowforge` command tree, declared without loading any command: each command
+names its handler as "module.function" (a module of flowforge/cli/), which main imports
+only for the command that runs. `--help` and shell completion thus load argparse and the
+domain's words, never the HTTP client, the database driver or the definitions parser."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from flowforge.cli.arguments import (
+    STATUSES,
+    Parser,
+    Version,
+    common_options,
+    execution_id,
+    instant,
+    json_value,
+    limit,
+    positive,
+    step_id,
+    step_row,
+    target_version,
+    version_or_latest,
+    workflow_key,
+)
+from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus
+
+DESCRIPTION = """\
+Operate FlowForge: publish workflows, inspect executions, cancel, retry and resolve them.
+
+Through the HTTP API with --api URL (or FLOWFORGE_API_URL) and the key in
+FLOWFORGE_API_KEY: the key's scope and read-only rules apply, and the history names it.
+On the box with --db (or no API URL): straight on PostgreSQL (FLOWFORGE_DATABASE_URL),
+also while the API is down; API keys are managed only there.
+
+Exit codes: 0 done, 1 refused or failed, 2 wrong as typed."""
+
+# Each command's example, shown at the end of its --help (and in docs/reference/cli.md).
+EXAMPLES = {
+    "": "flowforge executions list --status needs_attention",
+    "apikey": "flowforge --db apikey create --name ops --workflow orders",
+    "apikey create": "flowforge --db apikey create --name deploy --workflow orders --secrets",
+    "apikey list": "flowforge --db apikey list",
+    "apikey revoke": "flowforge --db apikey revoke 3",
+    "workflow": "flowforge workflow publish orders.json",
+    "workflow publish": "flowforge workflow publish charge-v2.json --key charge",
+    "workflow list": "flowforge workflow list",
+    "workflow show": "flowforge workflow show orders --version 2",
+    "workflow diff": "flowforge workflow diff orders 2 orders.json",
+    "secret": "flowforge secret create orders",
+    "secret create": "SECRET=$(flowforge secret create orders | tail -n1)",
+    "secret list": "flowforge secret list orders",
+    "secret revoke": "flowforge secret revoke orders 1",
+    "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
+    "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "cancel": "flowforge cancel 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "retry": "flowforge retry 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "resolve": "flowforge resolve 01a233ee-a3de-71f1-8ccd-4191093a47ad charge succeeded "
+    "'{\"status\": 201}'",
+    "complete": "flowforge complete 01a233ee-a3de-71f1-8ccd-4191093a47ad approval "
+    "'{\"approved\": true}'",
+    "fail": "flowforge fail 01a233ee-a3de-71f1-8ccd-4191093a47ad approval",
+    "workflow groups": "flowforge workflow groups sync --status open",
+    "workflow pause": "flowforge workflow pause orders",
+    "workflow reingest": "flowforge workflow reingest orders --from 2026-12-01T09:00:00Z "
+    "--to 2026-12-01T10:00:00Z --dry-run",
+    "workflow resume": "flowforge workflow resume orders --onto latest",
+    "circuits": "flowforge circuits list",
+    "circuits list": "flowforge circuits list --output json",
+    "circuits close": "flowforge circuits close stripe",
+    "pause": "flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "resume": "flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "fail-paused": "flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
+    "replay": "flowforge replay 01a233ee-a3de-71f1-8ccd-4191093a47ad --from-step notify "
+    "--onto latest",
+    "replay-bulk": "flowforge replay-bulk --workflow orders --of-version 3 --status failed "
+    "--from-step notify --onto latest",
+    "cancel-bulk": "flowforge cancel-bulk --workflow orders --status waiting --since 2h",
+    "retry-bulk": "flowforge retry-bulk --workflow orders --status failed --since 1d --yes",
+    "completion": 'eval "$(flowforge completion bash)"',
+    "schedule": "flowforge schedule show sweep",
+    "schedule show": "flowforge schedule show sweep",
+    "schedule pause": "flowforge schedule pause sweep",
+    "schedule resume": "flowforge schedule resume sweep",
+    "schedule trigger": "flowforge schedule trigger sweep",
+    "schedule backfill": "flowforge schedule backfill sweep --from 2026-11-24T00:00:00Z "
+    "--to 2026-11-29T00:00:00Z --dry-run",
+}
+
+
+def _example(path: str) -> str | None:
+    """The epilog of a command's --help; a command without an example (a test fails for
+    it, tests/unit/test_reference_docs.py) still works."""
+    return f"example:\n  {EXAMPLES[path]}" if path in EXAMPLES else None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command tree."""
+    common = common_options()
+    parser = Parser(
+        prog="flowforge",
+        description=DESCRIPTION,
+        epilog=_example(""),
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=Version)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    groups: dict[int, str] = {}  # a group's subparsers -> its name, for the examples
+
+    def group(name: str, help_: str) -> Any:
+        actions = sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(name),
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        ).add_subparsers(dest="action", required=True, metavar="ACTION")
+        groups[id(actions)] = name
+        return actions
+
+    def command(parent: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        path = f"{groups[id(parent)]} {name}" if id(parent) in groups else name
+        parsed: argparse.ArgumentParser = parent.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(path),
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parsed.set_defaults(handler=handler)
+        return parsed
+
+    apikey = group("apikey", "manage API keys (on the box: --db)")
+    create = command(apikey, "create", "apikeys.create", "create a key (printed on the last line)")
+    create.add_argument("--name", required=True, help="who or what the key is for")
+    create.add_argument(
+        "--workflow",
+        action="append",
+        type=workflow_key,
+        help="limit the key to this workflow (repeatable)",
+    )
+    create.add_argument("--read-only", action="store_true", help="GET only")
+    create.add_argument(
+        "--secrets",
+        action="store_true",
+        help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
+    )
+    command(apikey, "list", "apikeys.list_keys", "list keys")
+    command(apikey, "revoke", "apikeys.revoke", "revoke a key").add_argument(
+        "id", type=positive, help="the key's ID, from apikey list"
+    )
+
+    workflow = group("workflow", "publish and read workflows")
+    publish = command(workflow, "publish", "workflows.publish", "publish a definition file")
+    publish.add_argument("file", help="the definition, a JSON file")
+    publish.add_argument(
+        "--key",
+        help="the workflow to create or version (default: the file name, with a warning "
+        "when that makes a new workflow)",
+    )
+    command(workflow, "list", "workflows.list_workflows", "list workflows")
+    show = command(workflow, "show", "workflows.show", "show a workflow or one version")
+    show.add_argument("key", type=workflow_key, help="the workflow's key")
+    show.add_argument("--version", type=positive, help="print this version's definition")
+    diff = command(
+        workflow, "diff", "workflows.diff", "what changed between two versions (or files)"
+    )
+    diff.add_argument("key", type=workflow_key, help="the workflow's key")
+    diff.add_argument("old", help="a version number, or a definition file")
+    diff.add_argument("new", help="a version number, or a definition file (not yet published)")
+    gathered = command(
+        workflow, "groups", "workflows.groups", "debounce and batch groups, newest first"
+    )
+    gathered.add_argument("key", type=workflow_key, help="the workflow's key")
+    gathered.add_argument(
+        "--status", choices=[s.value for s in GroupStatus], help="only groups in this state"
+    )
+    command(
+        workflow, "pause", "workflows.pause", "webhooks queue; nothing starts until resumed"
+    ).add_argument("key", type=workflow_key, help="the workflow's key")
+    resuming = command(
+        workflow, "resume", "workflows.resume", "release paused and queued work in arrival order"
+    )
+    resuming.add_argument("key", type=workflow_key, help="the workflow's key")
+    resuming.add_argument(
+        "--onto",
+        type=version_or_latest,
+        metavar="VERSION",
+        help="first re-pin the executions that never started a step onto this version "
+        "(a number, or latest): the ones that arrived while it was paused",
+    )
+    again = command(
+        workflow, "reingest", "workflows.reingest", "archived webhooks of a range as new executions"
+    )
+    again.add_argument("key", type=workflow_key, help="the workflow's key")
+    again.add_argument(
+        "--from", dest="start", required=True, help="received at or after (RFC 3339)"
+    )
+    again.add_argument("--to", dest="end", required=True, help="received before (RFC 3339)")
+    again.add_argument("--filter", help='a when-style condition, e.g. {"path": "input.kind", ...}')
+    again.add_argument("--dry-run", action="store_true", help="count and sample, create nothing")
+
+    secret = group("secret", "webhook signing secrets")
+    command(secret, "create", "webhook_secrets.create", "create a signing secret").add_argument(
+        "key", type=workflow_key, help="the workflow's key"
+    )
+    command(
+        secret, "list", "webhook_secrets.list_secrets", "list a workflow's secrets"
+    ).add_argument("key", type=workflow_key, help="the workflow's key")
+    revoke = command(secret, "revoke", "webhook_secrets.revoke", "revoke a signing secret")
+    revoke.add_argument("key", type=workflow_key, help="the workflow's key")
+    revoke.add_argument("id", type=positive, help="the secret's ID, from secret list")
+
+    circuits = group("circuits", "circuit breakers of outbound limits")
+    command(circuits, "list", "circuits.list_circuits", "open and half-open circuits")
+    command(circuits, "close", "circuits.close", "close a circuit by hand").add_argument(
+        "key", help="the limit's key in the definition's limits, as circuits list shows it"
+    )
+
+    executions = group("executions", "inspect executions")
+    listing = command(
+        executions, "list", "executions.list_executions", "list executions, newest first"
+    )
+    listing.add_argument("--workflow", type=workflow_key, help="only this workflow's")
+    listing.add_argument(
+        "--status",
+        choices=STATUSES,
+        help="only in this status; needs_attention: every execution with an unknown step",
+    )
+    listing.add_argument("--limit", type=limit, default=20, help=f"1-{MAX_PAGE}")
+    listing.add_argument("--cursor", help="next_cursor of the previous page")
+    listing.add_argument(
+        "--since",
+        type=instant,
+        metavar="WHEN",
+        help="created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
+        "such as 30m, 6h, 2d",
+    )
+    listing.add_argument(
+        "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
+    )
+    detail = command(executions, "show", "executions.show", "steps, attempts and who acted")
+    detail.add_argument("id", type=execution_id, help="the execution's ID")
+
+    def on_step(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        parsed = command(sub, name, handler, help_)
+        parsed.add_argument("id", type=execution_id, help="the execution's ID")
+        parsed.add_argument("step", type=step_row, help="the step's id in the definition")
+        return parsed
+
+    command(
+        sub,
+        "cancel",
+        "actions.cancel",
+        "cancel an execution: queued and waiting work stops at once, a request in flight "
+        "finishes and is recorded",
+    ).add_argument("id", type=execution_id, help="the execution's ID")
+    command(sub, "retry", "actions.retry", "re-run failed and cancelled steps").add_argument(
+        "id", type=execution_id, help="the execution's ID"
+    )
+    for name, handler, help_ in (
+        ("pause", "actions.pause", "pause an execution: nothing of it starts until resumed"),
+        ("resume", "actions.resume", "resume a paused execution (an exhausted step runs again)"),
+        ("fail-paused", "actions.fail_paused", "fail an execution paused at an exhausted step"),
+    ):
+        command(sub, name, handler, help_).add_argument(
+            "id", type=execution_id, help="the execution's ID"
+        )
+    replaying = command(
+        sub, "replay", "actions.replay", "replay an execution from a step onto a version"
+    )
+    replaying.add_argument("id", type=execution_id, help="the execution's ID")
+    replaying.add_argument(
+        "--from-step",
+        required=True,
+        type=step_id,
+        help="run again from this step; its ancestors keep their outputs",
+    )
+    replaying.add_argument(
+        "--onto", type=target_version, default=None, help="a version number or latest (default)"
+    )
+    bulk = command(
+        sub, "replay-bulk", "bulk.replay_bulk", "replay a workflow's executions by filter"
+    )
+    bulk.add_argument("--workflow", required=True, type=workflow_key)
+    bulk.add_argument(
+        "--from-step",
+        required=True,
+        type=step_id,
+        help="run again from this step; its ancestors keep their outputs",
+    )
+    bulk.add_argument("--onto", type=target_version, default=None, help="version or latest")
+    bulk.add_argument("--of-version", type=positive, help="only executions of this version")
+    bulk.add_argument("--status", choices=STATUSES)
+    bulk.add_argument("--from", dest="start", help="created at or after (ISO-8601)")
+    bulk.add_argument("--to", dest="end", help="created before (ISO-8601)")
+    bulk.add_argument("--error", help="a step's error contains this text")
+    bulk.add_argument("--batch", type=limit, default=100, help=f"per call, 1-{MAX_PAGE}")
+    bulk.add_argument("--yes", action="store_true", help="replay them (default: preview)")
+    for name, handler, help_ in (
+        ("cancel-bulk", "bulk.cancel_bulk", "cancel every unfinished execution a filter names"),
+        ("retry-bulk", "bulk.retry_bulk", "retry every failed, cancelled or needs_attention one"),
+    ):
+        by_filter = command(sub, name, handler, help_)
+        by_filter.add_argument("--workflow", type=workflow_key, help="only this workflow's")
+        by_filter.add_argument(
+            "--status",
+            choices=STATUSES,
+            help="only in this status (needs_attention: every execution with an unknown step)",
+        )
+        by_filter.add_argument(
+            "--since",
+            type=instant,
+            metavar="WHEN",
+            help="created at or after WHEN (30m, 6h, 2d or an ISO 8601 instant)",
+        )
+        by_filter.add_argument(
+            "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
+        )
+        by_filter.add_argument(
+            "--yes",
+            action="store_true",
+            help="do it without asking (default: show the count and ask on a terminal; "
+            "in a script, only show the count)",
+        )
+    resolve = on_step("resolve", "actions.resolve", "settle a step whose outcome is unknown")
+    resolve.add_argument("outcome", choices=RESOLUTIONS, help="what the request did")
+    resolve.add_argument(
+        "step_output",
+        nargs="?",
+        type=json_value,
+        metavar="OUTPUT",
+        help="the step's output as JSON (with succeeded)",
+    )
+    complete = on_step("complete", "actions.complete", "end a waiting wait step as a resume would")
+    complete.add_argument(
+        "step_output",
+        nargs="?",
+        type=json_value,
+        metavar="OUTPUT",
+        help="the step's output as JSON (default null)",
+    )
+    on_step("fail", "actions.fail", "fail a waiting wait step (the execution fails)")
+
+    schedule = group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
+    shown = command(schedule, "show", "schedules.show", "next fire times and the tick ledger")
+    shown.add_argument("key", type=workflow_key, help="the workflow's key")
+    for name, handler, help_ in (
+        ("pause", "schedules.pause", "due ticks are ledgered paused, not fired"),
+        ("resume", "schedules.resume", "ticks fire again from now on"),
+        ("trigger", "schedules.trigger", "fire a tick now, under the overlap policy"),
+    ):
+        command(schedule, name, handler, help_).add_argument(
+            "key", type=workflow_key, help="the workflow's key"
+        )
+    backfill = command(schedule, "backfill", "schedules.backfill", "fire a past range's ticks")
+    backfill.add_argument("key", type=workflow_key, help="the workflow's key")
+    backfill.add_argument("--from", dest="start", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--to", dest="end", required=True, help="ISO-8601 instant")
+    backfill.add_argument("--dry-run", action="store_true", help="list; fire nothing")
+
+    completion = command(
+        sub, "completion", "completion.print_script", "print a shell completion script"
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
+    completion.set_defaults(offline=True)
+    return parser
