@@ -465,8 +465,8 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "Limit": {
         "type": "object",
-        "description": "SPEC §13: an outbound limit shared by every worker; at least one of "
-        "rate_per_s, concurrency and circuit",
+        "description": "SPEC §13: the workflow's own outbound limit, counted over every "
+        "worker; at least one of rate_per_s, concurrency and circuit",
         "additionalProperties": False,
         "anyOf": [
             {"required": ["rate_per_s"]},
@@ -475,7 +475,12 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         ],
         "dependentRequired": {"burst": ["rate_per_s"]},
         "properties": {
-            "rate_per_s": _seconds(definitions.MAX_LIMIT_RATE) | {"description": "per second"},
+            "rate_per_s": {
+                "type": "number",
+                "minimum": definitions.MIN_LIMIT_RATE,
+                "maximum": definitions.MAX_LIMIT_RATE,
+                "description": "per second, at least one an hour",
+            },
             "burst": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_LIMIT_RATE},
             "concurrency": {
                 "type": "integer",
@@ -492,6 +497,24 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                     "cool_down_s": _seconds(definitions.MAX_CIRCUIT_S),
                 },
             },
+            "max_hold_s": _seconds(definitions.MAX_HOLD_S, zero=True)
+            | {
+                "description": "the longest a 429/503's Retry-After holds the key "
+                "(default and most: 3600; 0: never)"
+            },
+        },
+    },
+    "SharedLimit": {
+        "type": "object",
+        "description": "opts into a limit the operator shares with this workflow "
+        "(FLOWFORGE_SHARED_LIMITS); its bounds are the operator's",
+        "required": ["shared"],
+        "additionalProperties": False,
+        "properties": {
+            "shared": {
+                "type": "string",
+                "pattern": "^" + definitions.SHARED_LIMIT_NAME.pattern + "$",
+            }
         },
     },
     "Definition": {
@@ -578,7 +601,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "{{ input.x }} keys one limit per value",
                 "maxProperties": definitions.MAX_LIMITS,
                 "propertyNames": {"minLength": 1, "not": {"pattern": "^host:"}},
-                "additionalProperties": _ref("Limit"),
+                "additionalProperties": {"oneOf": [_ref("Limit"), _ref("SharedLimit")]},
             },
             "input_schema": {
                 "type": ["object", "boolean"],

@@ -266,13 +266,20 @@ def _workflow_list(ops: Ops, args: argparse.Namespace) -> None:
 
 def _circuits_list(ops: Ops, args: argparse.Namespace) -> None:
     items = ops.circuits()
-    columns = [("KEY", "key"), ("STATE", "state"), ("FAILURES", "failures"), ("UNTIL", "until")]
+    columns = [
+        ("WORKFLOW", "workflow"),
+        ("KEY", "key"),
+        ("STATE", "state"),
+        ("FAILURES", "failures"),
+        ("UNTIL", "until"),
+        ("HELD UNTIL", "held_until"),
+    ]
     _emit(args, {"circuits": items}, lambda: table(items, columns))
 
 
 def _circuits_close(ops: Ops, args: argparse.Namespace) -> None:
-    closed = ops.close_circuit(args.key)
-    _emit(args, closed, lambda: f"circuit {closed['key']!r} closed")
+    closed = ops.close_circuit(args.key, args.workflow)
+    _emit(args, closed, lambda: f"circuit {closed['key']!r} closed, hold ended")
 
 
 def _workflow_show(ops: Ops, args: argparse.Namespace) -> None:
@@ -1055,7 +1062,7 @@ EXAMPLES = {
     "workflow resume": "flowforge workflow resume orders",
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
-    "circuits close": "flowforge circuits close stripe",
+    "circuits close": "flowforge circuits close stripe --workflow billing",
     "pause": "flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "resume": "flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "fail-paused": "flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
@@ -1195,11 +1202,13 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", type=_workflow_key, help="the workflow's key")
     revoke.add_argument("id", type=_positive, help="the secret's ID, from secret list")
 
-    circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
-    command(circuits, "list", _circuits_list, "open and half-open circuits")
-    command(circuits, "close", _circuits_close, "close a circuit by hand").add_argument(
-        "key", help="the limit's key in the definition's limits, as circuits list shows it"
+    circuits = group("circuits", "circuit breakers and holds of outbound limits (SPEC §13)")
+    command(circuits, "list", _circuits_list, "open and half-open circuits, holds in force")
+    close = command(circuits, "close", _circuits_close, "close a circuit and end its hold")
+    close.add_argument(
+        "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
     )
+    close.add_argument("--workflow", type=_workflow_key, help="the workflow whose own limit it is")
 
     executions = group("executions", "inspect executions")
     listing = command(executions, "list", _executions_list, "list executions, newest first")

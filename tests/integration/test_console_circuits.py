@@ -56,16 +56,22 @@ def test_an_open_circuit_is_listed_and_closed_by_hand(
     page = open_client.get("/ui/circuits").get_data(as_text=True)
     assert '<td class="mono">down</td>' in page and "circuit-open" in page
     assert "close-circuit" not in page
-    refused = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    refused = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert refused.status_code == 403
     open_client.post("/ui/signout", data={"csrf": csrf})
 
     csrf = _sign_in(open_client, key)
     page = open_client.get("/ui/circuits").get_data(as_text=True)
     assert 'class="close-circuit"' in page
-    forged = open_client.post("/ui/circuits/close", data={"csrf": "forged", "key": "down"})
+    forged = open_client.post(
+        "/ui/circuits/close", data={"csrf": "forged", "key": "down", "workflow": "down"}
+    )
     assert forged.status_code == 403
-    closed = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    closed = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert closed.status_code == 303
     after = open_client.get(closed.headers["Location"]).get_data(as_text=True)
     assert 'id="circuit-closed"' in after and 'id="no-open-circuits"' in after
@@ -75,7 +81,9 @@ def test_an_open_circuit_is_listed_and_closed_by_hand(
         1,
         "the waiting step to go once the circuit was closed by hand",
     )
-    again = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    again = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert again.status_code == 404
     missing = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": ""})
     assert missing.status_code == 400
