@@ -54,7 +54,7 @@ WAIT_TIMEOUT_S = 6
 RETENTION_DAYS = 0.0003  # 26 s
 # Steps whose request goes through the outbound limit `partner` (workflow, step).
 METERED = ("metered", "call")
-# Workflow `throttled` (every fifth `metered` event, by its n: no draw of the run's rng):
+# Workflow `throttled` (every third `metered` event, by its n: no draw of the run's rng):
 # its target answers each execution's first request 429 with a dated Retry-After from a
 # clock an hour behind (workload.THROTTLE), held for at most max_hold_s.
 THROTTLED = ("throttled", "call")
@@ -361,7 +361,7 @@ class Features:
             ],
             weights=[4, 2, 2, 6, 3, 1, 2, 2, 3, 3, 3, 3],
         )[0]
-        if kind == "metered" and n % 5 == 0:
+        if kind == "metered" and n % 3 == 0:
             kind = THROTTLED[0]
         soon = (datetime.now(UTC) + timedelta(seconds=rng.uniform(0.3, 4.0))).isoformat()
         if kind == "src":
