@@ -1584,9 +1584,10 @@ PATHS: dict[str, Any] = {
     ),
     "/api/v1/circuits": {
         "get": _operation(
-            "Circuit breakers of outbound limits that are open or half-open (SPEC §13)",
+            "Outbound limits with an open or half-open circuit or a Retry-After hold in force "
+            "(SPEC §13); a key scoped to workflows sees only theirs",
             {
-                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits"),
+                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits, holds"),
                 **_problems(*AUTHENTICATED),
             },
             tags=["circuits"],
@@ -1594,13 +1595,25 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/circuits/{key}/close": {
         "post": _operation(
-            "Close a circuit by hand; its waiting steps go at once (a key for every workflow)",
+            "Close a limit's circuit and end its hold by hand; its waiting steps go at once "
+            "(a workflow's own limit: a key that may write it; host: and shared: limits: a key "
+            "for every workflow)",
             {
                 "200": _json({"type": "object", "required": ["key", "state"]}, "Closed"),
                 **_problems(403, 404, *AUTHENTICATED),
             },
             tags=["circuits"],
-            parameters=[_path_param("key", {"type": "string"}, "The limit key")],
+            parameters=[
+                _path_param(
+                    "key", {"type": "string"}, "The limit's name, or host:NAME / shared:NAME"
+                ),
+                {
+                    "name": "workflow",
+                    "in": "query",
+                    "schema": {"type": "string", "pattern": KEY_PATTERN},
+                    "description": "the workflow whose own limit it is",
+                },
+            ],
         )
     },
     "/api/v1/executions/{id}/retry": _action(
