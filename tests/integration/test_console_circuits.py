@@ -1,6 +1,8 @@
 """The console's open circuits (SPEC §13): a circuit opened by a real bin/worker's failed
 requests is listed with its state, closed by hand behind the session's CSRF token (its
-waiting step then goes and succeeds); a read-only key sees no close button and is refused."""
+waiting step then goes and succeeds); a read-only key sees no close button and is refused;
+a key scoped to another workflow sees nothing of it (docs/reference/security.md, "Who owns
+a limit")."""
 
 from __future__ import annotations
 
@@ -50,6 +52,19 @@ def test_an_open_circuit_is_listed_and_closed_by_hand(
     assert open_client.post("/hooks/down", json={}).status_code == 202
     _until(db, "SELECT count(*) FROM limit_waits", 1, "the second step to wait")
     key = open_client.environ_base.pop("HTTP_AUTHORIZATION").removeprefix("Bearer ")
+
+    # A key scoped to another workflow sees no limit of "down" and cannot close it.
+    _, other = apikeys.create(db, "other", workflows=["open"])
+    csrf = _sign_in(open_client, other)
+    page = open_client.get("/ui/circuits").get_data(as_text=True)
+    assert 'id="no-open-circuits"' in page and '<td class="mono">down</td>' not in page
+    refused = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
+    assert refused.status_code == 403
+    operators = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "host:x"})
+    assert operators.status_code == 403
+    open_client.post("/ui/signout", data={"csrf": csrf})
 
     _, viewer = apikeys.create(db, "viewer", read_only=True)
     csrf = _sign_in(open_client, viewer)
