@@ -19,6 +19,7 @@ import psycopg
 
 from flowforge.domain.definitions import MAX_HOLD_S
 from flowforge.store import apikeys
+from tests.integration.test_cli_remote import ok, remote
 from tests.support.api import Api
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
@@ -142,8 +143,11 @@ def test_a_retry_after_of_centuries_holds_for_the_cap_and_an_operator_clears_it(
     [hold] = listed
     assert (hold["workflow"], hold["key"], hold["state"]) == ("quota", "quota", "closed")
     assert hold["held_until"] and "Retry-After" in hold["held_reason"]
-    cleared = client.post("/api/v1/circuits/quota/close?workflow=quota")
-    assert cleared.status_code == 200, cleared.text
+    # The operator's CLI sees it and ends it (the same call as POST
+    # /api/v1/circuits/quota/close?workflow=quota).
+    shown = json.loads(ok(remote(api, api_key, "circuits", "list", "--output", "json")))
+    assert [c["held_until"] for c in shown["circuits"]] == [hold["held_until"]]
+    ok(remote(api, api_key, "circuits", "close", "quota", "--workflow", "quota"))
     _succeeds(client, waiting, timeout=20)
     assert client.session.get(f"{api}/api/v1/circuits", timeout=10).json()["circuits"] == []
     again = client.post("/api/v1/circuits/quota/close?workflow=quota")
