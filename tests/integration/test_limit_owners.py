@@ -231,3 +231,23 @@ def test_a_shared_limit_is_the_operators_and_only_the_workflows_it_names_join_it
     refused = client.wait(client.start("intruder", {}), timeout=20)
     assert refused["status"] == "failed", refused
     assert not target.requests_to("/intruder")
+
+
+def test_a_dated_retry_after_without_a_usable_date_is_read_by_the_database_clock(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    db: psycopg.Connection,
+) -> None:
+    # No Date the worker can read: the checkpoint reads the instant against now().
+    (db_now,) = db.execute("SELECT extract(epoch FROM now())::float8").fetchone()
+    until = formatdate(db_now + 40, usegmt=True)
+    headers = {"Date": "not a date", "Retry-After": until}
+    target.script = lambda _r: Reply(status=429, headers=headers)
+    workers()
+    client = Api(api, api_key)
+    client.publish("undated", limited(f"{target.url}/u", {"u": {"concurrency": 5}}, "u"))
+    client.wait(client.start("undated", {}), timeout=30)
+    (held_s,) = db.execute(HELD_FOR, {"key": "u"}).fetchone()
+    assert 20 < held_s <= 40, held_s
