@@ -251,3 +251,22 @@ def test_a_dated_retry_after_without_a_usable_date_is_read_by_the_database_clock
     client.wait(client.start("undated", {}), timeout=30)
     (held_s,) = db.execute(HELD_FOR, {"key": "u"}).fetchone()
     assert 20 < held_s <= 40, held_s
+
+
+def test_a_rendered_limit_name_is_bounded(
+    api: str,
+    api_key: str,
+    workers: Callable[..., Process],
+    target: Target,
+    db: psycopg.Connection,
+) -> None:
+    target.script = lambda _r: Reply(json={"ok": True})
+    workers()
+    client = Api(api, api_key)
+    tenants = {"{{input.tenant}}": {"concurrency": 2}}
+    client.publish("tenants", limited(f"{target.url}/t", tenants, "{{input.tenant}}"))
+    failed = client.wait(client.start("tenants", {"tenant": "x" * 201}), timeout=20)
+    assert failed["status"] == "failed", failed
+    assert not target.requests_to("/t")
+    assert db.execute("SELECT count(*) FROM outbound_limits").fetchone()[0] == 0
+    _succeeds(client, client.start("tenants", {"tenant": "x" * 200}), timeout=20)
