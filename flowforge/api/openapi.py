@@ -465,8 +465,8 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "Limit": {
         "type": "object",
-        "description": "SPEC §13: an outbound limit shared by every worker; at least one of "
-        "rate_per_s, concurrency and circuit",
+        "description": "SPEC §13: the workflow's own outbound limit, counted over every "
+        "worker; at least one of rate_per_s, concurrency and circuit",
         "additionalProperties": False,
         "anyOf": [
             {"required": ["rate_per_s"]},
@@ -475,7 +475,12 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         ],
         "dependentRequired": {"burst": ["rate_per_s"]},
         "properties": {
-            "rate_per_s": _seconds(definitions.MAX_LIMIT_RATE) | {"description": "per second"},
+            "rate_per_s": {
+                "type": "number",
+                "minimum": definitions.MIN_LIMIT_RATE,
+                "maximum": definitions.MAX_LIMIT_RATE,
+                "description": "per second, at least one an hour",
+            },
             "burst": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_LIMIT_RATE},
             "concurrency": {
                 "type": "integer",
@@ -492,6 +497,24 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                     "cool_down_s": _seconds(definitions.MAX_CIRCUIT_S),
                 },
             },
+            "max_hold_s": _seconds(definitions.MAX_HOLD_S, zero=True)
+            | {
+                "description": "the longest a 429/503's Retry-After holds the key "
+                "(default and most: 3600; 0: never)"
+            },
+        },
+    },
+    "SharedLimit": {
+        "type": "object",
+        "description": "opts into a limit the operator shares with this workflow "
+        "(FLOWFORGE_SHARED_LIMITS); its bounds are the operator's",
+        "required": ["shared"],
+        "additionalProperties": False,
+        "properties": {
+            "shared": {
+                "type": "string",
+                "pattern": "^" + definitions.SHARED_LIMIT_NAME.pattern + "$",
+            }
         },
     },
     "Definition": {
@@ -578,7 +601,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "{{ input.x }} keys one limit per value",
                 "maxProperties": definitions.MAX_LIMITS,
                 "propertyNames": {"minLength": 1, "not": {"pattern": "^host:"}},
-                "additionalProperties": _ref("Limit"),
+                "additionalProperties": {"oneOf": [_ref("Limit"), _ref("SharedLimit")]},
             },
             "input_schema": {
                 "type": ["object", "boolean"],
@@ -1592,9 +1615,10 @@ PATHS: dict[str, Any] = {
     ),
     "/api/v1/circuits": {
         "get": _operation(
-            "Circuit breakers of outbound limits that are open or half-open (SPEC §13)",
+            "Outbound limits with an open or half-open circuit or a Retry-After hold in force "
+            "(SPEC §13); a key scoped to workflows sees only theirs",
             {
-                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits"),
+                "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits, holds"),
                 **_problems(*AUTHENTICATED),
             },
             tags=["circuits"],
@@ -1602,13 +1626,25 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/circuits/{key}/close": {
         "post": _operation(
-            "Close a circuit by hand; its waiting steps go at once (a key for every workflow)",
+            "Close a limit's circuit and end its hold by hand; its waiting steps go at once "
+            "(a workflow's own limit: a key that may write it; host: and shared: limits: a key "
+            "for every workflow)",
             {
                 "200": _json({"type": "object", "required": ["key", "state"]}, "Closed"),
                 **_problems(403, 404, *AUTHENTICATED),
             },
             tags=["circuits"],
-            parameters=[_path_param("key", {"type": "string"}, "The limit key")],
+            parameters=[
+                _path_param(
+                    "key", {"type": "string"}, "The limit's name, or host:NAME / shared:NAME"
+                ),
+                {
+                    "name": "workflow",
+                    "in": "query",
+                    "schema": {"type": "string", "pattern": KEY_PATTERN},
+                    "description": "the workflow whose own limit it is",
+                },
+            ],
         )
     },
     "/api/v1/executions/{id}/retry": _action(

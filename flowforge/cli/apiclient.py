@@ -234,12 +234,15 @@ class ApiClient:
         return dict(self._json("POST", path, body={"onto": onto}, send_body=True))
 
     def circuits(self) -> list[dict[str, Any]]:
-        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        """Limits whose circuit is open or half-open or that a Retry-After holds (SPEC §13)."""
         return self._items(CIRCUITS, "circuits")
 
-    def close_circuit(self, key: str) -> dict[str, Any]:
-        """Close a circuit by hand."""
-        return dict(self._json("POST", f"{CIRCUITS}/{quote(key, safe='')}/close"))
+    def close_circuit(self, key: str, workflow: str | None = None) -> dict[str, Any]:
+        """Close a limit's circuit and end its hold by hand."""
+        path = f"{CIRCUITS}/{quote(key, safe='')}/close"
+        if workflow is not None:
+            path += f"?workflow={quote(workflow, safe='')}"
+        return dict(self._json("POST", path))
 
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""

@@ -11,10 +11,17 @@ from flowforge.cli.tables import table
 
 def list_circuits(ops: Ops, args: argparse.Namespace) -> None:
     items = ops.circuits()
-    columns = [("KEY", "key"), ("STATE", "state"), ("FAILURES", "failures"), ("UNTIL", "until")]
+    columns = [
+        ("WORKFLOW", "workflow"),
+        ("KEY", "key"),
+        ("STATE", "state"),
+        ("FAILURES", "failures"),
+        ("UNTIL", "until"),
+        ("HELD UNTIL", "held_until"),
+    ]
     emit(args, {"circuits": items}, lambda: table(items, columns))
 
 
 def close(ops: Ops, args: argparse.Namespace) -> None:
-    closed = ops.close_circuit(args.key)
-    emit(args, closed, lambda: f"circuit {closed['key']!r} closed")
+    closed = ops.close_circuit(args.key, args.workflow)
+    emit(args, closed, lambda: f"circuit {closed['key']!r} closed, hold ended")

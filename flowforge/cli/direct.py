@@ -139,14 +139,15 @@ class Database:
         return {"workflow": key, **resumed}
 
     def circuits(self) -> list[dict[str, Any]]:
-        """Open and half-open circuits of outbound limits (SPEC §13)."""
-        return outbound.circuits(self.conn)
+        """Limits whose circuit is open or half-open or that a Retry-After holds (SPEC §13)."""
+        return outbound.open_or_held(self.conn)
 
-    def close_circuit(self, key: str) -> dict[str, Any]:
-        """Close a circuit by hand."""
-        if not outbound.close_circuit(self.conn, key):
-            raise NotFound(f"no open circuit has key {key!r}")
-        return {"key": key, "state": "closed"}
+    def close_circuit(self, key: str, workflow: str | None = None) -> dict[str, Any]:
+        """Close a limit's circuit and end its hold by hand."""
+        found = outbound.find_key(self.conn, key, workflow)
+        if found is None or not outbound.clear(self.conn, found):
+            raise NotFound(f"no open circuit or hold has key {key!r}")
+        return {"key": key, "workflow": workflow, "state": "closed", "held_until": None}
 
     def workflows(self) -> list[dict[str, Any]]:
         """Every workflow."""

@@ -69,7 +69,7 @@ EXAMPLES = {
     "workflow resume": "flowforge workflow resume orders --onto latest",
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
-    "circuits close": "flowforge circuits close stripe",
+    "circuits close": "flowforge circuits close stripe --workflow billing",
     "pause": "flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "resume": "flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "fail-paused": "flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
@@ -217,11 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", type=workflow_key, help="the workflow's key")
     revoke.add_argument("id", type=positive, help="the secret's ID, from secret list")
 
-    circuits = group("circuits", "circuit breakers of outbound limits")
-    command(circuits, "list", "circuits.list_circuits", "open and half-open circuits")
-    command(circuits, "close", "circuits.close", "close a circuit by hand").add_argument(
-        "key", help="the limit's key in the definition's limits, as circuits list shows it"
+    circuits = group("circuits", "circuit breakers and holds of outbound limits")
+    command(
+        circuits, "list", "circuits.list_circuits", "open and half-open circuits, holds in force"
     )
+    close = command(circuits, "close", "circuits.close", "close a circuit and end its hold")
+    close.add_argument(
+        "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
+    )
+    close.add_argument("--workflow", type=workflow_key, help="the workflow whose own limit it is")
 
     executions = group("executions", "inspect executions")
     listing = command(

@@ -84,11 +84,20 @@ MIN_PRIORITY = -100
 MAX_PRIORITY = 100
 DEFAULT_PRIORITY = 0
 # SPEC §13: outbound limits, by name; a step names one with `limit`.
-_LIMIT_KEYS = frozenset({"rate_per_s", "burst", "concurrency", "circuit"})
+# Bounds (docs/reference/security.md, "Who owns a limit"): a rate of at least one request
+# an hour (1e-9/s spaced requests 31 years apart), a burst and a concurrency up to
+# MAX_LIMIT_RATE, and a Retry-After hold of at most MAX_HOLD_S (a limit may lower it
+# with max_hold_s; 0: a Retry-After never holds the key).
+_LIMIT_KEYS = frozenset({"rate_per_s", "burst", "concurrency", "circuit", "max_hold_s"})
 _CIRCUIT_KEYS = frozenset({"failures", "window_s", "cool_down_s"})
 MAX_CIRCUIT_S = 86_400
 MAX_LIMITS = 100
 MAX_LIMIT_RATE = 100_000
+MIN_LIMIT_RATE = 1 / 3600
+MAX_HOLD_S = 3600.0
+# A limit an operator shares between named workflows (FLOWFORGE_SHARED_LIMITS): a
+# definition opts in with {"shared": NAME} and no bounds of its own.
+SHARED_LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
 # A definition's on_full choices (the others are a schedule's overlap policies).
 ON_FULL = (OnFull.QUEUE, OnFull.DROP_NEW, OnFull.CANCEL_OLDEST)
@@ -243,6 +252,10 @@ class LimitSpec:
     burst: int = 1
     concurrency: int | None = None
     circuit: Circuit | None = None
+    # The longest a 429/503's Retry-After holds the limit's key for everyone.
+    max_hold_s: float = MAX_HOLD_S
+    # The operator's shared limit this one stands for (its bounds are the operator's).
+    shared: str | None = None
 
 
 @dataclass(frozen=True)
@@ -477,6 +490,16 @@ def parse_definition(doc: Any, *, stored: bool = False) -> Definition:
     return definition
 
 
+def parse_operator_limit(raw: Any, where: str) -> LimitSpec:
+    """Check an operator's host or shared limit (FLOWFORGE_OUTBOUND_LIMITS,
+    FLOWFORGE_SHARED_LIMITS) against the bounds a definition's limit has."""
+    parser = _Parser(stored=False)
+    spec = parser.limit_spec(raw, where)
+    if parser.errors or spec is None:
+        raise DefinitionInvalid(parser.errors)
+    return spec
+
+
 def parse_schedule(raw: Any) -> Schedule:
     """A stored `trigger.schedule` object back as a Schedule (validated when published)."""
     parser = _Parser(stored=True)
@@ -686,42 +709,70 @@ class _Parser:
                 continue
             if "{{" in name:
                 self.concurrency_key(name, where)
-            if not isinstance(spec, dict):
-                self.error(where, "a limit is an object with rate_per_s, burst, concurrency")
+            if isinstance(spec, dict) and "shared" in spec:
+                shared = spec["shared"]
+                if set(spec) != {"shared"} or "{{" in name:
+                    self.error(where, 'a shared limit is {"shared": NAME} alone, not templated')
+                elif not isinstance(shared, str) or not SHARED_LIMIT_NAME.fullmatch(shared):
+                    self.error(f"{where}.shared", "shared names an operator's shared limit")
+                else:
+                    found[name] = LimitSpec(shared=shared)
                 continue
-            self.unknown_keys(spec, _LIMIT_KEYS, where)
-            rate: Any = spec.get("rate_per_s")
-            burst: Any = spec.get("burst")
-            concurrency: Any = spec.get("concurrency")
-            if rate is not None and (not is_number(rate) or not 0 < rate <= MAX_LIMIT_RATE):
-                self.error(
-                    f"{where}.rate_per_s", f"rate_per_s must be a number in (0, {MAX_LIMIT_RATE}]"
-                )
-            if burst is not None and (
-                rate is None or not _is_whole(burst) or not 1 <= burst <= MAX_LIMIT_RATE
-            ):
-                self.error(
-                    f"{where}.burst",
-                    f"burst needs rate_per_s and is an integer from 1 to {MAX_LIMIT_RATE}",
-                )
-            if concurrency is not None and (
-                not _is_whole(concurrency) or not 1 <= concurrency <= MAX_LIMIT_RATE
-            ):
-                self.error(
-                    f"{where}.concurrency",
-                    f"concurrency must be an integer from 1 to {MAX_LIMIT_RATE}",
-                )
-            circuit = self.circuit(spec.get("circuit"), f"{where}.circuit")
-            if rate is None and concurrency is None and circuit is None:
-                self.error(where, "a limit needs rate_per_s, concurrency or circuit")
-                continue
-            found[name] = LimitSpec(
-                rate_per_s=float(rate) if is_number(rate) else None,
-                burst=burst if _is_whole(burst) else 1,
-                concurrency=concurrency if _is_whole(concurrency) else None,
-                circuit=circuit,
-            )
+            checked = self.limit_spec(spec, where)
+            if checked is not None:
+                found[name] = checked
         return found
+
+    def limit_spec(self, spec: Any, where: str) -> LimitSpec | None:
+        """Check one limit's bounds: a rate (with a burst), a concurrency, a circuit, the
+        longest hold. The operator's host and shared limits are checked the same way."""
+        if not isinstance(spec, dict):
+            self.error(where, "a limit is an object with rate_per_s, burst, concurrency")
+            return None
+        self.unknown_keys(spec, _LIMIT_KEYS, where)
+        rate: Any = spec.get("rate_per_s")
+        burst: Any = spec.get("burst")
+        concurrency: Any = spec.get("concurrency")
+        max_hold: Any = spec.get("max_hold_s", MAX_HOLD_S)
+        if rate is not None and self.stored and is_number(rate) and 0 < rate < MIN_LIMIT_RATE:
+            rate = MIN_LIMIT_RATE  # published before the bound: it applies at run time
+        if rate is not None and (
+            not is_number(rate) or not MIN_LIMIT_RATE <= rate <= MAX_LIMIT_RATE
+        ):
+            self.error(
+                f"{where}.rate_per_s",
+                f"rate_per_s must be a number from {MIN_LIMIT_RATE:.6f} (one an hour) "
+                f"to {MAX_LIMIT_RATE}",
+            )
+        if burst is not None and (
+            rate is None or not _is_whole(burst) or not 1 <= burst <= MAX_LIMIT_RATE
+        ):
+            self.error(
+                f"{where}.burst",
+                f"burst needs rate_per_s and is an integer from 1 to {MAX_LIMIT_RATE}",
+            )
+        if concurrency is not None and (
+            not _is_whole(concurrency) or not 1 <= concurrency <= MAX_LIMIT_RATE
+        ):
+            self.error(
+                f"{where}.concurrency",
+                f"concurrency must be an integer from 1 to {MAX_LIMIT_RATE}",
+            )
+        if not is_number(max_hold) or not 0 <= max_hold <= MAX_HOLD_S:
+            self.error(
+                f"{where}.max_hold_s", f"max_hold_s must be seconds from 0 to {MAX_HOLD_S:g}"
+            )
+        circuit = self.circuit(spec.get("circuit"), f"{where}.circuit")
+        if rate is None and concurrency is None and circuit is None:
+            self.error(where, "a limit needs rate_per_s, concurrency or circuit")
+            return None
+        return LimitSpec(
+            rate_per_s=float(rate) if is_number(rate) else None,
+            burst=burst if _is_whole(burst) else 1,
+            concurrency=concurrency if _is_whole(concurrency) else None,
+            circuit=circuit,
+            max_hold_s=float(max_hold) if is_number(max_hold) else MAX_HOLD_S,
+        )
 
     def circuit(self, raw: Any, path: str) -> Circuit | None:
         """Check a limit's `circuit`: failures, window_s and cool_down_s, all required."""

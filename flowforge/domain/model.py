@@ -365,6 +365,9 @@ class Outcome:
     http_status: int | None = None
     duration_ms: int | None = None
     retry_after_s: float | None = None
+    # A dated Retry-After that came without a usable Date header: the checkpoint reads it
+    # against the database's clock into retry_after_s (docs/contract.md, "Outbound limits").
+    retry_at: datetime | None = None
     # The attempt's own record of the answer (attempts.response), redacted and capped.
     response: dict[str, Any] | None = None
 

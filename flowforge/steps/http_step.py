@@ -563,6 +563,7 @@ def perform(
         http_status=result.status,
         duration_ms=result.duration_ms,
         retry_after_s=result.retry_after_s,
+        retry_at=result.retry_at,
         response=response,
     )
 

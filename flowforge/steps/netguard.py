@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
@@ -118,6 +118,8 @@ class HttpResult:
     truncated: bool
     duration_ms: int
     retry_after_s: float | None
+    # A dated Retry-After with no usable Date header (retry_after()).
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -490,20 +492,32 @@ def _read_capped(response: BaseHTTPResponse, limit: int) -> tuple[bytes, bool]:
     return b"".join(chunks)[:limit], size > limit
 
 
-def _retry_after(value: str | None, now: float) -> float | None:
-    """Parse Retry-After (delta-seconds or HTTP-date) so 429/503 back-off can be honoured."""
+def retry_after(value: str | None, date: str | None) -> float | datetime | None:
+    """Read Retry-After so a 429/503 back-off can be honoured (docs/contract.md, "Outbound
+    limits"): delta-seconds as they are; an HTTP-date against the response's own Date, so
+    both readings are the target's clock and the worker's decides nothing; with no usable
+    Date, the instant itself, for the checkpoint to read against the database's clock."""
     if value is None:
         return None
     value = value.strip()
     if _DELTA_SECONDS.fullmatch(value):
         return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, OverflowError):
+    when = _http_date(value)
+    if when is None:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)
+    sent = _http_date(date) if date is not None else None
+    if sent is None:
+        return when
+    return max(0.0, (when - sent).total_seconds())
+
+
+def _http_date(value: str) -> datetime | None:
+    """An HTTP-date (or None when it is not one), in UTC."""
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 # Linux only. A kept-alive connection leaves the kernel's quick-ACK start: it then
@@ -610,11 +624,13 @@ def send(
     )
     if reusable:
         kept.give_back(key, conn)
+    wait = retry_after(found.get("retry-after"), found.get("date"))
     return HttpResult(
         status=status,
         headers=found,
         body=data,
         truncated=truncated,
         duration_ms=round((time.monotonic() - started) * 1000),
-        retry_after_s=_retry_after(found.get("retry-after"), time.time()),
+        retry_after_s=wait if not isinstance(wait, datetime) else None,
+        retry_at=wait if isinstance(wait, datetime) else None,
     )

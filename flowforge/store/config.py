@@ -280,7 +280,17 @@ VARIABLES = (
         "FLOWFORGE_OUTBOUND_LIMITS",
         'limits per host as JSON, e.g. `{"api.stripe.com": {"rate_per_s": 25, "burst": 50, '
         '"concurrency": 10}}` (`burst` defaults to 1; `rate_per_s` or `concurrency` needed): '
-        "every `http_request` to that host counts against them, whatever the workflow",
+        "every `http_request` to that host counts against them, whatever the workflow; "
+        "the bounds of a definition's limit apply (`max_hold_s` and `circuit` too)",
+        default="none",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_SHARED_LIMITS",
+        "limits the operator shares between named workflows, as JSON, e.g. "
+        '`{"stripe-account": {"rate_per_s": 25, "workflows": ["billing", "refunds"]}}`: a '
+        'workflow listed there opts in with the limit `{"shared": "stripe-account"}`; its '
+        "bounds are the operator's, and a workflow not listed fails the request unsent",
         default="none",
         read_by="worker",
     ),
@@ -475,6 +485,8 @@ class Settings:
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # FLOWFORGE_OUTBOUND_LIMITS: the operator's outbound limits per host (SPEC §13).
     host_limits: Mapping[str, LimitSpec] = field(default_factory=dict)
+    # FLOWFORGE_SHARED_LIMITS: limits the operator shares between named workflows.
+    shared_limits: Mapping[str, outbound.SharedLimit] = field(default_factory=dict)
     # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
     # FLOWFORGE_MAX_CHILD_DEPTH (SPEC §16); the engine reads it through children.max_child_depth.
@@ -534,4 +546,5 @@ class Settings:
             secret_bindings=bindings,
             idempotency_key_hours=_key_hours(env),
             host_limits=outbound.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),
+            shared_limits=outbound.parse_shared_limits(env.get("FLOWFORGE_SHARED_LIMITS", "")),
         )

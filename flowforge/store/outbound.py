@@ -40,7 +40,14 @@ from typing import Any
 
 import psycopg
 
-from flowforge.domain.definitions import Circuit, LimitSpec
+from flowforge.domain.definitions import (
+    MAX_HOLD_S,
+    SHARED_LIMIT_NAME,
+    Circuit,
+    DefinitionInvalid,
+    LimitSpec,
+    parse_operator_limit,
+)
 from flowforge.domain.model import CircuitState, LimitReason
 from flowforge.errors import ConfigError
 from flowforge.store.db import one
@@ -70,36 +77,43 @@ HELD_SPREAD = 4
 # which is when the transaction began — before it waited for the lock, so a stale `now`
 # would let tat fall behind and admit a burst.
 LOCK_KEY = """
-INSERT INTO outbound_limits AS l (key) VALUES (%(key)s)
-ON CONFLICT (key) DO UPDATE SET updated_at = now()
+INSERT INTO outbound_limits AS l (owner, key) VALUES (%(owner)s, %(key)s)
+ON CONFLICT (owner, key) DO UPDATE SET updated_at = now()
 RETURNING l.tat, l.sent_tat, l.held_until, l.circuit, l.opened_until, l.probe, clock_timestamp()
 """
 # The key's slots in flight, read by a statement of its own once the row lock is ours: a
 # subquery of LOCK_KEY would read with the snapshot that statement began with — from
 # before the holder it waited for committed its slot — and admit one too many (soak
 # seeds 11, 2311).
-IN_FLIGHT = "SELECT count(*) FROM outbound_slots WHERE key = %(key)s AND until > now()"
+IN_FLIGHT = """
+SELECT count(*) FROM outbound_slots WHERE owner = %(owner)s AND key = %(key)s AND until > now()
+"""
 MY_WAIT = """
-SELECT key, reason, wake_at, reserved FROM limit_waits
+SELECT owner, key, reason, wake_at, reserved FROM limit_waits
 WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
 """
-MOVE_TAT = "UPDATE outbound_limits SET tat = %(tat)s WHERE key = %(key)s"
-SENT = "UPDATE outbound_limits SET sent_tat = %(sent_tat)s WHERE key = %(key)s"
+MOVE_TAT = "UPDATE outbound_limits SET tat = %(tat)s WHERE owner = %(owner)s AND key = %(key)s"
+SENT = """
+UPDATE outbound_limits SET sent_tat = %(sent_tat)s WHERE owner = %(owner)s AND key = %(key)s
+"""
 TAKE_SLOT = """
-INSERT INTO outbound_slots (execution_id, step_id, key, until)
-VALUES (%(execution_id)s, %(step_id)s, %(key)s, now() + make_interval(secs => %(hold_s)s))
-ON CONFLICT (execution_id, step_id, key) DO UPDATE SET until = EXCLUDED.until
+INSERT INTO outbound_slots (execution_id, step_id, owner, key, until)
+VALUES (%(execution_id)s, %(step_id)s, %(owner)s, %(key)s,
+        now() + make_interval(secs => %(hold_s)s))
+ON CONFLICT (execution_id, step_id, owner, key) DO UPDATE SET until = EXCLUDED.until
 """
 ADMITTED = """
 DELETE FROM limit_waits WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
 """
 WAIT = """
-INSERT INTO limit_waits (execution_id, step_id, key, reason, wake_at, reserved)
-VALUES (%(execution_id)s, %(step_id)s, %(key)s, %(reason)s, %(wake_at)s, %(reserved)s)
+INSERT INTO limit_waits (execution_id, step_id, owner, key, reason, wake_at, reserved)
+VALUES (%(execution_id)s, %(step_id)s, %(owner)s, %(key)s, %(reason)s, %(wake_at)s,
+        %(reserved)s)
 ON CONFLICT (execution_id, step_id) DO UPDATE
-SET key = EXCLUDED.key, reason = EXCLUDED.reason, wake_at = EXCLUDED.wake_at,
-    reserved = EXCLUDED.reserved, woken = false,
-    since = CASE WHEN limit_waits.key = EXCLUDED.key AND limit_waits.reason = EXCLUDED.reason
+SET owner = EXCLUDED.owner, key = EXCLUDED.key, reason = EXCLUDED.reason,
+    wake_at = EXCLUDED.wake_at, reserved = EXCLUDED.reserved, woken = false,
+    since = CASE WHEN (limit_waits.owner, limit_waits.key, limit_waits.reason)
+                      = (EXCLUDED.owner, EXCLUDED.key, EXCLUDED.reason)
                  THEN limit_waits.since ELSE now() END
 """
 # At the checkpoint: the step's slots end, and for each key the oldest step waiting for a
@@ -108,12 +122,12 @@ RELEASE = """
 WITH freed AS (
     DELETE FROM outbound_slots
     WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
-    RETURNING key
+    RETURNING owner, key
 ), next AS (
-    SELECT DISTINCT ON (w.key) w.execution_id, w.step_id
-    FROM limit_waits w JOIN freed f ON f.key = w.key
+    SELECT DISTINCT ON (w.owner, w.key) w.execution_id, w.step_id
+    FROM limit_waits w JOIN freed f ON f.owner = w.owner AND f.key = w.key
     WHERE w.reason = 'concurrency' AND NOT w.woken
-    ORDER BY w.key, w.since
+    ORDER BY w.owner, w.key, w.since
 )
 UPDATE limit_waits w SET wake_at = now()
 FROM next WHERE w.execution_id = next.execution_id AND w.step_id = next.step_id
@@ -121,7 +135,7 @@ FROM next WHERE w.execution_id = next.execution_id AND w.step_id = next.step_id
 PROBE = """
 UPDATE outbound_limits SET circuit = 'half_open', probe = %(probe)s,
        opened_until = now() + make_interval(secs => %(until_s)s), updated_at = now()
-WHERE key = %(key)s
+WHERE owner = %(owner)s AND key = %(key)s
 """
 # At the checkpoint of a request through a key with a circuit: a success closes it; a
 # failure (no connection, no response, a 5xx) counts, in a row within window_s, and the
@@ -131,22 +145,22 @@ WITH closed AS (
     UPDATE outbound_limits
     SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
         probe = NULL, updated_at = now()
-    WHERE key = %(key)s AND (circuit <> 'closed' OR failures > 0)
-    RETURNING key
+    WHERE owner = %(owner)s AND key = %(key)s AND (circuit <> 'closed' OR failures > 0)
+    RETURNING owner, key
 )
 UPDATE limit_waits SET wake_at = now()
-WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+WHERE (owner, key) IN (SELECT owner, key FROM closed) AND reason = 'circuit' AND NOT woken
 """
 CIRCUIT_FAILED = """
 WITH counted AS (
-    SELECT key, circuit,
+    SELECT owner, key, circuit,
            CASE WHEN first_failure_at IS NULL
                      OR first_failure_at < now() - make_interval(secs => %(window_s)s)
                 THEN 1 ELSE failures + 1 END AS failures,
            CASE WHEN first_failure_at IS NULL
                      OR first_failure_at < now() - make_interval(secs => %(window_s)s)
                 THEN now() ELSE first_failure_at END AS first_failure_at
-    FROM outbound_limits WHERE key = %(key)s FOR UPDATE
+    FROM outbound_limits WHERE owner = %(owner)s AND key = %(key)s FOR UPDATE
 ), opens AS (
     SELECT *, circuit = 'half_open' OR (circuit = 'closed' AND failures >= %(failures)s)
               AS opens
@@ -159,37 +173,56 @@ SET failures = o.failures, first_failure_at = o.first_failure_at,
                         ELSE l.opened_until END,
     probe = CASE WHEN o.opens THEN NULL ELSE l.probe END,
     updated_at = now()
-FROM opens o WHERE l.key = o.key
+FROM opens o WHERE l.owner = o.owner AND l.key = o.key
 """
-# For operators: circuits that are not closed, and closing one by hand.
-OPEN_CIRCUITS = """
-SELECT key, circuit, failures, opened_until, probe, updated_at FROM outbound_limits
-WHERE circuit <> 'closed' ORDER BY key
+# For operators: the limits whose circuit is not closed or that a Retry-After holds, with
+# the owning workflow's key (none for the operator's own); `workflows` (keys) narrows
+# them to a scoped API key's workflows, which never see the operator's limits.
+OPEN_OR_HELD = """
+SELECT l.owner, w.key, l.key, l.circuit, l.failures, l.opened_until, l.probe, l.updated_at,
+       CASE WHEN l.held_until > now() THEN l.held_until END,
+       CASE WHEN l.held_until > now() THEN l.held_reason END
+FROM outbound_limits l
+LEFT JOIN workflows w
+       ON w.id = CASE WHEN l.owner ~ '^[0-9]+$' THEN l.owner::bigint END
+WHERE (l.circuit <> 'closed' OR l.held_until > now())
+  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s::text[]))
+ORDER BY w.key NULLS FIRST, l.owner, l.key
 """
-CLOSE_CIRCUIT = """
-WITH closed AS (
+# The owner of a workflow's limits: its id, as outbound_limits.owner spells it.
+WORKFLOW_OWNER = "SELECT id::text FROM workflows WHERE key = %(workflow)s"
+# An operator closes a circuit and ends a hold (they know the host is back): the steps
+# waiting for either wake now.
+CLEAR = """
+WITH cleared AS (
     UPDATE outbound_limits
     SET circuit = 'closed', failures = 0, first_failure_at = NULL, opened_until = NULL,
-        probe = NULL, updated_at = now()
-    WHERE key = %(key)s AND circuit <> 'closed'
-    RETURNING key
+        probe = NULL, held_until = NULL, held_reason = NULL, updated_at = now()
+    WHERE owner = %(owner)s AND key = %(key)s
+      AND (circuit <> 'closed' OR held_until > now())
+    RETURNING owner, key
 ), woken AS (
     UPDATE limit_waits SET wake_at = now()
-    WHERE key IN (SELECT key FROM closed) AND reason = 'circuit' AND NOT woken
+    WHERE (owner, key) IN (SELECT owner, key FROM cleared)
+      AND reason IN ('circuit', 'held') AND NOT woken
 )
-SELECT key FROM closed
+SELECT key FROM cleared
 """
-# A 429/503 with Retry-After holds the key for every execution, never shortening a hold.
+# A 429/503 with Retry-After holds the key for every execution through it, never
+# shortening a hold; the caller has already capped `seconds` (hold()).
 HOLD = """
-INSERT INTO outbound_limits AS l (key, held_until, held_reason)
-VALUES (%(key)s, now() + make_interval(secs => %(seconds)s), %(reason)s)
-ON CONFLICT (key) DO UPDATE
+INSERT INTO outbound_limits AS l (owner, key, held_until, held_reason)
+VALUES (%(owner)s, %(key)s, now() + make_interval(secs => %(seconds)s), %(reason)s)
+ON CONFLICT (owner, key) DO UPDATE
 SET held_until = greatest(l.held_until, EXCLUDED.held_until),
     held_reason = CASE WHEN l.held_until IS NULL OR l.held_until < EXCLUDED.held_until
                        THEN EXCLUDED.held_reason ELSE l.held_reason END,
     updated_at = now()
 RETURNING held_until
 """
+# A dated Retry-After whose response carried no usable Date: its seconds from now by the
+# database's clock, never the worker's (docs/contract.md, "Outbound limits").
+SECONDS_UNTIL = "SELECT greatest(0, extract(epoch FROM %(at)s - now()))::float8"
 # A reserved place is woken by the worker that recorded it, in-process, at its place
 # (worker/places.py); the timer scanner wakes it only once it is this much overdue — its
 # worker died or stopped, or the local claim failed. Longer than a local claim takes on a
@@ -229,20 +262,55 @@ FROM limit_waits WHERE NOT woken AND NOT reserved
 """
 # What an execution's steps wait for, for the API, the CLI and the console.
 WAITING_ON_LIMITS = """
-SELECT w.step_id, w.key, w.reason, w.wake_at, w.since, l.held_until, l.held_reason
+SELECT w.step_id, w.owner, w.key, w.reason, w.wake_at, w.since, l.held_until, l.held_reason
 FROM limit_waits w
 JOIN steps s ON s.execution_id = w.execution_id AND s.step_id = w.step_id AND s.status = 'ready'
-LEFT JOIN outbound_limits l ON l.key = w.key
+LEFT JOIN outbound_limits l ON l.owner = w.owner AND l.key = w.key
 WHERE w.execution_id = %(execution_id)s
 ORDER BY w.step_id
 """
+
+
+# Owners no workflow id spells (outbound_limits.owner): the operator's per-host limits and
+# the limits the operator shares between named workflows.
+HOST = "host"
+SHARED = "shared"
+
+
+@dataclass(frozen=True, order=True)
+class LimitKey:
+    """Whose limit and which (docs/reference/security.md, "Who owns a limit"): the owner is
+    a workflow's id, HOST or SHARED, a column no template reaches; a sender's data only
+    ever chooses the name within its workflow's own."""
+
+    owner: str
+    name: str
+
+    @property
+    def label(self) -> str:
+        """How the history, the API, the CLI and the console show it: a workflow's own
+        limit by its name, the operator's as host:NAME or shared:NAME."""
+        return f"{self.owner}:{self.name}" if self.owner in (HOST, SHARED) else self.name
+
+    def params(self) -> dict[str, str]:
+        """The statements' parameters for this key."""
+        return {"owner": self.owner, "key": self.name}
+
+
+@dataclass(frozen=True)
+class SharedLimit:
+    """A limit the operator shares (FLOWFORGE_SHARED_LIMITS) and the workflows that may
+    opt into it with {"shared": NAME}; its bounds are the operator's alone."""
+
+    spec: LimitSpec
+    workflows: frozenset[str]
 
 
 @dataclass(frozen=True)
 class Wait:
     """Why a step may not leave yet, and until when."""
 
-    key: str
+    key: LimitKey
     reason: LimitReason
     until: datetime
     reserved: bool = False
@@ -252,54 +320,62 @@ class Wait:
     new: bool = True
 
 
-def parse_host_limits(text: str) -> dict[str, LimitSpec]:
-    """FLOWFORGE_OUTBOUND_LIMITS: an operator's limits per host, as JSON such as
-    {"api.stripe.com": {"rate_per_s": 25, "burst": 50, "concurrency": 10}}; every request
-    to that host (as its URL names it) counts against key "host:api.stripe.com"."""
-    name = "FLOWFORGE_OUTBOUND_LIMITS"
+def _operator_limits(name: str, text: str) -> dict[str, dict[str, Any]]:
+    """An operator's JSON object of named limits, each an object."""
     if not text.strip():
         return {}
     try:
         raw = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be a JSON object of host limits: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f'{name} must be a JSON object such as {{"api.example.com": ...}}')
+        raise ConfigError(f"{name} must be a JSON object of limits: {exc}") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ConfigError(f'{name} must be a JSON object such as {{"NAME": {{...}}}}')
+    return raw
+
+
+def _operator_spec(name: str, where: str, raw: dict[str, Any]) -> LimitSpec:
+    """One operator's limit, held to the bounds of a definition's limit."""
+    try:
+        return parse_operator_limit(raw, where)
+    except DefinitionInvalid as exc:
+        problems = "; ".join(f"{e['path']}: {e['message']}" for e in exc.errors)
+        raise ConfigError(f"{name}: {problems}") from None
+
+
+def parse_host_limits(text: str) -> dict[str, LimitSpec]:
+    """FLOWFORGE_OUTBOUND_LIMITS: an operator's limits per host, as JSON such as
+    {"api.stripe.com": {"rate_per_s": 25, "burst": 50, "concurrency": 10}}; every request
+    to that host (as its URL names it) counts against key host:api.stripe.com."""
+    name = "FLOWFORGE_OUTBOUND_LIMITS"
+    return {
+        host.lower().removesuffix("."): _operator_spec(name, host, spec)
+        for host, spec in _operator_limits(name, text).items()
+    }
+
+
+def parse_shared_limits(text: str) -> dict[str, SharedLimit]:
+    """FLOWFORGE_SHARED_LIMITS: limits the operator shares between named workflows, as
+    JSON such as {"stripe-account": {"rate_per_s": 25, "workflows": ["billing", "refunds"]}}.
+    A workflow opts in with a limit {"shared": "stripe-account"}; one not named here is
+    refused at run time (docs/reference/definition.md, "limits")."""
+    name = "FLOWFORGE_SHARED_LIMITS"
     found = {}
-    for host, spec in raw.items():
-        if not isinstance(spec, dict) or set(spec) - {"rate_per_s", "burst", "concurrency"}:
-            raise ConfigError(f"{name}: {host!r} needs an object of rate_per_s, burst, concurrency")
-        rate, burst, concurrency = (
-            spec.get("rate_per_s"),
-            spec.get("burst", 1),
-            spec.get("concurrency"),
-        )
-        if rate is None and concurrency is None:
-            raise ConfigError(f"{name}: {host!r} needs rate_per_s or concurrency")
-        numbers_ok = (rate is None or (_number(rate) and rate > 0)) and all(
-            value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
-            for value in (burst, concurrency)
-        )
-        if not numbers_ok:
-            raise ConfigError(
-                f"{name}: {host!r}: rate_per_s must be a positive number, burst and "
-                "concurrency positive integers"
-            )
-        found[host.lower().removesuffix(".")] = LimitSpec(
-            float(rate) if rate is not None else None, burst, concurrency
-        )
+    for shared, raw in _operator_limits(name, text).items():
+        workflows = raw.get("workflows")
+        if not SHARED_LIMIT_NAME.fullmatch(shared):
+            raise ConfigError(f"{name}: {shared!r} is not a limit name (letters, digits, ._-)")
+        if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
+            raise ConfigError(f"{name}: {shared!r} needs workflows, a list of workflow names")
+        spec = {k: v for k, v in raw.items() if k != "workflows"}
+        found[shared] = SharedLimit(_operator_spec(name, shared, spec), frozenset(workflows))
     return found
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def admit(
     conn: psycopg.Connection,
     execution_id: str,
     step_id: str,
-    limits: Sequence[tuple[str, LimitSpec]],
+    limits: Sequence[tuple[LimitKey, LimitSpec]],
     hold_s: float,
 ) -> Wait | None:
     """Admit the step's request through every one of its limits, or say why it waits.
@@ -308,18 +384,18 @@ def admit(
     concurrency until the checkpoint releases it (or `hold_s` passes)."""
     ids = {"execution_id": execution_id, "step_id": step_id}
     me = f"{execution_id}/{step_id}"
-    probes: list[str] = []  # keys of open circuits whose cool-down ended
+    probes: list[LimitKey] = []  # keys of open circuits whose cool-down ended
     mine = conn.execute(MY_WAIT, ids).fetchone()
-    reserved_until: datetime | None = mine[2] if mine is not None and mine[3] else None
+    reserved_until: datetime | None = mine[3] if mine is not None and mine[4] else None
     # Sorted, so that two steps with the same keys never lock them in opposite orders.
     ordered = sorted(dict(limits).items())
     states = {}
     for key, spec in ordered:
-        row = one(conn.execute(LOCK_KEY, {"key": key}))
+        row = one(conn.execute(LOCK_KEY, key.params()))
         tat, sent_tat, held_until, circuit, opened_until, probe, now = row
         in_flight = 0
         if spec.concurrency is not None:
-            in_flight = one(conn.execute(IN_FLIGHT, {"key": key}))[0]
+            in_flight = one(conn.execute(IN_FLIGHT, key.params()))[0]
         states[key] = (spec, tat, sent_tat)
         if held_until is not None and held_until > now:
             return _wait(conn, ids, mine, Wait(key, LimitReason.HELD, held_until), now)
@@ -338,7 +414,8 @@ def admit(
     soon = now + timedelta(seconds=NOW_S)
     if mine is not None and reserved_until is not None and reserved_until > soon:
         # Woken early (a duplicate or the reconciler's wake-up): the place stands.
-        return _wait(conn, ids, mine, Wait(mine[0], LimitReason.RATE, reserved_until, True), now)
+        place = Wait(LimitKey(mine[0], mine[1]), LimitReason.RATE, reserved_until, True)
+        return _wait(conn, ids, mine, place, now)
     latest: Wait | None = None
     for key, (spec, tat, sent_tat) in states.items():
         if spec.rate_per_s is None:
@@ -348,7 +425,7 @@ def admit(
         if reserved_until is None:
             # A place in the key's schedule, kept by this step even while it waits.
             place = max(now, tat - tau)
-            conn.execute(MOVE_TAT, {"key": key, "tat": max(tat, now) + interval})
+            conn.execute(MOVE_TAT, {**key.params(), "tat": max(tat, now) + interval})
         else:
             place = now
         # The schedule spreads the waiting steps' wake-ups; what actually leaves is held
@@ -367,14 +444,14 @@ def admit(
     for key in probes:
         # The one probe of a circuit whose cool-down ended: half-open until its result,
         # or until its attempt could have ended (then another probe may go).
-        conn.execute(PROBE, {"key": key, "probe": me, "until_s": hold_s + SLOT_MARGIN_S})
+        conn.execute(PROBE, {**key.params(), "probe": me, "until_s": hold_s + SLOT_MARGIN_S})
     for key, (spec, _tat, sent_tat) in states.items():
         if spec.rate_per_s is not None:
             leaves = max(sent_tat, now) + timedelta(seconds=1 / spec.rate_per_s)
-            conn.execute(SENT, {"key": key, "sent_tat": leaves})
+            conn.execute(SENT, {**key.params(), "sent_tat": leaves})
     for key, (spec, _tat, _now) in states.items():
         if spec.concurrency is not None:
-            conn.execute(TAKE_SLOT, {**ids, "key": key, "hold_s": hold_s + SLOT_MARGIN_S})
+            conn.execute(TAKE_SLOT, {**ids, **key.params(), "hold_s": hold_s + SLOT_MARGIN_S})
     if mine is not None:
         conn.execute(ADMITTED, ids)
     return None
@@ -384,13 +461,13 @@ def _wait(
     conn: psycopg.Connection, ids: Mapping[str, str], mine: Any, wait: Wait, now: datetime
 ) -> Wait:
     """Record the wait (its wake-up comes from the timer scanner)."""
-    new = mine is None or (mine[0], mine[1]) != (wait.key, wait.reason.value)
+    new = mine is None or tuple(mine[:3]) != (wait.key.owner, wait.key.name, wait.reason.value)
     in_s = (wait.until - now).total_seconds()
     conn.execute(
         WAIT,
         {
             **ids,
-            "key": wait.key,
+            **wait.key.params(),
             "reason": wait.reason.value,
             "wake_at": wait.until,
             "reserved": wait.reserved,
@@ -418,47 +495,95 @@ def failed_for_circuit(http_status: int | None, kind: str, error: str | None) ->
 
 
 def record_result(
-    conn: psycopg.Connection, circuits: Sequence[tuple[str, Circuit]], failed: bool
+    conn: psycopg.Connection, circuits: Sequence[tuple[LimitKey, Circuit]], failed: bool
 ) -> None:
     """Count a request's result in the circuits of its keys (at its checkpoint)."""
     for key, circuit in circuits:
         if failed:
             params = {
-                "key": key,
+                **key.params(),
                 "failures": circuit.failures,
                 "window_s": circuit.window_s,
                 "cool_down_s": circuit.cool_down_s,
             }
             conn.execute(CIRCUIT_FAILED, params)
         else:
-            conn.execute(CIRCUIT_SUCCEEDED, {"key": key})
+            conn.execute(CIRCUIT_SUCCEEDED, key.params())
 
 
-def circuits(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every circuit that is open or half-open, for the API, the CLI and the console."""
+def open_or_held(
+    conn: psycopg.Connection, workflows: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every limit whose circuit is open or half-open or that a Retry-After holds, for
+    the API, the CLI and the console; `workflows`: only those workflows' own limits (a
+    scoped API key's view)."""
+    scope = list(workflows) if workflows is not None else None
+    rows = conn.execute(OPEN_OR_HELD, {"workflows": scope}).fetchall()
     return [
         {
-            "key": key,
+            "key": LimitKey(owner, key).label,
+            "workflow": workflow,
             "state": state,
             "failures": failures,
             "until": until.isoformat() if until else None,
             "probe": probe,
             "since": since.isoformat(),
+            "held_until": held_until.isoformat() if held_until else None,
+            "held_reason": held_reason,
         }
-        for key, state, failures, until, probe, since in conn.execute(OPEN_CIRCUITS)
+        for (
+            owner,
+            workflow,
+            key,
+            state,
+            failures,
+            until,
+            probe,
+            since,
+            held_until,
+            held_reason,
+        ) in rows
     ]
 
 
-def close_circuit(conn: psycopg.Connection, key: str) -> bool:
-    """Close a circuit by hand (an operator knows the host is back): the steps waiting for
-    it wake now. False if it was not open."""
-    return conn.execute(CLOSE_CIRCUIT, {"key": key}).fetchone() is not None
+def find_key(conn: psycopg.Connection, key: str, workflow: str | None) -> LimitKey | None:
+    """The limit an operator names: a workflow's own limit by its name and the workflow,
+    the operator's as host:NAME or shared:NAME. None: no such workflow or spelling (a NUL
+    is neither: it is no text PostgreSQL can store)."""
+    if "\x00" in key or (workflow is not None and "\x00" in workflow):
+        return None
+    if workflow is not None:
+        row = conn.execute(WORKFLOW_OWNER, {"workflow": workflow}).fetchone()
+        return LimitKey(row[0], key) if row is not None else None
+    owner, colon, name = key.partition(":")
+    if colon and owner in (HOST, SHARED) and name:
+        return LimitKey(owner, name)
+    return None
 
 
-def hold(conn: psycopg.Connection, key: str, seconds: float, reason: str) -> datetime:
-    """Hold `key` for every execution for `seconds` (a 429/503's Retry-After)."""
-    (until,) = one(conn.execute(HOLD, {"key": key, "seconds": seconds, "reason": reason}))
+def clear(conn: psycopg.Connection, key: LimitKey) -> bool:
+    """Close a limit's circuit and end its hold by hand (an operator knows the host is
+    back): the steps waiting for either wake now. False if neither was in force."""
+    return conn.execute(CLEAR, key.params()).fetchone() is not None
+
+
+def hold(
+    conn: psycopg.Connection, key: LimitKey, seconds: float, reason: str, max_hold_s: float
+) -> datetime | None:
+    """Hold `key` for every execution through it for `seconds` (a 429/503's Retry-After),
+    at most `max_hold_s` (docs/contract.md, "Outbound limits"); None: the limit takes no
+    holds."""
+    seconds = min(seconds, max_hold_s, MAX_HOLD_S)
+    if seconds <= 0:
+        return None
+    (until,) = one(conn.execute(HOLD, {**key.params(), "seconds": seconds, "reason": reason}))
     return until
+
+
+def seconds_until(conn: psycopg.Connection, at: datetime) -> float:
+    """Seconds from the database's now to `at` (0 if past): a dated Retry-After that came
+    without a usable Date header."""
+    return float(one(conn.execute(SECONDS_UNTIL, {"at": at}))[0])
 
 
 def waiting_on_limits(conn: psycopg.Connection, execution_id: str) -> list[dict[str, Any]]:
@@ -467,12 +592,12 @@ def waiting_on_limits(conn: psycopg.Connection, execution_id: str) -> list[dict[
     return [
         {
             "step": step_id,
-            "key": key,
+            "key": LimitKey(owner, key).label,
             "reason": reason,
             "until": wake_at.isoformat(),
             "since": since.isoformat(),
             "held_until": held_until.isoformat() if held_until else None,
             "held_reason": held_reason,
         }
-        for step_id, key, reason, wake_at, since, held_until, held_reason in rows
+        for step_id, owner, key, reason, wake_at, since, held_until, held_reason in rows
     ]

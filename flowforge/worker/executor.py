@@ -74,6 +74,9 @@ NOT_SENT_PREFIX = "not sent:"
 # taking work (its drain must end: the step is then the reaper's, as after a crash).
 CHECKPOINT_PATIENCE_S = 120.0
 CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+# A rendered limit name is one of the workflow's own tenants: a text of this many
+# characters at most, so that a sender cannot fill outbound_limits with megabyte keys.
+MAX_RENDERED_LIMIT_CHARS = 200
 # The claim transaction of a step with outbound limits locks each key's row (outbound.py),
 # and a row lock lasts until COMMIT returns: with the commit's wait for the disk included,
 # one key admitted one request per WAL flush (23/s on a busy disk for a limit of 50/s).
@@ -171,7 +174,7 @@ class _Taken:
     run: Run
     claimed: StepState | None
     wait: outbound.Wait | None
-    limits: list[tuple[str, LimitSpec]]
+    limits: list[tuple[outbound.LimitKey, LimitSpec]]
     prepared: Rendered | Outcome
 
 
@@ -194,6 +197,7 @@ class Executor:
         max_response_bytes: int = 262_144,
         resume: waits.ResumeUrls | None = None,
         host_limits: Mapping[str, LimitSpec] | None = None,
+        shared_limits: Mapping[str, outbound.SharedLimit] | None = None,
         wake_in: Callable[[float], None] | None = None,
         ageing_s: float = DEFAULT_AGEING_S,
         wake_at_place: Callable[[Wakeup, float], None] | None = None,
@@ -214,6 +218,7 @@ class Executor:
         self.max_response_bytes = max_response_bytes
         self.resume = resume
         self.host_limits = host_limits or {}
+        self.shared_limits = shared_limits or {}
         # Tells the timer scanner when a step that waits for a limit is due (its wake-up).
         self.wake_in = wake_in
         # Wakes a step with a reserved place of a rate limit at that place, in-process
@@ -320,7 +325,7 @@ class Executor:
                 return None
             step = run.definition.step(sid)
             claimed, wait = None, None
-            limits: list[tuple[str, LimitSpec]] = []
+            limits: list[tuple[outbound.LimitKey, LimitSpec]] = []
             if step.type in PURE_TYPES:
                 run.advance()
             elif run.when_allows(sid):
@@ -338,7 +343,7 @@ class Executor:
                     claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
                 elif wait.new:
                     # Still `ready`: not an attempt, not a failure (SPEC §13).
-                    detail = {"key": wait.key, "reason": wait.reason.value}
+                    detail = {"key": wait.key.label, "reason": wait.reason.value}
                     run.events.append(
                         (
                             sid,
@@ -412,15 +417,19 @@ class Executor:
 
     def _limits(
         self, run: Run, sid: str, prepared: Rendered | Outcome
-    ) -> tuple[list[tuple[str, LimitSpec]], Rendered | Outcome]:
+    ) -> tuple[list[tuple[outbound.LimitKey, LimitSpec]], Rendered | Outcome]:
         """The outbound limits the request goes through (SPEC §13): the step's own, its
-        key rendered when it is a template, and the operator's limit of its URL's host.
-        A key that cannot be rendered fails the request, unsent."""
+        name rendered when it is a template, and the operator's limit of its URL's host.
+        A workflow's limits are its own (docs/reference/security.md, "Who owns a limit"):
+        a rendered name is only ever a name among them. A name that cannot be rendered,
+        or a shared limit the operator does not share with this workflow, fails the
+        request, unsent."""
         if not isinstance(prepared, Rendered):
             return [], prepared
-        found: list[tuple[str, LimitSpec]] = []
+        found: list[tuple[outbound.LimitKey, LimitSpec]] = []
         name = run.definition.step(sid).limit
         if name is not None:
+            spec = run.definition.limits[name]
             key: object = name
             if "{{" in name:
                 try:
@@ -432,10 +441,26 @@ class Executor:
                 if key is None or key == "" or isinstance(key, dict | list):
                     error = f"limit key {name!r} rendered to {key!r}, not a text or number"
                     return [], Outcome(OutcomeKind.FAILED, error=error)
-            found.append((str(key), run.definition.limits[name]))
+                if len(str(key)) > MAX_RENDERED_LIMIT_CHARS or "\x00" in str(key):
+                    error = (
+                        f"limit key {name!r} rendered to a name over "
+                        f"{MAX_RENDERED_LIMIT_CHARS} characters or with a NUL"
+                    )
+                    return [], Outcome(OutcomeKind.FAILED, error=error)
+            if spec.shared is not None:
+                shared = self.shared_limits.get(spec.shared)
+                if shared is None or run.workflow not in shared.workflows:
+                    error = (
+                        f"not sent: shared limit {spec.shared!r} is not shared with this "
+                        "workflow (FLOWFORGE_SHARED_LIMITS)"
+                    )
+                    return [], Outcome(OutcomeKind.FAILED, error=error)
+                found.append((outbound.LimitKey(outbound.SHARED, spec.shared), shared.spec))
+            else:
+                found.append((outbound.LimitKey(str(run.workflow_id), str(key)), spec))
         host = (urlsplit(prepared.url).hostname or "").lower().removesuffix(".")
         if host in self.host_limits:
-            found.append((f"host:{host}", self.host_limits[host]))
+            found.append((outbound.LimitKey(outbound.HOST, host), self.host_limits[host]))
         return found, prepared
 
     def _attempt(self, run: Run, sid: str, lease: Lease, prepared: Rendered | Outcome) -> Outcome:
@@ -503,7 +528,7 @@ class Executor:
         sid: str,
         lease: Lease,
         outcome: Outcome,
-        limits: list[tuple[str, LimitSpec]],
+        limits: list[tuple[outbound.LimitKey, LimitSpec]],
     ) -> None:
         """_checkpoint, tried again while the database is unavailable (see
         CHECKPOINT_PATIENCE_S); the lease is still beaten meanwhile, so a link back within
@@ -539,7 +564,7 @@ class Executor:
         sid: str,
         lease: Lease,
         outcome: Outcome,
-        limits: list[tuple[str, LimitSpec]],
+        limits: list[tuple[outbound.LimitKey, LimitSpec]],
         again: bool = False,
     ) -> None:
         """Record the attempt; a worker that lost its lease writes nothing at all. The
@@ -595,6 +620,11 @@ class Executor:
                     )
                     metrics.CHECKPOINT_FENCED.inc()
                 return
+            if outcome.retry_at is not None:
+                # A dated Retry-After with no usable Date: the database's clock reads it
+                # (docs/contract.md, "Outbound limits"), never this worker's.
+                seconds = outbound.seconds_until(conn, outcome.retry_at)
+                outcome = dataclasses.replace(outcome, retry_after_s=seconds, retry_at=None)
             # A deadline that passed while the request was out: record it, start nothing.
             run.enforce_time_limits()
             run.record_outcome(sid, token, outcome)
@@ -603,7 +633,7 @@ class Executor:
             lease.finished = True
             if limits:
                 outbound.release(conn, eid, sid)
-                self._hold(conn, run, sid, [key for key, _ in limits], outcome)
+                self._hold(conn, run, sid, limits, outcome)
                 circuits = [(key, spec.circuit) for key, spec in limits if spec.circuit]
                 failed = outbound.failed_for_circuit(
                     outcome.http_status, outcome.kind, outcome.error
@@ -616,17 +646,24 @@ class Executor:
         )
 
     def _hold(
-        self, conn: psycopg.Connection, run: Run, sid: str, keys: list[str], outcome: Outcome
+        self,
+        conn: psycopg.Connection,
+        run: Run,
+        sid: str,
+        limits: list[tuple[outbound.LimitKey, LimitSpec]],
+        outcome: Outcome,
     ) -> None:
-        """A 429 or 503 with Retry-After holds each of the request's keys for everyone."""
+        """A 429 or 503 with Retry-After holds each of the request's keys for everyone
+        through them, each for at most its limit's max_hold_s."""
         seconds = outcome.retry_after_s
         if outcome.http_status not in (429, 503) or not seconds:
             return
         reason = f"HTTP {outcome.http_status} with Retry-After {seconds:g} s"
-        for key in keys:
-            until = outbound.hold(conn, key, seconds, reason)
-            detail = {"key": key, "until": until.isoformat(), "reason": reason}
-            run.events.append((sid, EventKind.LIMIT_HELD, detail))
+        for key, spec in limits:
+            until = outbound.hold(conn, key, seconds, reason, spec.max_hold_s)
+            if until is not None:
+                detail = {"key": key.label, "until": until.isoformat(), "reason": reason}
+                run.events.append((sid, EventKind.LIMIT_HELD, detail))
 
     def _never_sent_but_unknown(
         self,

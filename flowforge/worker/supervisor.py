@@ -120,6 +120,7 @@ class Worker:
             secret_bindings=settings.secret_bindings,
             resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
             host_limits=settings.host_limits,
+            shared_limits=settings.shared_limits,
             wake_in=timers.wake_in,
             wake_at_place=places.add,
             stopping=self.stop,

@@ -1,6 +1,8 @@
 """The console's open circuits (SPEC §13): a circuit opened by a real bin/worker's failed
 requests is listed with its state, closed by hand behind the session's CSRF token (its
-waiting step then goes and succeeds); a read-only key sees no close button and is refused."""
+waiting step then goes and succeeds); a read-only key sees no close button and is refused;
+a key scoped to another workflow sees nothing of it (docs/reference/security.md, "Who owns
+a limit")."""
 
 from __future__ import annotations
 
@@ -51,21 +53,40 @@ def test_an_open_circuit_is_listed_and_closed_by_hand(
     _until(db, "SELECT count(*) FROM limit_waits", 1, "the second step to wait")
     key = open_client.environ_base.pop("HTTP_AUTHORIZATION").removeprefix("Bearer ")
 
+    # A key scoped to another workflow sees no limit of "down" and cannot close it.
+    _, other = apikeys.create(db, "other", workflows=["open"])
+    csrf = _sign_in(open_client, other)
+    page = open_client.get("/ui/circuits").get_data(as_text=True)
+    assert 'id="no-open-circuits"' in page and '<td class="mono">down</td>' not in page
+    refused = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
+    assert refused.status_code == 403
+    operators = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "host:x"})
+    assert operators.status_code == 403
+    open_client.post("/ui/signout", data={"csrf": csrf})
+
     _, viewer = apikeys.create(db, "viewer", read_only=True)
     csrf = _sign_in(open_client, viewer)
     page = open_client.get("/ui/circuits").get_data(as_text=True)
     assert '<td class="mono">down</td>' in page and "circuit-open" in page
     assert "close-circuit" not in page
-    refused = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    refused = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert refused.status_code == 403
     open_client.post("/ui/signout", data={"csrf": csrf})
 
     csrf = _sign_in(open_client, key)
     page = open_client.get("/ui/circuits").get_data(as_text=True)
     assert 'class="close-circuit"' in page
-    forged = open_client.post("/ui/circuits/close", data={"csrf": "forged", "key": "down"})
+    forged = open_client.post(
+        "/ui/circuits/close", data={"csrf": "forged", "key": "down", "workflow": "down"}
+    )
     assert forged.status_code == 403
-    closed = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    closed = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert closed.status_code == 303
     after = open_client.get(closed.headers["Location"]).get_data(as_text=True)
     assert 'id="circuit-closed"' in after and 'id="no-open-circuits"' in after
@@ -75,7 +96,9 @@ def test_an_open_circuit_is_listed_and_closed_by_hand(
         1,
         "the waiting step to go once the circuit was closed by hand",
     )
-    again = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": "down"})
+    again = open_client.post(
+        "/ui/circuits/close", data={"csrf": csrf, "key": "down", "workflow": "down"}
+    )
     assert again.status_code == 404
     missing = open_client.post("/ui/circuits/close", data={"csrf": csrf, "key": ""})
     assert missing.status_code == 400

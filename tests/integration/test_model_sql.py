@@ -64,6 +64,7 @@ STRUCTURAL = {
     "webhook_secrets_one_form",
     "workflows_max_concurrency_check",
     "executions_parent_check",
+    "outbound_limits_owner",
 }
 _CLOSED = re.compile(r"CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)")
 _PATTERN = re.compile(r"CHECK \(\((\w+) ~ '\^(.*)\$'::text\)\)")

@@ -19,7 +19,7 @@ from flowforge.domain.model import LimitReason
 from flowforge.store import outbound
 from tests.support.processes import wait_for
 
-LIMITS = [("race", LimitSpec(concurrency=1))]
+LIMITS = [(outbound.LimitKey("1", "race"), LimitSpec(concurrency=1))]
 BLOCKED = """
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock'

@@ -174,10 +174,10 @@ def test_an_operator_closes_a_circuit_by_hand(
     target.script = lambda _r: Reply(json={"ok": True})
     eid = client.start("down", {})
     wait_for(lambda: client.execution(eid)["waiting_on_limits"], message="the step to wait")
-    closed = client.post("/api/v1/circuits/down/close")
+    closed = client.post("/api/v1/circuits/down/close?workflow=down")
     assert closed.status_code == 200, closed.text
     assert client.wait(eid, timeout=15)["status"] == "succeeded"
-    again = client.post("/api/v1/circuits/down/close")
+    again = client.post("/api/v1/circuits/down/close?workflow=down")
     assert again.status_code == 404 and again.headers["Content-Type"].startswith(
         "application/problem+json"
     )

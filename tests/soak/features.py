@@ -54,6 +54,11 @@ WAIT_TIMEOUT_S = 6
 RETENTION_DAYS = 0.0003  # 26 s
 # Steps whose request goes through the outbound limit `partner` (workflow, step).
 METERED = ("metered", "call")
+# Workflow `throttled` (every third `metered` event, by its n: no draw of the run's rng):
+# its target answers each execution's first request 429 with a dated Retry-After from a
+# clock an hour behind (workload.THROTTLE), held for at most max_hold_s.
+THROTTLED = ("throttled", "call")
+QUOTA = {"concurrency": 2, "max_hold_s": 2}
 # The map step (SPEC §16) of workflow `mapped`: its items' unsafe POSTs, at most
 # MAP_PARALLEL at once; items run `collect`, so every item runs whatever the others do.
 MAP_STEP, MAP_POST, MAP_PARALLEL = "lines", "reserve", 2
@@ -118,6 +123,17 @@ def feature_definitions(target: Target) -> dict[str, dict[str, Any]]:
                 _http(target, "metered", "after", "GET", after=("call",), retries=3),
             ],
             limits={"partner": {**PARTNER, "circuit": CIRCUIT}},
+        ),
+        "throttled": _wf(
+            [
+                {
+                    **_http(target, "throttled", "call", "GET"),
+                    "limit": "quota",
+                    # Its own retry waits what Retry-After asks, up to max_interval_s.
+                    "retry": {"max_attempts": 4, "initial_interval_s": 0.2, "max_interval_s": 3},
+                }
+            ],
+            limits={"quota": QUOTA},
         ),
         "approve": _wf(
             [
@@ -345,6 +361,8 @@ class Features:
             ],
             weights=[4, 2, 2, 6, 3, 1, 2, 2, 3, 3, 3, 3],
         )[0]
+        if kind == "metered" and n % 3 == 0:
+            kind = THROTTLED[0]
         soon = (datetime.now(UTC) + timedelta(seconds=rng.uniform(0.3, 4.0))).isoformat()
         if kind == "src":
             event = rng.choice(["push", "issues", "ping"])

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from tests.soak.cluster import Cluster, WorkerSlot
 from tests.soak.features import OVERLAPS
@@ -635,10 +636,14 @@ class Operator:
         r = self.client.request("operator", "GET", f"{base}/api/v1/circuits")
         if r is None or r.status_code != 200:
             return
-        keys = sorted(str(item["key"]) for item in r.json().get("circuits", []))
+        # A workflow's own limit is named with its workflow (docs/reference/http-api.md).
+        keys = sorted(
+            (str(item["key"]), item.get("workflow") or "") for item in r.json().get("circuits", [])
+        )
         if not keys:
             return
-        key = keys[int(pick * len(keys))]
-        self._act(
-            "close_circuit", base, f"circuit:{key}", f"/api/v1/circuits/{key}/close", look=False
-        )
+        key, workflow = keys[int(pick * len(keys))]
+        path = f"/api/v1/circuits/{quote(key, safe=':')}/close"
+        if workflow:
+            path += f"?workflow={quote(workflow, safe='')}"
+        self._act("close_circuit", base, f"circuit:{workflow}/{key}", path, look=False)

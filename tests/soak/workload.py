@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email.utils import formatdate
 from typing import Any
 from urllib.parse import unquote
 
@@ -162,6 +163,23 @@ class TargetPath:
 # The outbound-limited host (features.py, workflow `metered`) is down for OUTAGE_S of
 # every OUTAGE_EVERY_S while the nemesis runs: its circuit opens, probes, closes again.
 OUTAGE_S, OUTAGE_EVERY_S = 8.0, 20.0
+# Workflow `throttled`'s host (features.py) keeps a clock THROTTLE_SKEW_S behind and
+# answers each execution's first request 429 with Retry-After an HTTP-date
+# THROTTLE_RETRY_S after its own Date: read against the response's Date it is a hold
+# capped at the limit's max_hold_s; read against a worker's clock it would be nothing.
+THROTTLE_SKEW_S, THROTTLE_RETRY_S = -3600.0, 30.0
+
+
+def _throttled(occurrence: int) -> Reply | None:
+    """The `throttled` host's answer to its first request of an execution."""
+    if occurrence > 0:
+        return None
+    now = time.time() + THROTTLE_SKEW_S
+    headers = {
+        "Date": formatdate(now, usegmt=True),
+        "Retry-After": formatdate(now + THROTTLE_RETRY_S, usegmt=True),
+    }
+    return Reply(status=429, headers=headers, json={"error": "slow down"})
 
 
 def target_script(
@@ -189,6 +207,8 @@ def target_script(
         with lock:
             occurrence = seen.get(base, 0)
             seen[base] = occurrence + 1
+        if where.workflow == "throttled" and (throttled := _throttled(occurrence)):
+            return throttled
         digest = hashlib.sha256(f"{seed}:{base}:{occurrence}".encode()).digest()
         roll = int.from_bytes(digest[:8], "big") / 2**64
         jitter = digest[8] / 255

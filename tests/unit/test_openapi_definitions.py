@@ -237,6 +237,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "burst": 20,
         "concurrency": 2,
         "circuit": {"failures": 3, "window_s": 60, "cool_down_s": 30},
+        "max_hold_s": 120,
     },
     "when": {"path": "input.total", "op": "exists", "value": 1},
 }

@@ -134,7 +134,8 @@ def reingest(
     return reingest_module.reingest(conn, workflow, request, key.actor())
 
 
-def close_circuit(conn: psycopg.Connection, circuit: str) -> bool:
-    """Close an open circuit by hand (no actor is recorded: a circuit has no history);
-    False if it was not open."""
-    return outbound.close_circuit(conn, circuit)
+def close_circuit(conn: psycopg.Connection, circuit: str, workflow: str | None) -> bool:
+    """Close a limit's circuit and end its hold by hand (no actor is recorded: a limit has
+    no history); False if neither was in force."""
+    found = outbound.find_key(conn, circuit, workflow)
+    return found is not None and outbound.clear(conn, found)

@@ -996,16 +996,22 @@ def backfill_schedule(key: str) -> str:
 @bp.get("/circuits")
 @signed_in
 def circuits() -> str:
-    """The circuits of outbound limits that are open or half-open, with a close button
-    for a key that may act on every workflow (a circuit's key is shared by all of them)."""
+    """The limits whose circuit is open or half-open or that a Retry-After holds, with a
+    close button where the key may write: a workflow's own limits for a key that may
+    write that workflow, the operator's host and shared limits for a key for every
+    workflow (docs/reference/security.md, "Who owns a limit")."""
     key: apikeys.ApiKey = g.api_key
     with connection() as conn:
-        found = outbound.circuits(conn)
-    closable = key.workflows is None and may(None, write=True)
+        found = outbound.open_or_held(conn, key.workflows)
+    for row in found:
+        if row["workflow"] is None:
+            row["closable"] = key.workflows is None and may(None, write=True)
+        else:
+            row["closable"] = may(row["workflow"], write=True)
     return render_template(
         "circuits.html",
         circuits=found,
-        closable=closable,
+        closable=any(row["closable"] for row in found),
         closed=request.args.get("closed"),
         csrf=_csrf(),
     )
@@ -1014,15 +1020,17 @@ def circuits() -> str:
 @bp.post("/circuits/close")
 @signed_in
 def close_circuit() -> BaseResponse:
-    """Close a circuit by hand (the operator knows the host is back): its waiting steps go
-    at their next wake-up. The same rule as POST /api/v1/circuits/{key}/close."""
-    key: apikeys.ApiKey = require(None, write=True)
-    if key.workflows is not None:
-        raise Forbidden("closing a circuit needs a key for every workflow")
+    """Close a limit's circuit and end its hold by hand (the operator knows the host is
+    back): its waiting steps go at once. The same rule as POST
+    /api/v1/circuits/{key}/close."""
+    workflow = request.form.get("workflow") or None
+    key: apikeys.ApiKey = require(workflow, write=True)
+    if workflow is None and key.workflows is not None:
+        raise Forbidden("the operator's limits need a key for every workflow")
     circuit = request.form.get("key", "")
     if not circuit:
         raise Problem(400, "Invalid circuit", "name the circuit's key")
     with connection() as conn:
-        if not operate.close_circuit(conn, circuit):
-            raise NotFound(f"no open circuit has key {circuit!r}")
+        if not operate.close_circuit(conn, circuit, workflow):
+            raise NotFound(f"no open circuit or hold has key {circuit!r}")
     return redirect(url_for("console.circuits", closed=circuit), 303)
