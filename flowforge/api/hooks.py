@@ -157,6 +157,7 @@ def _route(
             source = fresher
             continue
         if (handshake := _handshake(verified)) is not None:
+            sources.record_handshake(conn, source, raw, _idempotency_key(verified))
             return jsonify(handshake), 200, {}
         body = parse_json(raw)
         headers = {name.lower(): value for name, value in request.headers.items()}

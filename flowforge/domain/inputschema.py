@@ -57,11 +57,9 @@ class InputInvalid(ClientError):
     title = "Input does not match the schema"
 
 
-class InputTooCostly(ClientError):
-    """Checking the body against the schema needs more than MAX_EVALUATIONS evaluations."""
-
-    status = 422
-    title = "Input does not match the schema"
+class InputTooCostly(InputInvalid):
+    """Checking the body against the schema needs more than MAX_EVALUATIONS evaluations:
+    refused as input that does not match (whoever handles one handles the other)."""
 
 
 class InputTooLarge(ClientError):

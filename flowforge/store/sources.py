@@ -448,6 +448,21 @@ def route(
     return routed
 
 
+def record_handshake(
+    conn: psycopg.Connection, source: Source, raw: bytes, identity: str | None
+) -> None:
+    """A signed handshake (GitHub's ping) starts nothing, and its identity is the source's
+    like any delivery's: resent with another (unsigned) event header it answers the
+    routing it got, none."""
+    if identity is not None:
+        delivery = {
+            "source_id": source.id,
+            "identity": identity,
+            "body_sha256": hashlib.sha256(raw).digest(),
+        }
+        conn.execute(CLAIM_DELIVERY, delivery)
+
+
 def _routed_before(conn: psycopg.Connection, delivery: dict[str, Any]) -> list[Routed]:
     """A known delivery: the routing it got, each execution replayed (a debounced or
     batched one with its group as it stands now); another body under its identity is a

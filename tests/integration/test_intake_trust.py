@@ -118,6 +118,11 @@ def test_github_ping_answers_200_and_starts_nothing(client: Api, db: psycopg.Con
     assert r.status_code == 200, r.text
     assert executions(db) == 0
     assert db.execute("SELECT count(*) FROM source_unmatched").fetchone()[0] == 0
+    # The captured ping relabelled as a push (GitHub signs no header) answers its routing:
+    # none.
+    relabelled = post(client.base, "repo", body, {**headers, "X-GitHub-Event": "push"})
+    assert relabelled.status_code == 202 and relabelled.json()["executions"] == []
+    assert executions(db) == 0
 
 
 def test_a_replayed_delivery_answers_the_executions_status_now(
