@@ -7,12 +7,14 @@ with other (unsigned) headers answers its original routing and starts nothing ne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import requests
 
 from tests.support.api import Api
+from tests.support.processes import Process, wait_for
 from tests.support.webhooks import github_header
 
 SECRET = "identity-secret-for-github-1234"
@@ -117,3 +119,24 @@ def test_a_captured_delivery_resent_with_other_headers_answers_its_original_rout
     other = deliver(client.base, "release", json.dumps({"n": 3}).encode(), "d-1")
     assert other.status_code == 409, other.text
     assert executions(db) == before
+
+
+def test_a_deliverys_identity_is_forgotten_with_the_idempotency_keys(
+    client: Api, db: psycopg.Connection, workers: Callable[..., Process]
+) -> None:
+    setup(client)
+    raw = json.dumps({"n": 4}).encode()
+    first = deliver(client.base, "push", raw, "old").json()["executions"]
+    deliver(client.base, "push", raw, "young")
+    for table in ("source_deliveries", "idempotency_keys"):
+        db.execute(f"UPDATE {table} SET created_at = now() - interval '90 minutes'")
+    db.execute("UPDATE source_deliveries SET created_at = now() WHERE identity = 'young'")
+    workers(FLOWFORGE_IDEMPOTENCY_KEY_HOURS="1")
+    wait_for(
+        lambda: db.execute("SELECT identity FROM source_deliveries").fetchall() == [("young",)],
+        timeout=30,
+        message="housekeeping to forget the old delivery",
+    )
+    # Forgotten, the same delivery is a new one (as for any key past its lifetime).
+    again = deliver(client.base, "push", raw, "old").json()["executions"]
+    assert again[0]["execution_id"] != first[0]["execution_id"]
