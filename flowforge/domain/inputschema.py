@@ -80,64 +80,108 @@ def problems(schema: Any, path: str) -> list[dict[str, str]]:
         Draft202012Validator.check_schema(schema)
     except SchemaError as error:
         return [{"path": path + error.json_path[1:], "message": _keyword_message(error)}]
-    found = []
     resolver = Registry().resolver_with_root(DRAFT202012.create_resource(schema))
-    for where, keyword, value in _keywords(schema, path):
-        if keyword == "$id" and where != path:
+    nodes = _subschemas(schema, path, resolver)
+    found = []
+    for where, node in nodes:
+        if "$id" in node and node is not schema:
             found.append({"path": f"{where}.$id", "message": "$id is allowed at the root only"})
-        elif keyword in _REF_KEYWORDS:
-            if not value.startswith("#"):
-                found.append(
-                    {"path": f"{where}.{keyword}", "message": "only local references (#...)"}
-                )
-                continue
-            try:
-                resolver.lookup(value)
-            except Unresolvable:
-                found.append(
-                    {"path": f"{where}.{keyword}", "message": f"{value!r} resolves to nothing"}
-                )
-        elif keyword in ("pattern", "patternProperties"):
-            for pattern in [value] if keyword == "pattern" else value:
-                if _compiled(pattern) is None:
-                    found.append({"path": f"{where}.{keyword}", "message": _UNSUPPORTED})
+        for keyword in _REF_KEYWORDS:
+            if isinstance(node.get(keyword), str):
+                problem = _reference_problem(node[keyword], resolver)
+                if problem:
+                    found.append({"path": f"{where}.{keyword}", "message": problem})
+        patterns = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        if any(_compiled(p) is None for p in patterns):
+            found.append({"path": f"{where}.pattern", "message": _UNSUPPORTED})
+        if any(_compiled(p) is None for p in node.get("patternProperties", {})):
+            found.append({"path": f"{where}.patternProperties", "message": _UNSUPPORTED})
     if found:
         return found
-    if any(k == "patternProperties" for _, k, _ in _keywords(schema, path)):
+    if any("patternProperties" in node for _, node in nodes):
         # jsonschema evaluates unevaluatedProperties' patternProperties with Python's re.
         found += [
-            {"path": f"{where}.{keyword}", "message": "not with patternProperties in the schema"}
-            for where, keyword, _ in _keywords(schema, path)
-            if keyword == "unevaluatedProperties"
+            {"path": f"{where}.unevaluatedProperties", "message": _NOT_WITH_PATTERNS}
+            for where, node in nodes
+            if "unevaluatedProperties" in node
         ]
-    return found + _ref_loops(schema, path, resolver)
+    return found + _ref_loops(nodes, resolver)
 
 
 _UNSUPPORTED = (
     "a pattern the linear-time engine (RE2) runs: no backreferences or lookaround "
     "(docs/reference/input-schema.md)"
 )
+_NOT_WITH_PATTERNS = "not with patternProperties in the schema"
+# Where 2020-12 keywords hold subschemas: one, an array of them, a map of them. Any other
+# value (enum, const, default, examples, unknown keywords) is data, never a schema, unless
+# a reference points at it.
+_SCHEMA = (
+    "not", "if", "then", "else", "items", "contains", "additionalProperties",
+    "unevaluatedProperties", "unevaluatedItems", "propertyNames", "contentSchema",
+)  # fmt: skip
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs")
 # Keywords whose subschemas apply to the same value: a $ref cycle through only these never
 # reaches the end of the body, and recurses until the stack is gone.
 _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
 _IN_PLACE = ("not", "if", "then", "else")
 
 
-def _ref_loops(schema: Any, path: str, resolver: Any) -> list[dict[str, str]]:
-    """Each $ref/$dynamicRef on a cycle of references and in-place applicators (a schema
-    that applies itself to the same value without end)."""
+def _reference_problem(value: str, resolver: Any) -> str | None:
+    """Why a $ref/$dynamicRef cannot serve (None when it can): local, resolving to a schema."""
+    if not value.startswith("#"):
+        return "only local references (#...)"
+    try:
+        target = resolver.lookup(value).contents
+    except Unresolvable:
+        return f"{value!r} resolves to nothing"
+    if not isinstance(target, dict | bool):
+        return f"{value!r} resolves to something that is no schema"
+    return None
+
+
+def _subschemas(schema: Any, path: str, resolver: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(path, object) of every subschema validation can apply: keyword by keyword and
+    through every local reference, so a `$ref` under a property named `enum` is found, and
+    `enum`'s own values are not taken for schemas."""
     where: dict[int, str] = {}
-    nodes: dict[int, Any] = {}
-    pending = [(schema, path)]
-    while pending:
+    pending: list[tuple[Any, str]] = [(schema, path)]
+    while pending:  # the path of every object in the document, for references' targets
         node, at = pending.pop()
         if isinstance(node, dict):
-            where[id(node)], nodes[id(node)] = at, node
-            for key, value in node.items():
-                if key not in ("const", "enum", "default", "examples"):
-                    pending.append((value, f"{at}.{key}"))
+            where.setdefault(id(node), at)
+            pending.extend((value, f"{at}.{key}") for key, value in node.items())
         elif isinstance(node, list):
             pending.extend((item, f"{at}[{n}]") for n, item in enumerate(node))
+    found: list[tuple[str, dict[str, Any]]] = []
+    seen: set[int] = set()
+    schemas: list[Any] = [schema]
+    while schemas:
+        node = schemas.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        found.append((where[id(node)], node))
+        schemas.extend(node.get(keyword) for keyword in _SCHEMA)
+        for keyword in _SCHEMA_LISTS:
+            if isinstance(node.get(keyword), list):
+                schemas.extend(node[keyword])
+        for keyword in _SCHEMA_MAPS:
+            if isinstance(node.get(keyword), dict):
+                schemas.extend(node[keyword].values())
+        for keyword in _REF_KEYWORDS:
+            ref = node.get(keyword)
+            if isinstance(ref, str) and _reference_problem(ref, resolver) is None:
+                schemas.append(resolver.lookup(ref).contents)
+    return found
+
+
+def _ref_loops(nodes: list[tuple[str, dict[str, Any]]], resolver: Any) -> list[dict[str, str]]:
+    """Each $ref/$dynamicRef on a cycle of references and in-place applicators (a schema
+    that applies itself to the same value without end)."""
+    where = {id(node): at for at, node in nodes}
+    by_id = {id(node): node for _, node in nodes}
 
     def edges(node: dict[str, Any]) -> Iterator[tuple[Any, str | None]]:
         for keyword in _REF_KEYWORDS:
@@ -153,11 +197,11 @@ def _ref_loops(schema: Any, path: str, resolver: Any) -> list[dict[str, str]]:
 
     found: dict[str, dict[str, str]] = {}
     done: set[int] = set()
-    for start in nodes:
+    for start in by_id:
         if start in done:
             continue
         stack: list[tuple[int, Iterator[tuple[Any, str | None]], str | None]] = [
-            (start, iter(edges(nodes[start])), None)
+            (start, iter(edges(by_id[start])), None)
         ]
         on_stack = {start: 0}
         while stack:
@@ -313,23 +357,6 @@ def _keyword_message(error: Any) -> str:
     if len(expected) > 200:
         expected = expected[:197] + "..."
     return f"fails {error.validator} {expected}"
-
-
-def _keywords(schema: Any, path: str) -> Iterator[tuple[str, str, str]]:
-    """(path of the object, keyword, value) of every string-valued $id/$ref/$dynamicRef/
-    pattern, every patternProperties object and every unevaluatedProperties."""
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key in ("$id", "pattern", *_REF_KEYWORDS) and isinstance(value, str):
-                yield path, key, value
-            elif key in ("patternProperties", "unevaluatedProperties"):
-                yield path, key, value
-                yield from _keywords(value, f"{path}.{key}")
-            elif key not in ("const", "enum", "default", "examples"):
-                yield from _keywords(value, f"{path}.{key}")
-    elif isinstance(schema, list):
-        for index, item in enumerate(schema):
-            yield from _keywords(item, f"{path}[{index}]")
 
 
 def _more_values_than(body: Any, limit: int) -> bool:

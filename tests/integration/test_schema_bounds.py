@@ -91,6 +91,15 @@ def test_a_schema_validation_could_not_bound_is_refused_at_publish(api: str, api
         ({"propertyNames": {"pattern": "("}}, "$.input_schema.propertyNames.pattern"),
         ({"patternProperties": {"a": True}, "unevaluatedProperties": False},
          "$.input_schema.unevaluatedProperties"),
+        # Schemas where a walk over every key would look wrong: a property named like a
+        # data keyword holds a schema, and a reference makes data a schema.
+        ({"properties": {"enum": {"$ref": "https://x.test/s.json"}}},
+         "$.input_schema.properties.enum.$ref"),
+        ({"properties": {"default": {"$ref": "#"}}, "allOf": [{"$ref": "#/properties/default"}]},
+         "$.input_schema.allOf[0].$ref"),
+        ({"$ref": "#/x", "x": {"$ref": "https://x.test/s.json"}}, "$.input_schema.x.$ref"),
+        ({"$ref": "#/x", "x": {"pattern": "(?=a)"}}, "$.input_schema.x.pattern"),
+        ({"$ref": "#/enum", "enum": [1]}, "$.input_schema.$ref"),
     ]  # fmt: skip
     for schema, path in cases:
         r = client.session.post(url, json=definition(schema), timeout=10)
