@@ -42,8 +42,9 @@ from flowforge.errors import ClientError
 
 MAX_ERRORS = 100
 MAX_VALUES = 10_000
-# Keyword evaluations one body's check may cost: ten per value at MAX_VALUES (an ordinary
-# schema spends two or three), a few seconds at the slowest (tests/bench/schema_bounds.py;
+# Evaluations one body's check may cost (a keyword one, a reference _REF_COST, a pattern
+# search one per started kilobyte): ten per value at MAX_VALUES (an ordinary schema spends
+# two to five), about a second at the slowest (tests/bench/schema_bounds.py;
 # docs/reference/input-schema.md), well within a gunicorn worker's timeout.
 MAX_EVALUATIONS = 100_000
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -246,6 +247,10 @@ def _compiled(pattern: str) -> Any:
 
 
 def _search(pattern: str, text: str) -> bool:
+    """RE2's search, one evaluation of the check's budget per started kilobyte of text:
+    RE2 is linear in the text, so the budget bounds what all searches scan together
+    (200 patterns over 1,000 long property names would otherwise be millions of scans)."""
+    _spend(1 + len(text) // 1024)
     compiled = _compiled(pattern)
     if compiled is None:  # published before patterns were checked: match nothing
         return False
@@ -291,20 +296,31 @@ def _additional_properties(validator: Any, aP: Any, instance: Any, schema: Any) 
 _budget: contextvars.ContextVar[list[int]] = contextvars.ContextVar("schema_budget")
 
 
-def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
-    """A keyword that spends one evaluation of the current check's budget."""
+def _counted(keyword: Callable[..., Any], cost: int = 1) -> Callable[..., Any]:
+    """A keyword that spends `cost` evaluations of the current check's budget."""
 
     def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        left = _budget.get()
-        left[0] -= 1
-        if left[0] < 0:
-            raise InputTooCostly(
-                f"checking this body against the input schema needs more than "
-                f"{MAX_EVALUATIONS} keyword evaluations"
-            )
+        _spend(cost)
         return keyword(validator, value, instance, schema)
 
     return evaluate
+
+
+# What a reference costs in evaluations: jsonschema resolves it and builds a validator for
+# its target each time, several times the work of any other keyword (measured by
+# tests/bench/schema_bounds.py).
+_REF_COST = 5
+
+
+def _spend(evaluations: int) -> None:
+    """Take evaluations from the current check's budget; InputTooCostly once it is spent."""
+    left = _budget.get()
+    left[0] -= evaluations
+    if left[0] < 0:
+        raise InputTooCostly(
+            f"checking this body against the input schema needs more than {MAX_EVALUATIONS} "
+            "keyword evaluations"
+        )
 
 
 _KEYWORDS = {
@@ -314,7 +330,11 @@ _KEYWORDS = {
     "additionalProperties": _additional_properties,
 }
 BoundedValidator = validators.extend(
-    Draft202012Validator, {name: _counted(fn) for name, fn in _KEYWORDS.items()}
+    Draft202012Validator,
+    {
+        name: _counted(fn, _REF_COST if name in _REF_KEYWORDS else 1)
+        for name, fn in _KEYWORDS.items()
+    },
 )
 
 
