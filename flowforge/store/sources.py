@@ -398,9 +398,6 @@ def route(
             if target.webhook_auth != WebhookAuth.NONE:
                 # Published signed after the source was saved: still not startable unsigned.
                 raise signatures.SignatureInvalid(f"{sub.workflow!r}: {_DOWNGRADE}")
-    for target in targets:
-        if target.input_checker is not None:
-            inputschema.check(target.input_checker, body)
     key = None if identity is None else f"source:{source.name}:{identity}"
     delivery = {
         "source_id": source.id,
@@ -415,6 +412,11 @@ def route(
                 raise StaleSource(source.name)
             if identity is not None and conn.execute(CLAIM_DELIVERY, delivery).fetchone() is None:
                 return _routed_before(conn, delivery)
+            # After the claim: a redelivery answers its first routing even where this one
+            # would match a subscriber whose schema refuses the body (422, nothing kept).
+            for target in targets:
+                if target.input_checker is not None:
+                    inputschema.check(target.input_checker, body)
             if not chosen:
                 conn.execute(
                     RECORD_UNMATCHED,

@@ -115,6 +115,13 @@ def test_a_captured_delivery_resent_with_other_headers_answers_its_original_rout
     assert unmatched.status_code == 202 and unmatched.json()["executions"] == []
     assert deliver(client.base, "release", raw, "d-2").json()["executions"] == []
     assert executions(db) == before
+    # Even where the new header would choose a subscriber whose input_schema refuses the
+    # body, the redelivery answers its first routing.
+    strict = {**workflow("on-release"), "input_schema": {"required": ["never-sent"]}}
+    client.publish("on-release", strict)
+    again = deliver(client.base, "release", raw, "d-1")
+    assert again.status_code == 202, again.text
+    assert again.json()["executions"][0]["execution_id"] == original["execution_id"]
     # Another body under a known delivery id is a conflict, not a new routing.
     other = deliver(client.base, "release", json.dumps({"n": 3}).encode(), "d-1")
     assert other.status_code == 409, other.text
