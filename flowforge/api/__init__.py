@@ -71,8 +71,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         rate = settings.webhook_rate
         app.extensions["flowforge.webhook_limit"] = RateLimiter(rate, burst=max(1.0, rate))
     problems.install(app)
-    paths.install(app)
     _install_request_ids(app)
+    paths.install(app)  # its text check runs after the request id is assigned
     health.install(app)
     for blueprint in (
         hooks.bp,

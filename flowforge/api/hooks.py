@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 bp = Blueprint("hooks", __name__)
 
 MAX_IDEMPOTENCY_KEY = 255
+STATUS_NOW = "SELECT status FROM executions WHERE id = %(id)s"
 # The 202's status of an event recorded in a debounce or batch group.
 GROUPED = "grouped"
 
@@ -68,6 +69,18 @@ def _verified(
         ) from None
 
 
+def _handshake(verified: presets.Verified | None) -> dict[str, str] | None:
+    """The 200 answer to a provider's signed handshake, which starts nothing: Slack's
+    url_verification (its challenge echoed) and GitHub's ping."""
+    if verified is None:
+        return None
+    if verified.challenge is not None:
+        return {"challenge": verified.challenge}
+    if verified.ping:
+        return {"ping": "ok"}
+    return None
+
+
 def _secret_id(
     secrets: tuple[tuple[int, str], ...], verified: presets.Verified | None
 ) -> int | None:
@@ -79,11 +92,12 @@ def _secret_id(
 
 def _accept(
     conn: psycopg.Connection, key: str, raw: bytes, traceparent: str | None
-) -> intake.Accepted | str:
+) -> intake.Accepted | dict[str, str]:
     """Authenticate against the cached target, then accept; look again once when the cache
     is behind (a new version, a revoked secret: always; a signature no cached secret
     verifies: at most once per intake.RECHECK_INTERVAL_S, so forgeries cost no reads). A
-    signed Slack url_verification is answered with its challenge (returned as a str)."""
+    signed Slack url_verification or GitHub ping starts nothing: its 200 answer is
+    returned instead (_handshake)."""
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     target = intake.TARGETS.get(conn, key, encryption_key)
     for attempt in range(2):
@@ -96,8 +110,8 @@ def _accept(
                 raise
             target = fresher
             continue
-        if verified is not None and verified.challenge is not None:
-            return verified.challenge
+        if (handshake := _handshake(verified)) is not None:
+            return handshake
         try:
             body = parse_json(raw)  # validates: 400 for what jsonb would refuse
             if target.input_checker is not None:
@@ -142,8 +156,9 @@ def _route(
                 raise
             source = fresher
             continue
-        if verified is not None and verified.challenge is not None:
-            return jsonify({"challenge": verified.challenge}), 200, {}
+        if (handshake := _handshake(verified)) is not None:
+            sources.record_handshake(conn, source, raw, _idempotency_key(verified))
+            return jsonify(handshake), 200, {}
         body = parse_json(raw)
         headers = {name.lower(): value for name, value in request.headers.items()}
         try:
@@ -222,8 +237,13 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
                     raise
         if source is not None:
             return _route(conn, source, raw)
-    if isinstance(accepted, str):
-        return jsonify({"challenge": accepted}), 200, {}
+        status = ExecutionStatus.QUEUED.value
+        if isinstance(accepted, intake.Accepted) and accepted.replayed:
+            # A redelivery answers where its execution stands now (only replays pay the read).
+            row = conn.execute(STATUS_NOW, {"id": accepted.execution_id}).fetchone()
+            status = row[0] if row is not None else status
+    if isinstance(accepted, dict):
+        return jsonify(accepted), 200, {}
     span.accepted(accepted.execution_id, accepted.replayed)
     # The line that ties an access line (same request_id) to the execution it started.
     logger.info(
@@ -237,10 +257,7 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     headers = {"Location": f"/api/v1/executions/{accepted.execution_id}"}
     if accepted.replayed:
         headers["Idempotent-Replayed"] = "true"
-    body: dict[str, Any] = {
-        "execution_id": accepted.execution_id,
-        "status": ExecutionStatus.QUEUED.value,
-    }
+    body: dict[str, Any] = {"execution_id": accepted.execution_id, "status": status}
     if accepted.group is not None:
         # Debounced or batched (grouping.py): recorded against the group's execution,
         # which exists once the group is due; until then the group says where it stands.

@@ -1261,8 +1261,15 @@ PATHS: dict[str, Any] = {
                     },
                 },
                 "200": _json(
-                    {"type": "object", "properties": {"challenge": {"type": "string"}}},
-                    "auth slack: a signed url_verification answered; nothing started",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "challenge": {"type": "string"},
+                            "ping": {"type": "string", "enum": ["ok"]},
+                        },
+                    },
+                    "a signed handshake answered, nothing started: auth slack's "
+                    "url_verification (its challenge), auth github's ping",
                 ),
                 **_problems(400, 401, 404, 409, 413, 415, 422, 503),
             },

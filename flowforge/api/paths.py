@@ -1,7 +1,11 @@
-"""URL converters for the identifiers in paths, checked while routing.
+"""URL converters for the identifiers in paths, checked while routing, and the one check
+of every request's text.
 
 A path segment that is no identifier is answered before authentication and before the
-view runs, as each route has always answered it: the converter of a rule says how.
+view runs, as each route has always answered it: the converter of a rule says how. Text
+PostgreSQL cannot store (a NUL, a lone surrogate) in any path parameter, query parameter
+or console form field of any route is a 400 before the view runs (docs/reference/
+http-api.md, errors): one rule for every route, old and new, instead of one per view.
 """
 
 from __future__ import annotations
@@ -9,11 +13,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter, Map
 
 from flowforge.api.problems import client_problem, problem_response
+from flowforge.domain.jsonvalues import storable_text
 from flowforge.domain.model import is_key
 from flowforge.errors import ClientError, NotFound
 
@@ -37,6 +42,27 @@ class PathRefused(HTTPException):
         super().__init__(error.detail)
         self.code = error.status
         self.error = error
+
+
+class TextUnstorable(ClientError):
+    """A request parameter holds text that PostgreSQL cannot store."""
+
+    title = "Unsupported text"
+
+
+def _refuse_unstorable_text() -> None:
+    """Raise TextUnstorable for a NUL or a lone surrogate in a path parameter, a query
+    parameter (name or value) or a console form field. Webhook and API bodies are JSON,
+    judged by jsonvalues.loads_storable; the form is read only where forms are taken
+    (the console), so no other body is consumed here."""
+    found = [("path parameter", name, value) for name, value in (request.view_args or {}).items()]
+    found += [("query parameter", name, value) for name, value in request.args.items(multi=True)]
+    if request.blueprint == "console" and request.method == "POST":
+        found += [("form field", name, value) for name, value in request.form.items(multi=True)]
+    for kind, name, value in found:
+        if not storable_text(name) or (isinstance(value, str) and not storable_text(value)):
+            shown = repr(name) if storable_text(name) else "a parameter"
+            raise TextUnstorable(f"the {kind} {shown} holds a NUL or an unpaired surrogate")
 
 
 def _key_refusal(answer: str, value: str) -> ClientError:
@@ -80,6 +106,7 @@ def install(app: Flask) -> None:
     """Register the converters (before the blueprints) and their answer."""
     app.url_map.converters["workflow_key"] = WorkflowKey
     app.url_map.converters["execution_id"] = ExecutionId
+    app.before_request(_refuse_unstorable_text)
 
     @app.errorhandler(PathRefused)
     def _refused(exc: PathRefused) -> Response:

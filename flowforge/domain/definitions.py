@@ -599,9 +599,15 @@ def execution_priority(definition: Definition, input_value: Any) -> int:
     if value is None:
         return DEFAULT_PRIORITY
     if not _is_whole(value) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        shown = repr(value) if not isinstance(value, dict | list) else templating.json_type(value)
+        # The JSON type only: the sender's value is never echoed (problem answers are
+        # logged, and shown to whoever sent it; docs/reference/security.md).
+        shown = (
+            "an integer out of range"
+            if _is_whole(value)
+            else f"a JSON {templating.json_type(value)}"
+        )
         raise PriorityInvalid(
-            f"priority {template!r} rendered to {shown[:100]}, not an integer from "
+            f"priority {template!r} rendered to {shown}, not an integer from "
             f"{MIN_PRIORITY} to {MAX_PRIORITY}"
         )
     return int(value)

@@ -60,6 +60,7 @@ from flowforge.domain.definitions import (
 from flowforge.domain.model import (
     DEFAULT_LEASE_S,
     DEFAULT_MAX_CHILD_DEPTH,
+    DEFAULT_MAX_DESCENDANTS,
     FLOW_CONTROL_ACTOR,
     TERMINAL_EXECUTION,
     WORKFLOW_PAUSE_ACTOR,
@@ -145,6 +146,8 @@ class ChildStart:
     input: Any
     depth: int
     priority: int
+    # The root of its tree (its parent's root, or the parent itself when that is a root).
+    root_id: str
     # Its concurrency key when its workflow has a limit (SPEC §8), else None: the save
     # admits it through flow control like any execution of that workflow.
     concurrency_key: str | None = None
@@ -302,6 +305,11 @@ class Run:
     depth: int = 0
     parent: tuple[str, str] | None = None
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
+    # The root of this execution's tree (None: it is a root), how many executions that root
+    # has below it (loaded only when a workflow step may start one) and the bound on them.
+    root_id: str | None = None
+    descendants: int = 0
+    max_descendants: int = DEFAULT_MAX_DESCENDANTS
     child_targets: dict[str, ChildTarget | None] = field(default_factory=dict)
     children: dict[str, ChildState] = field(default_factory=dict)
     new_id: Callable[[], str] = field(default=lambda: str(uuid.uuid4()), repr=False)
@@ -790,6 +798,14 @@ class Run:
                 step.id, f"not started: workflow {step.workflow!r} does not exist or is archived"
             )
             return
+        root = self.root_id or self.execution_id
+        if self.descendants + len(self.changes.child_starts) >= self.max_descendants:
+            self._child_refused(
+                step.id,
+                f"not started: root execution {root} already has {self.max_descendants} "
+                f"executions below it, FLOWFORGE_MAX_DESCENDANTS {self.max_descendants}",
+            )
+            return
         if target.definition.input_schema is not None:
             try:
                 checker = inputschema.validator(target.definition.input_schema)
@@ -817,7 +833,16 @@ class Run:
         key = child_key(self.execution_id, step.id, state.fencing_token)
         self.changes.child_starts.append(
             ChildStart(
-                step.id, child_id, key, step.workflow, target, child_input, depth, priority, ckey
+                step.id,
+                child_id,
+                key,
+                step.workflow,
+                target,
+                child_input,
+                depth,
+                priority,
+                root,
+                ckey,
             )
         )
         link = {"execution_id": child_id, "workflow": step.workflow, "version": target.version}

@@ -126,6 +126,11 @@ def loads_storable(text: str) -> Any:
     return value
 
 
+def storable_text(text: str) -> bool:
+    """Whether PostgreSQL can store a string: no NUL, no unpaired surrogate."""
+    return _NOT_IN_JSONB.search(text) is None
+
+
 def jsonb_storable(value: Any) -> bool:
     """Whether jsonb can hold a parsed JSON value and FlowForge load it back anywhere: no NUL,
     lone surrogate or non-finite number anywhere, keys included, and no deeper than

@@ -316,6 +316,10 @@ WORKFLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # How deep child workflows nest (SPEC §16) unless FLOWFORGE_MAX_CHILD_DEPTH says otherwise:
 # an execution started by a webhook is at depth 0, its child at 1.
 DEFAULT_MAX_CHILD_DEPTH = 8
+# How many executions one root may have below it, all depths together (docs/reference/
+# definition.md), unless FLOWFORGE_MAX_DESCENDANTS says otherwise: without it, 100 workflow
+# steps per version at depth 8 could make 10^16 executions out of one webhook.
+DEFAULT_MAX_DESCENDANTS = 1000
 
 
 def is_key(text: str) -> bool:

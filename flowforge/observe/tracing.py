@@ -378,6 +378,17 @@ class Intake:
 NO_INTAKE = Intake(None)
 
 
+def _operator_samples(trace_id: int, name: str) -> int:
+    """1 if the configured sampler samples a trace with this id as if it were a root
+    (OTEL_TRACES_SAMPLER; a parent-based one's root sampler), else 0: the same answer
+    for the same trace id, whoever sends it and whatever flag it sends."""
+    assert _provider is not None
+    sampler = _provider.sampler
+    # ParentBased keeps the sampler it uses for roots as `_root` (OpenTelemetry SDK).
+    root = getattr(sampler, "_root", sampler)
+    return 1 if root.should_sample(None, trace_id, name).decision.is_sampled() else 0
+
+
 def intake(headers: Any, workflow: str) -> Intake:
     """Open the span of a webhook to `workflow`; `headers` are the request's (a mapping
     with `get`, such as Flask's)."""
@@ -388,6 +399,13 @@ def intake(headers: Any, workflow: str) -> Intake:
 
     # The W3C propagator only (the SDK's default): traceparent and tracestate.
     carrier = {k: v for k in ("traceparent", "tracestate") if (v := headers.get(k))}
+    parsed = _parse(carrier.get("traceparent"))
+    if parsed is not None:
+        # The sender's trace id and parent span are kept; its sampled flag is not obeyed
+        # (a flood could force sampling on): the operator's sampler decides it.
+        trace_id, span_id, flags = parsed
+        sampled = _operator_samples(trace_id, "POST /hooks/{key}")
+        carrier["traceparent"] = format_traceparent(trace_id, span_id, flags & ~1 | sampled)
     span = _tracer.start_span(
         "POST /hooks/{key}",
         context=extract(carrier),

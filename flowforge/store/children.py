@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 
 from flowforge.domain.model import (
     DEFAULT_MAX_CHILD_DEPTH,
+    DEFAULT_MAX_DESCENDANTS,
     PARENT_CANCEL_ACTOR,
     TERMINAL_EXECUTION,
     ExecutionStatus,
@@ -78,6 +79,12 @@ FROM executions c
 WHERE c.parent_id = %(id)s
 ORDER BY c.created_at, c.id
 """
+# The executions below a root, counted under an advisory lock on the root held to the end
+# of the unit of work that may start more (runs.load_run): two parents of one tree never
+# both take the last places. Lock order: the parent's row, then its tree's lock, then what
+# admitting a child takes (flowcontrol); nothing waits for a row under the tree's lock.
+LOCK_TREE = "SELECT pg_advisory_xact_lock(hashtextextended('flowforge:tree:' || %(root)s, 0))"
+COUNT_DESCENDANTS = "SELECT count(*) FROM executions WHERE root_id = %(root)s::uuid"
 # The child, through the one builder of executions (creation.py); a child of a workflow
 # with a concurrency limit goes through flowcontrol.admit_child instead.
 CREATE_CHILD = create_execution(child=True)
@@ -138,6 +145,24 @@ def max_child_depth() -> int:
     return value
 
 
+@functools.cache
+def max_descendants() -> int:
+    """FLOWFORGE_MAX_DESCENDANTS, read once per process (config.Settings documents it)."""
+    raw = os.environ.get("FLOWFORGE_MAX_DESCENDANTS", "").strip()
+    if not raw:
+        return DEFAULT_MAX_DESCENDANTS
+    value = int(raw)
+    if value < 1:
+        raise ValueError("FLOWFORGE_MAX_DESCENDANTS must be at least 1")
+    return value
+
+
+def descendants(conn: psycopg.Connection, root_id: str) -> int:
+    """How many executions `root_id` has below it, locking its tree for this transaction."""
+    conn.execute(LOCK_TREE, {"root": root_id})
+    return int(one(conn.execute(COUNT_DESCENDANTS, {"root": root_id}))[0])
+
+
 def load_targets(conn: psycopg.Connection, keys: Iterable[str]) -> list[tuple[str, int, int, int]]:
     """(key, workflow id, version id, version) of the newest version of each workflow key
     that exists and is not archived (runs.load_run makes them the engine's ChildTarget)."""
@@ -188,6 +213,7 @@ def start(
             "parent_id": parent_id,
             "parent_step": child.step_id,
             "depth": child.depth,
+            "root_id": child.root_id,
             "priority": child.priority,
             "deadline_s": target.definition.deadline_s,
             "start_within_s": target.definition.start_within_s,

@@ -10,7 +10,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flowforge.domain.definitions import LimitSpec
-from flowforge.domain.model import DEFAULT_LEASE_S, DEFAULT_MAX_CHILD_DEPTH
+from flowforge.domain.model import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_CHILD_DEPTH,
+    DEFAULT_MAX_DESCENDANTS,
+)
 from flowforge.errors import ConfigError
 from flowforge.store import outbound
 from flowforge.trust import sealing, secret_bindings
@@ -324,6 +328,13 @@ VARIABLES = (
         "max_child_depth",
     ),
     Variable(
+        "FLOWFORGE_MAX_DESCENDANTS",
+        "how many child executions one root (the execution a webhook, tick or operator "
+        "started) may have below it, all depths together: a `workflow` step that would start "
+        "one more fails, saying so. Read by every process that advances executions",
+        "max_descendants",
+    ),
+    Variable(
         "FLOWFORGE_IDEMPOTENCY_KEY_HOURS",
         "hours a webhook's idempotency key (`Idempotency-Key` or `webhook-id`) is remembered at "
         "least: a duplicate within them gets the original execution. 1 to 87600; the worker's "
@@ -491,6 +502,8 @@ class Settings:
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
     # FLOWFORGE_MAX_CHILD_DEPTH (SPEC §16); the engine reads it through children.max_child_depth.
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
+    # FLOWFORGE_MAX_DESCENDANTS; the engine reads it through children.max_descendants.
+    max_descendants: int = DEFAULT_MAX_DESCENDANTS
 
     @property
     def direct_url(self) -> str:
@@ -531,6 +544,7 @@ class Settings:
             max_body_bytes=_int(env, "FLOWFORGE_MAX_BODY_BYTES", cls.max_body_bytes),
             reconcile_seconds=_float(env, "FLOWFORGE_RECONCILE_SECONDS", cls.reconcile_seconds),
             max_child_depth=_int(env, "FLOWFORGE_MAX_CHILD_DEPTH", cls.max_child_depth),
+            max_descendants=_int(env, "FLOWFORGE_MAX_DESCENDANTS", cls.max_descendants),
             priority_ageing_s=_ageing(env),
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),
             db_timeout_seconds=_float(env, "FLOWFORGE_DB_TIMEOUT_SECONDS", cls.db_timeout_seconds),

@@ -60,9 +60,10 @@ READY_AT = "CASE WHEN s.root THEN now() END"
 # The steps of the version, as the cached target carries them (intake.Target.steps).
 # A child execution's own columns (create_execution(child=True)).
 CHILD_COLUMNS = """,
-                            parent_id, parent_step, depth, trigger, deadline_at, expires_at"""
+                            parent_id, parent_step, depth, root_id, trigger, deadline_at,
+                            expires_at"""
 CHILD_VALUES = """,
-           %(parent_id)s, %(parent_step)s, %(depth)s, 'workflow',
+           %(parent_id)s, %(parent_step)s, %(depth)s, %(root_id)s, 'workflow',
            now() + make_interval(secs => %(deadline_s)s::float8),
            now() + make_interval(secs => %(start_within_s)s::float8)"""
 VERSION_STEPS = """unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
@@ -88,11 +89,11 @@ def create_execution(
     step.
 
     `child` (SPEC §16): the execution a workflow step starts, which names its parent
-    (`parent_id`, `parent_step`) and its `depth`, has the trigger `workflow`, and takes its
-    version's deadline_s and start_within_s (`deadline_s`, `start_within_s`). A gated
-    child is never `refuse`d without a trace: a full queue (max_queued) writes it like a
-    `drop`, cancelled with reason concurrency and saying why, so its parent's step has a
-    child whose end it takes (children.start wakes it)."""
+    (`parent_id`, `parent_step`), its `depth` and the root of its tree (`root_id`), has the
+    trigger `workflow`, and takes its version's deadline_s and start_within_s (`deadline_s`,
+    `start_within_s`). A gated child is never `refuse`d without a trace: a full queue
+    (max_queued) writes it like a `drop`, cancelled with reason concurrency and saying why,
+    so its parent's step has a child whose end it takes (children.start wakes it)."""
     gated = decision is not None
     if gated:
         # What a refused child becomes (a refused webhook or tick writes nothing).
@@ -103,8 +104,8 @@ def create_execution(
         accepted = f"""SELECT mode FROM current, decision
     WHERE %(key)s::text IS NULL AND {admitted}
     UNION ALL SELECT mode FROM claim, decision"""
-        child_columns = ", parent_id, parent_step, depth" if child else ""
-        child_values = ", %(parent_id)s, %(parent_step)s, %(depth)s" if child else ""
+        child_columns = ", parent_id, parent_step, depth, root_id" if child else ""
+        child_values = ", %(parent_id)s, %(parent_step)s, %(depth)s, %(root_id)s" if child else ""
         execution = f"""INSERT INTO executions (id, workflow_id, version_id, status, input,
                             idempotency_key, concurrency_key, slot_at, deadline_at,
                             expires_at, stop_reason, finished_at, trigger, traceparent,

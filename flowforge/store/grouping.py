@@ -62,7 +62,7 @@ GROUPS_SHOWN = 100
 # transaction, sets the group's execution id on it.
 CLAIM_KEY = f"""
 INSERT INTO idempotency_keys (workflow_id, origin, key, body_sha256, execution_id)
-SELECT %(workflow_id)s, '{KeyOrigin.CLIENT}', %(key)s, %(body_sha256)s, %(execution_id)s
+SELECT %(workflow_id)s, %(key_origin)s, %(key)s, %(body_sha256)s, %(execution_id)s
 FROM ({creation.STILL_CURRENT}) current
 ON CONFLICT (workflow_id, origin, key) DO NOTHING
 RETURNING 1
@@ -78,7 +78,7 @@ WITH current AS (
     {creation.STILL_CURRENT}
 ), claimed AS (
     SELECT 1 FROM idempotency_keys
-    WHERE workflow_id = %(workflow_id)s AND origin = '{KeyOrigin.CLIENT}' AND key = %(key)s
+    WHERE workflow_id = %(workflow_id)s AND origin = %(key_origin)s AND key = %(key)s
       AND execution_id = %(execution_id)s
 ), accepted AS (
     SELECT 1 FROM current WHERE %(key)s::text IS NULL
@@ -113,7 +113,7 @@ WITH current AS (
     SELECT id, %(key)s, %(input)s::jsonb FROM grp
 ), pointed AS (
     UPDATE idempotency_keys k SET execution_id = grp.execution_id FROM grp
-    WHERE k.workflow_id = %(workflow_id)s AND k.origin = '{KeyOrigin.CLIENT}'
+    WHERE k.workflow_id = %(workflow_id)s AND k.origin = %(key_origin)s
       AND k.key = %(key)s AND k.execution_id = %(execution_id)s
       AND grp.execution_id <> %(execution_id)s
 )
@@ -230,10 +230,12 @@ def record(
     body: bytes,
     idempotency_key: str | None,
     secret_id: int | None,
+    origin: KeyOrigin = KeyOrigin.CLIENT,
 ) -> intake.Accepted:
     """Record a validated webhook body as an event of its key's group, in one transaction
-    with its idempotency key; a known key is a replay answered with its group (never
-    counted twice). Raises StaleTarget when `target` is out of date."""
+    with its idempotency key (in `origin`'s key space: a source's is the system's); a known
+    key is a replay answered with its group (never counted twice). Raises StaleTarget when
+    `target` is out of date."""
     grouping = target.definition.grouping
     assert grouping is not None
     data = json.loads(body)
@@ -251,6 +253,7 @@ def record(
         "group_key": group_key(grouping, data),
         "execution_id": str(intake.uuid7()),
         "key": idempotency_key,
+        "key_origin": origin.value,
         "body_sha256": body_sha256,
         "input": body.decode(),
         "bytes": len(body),
@@ -274,9 +277,7 @@ def record(
         return intake.Accepted(row["execution_id"], replayed=False, group=_view(row))
     existing = None
     if idempotency_key is not None:
-        existing = conn.execute(
-            intake.EXISTING_KEY, {**params, "key_origin": KeyOrigin.CLIENT.value}
-        ).fetchone()
+        existing = conn.execute(intake.EXISTING_KEY, params).fetchone()
     if existing is None:
         # No key to replay: the claim (or the event, without a key) found the target stale.
         raise intake.StaleTarget(f"workflow {target.workflow_id} changed since it was cached")

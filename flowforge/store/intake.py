@@ -248,14 +248,16 @@ def accept(
     headers: Mapping[str, str] | None = None,
     via: archive.Via | None = None,
     system: Mapping[str, Any] | None = None,
+    origin: KeyOrigin = KeyOrigin.CLIENT,
 ) -> Accepted:
     """Record a validated JSON body as an execution; replay or refuse a reused key.
     `traceparent` is the intake span's trace context (flowforge/observe/tracing.py), if traced.
     A webhook passes its `headers`: the workflow's archive keeps the ones that matter
     (archive.py); one routed through a source passes `via` too. A re-ingest passes
-    `system` instead — its key is then in the system's
-    key space, and the execution links to `system["delivery_id"]` with `system["event"]`
-    as its first history entry (reingest.py).
+    `system` instead: the execution links to `system["delivery_id"]` with
+    `system["event"]` as its first history entry (reingest.py). `origin` is the key's
+    space: `client` for a sender's key, `system` for one FlowForge made (a source's
+    delivery, a re-ingest; docs/reference/security.md, identity spaces).
 
     Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
     execution_id = str(uuid7())
@@ -269,8 +271,8 @@ def accept(
         # Already validated JSON: jsonb parses the raw text, no re-serialising in Python.
         "input": body.decode(),
         "key": idempotency_key,
-        # A webhook's key is the client's, whatever it spells (SPEC §12).
-        "key_origin": KeyOrigin.CLIENT.value,
+        # A webhook's key is the client's, whatever it spells (docs/reference/security.md).
+        "key_origin": origin.value,
         "body_sha256": body_sha256,
         **INTAKE_PARAMS,
         **target.steps,

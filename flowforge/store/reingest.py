@@ -210,13 +210,17 @@ def _accept(
             "reingest_of": delivery_id,
             "actor": actor,
         }
-        system = {
-            "key_origin": KeyOrigin.SYSTEM.value,
-            "delivery_id": delivery_id,
-            "event": json.dumps(event),
-        }
+        system = {"delivery_id": delivery_id, "event": json.dumps(event)}
         try:
-            return intake.accept(conn, target, body, f"reingest:{delivery_id}", None, system=system)
+            return intake.accept(
+                conn,
+                target,
+                body,
+                f"reingest:{delivery_id}",
+                None,
+                system=system,
+                origin=KeyOrigin.SYSTEM,
+            )
         except intake.StaleTarget:
             continue
     raise Conflict(f"workflow {key!r} changed during the re-ingest; send it again")

@@ -51,6 +51,7 @@ SELECT e.status, e.input, e.cancel_requested_at IS NOT NULL AS cancel_requested,
        coalesce(e.deadline_at <= now(), false) AS deadline_passed,
        coalesce(e.expires_at <= now(), false) AS expired, e.traceparent,
        e.paused_from, e.pause_reason, e.depth, e.parent_id::text AS parent_id, e.parent_step,
+       e.root_id::text AS root_id,
        CASE WHEN w.paused_at IS NOT NULL THEN coalesce(w.paused_by, '{{}}'::jsonb) END
            AS workflow_paused_by
 FROM executions e
@@ -375,6 +376,7 @@ def load_run(
         traceparent=head["traceparent"],
         depth=head["depth"],
         parent=None if head["parent_id"] is None else (head["parent_id"], head["parent_step"]),
+        root_id=head["root_id"],
     )
     targets = definition.child_workflows()
     if targets:
@@ -393,6 +395,10 @@ def load_run(
             for step in definition.steps
             if step.workflow is not None
         ):
+            # A step about to start a child counts its tree, which stays locked until
+            # this unit of work ends (FLOWFORGE_MAX_DESCENDANTS).
+            run.max_descendants = children.max_descendants()
+            run.descendants = children.descendants(conn, run.root_id or run.execution_id)
             found: dict[str, ChildTarget | None] = dict.fromkeys(targets)
             for key, workflow_id, version_id, version in children.load_targets(conn, targets):
                 found[key] = ChildTarget(

@@ -10,14 +10,18 @@ both and `/hooks/<name>` always means one thing.
 
 An event is authenticated once with the source's own secrets and preset (presets.py);
 then, in one transaction, the source's cached copy is proven current (revision, the
-signing secret still active) and every matching subscription gets its execution through
-intake.accept, with the idempotency key `source:<name>:<delivery id>`, so a redelivery
-returns all the same executions. An event that matches nothing is answered 202 with no
-execution and kept in source_unmatched.
+signing secret still active), the delivery's identity is claimed in source_deliveries
+(per source and delivery, never per subscription), and every matching subscription gets
+its execution through intake.accept, keyed `source:<name>:<delivery id>` in the system's
+key space (docs/reference/security.md, identity spaces: no client key can claim it).
+A redelivery answers the routing recorded for its identity, whatever its headers say
+now: a header no signature covers cannot re-route a captured delivery. An event that
+matches nothing is answered 202 with no execution and kept in source_unmatched.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +32,7 @@ from flowforge.cache import BoundedCache, Rechecks
 from flowforge.domain import inputschema, templating
 from flowforge.domain.definitions import OPS, DefinitionInvalid
 from flowforge.domain.jsonvalues import is_number
-from flowforge.domain.model import WebhookAuth, is_key
+from flowforge.domain.model import KeyOrigin, WebhookAuth, is_key
 from flowforge.errors import Conflict, NotFound
 from flowforge.store import archive, catalog, grouping, intake
 from flowforge.store.db import one
@@ -91,6 +95,24 @@ RECORD_UNMATCHED = """
 INSERT INTO source_unmatched (source_id, identity, input)
 VALUES (%(source_id)s, %(identity)s, %(input)s::jsonb)
 ON CONFLICT (source_id, identity) WHERE identity IS NOT NULL DO NOTHING
+"""
+
+# A delivery's identity, claimed in the routing transaction: of concurrent deliveries of
+# one identity the first claims it and the others wait for its commit, then read its
+# routing (DELIVERY_ROUTED). The routing is recorded once the executions exist.
+CLAIM_DELIVERY = """
+INSERT INTO source_deliveries (source_id, identity, body_sha256)
+VALUES (%(source_id)s, %(identity)s, %(body_sha256)s)
+ON CONFLICT (source_id, identity) DO NOTHING
+RETURNING 1
+"""
+DELIVERY_ROUTED = """
+SELECT body_sha256, routed FROM source_deliveries
+WHERE source_id = %(source_id)s AND identity = %(identity)s
+"""
+RECORD_ROUTED = """
+UPDATE source_deliveries SET routed = %(routed)s::jsonb
+WHERE source_id = %(source_id)s AND identity = %(identity)s
 """
 
 # An unsigned source would let anyone start a workflow whose own webhooks must be signed.
@@ -376,16 +398,25 @@ def route(
             if target.webhook_auth != WebhookAuth.NONE:
                 # Published signed after the source was saved: still not startable unsigned.
                 raise signatures.SignatureInvalid(f"{sub.workflow!r}: {_DOWNGRADE}")
-    for target in targets:
-        if target.input_checker is not None:
-            inputschema.check(target.input_checker, body)
     key = None if identity is None else f"source:{source.name}:{identity}"
+    delivery = {
+        "source_id": source.id,
+        "identity": identity,
+        "body_sha256": hashlib.sha256(raw).digest(),
+    }
     routed = []
     try:
         with conn.transaction():
             params = {"id": source.id, "revision": source.revision, "secret_id": secret_id}
             if conn.execute(STILL_CURRENT, params).fetchone() is None:
                 raise StaleSource(source.name)
+            if identity is not None and conn.execute(CLAIM_DELIVERY, delivery).fetchone() is None:
+                return _routed_before(conn, delivery)
+            # After the claim: a redelivery answers its first routing even where this one
+            # would match a subscriber whose schema refuses the body (422, nothing kept).
+            for target in targets:
+                if target.input_checker is not None:
+                    inputschema.check(target.input_checker, body)
             if not chosen:
                 conn.execute(
                     RECORD_UNMATCHED,
@@ -393,7 +424,7 @@ def route(
                 )
             for sub, target in zip(chosen, targets, strict=True):
                 if grouping.is_grouped(target.definition):
-                    accepted = grouping.record(conn, target, raw, key, None)
+                    accepted = grouping.record(conn, target, raw, key, None, KeyOrigin.SYSTEM)
                 else:
                     accepted = intake.accept(
                         conn,
@@ -403,8 +434,53 @@ def route(
                         None,
                         headers=headers,
                         via=archive.Via(source.id, source.auth, secret_id),
+                        origin=KeyOrigin.SYSTEM,
                     )
                 routed.append(Routed(sub.name, sub.workflow, accepted))
+            if identity is not None and routed:
+                record = [
+                    {"subscription": r.subscription, "workflow": r.workflow,
+                     "execution_id": r.accepted.execution_id,
+                     "grouped": r.accepted.group is not None}
+                    for r in routed
+                ]  # fmt: skip
+                conn.execute(RECORD_ROUTED, {**delivery, "routed": json.dumps(record)})
     except intake.StaleTarget:
         raise StaleSource(source.name) from None
     return routed
+
+
+def record_handshake(
+    conn: psycopg.Connection, source: Source, raw: bytes, identity: str | None
+) -> None:
+    """A signed handshake (GitHub's ping) starts nothing, and its identity is the source's
+    like any delivery's: resent with another (unsigned) event header it answers the
+    routing it got, none."""
+    if identity is not None:
+        delivery = {
+            "source_id": source.id,
+            "identity": identity,
+            "body_sha256": hashlib.sha256(raw).digest(),
+        }
+        conn.execute(CLAIM_DELIVERY, delivery)
+
+
+def _routed_before(conn: psycopg.Connection, delivery: dict[str, Any]) -> list[Routed]:
+    """A known delivery: the routing it got, each execution replayed (a debounced or
+    batched one with its group as it stands now); another body under its identity is a
+    conflict (409), as for any idempotency key."""
+    row = one(conn.execute(DELIVERY_ROUTED, delivery))
+    if row[0] != delivery["body_sha256"]:
+        raise Conflict("this delivery id was already used with a different body")
+    return [
+        Routed(
+            r["subscription"],
+            r["workflow"],
+            intake.Accepted(
+                r["execution_id"],
+                replayed=True,
+                group=grouping.group_of(conn, r["execution_id"]) if r["grouped"] else None,
+            ),
+        )
+        for r in row[1]
+    ]

@@ -6,7 +6,7 @@ documents it, and the provider's delivery id taken as the webhook's identity.
 - stripe: `Stripe-Signature: t=…,v1=<hex>,…` over `t.body`, `t` within tolerance;
   identity the event `id` in the body (signed).
 - github: `X-Hub-Signature-256: sha256=<hex>` over the body, no timestamp; identity
-  `X-GitHub-Delivery`.
+  `X-GitHub-Delivery`. A signed `ping` (sent when the hook is created) starts nothing.
 - shopify: `X-Shopify-Hmac-Sha256: <b64>` over the body, no timestamp; identity
   `X-Shopify-Webhook-Id`.
 - slack: `X-Slack-Signature: v0=<hex>` over `v0:timestamp:body`, X-Slack-Request-Timestamp
@@ -15,6 +15,11 @@ documents it, and the provider's delivery id taken as the webhook's identity.
 GitHub and Shopify sign neither a timestamp nor their delivery id: a captured delivery
 verifies forever, and resent with another delivery id it is a new webhook. That is the
 providers' scheme, not something a receiver can repair; docs/howto/ says so.
+
+A signed Stripe or Slack body without its identity member (`id`, `event_id`) is
+identified by what its signature covers instead: `signed:<timestamp>:<sha256 of the
+body>` (signed_identity). A captured request resent within the tolerance is then the
+same delivery, never another execution (docs/reference/security.md).
 
 Every check is constant-time over the candidate signatures and needs no database: the
 caller passes the active secrets it already holds (intake.Targets caches them).
@@ -57,6 +62,7 @@ class Verified:
     secret: str  # the active secret that signed it
     identity: str | None  # the provider's delivery id, None when the delivery has none
     challenge: str | None = None  # Slack url_verification: answer this, start nothing
+    ping: bool = False  # GitHub's ping: answer 200, start nothing
 
 
 def verify(
@@ -103,7 +109,7 @@ def _stripe(secrets: Sequence[str], headers: Headers, body: bytes, now: float) -
         raise SignatureInvalid("no v1 signature in Stripe-Signature header")
     _fresh(timestamp, now, "Stripe-Signature t")
     secret = _match(secrets, timestamp.encode() + b"." + body, candidates, hashlib.sha256)
-    return Verified(secret, _body_string(body, "id"))
+    return Verified(secret, _body_string(body, "id") or signed_identity(timestamp, body))
 
 
 def _github(secrets: Sequence[str], headers: Headers, body: bytes, now: float) -> Verified:
@@ -115,7 +121,9 @@ def _github(secrets: Sequence[str], headers: Headers, body: bytes, now: float) -
         raise SignatureInvalid("X-Hub-Signature-256 must be sha256=<hex>")
     delivery = _required(headers, "X-GitHub-Delivery")
     secret = _match(secrets, body, [_hex(value, "X-Hub-Signature-256")], hashlib.sha256)
-    return Verified(secret, delivery)
+    # X-GitHub-Event is not signed: a captured event relabelled `ping` starts nothing,
+    # which is no more than withholding it.
+    return Verified(secret, delivery, ping=headers.get("X-GitHub-Event") == "ping")
 
 
 def _shopify(secrets: Sequence[str], headers: Headers, body: bytes, now: float) -> Verified:
@@ -147,7 +155,15 @@ def _slack(secrets: Sequence[str], headers: Headers, body: bytes, now: float) ->
     challenge = None
     if parsed.get("type") == "url_verification" and isinstance(parsed.get("challenge"), str):
         challenge = parsed["challenge"]
-    return Verified(secret, _body_string(body, "event_id", parsed), challenge)
+    identity = _body_string(body, "event_id", parsed) or signed_identity(timestamp, body)
+    return Verified(secret, identity, challenge)
+
+
+def signed_identity(timestamp: str, body: bytes) -> str:
+    """The identity of a signed delivery whose body names none: what its signature
+    covers (the signed timestamp and the body), so resending the captured request is the
+    same delivery, and the provider signing the body anew is another."""
+    return f"signed:{timestamp}:{hashlib.sha256(body).hexdigest()}"
 
 
 def _required(headers: Headers, name: str) -> str:

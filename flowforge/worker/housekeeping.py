@@ -1,5 +1,6 @@
-"""The housekeeping thread: idempotency keys are forgotten once they are older than
-FLOWFORGE_IDEMPOTENCY_KEY_HOURS (default 24, SPEC §4, §11), then finished executions past
+"""The housekeeping thread: idempotency keys (and sources' delivery identities) are
+forgotten once they are older than FLOWFORGE_IDEMPOTENCY_KEY_HOURS (default 24,
+docs/contract.md), then finished executions past
 their workflow's retention are deleted (retention.py).
 
 A thread of its own, not a job of the reaper: a backlog of keys or executions keeps a
@@ -33,6 +34,13 @@ FORGET_BATCH = 10_000
 FORGET_IDEMPOTENCY_KEYS = """
 DELETE FROM idempotency_keys
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM idempotency_keys
+                       WHERE created_at < now() - %(key_hours)s::float8 * interval '1 hour'
+                       ORDER BY created_at LIMIT %(limit)s))
+"""
+# A source's delivery identities (sources.py) live as long as the keys they stand beside.
+FORGET_SOURCE_DELIVERIES = """
+DELETE FROM source_deliveries
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM source_deliveries
                        WHERE created_at < now() - %(key_hours)s::float8 * interval '1 hour'
                        ORDER BY created_at LIMIT %(limit)s))
 """
@@ -90,8 +98,9 @@ class Housekeeping(Loop):
             faults.hit("housekeeping_keys", self.stop)
             while not self.stop.is_set():
                 deleted = conn.execute(FORGET_IDEMPOTENCY_KEYS, params).rowcount
+                deliveries = conn.execute(FORGET_SOURCE_DELIVERIES, params).rowcount
                 forgotten += deleted
-                if deleted < FORGET_BATCH:
+                if max(deleted, deliveries) < FORGET_BATCH:
                     return forgotten, True
                 if time.monotonic() - started > HOUSEKEEPING_BUDGET_S:
                     break

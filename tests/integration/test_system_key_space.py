@@ -2,7 +2,10 @@
 can reach. Against a real bin/api and bin/worker: a webhook sender who posts
 `Idempotency-Key: schedule:<next instant>` (or `webhook-id: schedule:<...>`), with the
 very body the tick would carry, neither suppresses the tick nor is handed its execution,
-and a backfill's dry run and the real backfill agree about ticks a sender pre-claimed."""
+and a backfill's dry run and the real backfill agree about ticks a sender pre-claimed; a
+sender who claims a child's key spellings does not become the child. (Sources:
+test_source_identity.py; re-ingests: test_archive_reingest.py; every site in the code:
+tests/unit/test_key_spaces.py.)"""
 
 from __future__ import annotations
 
@@ -137,3 +140,42 @@ def test_a_client_cannot_replay_its_way_to_a_ticks_execution(
     assert r.status_code == 202, r.text
     assert r.json()["execution_id"] != fired["execution_id"]
     assert execution_row(db, r.json()["execution_id"])[0] == "webhook"
+
+
+def test_a_client_key_spelled_like_a_childs_neither_blocks_nor_becomes_the_child(
+    client: Api, db: psycopg.Connection, workers: Callable[..., Process]
+) -> None:
+    """A child's key is `child:<parent>:<step>:<fencing token>`: a sender who learned the
+    parent's id (the 202 names it) claims every spelling of its first rounds before any
+    worker runs; the parent still starts its own child, in the system's space."""
+    client.publish(
+        "child",
+        {
+            "name": "child",
+            "trigger": {"webhook": {"auth": "none"}},
+            "steps": [{"id": "keep", "type": "transform", "output": {"ok": True}}],
+        },
+    )
+    client.publish(
+        "parent",
+        {
+            "name": "parent",
+            "trigger": {"webhook": {"auth": "none"}},
+            "steps": [{"id": "invoke", "type": "workflow", "workflow": "child"}],
+        },
+    )
+    parent_id = client.start("parent", {})
+    planted = {
+        client.start("child", {}, headers={"Idempotency-Key": f"child:{parent_id}:invoke:{n}"})
+        for n in range(5)
+    }
+    workers()
+    done = client.wait(parent_id, timeout=30)
+    assert done["status"] == "succeeded", done
+    [child] = done["children"]
+    assert child["execution_id"] not in planted
+    row = db.execute(
+        "SELECT origin, key FROM idempotency_keys WHERE execution_id = %s",
+        (child["execution_id"],),
+    ).fetchone()
+    assert row is not None and row[0] == "system" and row[1].startswith(f"child:{parent_id}:")

@@ -573,6 +573,16 @@ class Checker:
             self.fail("webhook_executions", f"execution {by_key[key]} for unsent key {key!r}")
         if self.features is not None:
             self.check_feature_webhooks(by_key)
+            self.check_source_routing()
+
+    def check_source_routing(self) -> None:
+        """Every 202 of one source delivery names the same executions, whatever event
+        header each try carried: the identity is per source and delivery."""
+        assert self.features is not None
+        for delivery, source in sorted(self.features.sources.items()):
+            routings = {tuple(sorted(ids)) for status, ids in source.answers if status == 202}
+            if len(routings) > 1:
+                self.fail("source_routing", f"{delivery} ({source.event}): 202s named {routings}")
 
     def check_feature_webhooks(self, by_key: dict[str, list[str]]) -> None:
         """Each feature webhook: one execution per key when answered 202, none when

@@ -559,3 +559,20 @@ def test_a_child_that_posted_twice_unasked_is_reported() -> None:
     )
     checker.check_children()
     assert [v.category for v in checker.violations] == ["child_post_twice"]
+
+
+class _Sources:
+    def __init__(self, **sources: Any) -> None:
+        self.sources = sources
+
+
+def test_a_source_delivery_routed_twice_differently_is_reported() -> None:
+    from tests.soak.features import SourceDelivery
+
+    same = SourceDelivery("push", {}, [(202, ["a", "b"]), (503, []), (202, ["b", "a"])])
+    rerouted = SourceDelivery("push", {}, [(202, ["a"]), (202, ["c"])])
+    checker = _checker(features=_Sources(same=same, rerouted=rerouted))
+    checker.check_source_routing()
+    assert [(v.category, v.detail.split(" ")[0]) for v in checker.violations] == [
+        ("source_routing", "rerouted")
+    ]
