@@ -372,7 +372,12 @@ def _bulk_filter(raw: Any) -> replay.Filter:
             errors=[{"path": "$.filter.workflow", "message": "a workflow key"}],
         )
     _unexpected(raw, FILTER_FIELDS, "$.filter")
-    errors = []
+    # An optional field is left out, never null: /openapi.json types each one.
+    errors = [
+        {"path": f"$.filter.{name}", "message": "leave it out rather than null"}
+        for name, value in raw.items()
+        if value is None
+    ]
     if not is_key(raw["workflow"]):
         errors.append({"path": "$.filter.workflow", "message": "a workflow key"})
     version = raw.get("version")

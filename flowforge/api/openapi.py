@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.domain import definitions, model
 from flowforge.domain.model import (
     RESOLUTIONS,
@@ -22,6 +23,7 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
+from flowforge.store import sources
 
 bp = Blueprint("openapi", __name__)
 
@@ -32,6 +34,14 @@ def _whole(pattern: re.Pattern[str]) -> str:
 
 
 KEY_PATTERN = _whole(model.WORKFLOW_KEY)
+# An executions cursor: an execution id's 16 bytes in unpadded URL-safe base64
+# (store/timeline.encode_cursor), opaque to clients.
+CURSOR_PATTERN = "^([A-Za-z0-9_-]{22})?$"
+# A dotted context path (domain/templating.is_path): segments of A-Z a-z 0-9 _ -, none
+# starting with two underscores.
+_SEGMENT = "([A-Za-z0-9-][A-Za-z0-9_-]*|_([A-Za-z0-9-][A-Za-z0-9_-]*)?)"
+CONTEXT_PATH_PATTERN = f"^{_SEGMENT}(\\.{_SEGMENT})*$"
+SOURCE_PATH_PATTERN = f"^(input|headers)(\\.{_SEGMENT})*$"
 STEP_ID_PATTERN = _whole(definitions.STEP_ID)
 # A step row: a step of the workflow, or one of a map's items' (`lines[3].reserve`).
 STEP_ROW_PATTERN = f"^({definitions.STEP_ID.pattern}|{definitions.ITEM_ROW.pattern})$"
@@ -204,6 +214,54 @@ def _seconds(maximum: float, *, zero: bool = False) -> dict[str, Any]:
     """A number of seconds up to `maximum`, from 0 (`zero`) or above it."""
     low = {"minimum": 0} if zero else {"exclusiveMinimum": 0}
     return {"type": "number", **low, "maximum": maximum}
+
+
+def _when(path: dict[str, Any]) -> dict[str, Any]:
+    """A condition (a step's `when`, a source subscription's filter) over `path`."""
+    return {
+        "type": "object",
+        "required": ["path", "op"],
+        "additionalProperties": False,
+        "properties": {
+            "path": path,
+            "op": {"type": "string", "enum": list(definitions.OPS)},
+            "value": {"description": "required unless op is exists; an array for in"},
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"op": {"not": {"const": "exists"}}}},
+                "then": {"required": ["value"]},
+            },
+            {
+                "if": {"properties": {"op": {"const": "in"}}},
+                "then": {"properties": {"value": {"type": "array"}}},
+            },
+            {
+                "if": {"properties": {"op": {"enum": ["gt", "gte", "lt", "lte"]}}},
+                "then": {"properties": {"value": {"type": ["number", "string"]}}},
+            },
+        ],
+    }
+
+
+WHEN_PATH = {
+    "type": "string",
+    "pattern": CONTEXT_PATH_PATTERN,
+    "description": "a dotted context path, no braces, naming input, an upstream step or "
+    "another name in scope (422 otherwise)",
+}
+SOURCE_CONDITIONS = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": sources.MAX_CONDITIONS,
+    "items": _when(
+        {
+            "type": "string",
+            "pattern": SOURCE_PATH_PATTERN,
+            "description": "input.<...> (the body) or headers.<lower-case name>",
+        }
+    ),
+}
 
 
 # The definition format (SPEC §5), checked field by field against what
@@ -380,30 +438,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "When": {
-        "type": "object",
-        "required": ["path", "op"],
-        "additionalProperties": False,
-        "properties": {
-            "path": {"type": "string", "description": "a dotted context path, no braces"},
-            "op": {"type": "string", "enum": list(definitions.OPS)},
-            "value": {"description": "required unless op is exists; an array for in"},
-        },
-        "allOf": [
-            {
-                "if": {"properties": {"op": {"not": {"const": "exists"}}}},
-                "then": {"required": ["value"]},
-            },
-            {
-                "if": {"properties": {"op": {"const": "in"}}},
-                "then": {"properties": {"value": {"type": "array"}}},
-            },
-            {
-                "if": {"properties": {"op": {"enum": ["gt", "gte", "lt", "lte"]}}},
-                "then": {"properties": {"value": {"type": ["number", "string"]}}},
-            },
-        ],
-    },
+    "When": _when(WHEN_PATH),
     "Step": {
         "oneOf": [_ref(name) for name, _ in STEP_SCHEMAS.values()],
         "discriminator": {
@@ -665,8 +700,8 @@ SCHEMAS: dict[str, Any] = {
                             "minProperties": 1,
                             "maxProperties": 1,
                             "properties": {
-                                "all": {"type": "array", "items": _ref("When")},
-                                "any": {"type": "array", "items": _ref("When")},
+                                "all": SOURCE_CONDITIONS,
+                                "any": SOURCE_CONDITIONS,
                             },
                             "additionalProperties": False,
                         },
@@ -788,6 +823,12 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["filter", "from_step"],
         "additionalProperties": False,
+        "description": "a dry run (dry_run true) or a confirmed batch (the upto a dry run "
+        "answered); the version must exist (422 otherwise)",
+        "anyOf": [
+            {"required": ["dry_run"], "properties": {"dry_run": {"const": True}}},
+            {"required": ["upto"]},
+        ],
         "properties": {
             "filter": {
                 "type": "object",
@@ -838,17 +879,13 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "from": {"type": "string", "format": "date-time", "description": "received from"},
             "to": {"type": "string", "format": "date-time", "description": "received before"},
-            "filter": {
-                "type": "object",
-                "required": ["path", "op"],
-                "additionalProperties": False,
-                "description": "a when-style condition over the archived body (input.…)",
-                "properties": {
-                    "path": {"type": "string", "pattern": "^input(\\.[A-Za-z0-9_]+)*$"},
-                    "op": {"type": "string", "enum": list(definitions.OPS)},
-                    "value": {},
-                },
-            },
+            "filter": _when(
+                {
+                    "type": "string",
+                    "pattern": "^input(\\.[A-Za-z0-9_]+)*$",
+                    "description": "input or a dotted path into the archived body",
+                }
+            ),
             "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
             "after": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
             "limit": {"type": "integer", "minimum": 1, "maximum": 500},
@@ -1303,7 +1340,7 @@ PATHS: dict[str, Any] = {
             'provider\'s secret sent as {"value": "..."} (SPEC §15)',
             {
                 "201": _json(_ref("WebhookSecret"), "Created; the secret is in this answer only"),
-                **_problems(403, 404, 409, 422, *AUTHENTICATED),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["webhook secrets"],
             parameters=[WORKFLOW_KEY],
@@ -1318,7 +1355,14 @@ PATHS: dict[str, Any] = {
                             "required": ["value"],
                             "additionalProperties": False,
                             "properties": {
-                                "value": {"type": "string", "minLength": 16, "maxLength": 1024}
+                                "value": {
+                                    "type": "string",
+                                    "minLength": MIN_SECRET,
+                                    "maxLength": MAX_SECRET,
+                                    "description": "printable; for a workflow with auth "
+                                    "signature (Standard Webhooks) whsec_ and non-empty base64, "
+                                    "else 422",
+                                }
                             },
                         }
                     }
@@ -1335,7 +1379,7 @@ PATHS: dict[str, Any] = {
                     },
                     "The secrets",
                 ),
-                **_problems(403, *AUTHENTICATED),
+                **_problems(403, 404, *AUTHENTICATED),
             },
             tags=["webhook secrets"],
             parameters=[WORKFLOW_KEY],
@@ -1488,6 +1532,7 @@ PATHS: dict[str, Any] = {
                 "type": "object",
                 "required": ["from", "to"],
                 "additionalProperties": False,
+                "description": "to must not be before from (422 otherwise)",
                 "properties": {
                     "from": {"type": "string", "format": "date-time"},
                     "to": {"type": "string", "format": "date-time"},
@@ -1525,8 +1570,9 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "cursor",
                     "in": "query",
-                    "description": "next_cursor from the previous page",
-                    "schema": {"type": "string"},
+                    "description": "next_cursor from the previous page, passed back as it came "
+                    "(empty: the first page)",
+                    "schema": {"type": "string", "pattern": CURSOR_PATTERN},
                 },
                 {
                     "name": "since",
@@ -1645,7 +1691,12 @@ PATHS: dict[str, Any] = {
                     "name": "after",
                     "in": "query",
                     "description": "next_after from the previous page",
-                    "schema": {"type": "integer", "minimum": -1, "default": -1},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": -1,
+                        "maximum": definitions.MAX_MAP_ITEMS,
+                        "default": -1,
+                    },
                 },
                 {
                     "name": "limit",
@@ -1756,13 +1807,177 @@ PATHS: dict[str, Any] = {
     },
 }
 
+
+def _link(path: str, method: str, description: str, **parameters: str) -> dict[str, Any]:
+    """An OpenAPI link to the operation at `path`: what a client (and schemathesis's
+    stateful phase) may call next with values from this answer."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    return {
+        "operationRef": f"#/paths/{pointer}/{method}",
+        "description": description,
+        "parameters": parameters,
+    }
+
+
+_EXECUTION_ACTIONS = ("cancel", "retry", "pause", "resume", "fail")
+
+
+def _execution_links(source: str) -> dict[str, Any]:
+    """Links from an answer naming an execution (its id at `source`) to reading it and to
+    the operator actions on it."""
+    links = {"GetExecution": _link("/api/v1/executions/{id}", "get", "Read it", id=source)}
+    for action in _EXECUTION_ACTIONS:
+        links[f"{action.title()}Execution"] = _link(
+            f"/api/v1/executions/{{id}}/{action}", "post", f"{action.title()} it", id=source
+        )
+    return links
+
+
+LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("/api/v1/workflows/{key}/versions", "post", "201"): {
+        "SendWebhook": _link(
+            "/hooks/{key}", "post", "Start an execution", key="$response.body#/workflow"
+        ),
+        "GetWorkflow": _link(
+            "/api/v1/workflows/{key}", "get", "Read the workflow", key="$response.body#/workflow"
+        ),
+        "GetVersion": _link(
+            "/api/v1/workflows/{key}/versions/{version}",
+            "get",
+            "Read the version",
+            key="$response.body#/workflow",
+            version="$response.body#/version",
+        ),
+        "CreateSecret": _link(
+            "/api/v1/workflows/{key}/webhook-secrets",
+            "post",
+            "Give it a signing secret",
+            key="$response.body#/workflow",
+        ),
+        "ListGroups": _link(
+            "/api/v1/workflows/{key}/groups", "get", "Its groups", key="$response.body#/workflow"
+        ),
+    },
+    ("/hooks/{key}", "post", "202"): _execution_links("$response.body#/execution_id"),
+    ("/api/v1/executions/{id}", "get", "200"): _execution_links("$response.body#/id"),
+    ("/api/v1/workflows/{key}/webhook-secrets", "post", "201"): {
+        "RevokeSecret": _link(
+            "/api/v1/workflows/{key}/webhook-secrets/{secret_id}",
+            "delete",
+            "Revoke it",
+            key="$request.path.key",
+            secret_id="$response.body#/id",
+        )
+    },
+    ("/api/v1/sources/{name}", "post", "200"): {
+        "GetSource": _link("/api/v1/sources/{name}", "get", "Read it", name="$request.path.name"),
+        "CreateSourceSecret": _link(
+            "/api/v1/sources/{name}/webhook-secrets",
+            "post",
+            "Give it a signing secret",
+            name="$request.path.name",
+        ),
+    },
+    ("/api/v1/sources/{name}/webhook-secrets", "post", "201"): {
+        "RevokeSourceSecret": _link(
+            "/api/v1/sources/{name}/webhook-secrets/{secret_id}",
+            "delete",
+            "Revoke it",
+            name="$request.path.name",
+            secret_id="$response.body#/id",
+        )
+    },
+}
+for (_path, _method, _status), _links in LINKS.items():
+    PATHS[_path][_method]["responses"][_status]["links"] = _links
+
+
+# What PostgreSQL's jsonb and text cannot hold, every string of the API refuses (400,
+# docs/reference/http-api.md): no NUL and no unpaired UTF-16 surrogate, keys included.
+# The pattern states the NUL; the surrogate is stated in words (info.description), as
+# ECMA-262 patterns in Unicode mode, which JSON Schema validators use, cannot name one.
+STORABLE_TEXT = "^[^\\x00]*$"
+JSON_VALUE = {
+    "description": "any JSON value PostgreSQL can store: no \\u0000 and no unpaired "
+    "surrogate in any string or key (400 otherwise)",
+    "anyOf": [
+        {"type": ["null", "boolean", "number"]},
+        {"type": "string", "pattern": STORABLE_TEXT},
+        {"type": "array", "items": _ref("JSONValue")},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": STORABLE_TEXT},
+            "additionalProperties": _ref("JSONValue"),
+        },
+    ],
+}
+# Keywords that only describe: a schema made of these alone is "any JSON".
+_ANNOTATIONS = {"description", "default", "title", "examples"}
+# Subschemas that say what a value must be (`not` and `if` say the opposite or a condition,
+# so the storable rule is not added inside them).
+_SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf", "prefixItems")
+_SUBSCHEMA_ONE = ("items", "additionalProperties", "then", "else", "contains")
+
+
+def _storable(schema: Any) -> None:
+    """State the storable rule in every schema of the document: each free string gets
+    STORABLE_TEXT, each "any JSON" value and each open object's extra members JSONValue."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else types or []
+    if not set(schema) - _ANNOTATIONS:
+        schema["$ref"] = "#/components/schemas/JSONValue"
+        return
+    if "string" in types and not {"pattern", "format", "enum", "const"} & set(schema):
+        schema["pattern"] = STORABLE_TEXT
+    if "object" in types and schema.get("additionalProperties", True) is not False:
+        schema.setdefault("propertyNames", {"pattern": STORABLE_TEXT})
+        if schema.get("additionalProperties", True) is True:
+            schema["additionalProperties"] = _ref("JSONValue")
+    names = schema.get("propertyNames")
+    if isinstance(names, dict) and "pattern" not in names:
+        names["pattern"] = STORABLE_TEXT
+    for key in _SUBSCHEMA_LISTS:
+        for sub in schema.get(key, []):
+            _storable(sub)
+    for key in _SUBSCHEMA_ONE:
+        _storable(schema.get(key))
+    for key in ("properties", "dependentSchemas"):
+        for sub in schema.get(key, {}).values():
+            _storable(sub)
+
+
+def _storable_paths(paths: dict[str, Any]) -> None:
+    """_storable over every parameter, request body and answer of every operation."""
+    for item in paths.values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                _storable(parameter["schema"])
+            bodies = [operation.get("requestBody", {}), *operation["responses"].values()]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    _storable(media.get("schema"))
+                for header in body.get("headers", {}).values():
+                    _storable(header["schema"])
+
+
+for _schema in SCHEMAS.values():
+    _storable(_schema)
+SCHEMAS["JSONValue"] = JSON_VALUE
+_storable_paths(PATHS)
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
         "title": "FlowForge",
         "version": "1",
         "description": (
-            "Durable webhook-driven workflows. Management endpoints need "
+            "Durable webhook-driven workflows. No string anywhere in a request, object "
+            "keys included, may hold \\u0000 or an unpaired UTF-16 surrogate (\\ud800 "
+            "alone): PostgreSQL cannot store them, so they are answered 400. In a "
+            "management request body a whole number written with a fraction (761228.0) "
+            "is that integer. Management endpoints need "
             "`Authorization: Bearer <api key>`; webhooks are signed per workflow "
             "(Standard Webhooks) unless the workflow chose auth none."
         ),

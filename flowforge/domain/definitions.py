@@ -690,6 +690,8 @@ class _Parser:
                 self.error(where, "a limit is an object with rate_per_s, burst, concurrency")
                 continue
             self.unknown_keys(spec, _LIMIT_KEYS, where)
+            for name in sorted(_LIMIT_KEYS & {k for k, v in spec.items() if v is None}):
+                self.error(f"{where}.{name}", f"{name} is left out, never null")
             rate: Any = spec.get("rate_per_s")
             burst: Any = spec.get("burst")
             concurrency: Any = spec.get("concurrency")
