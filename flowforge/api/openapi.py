@@ -538,7 +538,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": definitions.MAX_NAME_CHARS,
-                "pattern": "\\S",
+                "pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$",
             },
             "description": {"type": "string"},
             "trigger": {
@@ -1762,7 +1762,7 @@ PATHS: dict[str, Any] = {
             "(SPEC §15); a name that is a workflow key is refused (409)",
             {
                 "200": _json(_ref("Source"), "Saved; its revision"),
-                **_problems(400, 403, 409, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["sources"],
             parameters=[SOURCE_NAME],
@@ -1780,7 +1780,7 @@ PATHS: dict[str, Any] = {
             'Add a signing secret to a source ({"value": ...}, or none to have one made)',
             {
                 "201": _json(_ref("WebhookSecret"), "Created"),
-                **_problems(400, 403, 404, 409, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["sources"],
             parameters=[SOURCE_NAME],
