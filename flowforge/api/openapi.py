@@ -1858,6 +1858,15 @@ LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
             "/api/v1/workflows/{key}/groups", "get", "Its groups", key="$response.body#/workflow"
         ),
     },
+    ("/api/v1/workflows", "get", "200"): {
+        "SendWebhook": _link(
+            "/hooks/{key}",
+            "post",
+            "Start an execution of the first workflow listed",
+            key="$response.body#/items/0/workflow",
+        )
+    },
+    ("/api/v1/executions", "get", "200"): _execution_links("$response.body#/items/0/id"),
     ("/hooks/{key}", "post", "202"): _execution_links("$response.body#/execution_id"),
     ("/api/v1/executions/{id}", "get", "200"): _execution_links("$response.body#/id"),
     ("/api/v1/workflows/{key}/webhook-secrets", "post", "201"): {
