@@ -30,6 +30,10 @@ from flowforge.store.apikeys import ApiKey
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
 STATUSES = tuple(status.value for status in ExecutionStatus)
+# Bounds of the request fields below, which /openapi.json reads.
+DEFAULT_PAGE = 50
+MAX_VERSION = 2**31 - 1  # a version is an int4
+MAX_ERROR_FILTER_CHARS = 500
 
 
 def _authorize_execution(execution_id: str, *, write: bool) -> None:
@@ -71,7 +75,7 @@ def map_items(execution_id: str, step_id: str) -> Response:
         choices = ", ".join(ItemStatus)
         raise Problem(400, "Invalid status", f"status must be one of {choices}")
     try:
-        limit = int(args.get("limit", "50"))
+        limit = int(args.get("limit", DEFAULT_PAGE))
         after = int(args.get("after", "-1"))
     except ValueError:
         raise Problem(400, "Invalid page", "limit and after must be integers") from None
@@ -98,7 +102,7 @@ def list_page() -> Response:
     if status is not None and status not in STATUSES:
         raise Problem(400, "Invalid status", f"status must be one of {', '.join(STATUSES)}")
     try:
-        limit = int(args.get("limit", "50"))
+        limit = int(args.get("limit", DEFAULT_PAGE))
     except ValueError:
         raise Problem(400, "Invalid limit", "limit must be an integer") from None
     if not 1 <= limit <= MAX_PAGE:
@@ -270,7 +274,7 @@ def _replay_target(body: Any) -> tuple[str, int | None]:
         errors.append({"path": "$.from_step", "message": "a step id is required"})
     version = body.get("version", "latest")
     if version != "latest" and (
-        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION
     ):
         errors.append({"path": "$.version", "message": 'a version number or "latest"'})
     if errors:
@@ -382,7 +386,7 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         errors.append({"path": "$.filter.workflow", "message": "a workflow key"})
     version = raw.get("version")
     if version is not None and (
-        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION
     ):
         errors.append({"path": "$.filter.version", "message": "a version number"})
     status = raw.get("status")
@@ -399,8 +403,12 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         if instants[name] is None:
             errors.append({"path": f"$.filter.{name}", "message": "an ISO-8601 instant"})
     error = raw.get("error")
-    if error is not None and (not isinstance(error, str) or not 1 <= len(error) <= 500):
-        errors.append({"path": "$.filter.error", "message": "text of 1-500 characters"})
+    if error is not None and (
+        not isinstance(error, str) or not 1 <= len(error) <= MAX_ERROR_FILTER_CHARS
+    ):
+        errors.append(
+            {"path": "$.filter.error", "message": f"text of 1-{MAX_ERROR_FILTER_CHARS} characters"}
+        )
     elif isinstance(error, str) and "\x00" in error:
         errors.append({"path": "$.filter.error", "message": "no NUL characters"})
     if errors:

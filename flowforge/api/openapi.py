@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge.api import executions, hooks
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.domain import definitions, model
 from flowforge.domain.model import (
@@ -23,7 +24,7 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
-from flowforge.store import sources
+from flowforge.store import reingest, sources
 
 bp = Blueprint("openapi", __name__)
 
@@ -292,7 +293,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             "delay",
             "Waits for a duration or until an instant: exactly one of duration_s and until",
             [],
-            duration_s=_seconds(31_536_000, zero=True),
+            duration_s=_seconds(definitions.MAX_DELAY_S, zero=True),
             until={"type": "string", "description": "ISO-8601 instant with a zone, or a template"},
         )
         | {"oneOf": [{"required": ["duration_s"]}, {"required": ["until"]}]},
@@ -407,7 +408,12 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
             "json": {"description": "JSON body, templates resolved inside values"},
             "body": {"type": "string"},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300, "default": 30},
+            "timeout_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": definitions.MAX_REQUEST_TIMEOUT_S,
+                "default": definitions.DEFAULT_REQUEST_TIMEOUT_S,
+            },
             "idempotency_key": {"type": "string", "minLength": 1},
             "allow_templated_destination": {
                 "type": "boolean",
@@ -421,12 +427,20 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
-            "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-            "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_ATTEMPTS},
+            "initial_interval_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": definitions.MAX_INITIAL_INTERVAL_S,
+            },
+            "backoff_coefficient": {
+                "type": "number",
+                "minimum": definitions.MIN_BACKOFF_COEFFICIENT,
+                "maximum": definitions.MAX_BACKOFF_COEFFICIENT,
+            },
             "max_interval_s": {
                 "type": "number",
-                "maximum": 86400,
+                "maximum": definitions.MAX_RETRY_INTERVAL_S,
                 "description": "at least initial_interval_s",
             },
             "on_exhausted": {
@@ -456,7 +470,11 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         "required": ["limit"],
         "additionalProperties": False,
         "properties": {
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": definitions.MAX_CONCURRENCY_LIMIT,
+            },
             "key": {
                 "type": "string",
                 "minLength": 1,
@@ -464,7 +482,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "description": "a template over input only, such as {{ input.customer }}",
             },
             "on_full": {"type": "string", "enum": list(definitions.ON_FULL), "default": "queue"},
-            "max_queued": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+            "max_queued": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_QUEUED},
         },
     },
     "Debounce": {
@@ -522,7 +540,11 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "required": ["failures", "window_s", "cool_down_s"],
                 "additionalProperties": False,
                 "properties": {
-                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "failures": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": definitions.MAX_CIRCUIT_FAILURES,
+                    },
                     "window_s": _seconds(definitions.MAX_CIRCUIT_S),
                     "cool_down_s": _seconds(definitions.MAX_CIRCUIT_S),
                 },
@@ -685,7 +707,7 @@ SCHEMAS: dict[str, Any] = {
             "subscriptions": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": 50,
+                "maxItems": sources.MAX_SUBSCRIPTIONS,
                 "items": {
                     "type": "object",
                     "required": ["workflow"],
@@ -801,7 +823,7 @@ SCHEMAS: dict[str, Any] = {
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
                     {"const": "latest"},
                 ],
                 "description": "the version to run the rest on (default: latest)",
@@ -836,17 +858,21 @@ SCHEMAS: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "workflow": {"type": "string", "pattern": KEY_PATTERN},
-                    "version": {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    "version": {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
                     "status": {"type": "string", "enum": STATUSES},
                     "from": {"type": "string", "format": "date-time"},
                     "to": {"type": "string", "format": "date-time"},
-                    "error": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "error": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": executions.MAX_ERROR_FILTER_CHARS,
+                    },
                 },
             },
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
                     {"const": "latest"},
                 ]
             },
@@ -857,7 +883,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "the confirmation: the upto of a dry run",
             },
             "after": {"type": ["string", "null"], "format": "uuid"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 200},
+            "limit": {"type": "integer", "minimum": 1, "maximum": model.MAX_PAGE},
         },
     },
     "BulkReplayResult": {
@@ -887,8 +913,8 @@ SCHEMAS: dict[str, Any] = {
                 }
             ),
             "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
-            "after": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+            "after": {"type": "integer", "minimum": 0, "maximum": reingest.MAX_CURSOR},
+            "limit": {"type": "integer", "minimum": 1, "maximum": reingest.MAX_PER_REQUEST},
         },
     },
     "ReingestResult": {
@@ -1209,7 +1235,7 @@ WEBHOOK_HEADERS = [
         "name": "webhook-id",
         "in": "header",
         "description": "Standard Webhooks message id; doubles as the idempotency key",
-        "schema": {"type": "string", "maxLength": 255},
+        "schema": {"type": "string", "maxLength": hooks.MAX_IDEMPOTENCY_KEY},
     },
     {
         "name": "webhook-timestamp",
@@ -1230,7 +1256,7 @@ WEBHOOK_HEADERS = [
             "The idempotency key of a workflow with auth none (else webhook-id is); ignored "
             "for signed workflows, whose identity is the signed webhook-id alone"
         ),
-        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        "schema": {"type": "string", "minLength": 1, "maxLength": hooks.MAX_IDEMPOTENCY_KEY},
     },
 ]
 
@@ -1565,7 +1591,12 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "limit",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": model.MAX_PAGE,
+                        "default": executions.DEFAULT_PAGE,
+                    },
                 },
                 {
                     "name": "cursor",
@@ -1701,7 +1732,12 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "limit",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": model.MAX_PAGE,
+                        "default": executions.DEFAULT_PAGE,
+                    },
                 },
             ],
         )
