@@ -16,7 +16,10 @@ from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import definitions
 from flowforge.domain.model import (
+    DEFAULT_PAGE,
+    MAX_ERROR_FILTER_CHARS,
     MAX_PAGE,
+    MAX_VERSION,
     RESOLUTIONS,
     ExecutionQuery,
     ExecutionStatus,
@@ -30,10 +33,6 @@ from flowforge.store.apikeys import ApiKey
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
 STATUSES = tuple(status.value for status in ExecutionStatus)
-# Bounds of the request fields below, which /openapi.json reads.
-DEFAULT_PAGE = 50
-MAX_VERSION = 2**31 - 1  # a version is an int4
-MAX_ERROR_FILTER_CHARS = 500
 
 
 def _authorize_execution(execution_id: str, *, write: bool) -> None:

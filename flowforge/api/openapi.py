@@ -13,7 +13,6 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge.api import executions, hooks
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.domain import definitions, model
 from flowforge.domain.model import (
@@ -823,7 +822,7 @@ SCHEMAS: dict[str, Any] = {
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
+                    {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     {"const": "latest"},
                 ],
                 "description": "the version to run the rest on (default: latest)",
@@ -858,21 +857,21 @@ SCHEMAS: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "workflow": {"type": "string", "pattern": KEY_PATTERN},
-                    "version": {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
+                    "version": {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     "status": {"type": "string", "enum": STATUSES},
                     "from": {"type": "string", "format": "date-time"},
                     "to": {"type": "string", "format": "date-time"},
                     "error": {
                         "type": "string",
                         "minLength": 1,
-                        "maxLength": executions.MAX_ERROR_FILTER_CHARS,
+                        "maxLength": model.MAX_ERROR_FILTER_CHARS,
                     },
                 },
             },
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": executions.MAX_VERSION},
+                    {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     {"const": "latest"},
                 ]
             },
@@ -1235,7 +1234,7 @@ WEBHOOK_HEADERS = [
         "name": "webhook-id",
         "in": "header",
         "description": "Standard Webhooks message id; doubles as the idempotency key",
-        "schema": {"type": "string", "maxLength": hooks.MAX_IDEMPOTENCY_KEY},
+        "schema": {"type": "string", "maxLength": model.MAX_IDEMPOTENCY_KEY},
     },
     {
         "name": "webhook-timestamp",
@@ -1256,7 +1255,7 @@ WEBHOOK_HEADERS = [
             "The idempotency key of a workflow with auth none (else webhook-id is); ignored "
             "for signed workflows, whose identity is the signed webhook-id alone"
         ),
-        "schema": {"type": "string", "minLength": 1, "maxLength": hooks.MAX_IDEMPOTENCY_KEY},
+        "schema": {"type": "string", "minLength": 1, "maxLength": model.MAX_IDEMPOTENCY_KEY},
     },
 ]
 
@@ -1595,7 +1594,7 @@ PATHS: dict[str, Any] = {
                         "type": "integer",
                         "minimum": 1,
                         "maximum": model.MAX_PAGE,
-                        "default": executions.DEFAULT_PAGE,
+                        "default": model.DEFAULT_PAGE,
                     },
                 },
                 {
@@ -1736,7 +1735,7 @@ PATHS: dict[str, Any] = {
                         "type": "integer",
                         "minimum": 1,
                         "maximum": model.MAX_PAGE,
-                        "default": executions.DEFAULT_PAGE,
+                        "default": model.DEFAULT_PAGE,
                     },
                 },
             ],

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from flowforge.api import executions, hooks, openapi
+from flowforge.api import openapi
 from flowforge.domain import definitions, model
 from flowforge.store import reingest, sources
 
@@ -87,14 +87,14 @@ BOUNDS = [
         _at(SCHEMAS, "SourceDefinition", "properties", "subscriptions", "maxItems"),
         sources.MAX_SUBSCRIPTIONS,
     ),
-    (BULK["filter"]["properties"]["version"]["maximum"], executions.MAX_VERSION),
-    (BULK["filter"]["properties"]["error"]["maxLength"], executions.MAX_ERROR_FILTER_CHARS),
+    (BULK["filter"]["properties"]["version"]["maximum"], model.MAX_VERSION),
+    (BULK["filter"]["properties"]["error"]["maxLength"], model.MAX_ERROR_FILTER_CHARS),
     (BULK["limit"]["maximum"], model.MAX_PAGE),
     (SCHEMAS["ReingestRequest"]["properties"]["limit"]["maximum"], reingest.MAX_PER_REQUEST),
     (SCHEMAS["ReingestRequest"]["properties"]["after"]["maximum"], reingest.MAX_CURSOR),
     (LIST_PARAMETERS["limit"]["maximum"], model.MAX_PAGE),
-    (LIST_PARAMETERS["limit"]["default"], executions.DEFAULT_PAGE),
-    (WEBHOOK_HEADERS["Idempotency-Key"]["maxLength"], hooks.MAX_IDEMPOTENCY_KEY),
+    (LIST_PARAMETERS["limit"]["default"], model.DEFAULT_PAGE),
+    (WEBHOOK_HEADERS["Idempotency-Key"]["maxLength"], model.MAX_IDEMPOTENCY_KEY),
 ]
 
 
