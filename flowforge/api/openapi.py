@@ -2006,6 +2006,23 @@ def _storable_paths(paths: dict[str, Any]) -> None:
                     _storable(header["schema"])
 
 
+def operation_id(method: str, path: str) -> str:
+    """A stable snake_case name for an operation, which generated clients use as their
+    method name: the method, then the path's words, each parameter as by_<name>
+    (POST /api/v1/workflows/{key}/versions is post_workflows_by_key_versions)."""
+    words = [method]
+    for segment in path.strip("/").split("/"):
+        if segment in ("api", "v1"):
+            continue
+        if segment.startswith("{"):
+            segment = f"by_{segment[1:-1]}"
+        words.append(re.sub("[^a-z0-9]+", "_", segment.lower()))
+    return "_".join(words)
+
+
+for _path, _item in PATHS.items():
+    for _method, _described in _item.items():
+        _described["operationId"] = operation_id(_method, _path)
 for _schema in SCHEMAS.values():
     _storable(_schema)
 SCHEMAS["JSONValue"] = JSON_VALUE
