@@ -169,7 +169,9 @@ class Client:
         key: str,
         body: Any,
     ) -> Any:
-        """POST /api/v1/workflows/{key}/versions: Publish the next immutable version"""
+        """POST /api/v1/workflows/{key}/versions: Publish the next immutable version (409
+        when the key is a source's name)
+        """
         return self._call(
             "POST",
             _path(

@@ -332,7 +332,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             items={
                 "oneOf": [
                     {"type": "array", "maxItems": definitions.MAX_MAP_ITEMS},
-                    {"type": "string", "pattern": "\\{\\{"},
+                    {"type": "string", "pattern": "^[^\\x00]*\\{\\{[^\\x00]*$"},
                 ],
                 "description": "an array, or a template that renders one (at most "
                 f"{definitions.MAX_MAP_ITEMS} items; more fails the map when it starts)",
@@ -1335,10 +1335,10 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/workflows/{key}/versions": {
         "post": _operation(
-            "Publish the next immutable version",
+            "Publish the next immutable version (409 when the key is a source's name)",
             {
                 "201": _json(_ref("Published"), "Published"),
-                **_problems(400, 403, 413, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["workflows"],
             parameters=[WORKFLOW_KEY],
@@ -1965,7 +1965,8 @@ _SUBSCHEMA_ONE = ("items", "additionalProperties", "then", "else", "contains")
 
 def _storable(schema: Any) -> None:
     """State the storable rule in every schema of the document: each free string gets
-    STORABLE_TEXT, each "any JSON" value and each open object's extra members JSONValue."""
+    STORABLE_TEXT, each "any JSON" value, open array's items and open object's extra
+    members JSONValue."""
     if not isinstance(schema, dict) or "$ref" in schema:
         return
     types = schema.get("type")
@@ -1975,6 +1976,8 @@ def _storable(schema: Any) -> None:
         return
     if "string" in types and not {"pattern", "format", "enum", "const"} & set(schema):
         schema["pattern"] = STORABLE_TEXT
+    if "array" in types and "items" not in schema and "prefixItems" not in schema:
+        schema["items"] = _ref("JSONValue")
     if "object" in types and schema.get("additionalProperties", True) is not False:
         schema.setdefault("propertyNames", {"pattern": STORABLE_TEXT})
         if schema.get("additionalProperties", True) is True:
