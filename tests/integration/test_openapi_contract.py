@@ -149,3 +149,44 @@ def test_get_on_the_bulk_replay_path_is_405_allowing_post(live: Live) -> None:
     r = requests.get(f"{live.base}/api/v1/executions/replay", headers=live.headers, timeout=10)
     assert r.status_code == 405
     assert r.headers["Content-Type"] == "application/problem+json"
+
+
+def test_null_is_refused_where_the_document_types_an_object(open_client: Any) -> None:
+    """An optional field is left out, never null (schemathesis found each accepted)."""
+    r = open_client.post(
+        "/api/v1/workflows/open/reingest",
+        json={"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "filter": None},
+    )
+    assert r.status_code == 422, r.get_json()
+    assert r.get_json()["errors"][0]["path"] == "$.filter"
+    r = open_client.post(
+        "/api/v1/executions/replay",
+        json={"filter": {"workflow": "open", "error": None}, "from_step": "a", "dry_run": True},
+    )
+    assert r.status_code == 422, r.get_json()
+    assert r.get_json()["errors"][0]["path"] == "$.filter.error"
+    limits = {"api": {"rate_per_s": 5, "circuit": None}}
+    r = open_client.post(
+        "/api/v1/workflows/limited/versions",
+        json={
+            "name": "l",
+            "steps": [{"id": "a", "type": "transform", "output": {}}],
+            "limits": limits,
+        },
+    )
+    assert r.status_code == 422, r.get_json()
+    assert "$.limits.api.circuit" in [e["path"] for e in r.get_json()["errors"]]
+
+
+def test_a_whole_number_written_with_a_fraction_is_that_integer(open_client: Any) -> None:
+    """JSON Schema's integer includes 1.0: a management body reads it as 1."""
+    r = open_client.post(
+        "/api/v1/executions/replay",
+        json={"filter": {"workflow": "open", "version": 1.0}, "from_step": "a", "dry_run": True},
+    )
+    assert r.status_code == 200, r.get_json()
+    r = open_client.post(
+        "/api/v1/workflows/open/reingest",
+        json={"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "limit": 10.0},
+    )
+    assert r.status_code == 200, r.get_json()
