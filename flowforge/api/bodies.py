@@ -34,13 +34,14 @@ def read_body() -> bytes:
     return raw
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes, *, whole_numbers_as_int: bool = False) -> Any:
     """Parse a body; a 400 that never echoes what was sent."""
     try:
         # UTF-8 only (RFC 8259 §8.1): the raw text is what jsonb stores for webhooks.
         # NotStorable (valid JSON that jsonb cannot hold, or nesting beyond MAX_DEPTH) is a
         # ClientError: a 400 by itself.
-        return loads_storable(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        return loads_storable(text, whole_numbers_as_int=whole_numbers_as_int)
     except (ValueError, UnicodeDecodeError) as exc:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
@@ -49,8 +50,10 @@ def parse_json(raw: bytes) -> Any:
 
 
 def json_body() -> Any:
-    """The parsed JSON body of a management request."""
-    return parse_json(read_body())
+    """The parsed JSON body of a management request. Its numbers are parameters, so a
+    whole number written 761228.0 is the integer /openapi.json types (a webhook's body,
+    kept as it was sent, goes through parse_json alone)."""
+    return parse_json(read_body(), whole_numbers_as_int=True)
 
 
 # A user-supplied signing secret (a workflow's or a source's): its length, in characters.

@@ -16,7 +16,10 @@ from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import definitions
 from flowforge.domain.model import (
+    DEFAULT_PAGE,
+    MAX_ERROR_FILTER_CHARS,
     MAX_PAGE,
+    MAX_VERSION,
     RESOLUTIONS,
     ExecutionQuery,
     ExecutionStatus,
@@ -71,7 +74,7 @@ def map_items(execution_id: str, step_id: str) -> Response:
         choices = ", ".join(ItemStatus)
         raise Problem(400, "Invalid status", f"status must be one of {choices}")
     try:
-        limit = int(args.get("limit", "50"))
+        limit = int(args.get("limit", DEFAULT_PAGE))
         after = int(args.get("after", "-1"))
     except ValueError:
         raise Problem(400, "Invalid page", "limit and after must be integers") from None
@@ -98,7 +101,7 @@ def list_page() -> Response:
     if status is not None and status not in STATUSES:
         raise Problem(400, "Invalid status", f"status must be one of {', '.join(STATUSES)}")
     try:
-        limit = int(args.get("limit", "50"))
+        limit = int(args.get("limit", DEFAULT_PAGE))
     except ValueError:
         raise Problem(400, "Invalid limit", "limit must be an integer") from None
     if not 1 <= limit <= MAX_PAGE:
@@ -270,7 +273,7 @@ def _replay_target(body: Any) -> tuple[str, int | None]:
         errors.append({"path": "$.from_step", "message": "a step id is required"})
     version = body.get("version", "latest")
     if version != "latest" and (
-        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION
     ):
         errors.append({"path": "$.version", "message": 'a version number or "latest"'})
     if errors:
@@ -372,12 +375,17 @@ def _bulk_filter(raw: Any) -> replay.Filter:
             errors=[{"path": "$.filter.workflow", "message": "a workflow key"}],
         )
     _unexpected(raw, FILTER_FIELDS, "$.filter")
-    errors = []
+    # An optional field is left out, never null: /openapi.json types each one.
+    errors = [
+        {"path": f"$.filter.{name}", "message": "leave it out rather than null"}
+        for name, value in raw.items()
+        if value is None
+    ]
     if not is_key(raw["workflow"]):
         errors.append({"path": "$.filter.workflow", "message": "a workflow key"})
     version = raw.get("version")
     if version is not None and (
-        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION
     ):
         errors.append({"path": "$.filter.version", "message": "a version number"})
     status = raw.get("status")
@@ -394,8 +402,12 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         if instants[name] is None:
             errors.append({"path": f"$.filter.{name}", "message": "an ISO-8601 instant"})
     error = raw.get("error")
-    if error is not None and (not isinstance(error, str) or not 1 <= len(error) <= 500):
-        errors.append({"path": "$.filter.error", "message": "text of 1-500 characters"})
+    if error is not None and (
+        not isinstance(error, str) or not 1 <= len(error) <= MAX_ERROR_FILTER_CHARS
+    ):
+        errors.append(
+            {"path": "$.filter.error", "message": f"text of 1-{MAX_ERROR_FILTER_CHARS} characters"}
+        )
     elif isinstance(error, str) and "\x00" in error:
         errors.append({"path": "$.filter.error", "message": "no NUL characters"})
     if errors:

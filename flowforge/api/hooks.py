@@ -13,7 +13,7 @@ from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import inputschema
-from flowforge.domain.model import ExecutionStatus
+from flowforge.domain.model import MAX_IDEMPOTENCY_KEY, ExecutionStatus
 from flowforge.errors import Conflict, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, grouping, intake, sources
@@ -23,7 +23,6 @@ logger = logging.getLogger(__name__)
 
 bp = Blueprint("hooks", __name__)
 
-MAX_IDEMPOTENCY_KEY = 255
 STATUS_NOW = "SELECT status FROM executions WHERE id = %(id)s"
 # The 202's status of an event recorded in a debounce or batch group.
 GROUPED = "grouped"

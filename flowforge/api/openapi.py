@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.domain import definitions, model
 from flowforge.domain.model import (
     RESOLUTIONS,
@@ -22,6 +23,7 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
+from flowforge.store import reingest, sources
 
 bp = Blueprint("openapi", __name__)
 
@@ -32,6 +34,14 @@ def _whole(pattern: re.Pattern[str]) -> str:
 
 
 KEY_PATTERN = _whole(model.WORKFLOW_KEY)
+# An executions cursor: an execution id's 16 bytes in unpadded URL-safe base64
+# (store/timeline.encode_cursor), opaque to clients.
+CURSOR_PATTERN = "^([A-Za-z0-9_-]{22})?$"
+# A dotted context path (domain/templating.is_path): segments of A-Z a-z 0-9 _ -, none
+# starting with two underscores.
+_SEGMENT = "([A-Za-z0-9-][A-Za-z0-9_-]*|_([A-Za-z0-9-][A-Za-z0-9_-]*)?)"
+CONTEXT_PATH_PATTERN = f"^{_SEGMENT}(\\.{_SEGMENT})*$"
+SOURCE_PATH_PATTERN = f"^(input|headers)(\\.{_SEGMENT})*$"
 STEP_ID_PATTERN = _whole(definitions.STEP_ID)
 # A step row: a step of the workflow, or one of a map's items' (`lines[3].reserve`).
 STEP_ROW_PATTERN = f"^({definitions.STEP_ID.pattern}|{definitions.ITEM_ROW.pattern})$"
@@ -206,6 +216,54 @@ def _seconds(maximum: float, *, zero: bool = False) -> dict[str, Any]:
     return {"type": "number", **low, "maximum": maximum}
 
 
+def _when(path: dict[str, Any]) -> dict[str, Any]:
+    """A condition (a step's `when`, a source subscription's filter) over `path`."""
+    return {
+        "type": "object",
+        "required": ["path", "op"],
+        "additionalProperties": False,
+        "properties": {
+            "path": path,
+            "op": {"type": "string", "enum": list(definitions.OPS)},
+            "value": {"description": "required unless op is exists; an array for in"},
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"op": {"not": {"const": "exists"}}}},
+                "then": {"required": ["value"]},
+            },
+            {
+                "if": {"properties": {"op": {"const": "in"}}},
+                "then": {"properties": {"value": {"type": "array"}}},
+            },
+            {
+                "if": {"properties": {"op": {"enum": ["gt", "gte", "lt", "lte"]}}},
+                "then": {"properties": {"value": {"type": ["number", "string"]}}},
+            },
+        ],
+    }
+
+
+WHEN_PATH = {
+    "type": "string",
+    "pattern": CONTEXT_PATH_PATTERN,
+    "description": "a dotted context path, no braces, naming input, an upstream step or "
+    "another name in scope (422 otherwise)",
+}
+SOURCE_CONDITIONS = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": sources.MAX_CONDITIONS,
+    "items": _when(
+        {
+            "type": "string",
+            "pattern": SOURCE_PATH_PATTERN,
+            "description": "input.<...> (the body) or headers.<lower-case name>",
+        }
+    ),
+}
+
+
 # The definition format (SPEC §5), checked field by field against what
 # flowforge/domain/definitions.py accepts by tests/unit/test_openapi_definitions.py: a field,
 # a bound or an enum value that one accepts and the other does not fails that test. What a
@@ -234,7 +292,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             "delay",
             "Waits for a duration or until an instant: exactly one of duration_s and until",
             [],
-            duration_s=_seconds(31_536_000, zero=True),
+            duration_s=_seconds(definitions.MAX_DELAY_S, zero=True),
             until={"type": "string", "description": "ISO-8601 instant with a zone, or a template"},
         )
         | {"oneOf": [{"required": ["duration_s"]}, {"required": ["until"]}]},
@@ -274,7 +332,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             items={
                 "oneOf": [
                     {"type": "array", "maxItems": definitions.MAX_MAP_ITEMS},
-                    {"type": "string", "pattern": "\\{\\{"},
+                    {"type": "string", "pattern": "^[^\\x00]*\\{\\{[^\\x00]*$"},
                 ],
                 "description": "an array, or a template that renders one (at most "
                 f"{definitions.MAX_MAP_ITEMS} items; more fails the map when it starts)",
@@ -349,7 +407,12 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
             "json": {"description": "JSON body, templates resolved inside values"},
             "body": {"type": "string"},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 300, "default": 30},
+            "timeout_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": definitions.MAX_REQUEST_TIMEOUT_S,
+                "default": definitions.DEFAULT_REQUEST_TIMEOUT_S,
+            },
             "idempotency_key": {"type": "string", "minLength": 1},
             "allow_templated_destination": {
                 "type": "boolean",
@@ -363,12 +426,20 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 20},
-            "initial_interval_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
-            "backoff_coefficient": {"type": "number", "minimum": 1, "maximum": 10},
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_ATTEMPTS},
+            "initial_interval_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": definitions.MAX_INITIAL_INTERVAL_S,
+            },
+            "backoff_coefficient": {
+                "type": "number",
+                "minimum": definitions.MIN_BACKOFF_COEFFICIENT,
+                "maximum": definitions.MAX_BACKOFF_COEFFICIENT,
+            },
             "max_interval_s": {
                 "type": "number",
-                "maximum": 86400,
+                "maximum": definitions.MAX_RETRY_INTERVAL_S,
                 "description": "at least initial_interval_s",
             },
             "on_exhausted": {
@@ -380,30 +451,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "When": {
-        "type": "object",
-        "required": ["path", "op"],
-        "additionalProperties": False,
-        "properties": {
-            "path": {"type": "string", "description": "a dotted context path, no braces"},
-            "op": {"type": "string", "enum": list(definitions.OPS)},
-            "value": {"description": "required unless op is exists; an array for in"},
-        },
-        "allOf": [
-            {
-                "if": {"properties": {"op": {"not": {"const": "exists"}}}},
-                "then": {"required": ["value"]},
-            },
-            {
-                "if": {"properties": {"op": {"const": "in"}}},
-                "then": {"properties": {"value": {"type": "array"}}},
-            },
-            {
-                "if": {"properties": {"op": {"enum": ["gt", "gte", "lt", "lte"]}}},
-                "then": {"properties": {"value": {"type": ["number", "string"]}}},
-            },
-        ],
-    },
+    "When": _when(WHEN_PATH),
     "Step": {
         "oneOf": [_ref(name) for name, _ in STEP_SCHEMAS.values()],
         "discriminator": {
@@ -421,7 +469,11 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
         "required": ["limit"],
         "additionalProperties": False,
         "properties": {
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": definitions.MAX_CONCURRENCY_LIMIT,
+            },
             "key": {
                 "type": "string",
                 "minLength": 1,
@@ -429,7 +481,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "description": "a template over input only, such as {{ input.customer }}",
             },
             "on_full": {"type": "string", "enum": list(definitions.ON_FULL), "default": "queue"},
-            "max_queued": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+            "max_queued": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_QUEUED},
         },
     },
     "Debounce": {
@@ -492,7 +544,11 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "required": ["failures", "window_s", "cool_down_s"],
                 "additionalProperties": False,
                 "properties": {
-                    "failures": {"type": "integer", "minimum": 1, "maximum": 1000},
+                    "failures": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": definitions.MAX_CIRCUIT_FAILURES,
+                    },
                     "window_s": _seconds(definitions.MAX_CIRCUIT_S),
                     "cool_down_s": _seconds(definitions.MAX_CIRCUIT_S),
                 },
@@ -526,7 +582,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": definitions.MAX_NAME_CHARS,
-                "pattern": "\\S",
+                "pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$",
             },
             "description": {"type": "string"},
             "trigger": {
@@ -673,7 +729,7 @@ SCHEMAS: dict[str, Any] = {
             "subscriptions": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": 50,
+                "maxItems": sources.MAX_SUBSCRIPTIONS,
                 "items": {
                     "type": "object",
                     "required": ["workflow"],
@@ -688,8 +744,8 @@ SCHEMAS: dict[str, Any] = {
                             "minProperties": 1,
                             "maxProperties": 1,
                             "properties": {
-                                "all": {"type": "array", "items": _ref("When")},
-                                "any": {"type": "array", "items": _ref("When")},
+                                "all": SOURCE_CONDITIONS,
+                                "any": SOURCE_CONDITIONS,
                             },
                             "additionalProperties": False,
                         },
@@ -789,7 +845,7 @@ SCHEMAS: dict[str, Any] = {
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     {"const": "latest"},
                 ],
                 "description": "the version to run the rest on (default: latest)",
@@ -811,6 +867,12 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["filter", "from_step"],
         "additionalProperties": False,
+        "description": "a dry run (dry_run true) or a confirmed batch (the upto a dry run "
+        "answered); the version must exist (422 otherwise)",
+        "anyOf": [
+            {"required": ["dry_run"], "properties": {"dry_run": {"const": True}}},
+            {"required": ["upto"]},
+        ],
         "properties": {
             "filter": {
                 "type": "object",
@@ -818,17 +880,21 @@ SCHEMAS: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "workflow": {"type": "string", "pattern": KEY_PATTERN},
-                    "version": {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    "version": {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     "status": {"type": "string", "enum": STATUSES},
                     "from": {"type": "string", "format": "date-time"},
                     "to": {"type": "string", "format": "date-time"},
-                    "error": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "error": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": model.MAX_ERROR_FILTER_CHARS,
+                    },
                 },
             },
             "from_step": {"type": "string", "pattern": STEP_ID_PATTERN},
             "version": {
                 "oneOf": [
-                    {"type": "integer", "minimum": 1, "maximum": 2147483647},
+                    {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                     {"const": "latest"},
                 ]
             },
@@ -839,7 +905,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "the confirmation: the upto of a dry run",
             },
             "after": {"type": ["string", "null"], "format": "uuid"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 200},
+            "limit": {"type": "integer", "minimum": 1, "maximum": model.MAX_PAGE},
         },
     },
     "BulkReplayResult": {
@@ -861,20 +927,16 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "from": {"type": "string", "format": "date-time", "description": "received from"},
             "to": {"type": "string", "format": "date-time", "description": "received before"},
-            "filter": {
-                "type": "object",
-                "required": ["path", "op"],
-                "additionalProperties": False,
-                "description": "a when-style condition over the archived body (input.…)",
-                "properties": {
-                    "path": {"type": "string", "pattern": "^input(\\.[A-Za-z0-9_]+)*$"},
-                    "op": {"type": "string", "enum": list(definitions.OPS)},
-                    "value": {},
-                },
-            },
+            "filter": _when(
+                {
+                    "type": "string",
+                    "pattern": "^input(\\.[A-Za-z0-9_]+)*$",
+                    "description": "input or a dotted path into the archived body",
+                }
+            ),
             "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
-            "after": {"type": "integer", "minimum": 0, "maximum": 9223372036854775807},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+            "after": {"type": "integer", "minimum": 0, "maximum": reingest.MAX_CURSOR},
+            "limit": {"type": "integer", "minimum": 1, "maximum": reingest.MAX_PER_REQUEST},
         },
     },
     "ReingestResult": {
@@ -1219,7 +1281,7 @@ WEBHOOK_HEADERS = [
         "name": "webhook-id",
         "in": "header",
         "description": "Standard Webhooks message id; doubles as the idempotency key",
-        "schema": {"type": "string", "maxLength": 255},
+        "schema": {"type": "string", "maxLength": model.MAX_IDEMPOTENCY_KEY},
     },
     {
         "name": "webhook-timestamp",
@@ -1240,7 +1302,7 @@ WEBHOOK_HEADERS = [
             "The idempotency key of a workflow with auth none (else webhook-id is); ignored "
             "for signed workflows, whose identity is the signed webhook-id alone"
         ),
-        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+        "schema": {"type": "string", "minLength": 1, "maxLength": model.MAX_IDEMPOTENCY_KEY},
     },
 ]
 
@@ -1327,10 +1389,10 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/workflows/{key}/versions": {
         "post": _operation(
-            "Publish the next immutable version",
+            "Publish the next immutable version (409 when the key is a source's name)",
             {
                 "201": _json(_ref("Published"), "Published"),
-                **_problems(400, 403, 413, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["workflows"],
             parameters=[WORKFLOW_KEY],
@@ -1357,7 +1419,7 @@ PATHS: dict[str, Any] = {
             'provider\'s secret sent as {"value": "..."} (SPEC §15)',
             {
                 "201": _json(_ref("WebhookSecret"), "Created; the secret is in this answer only"),
-                **_problems(403, 404, 409, 422, *AUTHENTICATED),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["webhook secrets"],
             parameters=[WORKFLOW_KEY],
@@ -1372,7 +1434,14 @@ PATHS: dict[str, Any] = {
                             "required": ["value"],
                             "additionalProperties": False,
                             "properties": {
-                                "value": {"type": "string", "minLength": 16, "maxLength": 1024}
+                                "value": {
+                                    "type": "string",
+                                    "minLength": MIN_SECRET,
+                                    "maxLength": MAX_SECRET,
+                                    "description": "printable; for a workflow with auth "
+                                    "signature (Standard Webhooks) whsec_ and non-empty base64, "
+                                    "else 422",
+                                }
                             },
                         }
                     }
@@ -1389,7 +1458,7 @@ PATHS: dict[str, Any] = {
                     },
                     "The secrets",
                 ),
-                **_problems(403, *AUTHENTICATED),
+                **_problems(403, 404, *AUTHENTICATED),
             },
             tags=["webhook secrets"],
             parameters=[WORKFLOW_KEY],
@@ -1549,6 +1618,7 @@ PATHS: dict[str, Any] = {
                 "type": "object",
                 "required": ["from", "to"],
                 "additionalProperties": False,
+                "description": "to must not be before from (422 otherwise)",
                 "properties": {
                     "from": {"type": "string", "format": "date-time"},
                     "to": {"type": "string", "format": "date-time"},
@@ -1581,13 +1651,19 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "limit",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": model.MAX_PAGE,
+                        "default": model.DEFAULT_PAGE,
+                    },
                 },
                 {
                     "name": "cursor",
                     "in": "query",
-                    "description": "next_cursor from the previous page",
-                    "schema": {"type": "string"},
+                    "description": "next_cursor from the previous page, passed back as it came "
+                    "(empty: the first page)",
+                    "schema": {"type": "string", "pattern": CURSOR_PATTERN},
                 },
                 {
                     "name": "since",
@@ -1719,12 +1795,22 @@ PATHS: dict[str, Any] = {
                     "name": "after",
                     "in": "query",
                     "description": "next_after from the previous page",
-                    "schema": {"type": "integer", "minimum": -1, "default": -1},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": -1,
+                        "maximum": definitions.MAX_MAP_ITEMS,
+                        "default": -1,
+                    },
                 },
                 {
                     "name": "limit",
                     "in": "query",
-                    "schema": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": model.MAX_PAGE,
+                        "default": model.DEFAULT_PAGE,
+                    },
                 },
             ],
         )
@@ -1785,7 +1871,7 @@ PATHS: dict[str, Any] = {
             "(SPEC §15); a name that is a workflow key is refused (409)",
             {
                 "200": _json(_ref("Source"), "Saved; its revision"),
-                **_problems(400, 403, 409, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["sources"],
             parameters=[SOURCE_NAME],
@@ -1803,7 +1889,7 @@ PATHS: dict[str, Any] = {
             'Add a signing secret to a source ({"value": ...}, or none to have one made)',
             {
                 "201": _json(_ref("WebhookSecret"), "Created"),
-                **_problems(400, 403, 404, 409, 415, 422, *AUTHENTICATED),
+                **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
             },
             tags=["sources"],
             parameters=[SOURCE_NAME],
@@ -1830,13 +1916,206 @@ PATHS: dict[str, Any] = {
     },
 }
 
+
+def _link(path: str, method: str, description: str, **parameters: str) -> dict[str, Any]:
+    """An OpenAPI link to the operation at `path`: what a client (and schemathesis's
+    stateful phase) may call next with values from this answer."""
+    pointer = path.replace("~", "~0").replace("/", "~1")
+    return {
+        "operationRef": f"#/paths/{pointer}/{method}",
+        "description": description,
+        "parameters": parameters,
+    }
+
+
+_EXECUTION_ACTIONS = ("cancel", "retry", "pause", "resume", "fail")
+
+
+def _execution_links(source: str) -> dict[str, Any]:
+    """Links from an answer naming an execution (its id at `source`) to reading it and to
+    the operator actions on it."""
+    links = {"GetExecution": _link("/api/v1/executions/{id}", "get", "Read it", id=source)}
+    for action in _EXECUTION_ACTIONS:
+        links[f"{action.title()}Execution"] = _link(
+            f"/api/v1/executions/{{id}}/{action}", "post", f"{action.title()} it", id=source
+        )
+    return links
+
+
+LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("/api/v1/workflows/{key}/versions", "post", "201"): {
+        "SendWebhook": _link(
+            "/hooks/{key}", "post", "Start an execution", key="$response.body#/workflow"
+        ),
+        "GetWorkflow": _link(
+            "/api/v1/workflows/{key}", "get", "Read the workflow", key="$response.body#/workflow"
+        ),
+        "GetVersion": _link(
+            "/api/v1/workflows/{key}/versions/{version}",
+            "get",
+            "Read the version",
+            key="$response.body#/workflow",
+            version="$response.body#/version",
+        ),
+        "CreateSecret": _link(
+            "/api/v1/workflows/{key}/webhook-secrets",
+            "post",
+            "Give it a signing secret",
+            key="$response.body#/workflow",
+        ),
+        "ListGroups": _link(
+            "/api/v1/workflows/{key}/groups", "get", "Its groups", key="$response.body#/workflow"
+        ),
+    },
+    ("/api/v1/workflows", "get", "200"): {
+        "SendWebhook": _link(
+            "/hooks/{key}",
+            "post",
+            "Start an execution of the first workflow listed",
+            key="$response.body#/items/0/workflow",
+        )
+    },
+    ("/api/v1/executions", "get", "200"): _execution_links("$response.body#/items/0/id"),
+    ("/hooks/{key}", "post", "202"): _execution_links("$response.body#/execution_id"),
+    ("/api/v1/executions/{id}", "get", "200"): _execution_links("$response.body#/id"),
+    ("/api/v1/workflows/{key}/webhook-secrets", "post", "201"): {
+        "RevokeSecret": _link(
+            "/api/v1/workflows/{key}/webhook-secrets/{secret_id}",
+            "delete",
+            "Revoke it",
+            key="$request.path.key",
+            secret_id="$response.body#/id",
+        )
+    },
+    ("/api/v1/sources/{name}", "post", "200"): {
+        "GetSource": _link("/api/v1/sources/{name}", "get", "Read it", name="$request.path.name"),
+        "CreateSourceSecret": _link(
+            "/api/v1/sources/{name}/webhook-secrets",
+            "post",
+            "Give it a signing secret",
+            name="$request.path.name",
+        ),
+    },
+    ("/api/v1/sources/{name}/webhook-secrets", "post", "201"): {
+        "RevokeSourceSecret": _link(
+            "/api/v1/sources/{name}/webhook-secrets/{secret_id}",
+            "delete",
+            "Revoke it",
+            name="$request.path.name",
+            secret_id="$response.body#/id",
+        )
+    },
+}
+for (_path, _method, _status), _links in LINKS.items():
+    PATHS[_path][_method]["responses"][_status]["links"] = _links
+
+
+# What PostgreSQL's jsonb and text cannot hold, every string of the API refuses (400,
+# docs/reference/http-api.md): no NUL and no unpaired UTF-16 surrogate, keys included.
+# The pattern states the NUL; the surrogate is stated in words (info.description), as
+# ECMA-262 patterns in Unicode mode, which JSON Schema validators use, cannot name one.
+STORABLE_TEXT = "^[^\\x00]*$"
+JSON_VALUE = {
+    "description": "any JSON value PostgreSQL can store: no \\u0000 and no unpaired "
+    "surrogate in any string or key (400 otherwise)",
+    "anyOf": [
+        {"type": ["null", "boolean", "number"]},
+        {"type": "string", "pattern": STORABLE_TEXT},
+        {"type": "array", "items": _ref("JSONValue")},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": STORABLE_TEXT},
+            "additionalProperties": _ref("JSONValue"),
+        },
+    ],
+}
+# Keywords that only describe: a schema made of these alone is "any JSON".
+_ANNOTATIONS = {"description", "default", "title", "examples"}
+# Subschemas that say what a value must be (`not` and `if` say the opposite or a condition,
+# so the storable rule is not added inside them).
+_SUBSCHEMA_LISTS = ("oneOf", "anyOf", "allOf", "prefixItems")
+_SUBSCHEMA_ONE = ("items", "additionalProperties", "then", "else", "contains")
+
+
+def _storable(schema: Any) -> None:
+    """State the storable rule in every schema of the document: each free string gets
+    STORABLE_TEXT, each "any JSON" value, open array's items and open object's extra
+    members JSONValue."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else types or []
+    if not set(schema) - _ANNOTATIONS:
+        schema["$ref"] = "#/components/schemas/JSONValue"
+        return
+    if "string" in types and not {"pattern", "format", "enum", "const"} & set(schema):
+        schema["pattern"] = STORABLE_TEXT
+    if "array" in types and "items" not in schema and "prefixItems" not in schema:
+        schema["items"] = _ref("JSONValue")
+    if "object" in types and schema.get("additionalProperties", True) is not False:
+        schema.setdefault("propertyNames", {"pattern": STORABLE_TEXT})
+        if schema.get("additionalProperties", True) is True:
+            schema["additionalProperties"] = _ref("JSONValue")
+    names = schema.get("propertyNames")
+    if isinstance(names, dict) and "pattern" not in names:
+        names["pattern"] = STORABLE_TEXT
+    for key in _SUBSCHEMA_LISTS:
+        for sub in schema.get(key, []):
+            _storable(sub)
+    for key in _SUBSCHEMA_ONE:
+        _storable(schema.get(key))
+    for key in ("properties", "dependentSchemas"):
+        for sub in schema.get(key, {}).values():
+            _storable(sub)
+
+
+def _storable_paths(paths: dict[str, Any]) -> None:
+    """_storable over every parameter, request body and answer of every operation."""
+    for item in paths.values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                _storable(parameter["schema"])
+            bodies = [operation.get("requestBody", {}), *operation["responses"].values()]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    _storable(media.get("schema"))
+                for header in body.get("headers", {}).values():
+                    _storable(header["schema"])
+
+
+def operation_id(method: str, path: str) -> str:
+    """A stable snake_case name for an operation, which generated clients use as their
+    method name: the method, then the path's words, each parameter as by_<name>
+    (POST /api/v1/workflows/{key}/versions is post_workflows_by_key_versions)."""
+    words = [method]
+    for segment in path.strip("/").split("/"):
+        if segment in ("api", "v1"):
+            continue
+        if segment.startswith("{"):
+            segment = f"by_{segment[1:-1]}"
+        words.append(re.sub("[^a-z0-9]+", "_", segment.lower()))
+    return "_".join(words)
+
+
+for _path, _item in PATHS.items():
+    for _method, _described in _item.items():
+        _described["operationId"] = operation_id(_method, _path)
+for _schema in SCHEMAS.values():
+    _storable(_schema)
+SCHEMAS["JSONValue"] = JSON_VALUE
+_storable_paths(PATHS)
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
         "title": "FlowForge",
         "version": "1",
         "description": (
-            "Durable webhook-driven workflows. Management endpoints need "
+            "Durable webhook-driven workflows. No string anywhere in a request, object "
+            "keys included, may hold \\u0000 or an unpaired UTF-16 surrogate (\\ud800 "
+            "alone): PostgreSQL cannot store them, so they are answered 400. In a "
+            "management request body a whole number written with a fraction (761228.0) "
+            "is that integer. Management endpoints need "
             "`Authorization: Bearer <api key>`; webhooks are signed per workflow "
             "(Standard Webhooks) unless the workflow chose auth none."
         ),

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import BaseConverter, Map
+from werkzeug.routing import BaseConverter, Map, ValidationError
 
 from flowforge.api.problems import client_problem, problem_response
 from flowforge.domain.jsonvalues import storable_text
@@ -90,13 +90,19 @@ class WorkflowKey(BaseConverter):
 
 
 class ExecutionId(BaseConverter):
-    """`<execution_id:execution_id>`: a UUID, in its canonical spelling."""
+    """`<execution_id:execution_id>`: a UUID, in its canonical spelling.
+
+    Only hex digits and hyphens match the rule, so a word such as `replay` is no execution
+    id: GET /api/v1/executions/replay is POST /replay's path asked with the wrong method
+    (405, and `Allow` lists POST alone), as /openapi.json describes it."""
+
+    regex = "[0-9A-Fa-f-]+"
 
     def to_python(self, value: str) -> str:
         try:
             return str(uuid.UUID(value))
         except ValueError:
-            raise PathRefused(NotFound("no such execution")) from None
+            raise ValidationError() from None
 
     def to_url(self, value: Any) -> str:
         return str(value)

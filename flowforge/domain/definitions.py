@@ -98,6 +98,20 @@ MAX_HOLD_S = 3600.0
 # A limit an operator shares between named workflows (FLOWFORGE_SHARED_LIMITS): a
 # definition opts in with {"shared": NAME} and no bounds of its own.
 SHARED_LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+MAX_CIRCUIT_FAILURES = 1000
+# `concurrency` (docs/reference/definition.md): its limit and its queue.
+MAX_CONCURRENCY_LIMIT = 100_000
+MAX_QUEUED = 10**9
+# An http_request step's request and retry policy; /openapi.json reads these bounds.
+MAX_REQUEST_TIMEOUT_S = 300
+DEFAULT_REQUEST_TIMEOUT_S = 30
+MAX_ATTEMPTS = 20
+MAX_INITIAL_INTERVAL_S = 3600
+MIN_BACKOFF_COEFFICIENT = 1
+MAX_BACKOFF_COEFFICIENT = 10
+MAX_RETRY_INTERVAL_S = 86_400
+# A delay's duration_s: a year at most.
+MAX_DELAY_S = 31_536_000
 _CONCURRENCY_KEYS = frozenset({"limit", "key", "on_full", "max_queued"})
 # A definition's on_full choices (the others are a schedule's overlap policies).
 ON_FULL = (OnFull.QUEUE, OnFull.DROP_NEW, OnFull.CANCEL_OLDEST)
@@ -736,6 +750,8 @@ class _Parser:
             self.error(where, "a limit is an object with rate_per_s, burst, concurrency")
             return None
         self.unknown_keys(spec, _LIMIT_KEYS, where)
+        for name in sorted(_LIMIT_KEYS & {k for k, v in spec.items() if v is None}):
+            self.error(f"{where}.{name}", f"{name} is left out, never null")
         rate: Any = spec.get("rate_per_s")
         burst: Any = spec.get("burst")
         concurrency: Any = spec.get("concurrency")
@@ -792,8 +808,11 @@ class _Parser:
         window: Any = raw.get("window_s")
         cool_down: Any = raw.get("cool_down_s")
         good = True
-        if not _is_whole(failures) or not 1 <= failures <= 1000:
-            self.error(f"{path}.failures", "failures is required: an integer from 1 to 1000")
+        if not _is_whole(failures) or not 1 <= failures <= MAX_CIRCUIT_FAILURES:
+            self.error(
+                f"{path}.failures",
+                f"failures is required: an integer from 1 to {MAX_CIRCUIT_FAILURES}",
+            )
             good = False
         for name, value in (("window_s", window), ("cool_down_s", cool_down)):
             if not is_number(value) or not 0 < value <= MAX_CIRCUIT_S:
@@ -812,8 +831,10 @@ class _Parser:
             return None
         self.unknown_keys(raw, _CONCURRENCY_KEYS, path)
         limit: Any = raw.get("limit")
-        if not _is_whole(limit) or not 1 <= limit <= 100_000:
-            self.error(f"{path}.limit", "limit is required: an integer from 1 to 100000")
+        if not _is_whole(limit) or not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+            self.error(
+                f"{path}.limit", f"limit is required: an integer from 1 to {MAX_CONCURRENCY_LIMIT}"
+            )
         key = raw.get("key")
         if "key" in raw:
             self.concurrency_key(key, f"{path}.key")
@@ -821,8 +842,10 @@ class _Parser:
         if on_full not in ON_FULL:
             self.error(f"{path}.on_full", f"on_full must be one of {', '.join(ON_FULL)}")
         max_queued: Any = raw.get("max_queued")
-        if "max_queued" in raw and (not _is_whole(max_queued) or not 1 <= max_queued <= 10**9):
-            self.error(f"{path}.max_queued", "max_queued must be an integer from 1 to 1000000000")
+        if "max_queued" in raw and (not _is_whole(max_queued) or not 1 <= max_queued <= MAX_QUEUED):
+            self.error(
+                f"{path}.max_queued", f"max_queued must be an integer from 1 to {MAX_QUEUED}"
+            )
         if not _is_whole(limit) or on_full not in ON_FULL:
             return None
         return Concurrency(
@@ -1392,9 +1415,12 @@ class _Parser:
             self.error(path, "give at most one of json and body")
         if "body" in request and not isinstance(request["body"], str):
             self.error(f"{path}.body", "body must be a string (use json for JSON payloads)")
-        timeout_s = request.get("timeout_s", 30)
-        if not is_number(timeout_s) or not 0 < timeout_s <= 300:
-            self.error(f"{path}.timeout_s", "timeout_s must be a number with 0 < timeout_s <= 300")
+        timeout_s = request.get("timeout_s", DEFAULT_REQUEST_TIMEOUT_S)
+        if not is_number(timeout_s) or not 0 < timeout_s <= MAX_REQUEST_TIMEOUT_S:
+            self.error(
+                f"{path}.timeout_s",
+                f"timeout_s must be a number with 0 < timeout_s <= {MAX_REQUEST_TIMEOUT_S}",
+            )
         key = request.get("idempotency_key")
         if "idempotency_key" in request and (not isinstance(key, str) or not key):
             self.error(f"{path}.idempotency_key", "idempotency_key must be a non-empty string")
@@ -1467,17 +1493,32 @@ class _Parser:
         default = RetryPolicy()
         self.unknown_keys(retry, set(RetryPolicy.__dataclass_fields__), path)
         attempts = retry.get("max_attempts", default.max_attempts)
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 20:
-            self.error(f"{path}.max_attempts", "max_attempts must be an integer from 1 to 20")
+        if not _is_whole(attempts) or not 1 <= attempts <= MAX_ATTEMPTS:
+            self.error(
+                f"{path}.max_attempts", f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS}"
+            )
         initial = retry.get("initial_interval_s", default.initial_interval_s)
-        if not is_number(initial) or not 0 < initial <= 3600:
-            self.error(f"{path}.initial_interval_s", "initial_interval_s must be in (0, 3600]")
+        if not is_number(initial) or not 0 < initial <= MAX_INITIAL_INTERVAL_S:
+            self.error(
+                f"{path}.initial_interval_s",
+                f"initial_interval_s must be in (0, {MAX_INITIAL_INTERVAL_S}]",
+            )
         coefficient = retry.get("backoff_coefficient", default.backoff_coefficient)
-        if not is_number(coefficient) or not 1 <= coefficient <= 10:
-            self.error(f"{path}.backoff_coefficient", "backoff_coefficient must be in [1, 10]")
+        if (
+            not is_number(coefficient)
+            or not MIN_BACKOFF_COEFFICIENT <= coefficient <= MAX_BACKOFF_COEFFICIENT
+        ):
+            self.error(
+                f"{path}.backoff_coefficient",
+                f"backoff_coefficient must be in [{MIN_BACKOFF_COEFFICIENT}, "
+                f"{MAX_BACKOFF_COEFFICIENT}]",
+            )
         maximum = retry.get("max_interval_s", default.max_interval_s)
-        if not is_number(maximum) or not maximum <= 86_400:
-            self.error(f"{path}.max_interval_s", "max_interval_s must be a number up to 86400")
+        if not is_number(maximum) or not maximum <= MAX_RETRY_INTERVAL_S:
+            self.error(
+                f"{path}.max_interval_s",
+                f"max_interval_s must be a number up to {MAX_RETRY_INTERVAL_S}",
+            )
         elif is_number(initial) and maximum < initial:
             self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
         on_exhausted = retry.get("on_exhausted", default.on_exhausted)
@@ -1495,9 +1536,10 @@ class _Parser:
         if ("duration_s" in raw) == ("until" in raw):
             self.error(path, "a delay needs exactly one of duration_s and until")
         elif "duration_s" in raw:
-            if not is_number(duration_s) or not 0 <= duration_s <= 31_536_000:
+            if not is_number(duration_s) or not 0 <= duration_s <= MAX_DELAY_S:
                 self.error(
-                    f"{path}.duration_s", "duration_s must be a number from 0 to 31536000 (a year)"
+                    f"{path}.duration_s",
+                    f"duration_s must be a number from 0 to {MAX_DELAY_S} (a year)",
                 )
         elif not isinstance(until, str):
             self.error(f"{path}.until", "until must be an ISO-8601 timestamp or a template")

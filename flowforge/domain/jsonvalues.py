@@ -78,6 +78,13 @@ def _storable_float(lexeme: str) -> float:
     return value
 
 
+def _whole_as_int(lexeme: str) -> float | int:
+    """A number written with a fraction or exponent that is a whole number, as an int:
+    JSON Schema's integer is any number with a zero fractional part (761228.0 included)."""
+    value = _storable_float(lexeme)
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+
+
 def _storable_int(lexeme: str) -> int:
     try:
         return int(lexeme)  # Python refuses more than 4300 digits: it could not load them
@@ -102,17 +109,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads_storable(text: str) -> Any:
+def loads_storable(text: str, *, whole_numbers_as_int: bool = False) -> Any:
     """Parse JSON text and insist that jsonb can store it and FlowForge can load it back.
 
     Numbers are judged by their text, as the webhook intake hands that text to jsonb; the
     parsed value is checked for NUL, lone surrogates and nesting beyond MAX_DEPTH. Raises
     ValueError for text that is not JSON (NaN and Infinity included) and NotStorable for
-    valid JSON beyond what jsonb holds or FlowForge loads back, hostile nesting included."""
+    valid JSON beyond what jsonb holds or FlowForge loads back, hostile nesting included.
+    `whole_numbers_as_int` reads 2.0 as 2, for request parameters typed integer."""
     try:
         value = json.loads(
             text,
-            parse_float=_storable_float,
+            parse_float=_whole_as_int if whole_numbers_as_int else _storable_float,
             parse_int=_storable_int,
             parse_constant=_no_constant,
             object_pairs_hook=_object,

@@ -329,6 +329,11 @@ def is_key(text: str) -> bool:
 
 # The largest page a list answers (API `limit`, CLI `--limit`).
 MAX_PAGE = 200
+DEFAULT_PAGE = 50
+# Request bounds the API checks and /openapi.json states (one source for both).
+MAX_VERSION = 2**31 - 1  # a version number is an int4
+MAX_ERROR_FILTER_CHARS = 500  # a bulk replay's filter.error
+MAX_IDEMPOTENCY_KEY = 255  # a webhook's identity: webhook-id or Idempotency-Key
 
 # How long a claimed step is leased unless FLOWFORGE_LEASE_SECONDS says otherwise.
 DEFAULT_LEASE_S = 60.0

@@ -88,7 +88,7 @@ def parse(body: Any) -> Request:
             errors.append({"path": f"$.{name}", "message": "an RFC 3339 time with an offset"})
         bounds.append(moment)
     condition = body.get("filter")
-    if condition is not None:
+    if "filter" in body:  # null is no filter's spelling: /openapi.json says object
         errors += _condition_problems(condition)
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):

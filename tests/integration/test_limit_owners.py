@@ -152,8 +152,8 @@ def test_a_retry_after_of_centuries_holds_for_the_cap_and_an_operator_clears_it(
     assert client.session.get(f"{api}/api/v1/circuits", timeout=10).json()["circuits"] == []
     again = client.post("/api/v1/circuits/quota/close?workflow=quota")
     assert again.status_code == 404
-    nul = client.post("/api/v1/circuits/%00/close")
-    assert nul.status_code == 404, nul.text
+    nul = client.post("/api/v1/circuits/%00/close")  # unstorable text: 400 on every route
+    assert nul.status_code == 400, nul.text
 
 
 def test_a_dated_retry_after_is_read_against_the_responses_own_date(
