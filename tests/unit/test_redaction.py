@@ -168,6 +168,10 @@ def test_an_attempts_record_of_its_request_holds_no_secret(value: str, encoding:
     """attempts.request: URL, headers and body redacted; a body longer than an attempt
     keeps is cut, and a secret the cut goes through is redacted whole."""
     assume(value[0].lower() != "x")  # the match must start where the secret does, not in the pad
+    # A secret spelled inside the marker and what stands beside it (say "[REDAC") still
+    # reads after the cut, so the record is withheld whole: the stricter answer, which
+    # test_every_promised_spelling_is_redacted accepts.
+    assume(value.lower() not in f"x{REDACTED}y [{REDACTED}] k={REDACTED} bearer {REDACTED}")
     form = ENCODINGS[encoding](value)
     pad = "x" * (ATTEMPT_BODY_BYTES - len(form.encode()) // 2)
     body = (pad + form + "y" * 100).encode()
