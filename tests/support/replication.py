@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 
 from tests.bench.infra import _as_user, _pg_bindir, _postgres_owner
+from tests.support.faultproxy import FaultProxy
 from tests.support.processes import free_port, wait_for
 
 
@@ -61,9 +62,11 @@ class Server:
 
 
 class Replicated:
-    """primary → standby, asynchronous unless `synchronous`."""
+    """primary → standby, asynchronous unless `synchronous`. With `via_proxy` the standby
+    streams through a FaultProxy (`self.link`): `link.cut()` is the replication link lost
+    while both servers and their clients carry on."""
 
-    def __init__(self, synchronous: bool = False) -> None:
+    def __init__(self, synchronous: bool = False, via_proxy: bool = False) -> None:
         self.bindir = _pg_bindir()
         self.owner = _postgres_owner()
         self.root = Path(tempfile.mkdtemp(prefix="ff-failover-"))
@@ -87,6 +90,14 @@ class Replicated:
             "-U",
             "postgres",
         )
+        self.link: FaultProxy | None = None
+        self.restarted: list[Server] = []
+        if via_proxy:
+            self.link = FaultProxy("127.0.0.1", self.primary.port)
+            with open(self.root / "standby" / "postgresql.auto.conf", "a") as conf:
+                conf.write(
+                    f"primary_conninfo = 'host=127.0.0.1 port={self.link.port} user=postgres'\n"
+                )
         self.standby = Server(self.bindir, self.root / "standby", self.root, self.owner)
         wait_for(self._streaming, timeout=60, interval=0.2, message="the standby to stream")
         if synchronous:
@@ -126,7 +137,18 @@ class Replicated:
         self._run("pg_ctl", "promote", "-w", "-D", str(self.standby.data))
         return killed_at
 
+    def restart_old_primary(self) -> Server:
+        """The killed primary started again, alone, on a new port: what the failover
+        report reads (docs/howto/several-hosts.md)."""
+        old = Server(self.bindir, self.primary.data, self.root, self.owner)
+        self.restarted.append(old)
+        return old
+
     def stop(self) -> None:
         self.primary.kill()
         self.standby.kill()
+        for server in self.restarted:
+            server.kill()
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self.root, ignore_errors=True)
