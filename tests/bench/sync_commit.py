@@ -113,7 +113,8 @@ def main() -> None:
                     secret_bindings={},
                     sync_unsafe_claims=level,
                 )
-                step = _timed(args.posts, lambda i, ex=executor: ex.handle(Wakeup(ids[i], "pay")))
+                wakeups = [Wakeup(eid, "pay") for eid in ids]
+                step = _timed(args.posts, lambda i, ex=executor, w=wakeups: ex.handle(w[i]))
                 print(
                     f"{delay_ms:10.0f} | {level or 'off':6} | "
                     f"{webhook[0]:6.2f}/{webhook[1]:6.2f}, {webhook[2]:6.1f} | "
