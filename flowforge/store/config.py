@@ -237,7 +237,13 @@ VARIABLES = (
         "budget check",
         default="`FLOWFORGE_DATABASE_URL`",
     ),
-    Variable("FLOWFORGE_AMQP_URL", "RabbitMQ", "amqp_url", read_by="worker"),
+    Variable(
+        "FLOWFORGE_AMQP_URL",
+        "RabbitMQ: one URL, or a comma-separated list of every node of a cluster (each "
+        "connection tries them in a new random order; a comma inside a password is `%2C`)",
+        "amqp_url",
+        read_by="worker",
+    ),
     Variable(
         "FLOWFORGE_AMQP_PREFIX",
         "prefix of every exchange and queue name; give each installation on a shared broker "
