@@ -154,6 +154,12 @@ def test_the_report_flags_every_request_sent_again_after_a_failover(
         assert {flagged[by_n[f"/r/{n}"]] for n in range(BATCH)} == {"outcome"}
         assert {flagged[by_n[f"/r/{n}"]] for n in range(BATCH, 2 * BATCH)} == {"attempt"}
         assert not found["missing_executions"]
+        kinds = list(flagged.values())
+        print(
+            f"\nlink cut, then primary lost: {len(resent)} GETs sent again by the new primary; "
+            f"report flagged {len(resent & set(flagged))} of them ({kinds.count('outcome')} "
+            f"outcome lost, {kinds.count('attempt')} claim lost)"
+        )
     finally:
         target.close()
         pair.stop()
