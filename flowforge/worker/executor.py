@@ -87,8 +87,15 @@ CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 # FLOWFORGE_SYNC_UNSAFE_CLAIMS (docs/howto/several-hosts.md): the claim of a step unsafe to
 # repeat commits with this synchronous_commit level, for that transaction only, so that no
 # unsafe request leaves on a claim a synchronous standby lacks (after a failover the new
-# primary would send it again). Every other commit keeps the server's setting.
-SYNC_UNSAFE_CLAIM = "SELECT set_config('synchronous_commit', %(level)s, true)"
+# primary would send it again). Every other commit keeps the server's setting. The COMMIT
+# runs without a statement timeout: a timeout cancels the wait for the standby, and a
+# cancelled wait leaves the transaction committed locally with no more than a warning —
+# the request would leave. The client's reply deadline ends the wait instead, and a claim
+# whose commit was not confirmed sends nothing.
+SYNC_UNSAFE_CLAIM = """
+SELECT set_config('synchronous_commit', %(level)s, true),
+       set_config('statement_timeout', '0', true)
+"""
 # The outcome of a claimed request whose claim could not be confirmed durable.
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
 

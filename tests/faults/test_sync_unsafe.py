@@ -99,6 +99,9 @@ def test_unsafe_claims_and_acknowledgements_wait_for_the_standby_and_nothing_els
             "FLOWFORGE_AMQP_URL": amqp_url,
             "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
             "FLOWFORGE_LEASE_SECONDS": "5",
+            # Shorter than the cut: a statement timeout must not end a wait for the standby
+            # (a cancelled wait commits locally, with only a warning).
+            "FLOWFORGE_DB_TIMEOUT_SECONDS": "2",
             "FLOWFORGE_RECONCILE_SECONDS": "2",
             "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
             "FLOWFORGE_WEBHOOK_RATE": "0",
