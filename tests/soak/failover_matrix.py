@@ -124,7 +124,8 @@ def summary(lines: list[str]) -> str:
     if not lines:
         return "—"
     shapes = [NUMBER.split(line) for line in lines]
-    numbers = [[float(n) for n in NUMBER.findall(line)] for line in lines]
+    found = [NUMBER.findall(line) for line in lines]
+    numbers = [[float(n) for n in row] for row in found]
     if any(shape != shapes[0] for shape in shapes) or len({len(n) for n in numbers}) != 1:
         return " / ".join(lines)  # the words differ between rounds: show them all
     parts = shapes[0]
@@ -132,7 +133,7 @@ def summary(lines: list[str]) -> str:
     for i, text in enumerate(parts[1:]):
         values = [n[i] for n in numbers]
         low, high = min(values), max(values)
-        decimals = 1 if any(v != int(v) for v in values) else 0
+        decimals = max(len(row[i].partition(".")[2]) for row in found)  # as printed
         span = (
             f"{low:.{decimals}f}" if low == high else f"{low:.{decimals}f}{DASH}{high:.{decimals}f}"
         )

@@ -137,16 +137,20 @@ class Node:
         log.close()
 
     def kill(self) -> None:
-        """SIGKILL Patroni and its PostgreSQL together: the loss of the host."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        # PostgreSQL's postmaster left Patroni's session? Kill what still holds the port.
-        pid_file = self.root / self.name / "postmaster.pid"
-        if pid_file.exists():
-            with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        """SIGKILL Patroni and all of its PostgreSQL together: the loss of the host.
+
+        Patroni starts the postmaster in a process group of its own (so that PostgreSQL
+        survives a restart of Patroni); its backends share that group. Killing the
+        postmaster alone would leave the backends serving their open connections."""
+        data = self.root / self.name
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int((data / "postmaster.pid").read_text().split()[0])
+            # Only our postmaster's group, never whatever reused a stale pid.
+            if str(data).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
 
     def role(self) -> str | None:
         """What this node's Patroni says it is (`primary`, `replica`), or None. Patroni
