@@ -413,7 +413,8 @@ VARIABLES = (
     ),
     Variable(
         "FLOWFORGE_WORKER_ID",
-        "the worker's name in leases, attempts and logs",
+        "the worker's name in leases, attempts and logs; unique among running workers "
+        "(liveness, and the release of leases no thread of it holds, rely on it)",
         default="host:pid",
         read_by="worker",
     ),
