@@ -201,6 +201,15 @@ def _route(
     raise Conflict(f"source {source.name!r} changed while this event was routed; send it again")
 
 
+def _replicate(conn: psycopg.Connection) -> None:
+    """With FLOWFORGE_SYNC_INTAKE, no 202 before the webhook's commit is on a synchronous
+    standby (docs/howto/several-hosts.md); a replayed key waits too, since its first 202
+    may never have been given. Without it: nothing, not even a statement."""
+    level = current_app.extensions["flowforge.settings"].sync_intake
+    if level:
+        intake.replicate(conn, level)
+
+
 @bp.post("/hooks/<workflow_key(answer='hook'):key>")
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
@@ -235,14 +244,17 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
                 if source is None:
                     raise
         if source is not None:
-            return _route(conn, source, raw)
+            routed = _route(conn, source, raw)
+            _replicate(conn)
+            return routed
+        if isinstance(accepted, dict):
+            return jsonify(accepted), 200, {}
+        _replicate(conn)
         status = ExecutionStatus.QUEUED.value
-        if isinstance(accepted, intake.Accepted) and accepted.replayed:
+        if accepted.replayed:
             # A redelivery answers where its execution stands now (only replays pay the read).
             row = conn.execute(STATUS_NOW, {"id": accepted.execution_id}).fetchone()
             status = row[0] if row is not None else status
-    if isinstance(accepted, dict):
-        return jsonify(accepted), 200, {}
     span.accepted(accepted.execution_id, accepted.replayed)
     # The line that ties an access line (same request_id) to the execution it started.
     logger.info(

@@ -180,6 +180,22 @@ def _queue_type(env: Mapping[str, str]) -> str:
     return raw
 
 
+# synchronous_commit levels that wait for a synchronous standby (PostgreSQL's names).
+SYNC_LEVELS = ("remote_write", "on", "remote_apply")
+
+
+def _sync_level(env: Mapping[str, str], name: str) -> str:
+    """FLOWFORGE_SYNC_UNSAFE_CLAIMS, FLOWFORGE_SYNC_INTAKE: the synchronous_commit level
+    raised for one kind of transaction only (docs/howto/several-hosts.md); empty or `off`
+    leaves the server's own setting."""
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "off"):
+        return ""
+    if raw not in SYNC_LEVELS:
+        raise ConfigError(f"{name} must be off or one of {', '.join(SYNC_LEVELS)}; got {raw!r}")
+    return raw
+
+
 def _public_url(env: Mapping[str, str]) -> str | None:
     """FLOWFORGE_PUBLIC_URL: where callers reach the API, the base of resume URLs."""
     raw = env.get("FLOWFORGE_PUBLIC_URL", "").strip()
@@ -225,7 +241,13 @@ VARIABLES = (
         "budget check",
         default="`FLOWFORGE_DATABASE_URL`",
     ),
-    Variable("FLOWFORGE_AMQP_URL", "RabbitMQ", "amqp_url", read_by="worker"),
+    Variable(
+        "FLOWFORGE_AMQP_URL",
+        "RabbitMQ: one URL, or a comma-separated list of every node of a cluster (each "
+        "connection tries them in a new random order; a comma inside a password is `%2C`)",
+        "amqp_url",
+        read_by="worker",
+    ),
     Variable(
         "FLOWFORGE_AMQP_PREFIX",
         "prefix of every exchange and queue name; give each installation on a shared broker "
@@ -239,6 +261,22 @@ VARIABLES = (
         "and dead-letter queues the worker declares; a queue that already exists keeps its type",
         "amqp_queue_type",
         read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_SYNC_UNSAFE_CLAIMS",
+        "`off`, or a `synchronous_commit` level (`remote_write`, `on`, `remote_apply`) the "
+        "claim of a step unsafe to repeat commits with, in that transaction only: no unsafe "
+        "request leaves on a claim a synchronous standby lacks",
+        "sync_unsafe_claims",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_SYNC_INTAKE",
+        "`off`, or a `synchronous_commit` level a webhook's acceptance is replicated with "
+        "before its 202, in that transaction only: no 202 for a webhook a synchronous "
+        "standby lacks",
+        "sync_intake",
+        read_by="api",
     ),
     Variable(
         "FLOWFORGE_HTTP_ALLOW",
@@ -396,7 +434,8 @@ VARIABLES = (
     ),
     Variable(
         "FLOWFORGE_WORKER_ID",
-        "the worker's name in leases, attempts and logs",
+        "the worker's name in leases, attempts and logs; unique among running workers "
+        "(liveness, and the release of leases no thread of it holds, rely on it)",
         default="host:pid",
         read_by="worker",
     ),
@@ -504,6 +543,9 @@ class Settings:
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
     # FLOWFORGE_MAX_DESCENDANTS; the engine reads it through children.max_descendants.
     max_descendants: int = DEFAULT_MAX_DESCENDANTS
+    # FLOWFORGE_SYNC_UNSAFE_CLAIMS, FLOWFORGE_SYNC_INTAKE: "" (the server's) or a level.
+    sync_unsafe_claims: str = ""
+    sync_intake: str = ""
 
     @property
     def direct_url(self) -> str:
@@ -561,4 +603,6 @@ class Settings:
             idempotency_key_hours=_key_hours(env),
             host_limits=outbound.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),
             shared_limits=outbound.parse_shared_limits(env.get("FLOWFORGE_SHARED_LIMITS", "")),
+            sync_unsafe_claims=_sync_level(env, "FLOWFORGE_SYNC_UNSAFE_CLAIMS"),
+            sync_intake=_sync_level(env, "FLOWFORGE_SYNC_INTAKE"),
         )

@@ -6,7 +6,11 @@ new primary, and an http_request attempt may have left (its request reached the 
 for an execution the new primary no longer knows, or knows at an earlier step. When the
 old primary can still be started — alone, on a port no FlowForge process uses — this
 report lists both, for an operator to replay the webhooks (their senders' ids are in the
-report) and to check the targets of the attempts:
+report) and to check the targets of the attempts. An attempt counts as missing when the
+new primary lacks it (its claim never arrived: the step may be claimed again, under the
+same fencing token) or lacks the outcome the old one recorded (the step will be recovered
+and may be repeated); attempts are matched by their identity, which no failover
+re-issues:
 
     python -m flowforge.store.failover --old postgresql://old-host/flowforge \\
         --new postgresql://new-host/flowforge [--since-minutes 60]
@@ -34,19 +38,28 @@ WHERE e.updated_at >= now() - make_interval(mins => %(minutes)s)
    OR e.created_at >= now() - make_interval(mins => %(minutes)s)
 """
 OLD_ATTEMPTS = """
-SELECT a.execution_id::text, a.step_id, a.fencing_token, s.type, a.started_at, a.http_status
+SELECT a.execution_id::text, a.step_id, a.fencing_token, a.identity::text, a.started_at,
+       a.outcome, s.type, a.http_status
 FROM attempts a JOIN steps s ON s.execution_id = a.execution_id AND s.step_id = a.step_id
 WHERE a.started_at >= now() - make_interval(mins => %(minutes)s)
 """
 NEW_EXECUTIONS = "SELECT id::text FROM executions WHERE id = ANY(%(ids)s::uuid[])"
 NEW_ATTEMPTS = """
-SELECT execution_id::text, step_id, fencing_token FROM attempts
-WHERE execution_id = ANY(%(ids)s::uuid[])
+SELECT execution_id::text, step_id, fencing_token, identity::text, started_at, outcome
+FROM attempts WHERE execution_id = ANY(%(ids)s::uuid[])
 """
 
 
+def _identity(eid: str, sid: str, token: int, ident: str | None, started: Any) -> tuple[Any, ...]:
+    """What names one attempt on every timeline: its uuid (migration 0047). The fencing
+    token alone does not: a claim the standby never received is re-issued, same token,
+    by the promoted primary. Rows older than 0047 fall back to token and start time."""
+    return (ident,) if ident is not None else (eid, sid, token, started)
+
+
 def report(old_url: str, new_url: str, minutes: int) -> dict[str, list[dict[str, Any]]]:
-    """Executions and attempts of the last `minutes` on the old primary missing on the new."""
+    """Executions and attempts of the last `minutes` on the old primary that the new one
+    lacks, or knows without the outcome the old one recorded."""
     params = {"minutes": minutes}
     with psycopg.connect(conninfo(old_url), autocommit=True) as old:
         executions = old.execute(OLD_EXECUTIONS, params).fetchall()
@@ -54,26 +67,38 @@ def report(old_url: str, new_url: str, minutes: int) -> dict[str, list[dict[str,
     ids = sorted({row[0] for row in executions} | {row[0] for row in attempts})
     with psycopg.connect(conninfo(new_url), autocommit=True) as new:
         known = {row[0] for row in new.execute(NEW_EXECUTIONS, {"ids": ids})}
-        tried = {tuple(row) for row in new.execute(NEW_ATTEMPTS, {"ids": ids})}
+        outcomes = {_identity(*row[:5]): row[5] for row in new.execute(NEW_ATTEMPTS, {"ids": ids})}
+    missing = []
+    for eid, sid, token, ident, at, outcome, kind, status in attempts:
+        key = _identity(eid, sid, token, ident, at)
+        if key not in outcomes:
+            lost = "attempt"  # the new primary may claim the step again: a second send
+        elif outcome is not None and outcomes[key] != outcome:
+            # The new primary recovers the step (lost_lease or unknown) and may repeat it.
+            lost = "outcome"
+        else:
+            continue
+        missing.append(
+            {
+                "execution_id": eid,
+                "step_id": sid,
+                "fencing_token": token,
+                "attempt_identity": ident,
+                "lost": lost,
+                "outcome_on_old": outcome,
+                "type": kind,
+                "started_at": str(at),
+                "http_status": status,
+                "request_may_have_left": kind == "http_request",
+            }
+        )
     return {
         "missing_executions": [
             {"execution_id": eid, "workflow": key, "idempotency_key": idem, "created_at": str(at)}
             for eid, key, idem, at in executions
             if eid not in known
         ],
-        "missing_attempts": [
-            {
-                "execution_id": eid,
-                "step_id": sid,
-                "fencing_token": token,
-                "type": kind,
-                "started_at": str(at),
-                "http_status": status,
-                "request_may_have_left": kind == "http_request",
-            }
-            for eid, sid, token, kind, at, status in attempts
-            if (eid, sid, token) not in tried
-        ],
+        "missing_attempts": missing,
     }
 
 

@@ -323,3 +323,25 @@ def accept(
                 raise Conflict("this idempotency key was already used with a different body")
             return Accepted(str(existing_id), replayed=True)
     raise Conflict("this idempotency key is being reused concurrently; try again")
+
+
+# One transaction of its own, committed with `level` (set_config(..., true): for this
+# transaction only) and with a WAL record of its own (a transactional logical message),
+# so its commit waits for a synchronous standby — and PostgreSQL confirms a commit there
+# only together with all WAL before it, the intake's autocommitted statement included.
+# The intake itself keeps committing without that wait on its NOTIFY-free path. Its COMMIT
+# runs without a statement timeout: a timeout would cancel the wait and commit locally
+# with only a warning, and the 202 would be given; the client's reply deadline ends the
+# wait instead, with a 503.
+REPLICATED = """
+SELECT set_config('synchronous_commit', %(level)s, true),
+       set_config('statement_timeout', '0', true),
+       pg_logical_emit_message(true, 'flowforge', 'intake replicated')
+"""
+
+
+def replicate(conn: psycopg.Connection, level: str) -> None:
+    """Return once what `conn` committed is as durable as `level` says (a synchronous
+    standby has it, with `synchronous_standby_names` set): FLOWFORGE_SYNC_INTAKE."""
+    with conn.transaction():
+        conn.execute(REPLICATED, {"level": level})

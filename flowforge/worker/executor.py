@@ -87,6 +87,18 @@ MAX_RENDERED_LIMIT_CHARS = 200
 # standby, replicated) only together with all WAL written before it — the claim included.
 # Nothing depends on the claim before it is as durable as the server is configured to
 # make it; only the key's lock no longer waits for that.
+# FLOWFORGE_SYNC_UNSAFE_CLAIMS (docs/howto/several-hosts.md): the claim of a step unsafe to
+# repeat commits with this synchronous_commit level, for that transaction only, so that no
+# unsafe request leaves on a claim a synchronous standby lacks (after a failover the new
+# primary would send it again). Every other commit keeps the server's setting. The COMMIT
+# runs without a statement timeout: a timeout cancels the wait for the standby, and a
+# cancelled wait leaves the transaction committed locally with no more than a warning —
+# the request would leave. The client's reply deadline ends the wait instead, and a claim
+# whose commit was not confirmed sends nothing.
+SYNC_UNSAFE_CLAIM = """
+SELECT set_config('synchronous_commit', %(level)s, true),
+       set_config('statement_timeout', '0', true)
+"""
 # The outcome of a claimed request whose claim could not be confirmed durable.
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
 
@@ -202,8 +214,10 @@ class Executor:
         ageing_s: float = DEFAULT_AGEING_S,
         wake_at_place: Callable[[Wakeup, float], None] | None = None,
         stopping: threading.Event | None = None,
+        sync_unsafe_claims: str = "",
     ) -> None:
         self.pool = pool
+        self.sync_unsafe_claims = sync_unsafe_claims
         # Set when the worker stops taking work: a checkpoint is no longer tried again.
         self.stopping = stopping or threading.Event()
         self.worker_id = worker_id
@@ -363,6 +377,9 @@ class Executor:
                     extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
                 )
             if claimed is not None:
+                if self.sync_unsafe_claims and not step.repeat_safe:
+                    # Last in the transaction, so nothing sets it back before COMMIT.
+                    conn.execute(SYNC_UNSAFE_CLAIM, {"level": self.sync_unsafe_claims})
                 faults.hit("before_claim_commit")
         return _Taken(run, claimed, wait, limits, prepared)
 

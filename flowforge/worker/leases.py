@@ -20,6 +20,14 @@ whose row is older than WORKER_DEAD_AFTER_S — a killed host's steps are recove
 seconds, not after their whole lease. The same fencing applies: a request may leave only
 before half of WORKER_DEAD_AFTER_S has passed since the last beat this worker knows
 committed (or since its first beat was sent, until one is known to have committed).
+
+Orphans (docs/howto/several-hosts.md, "After an asynchronous failover"): a step the
+database says this worker runs, though no thread here holds it — its checkpoint committed
+on a primary that was lost before the standby got it. Nobody would renew that lease, but
+the worker stays alive, so it would wait out the whole lease. The heartbeat expires such
+a lease at once when it sees it unheld at two beats in a row (a claim that committed a
+moment ago is not held yet, but never for a whole beat), and the reaper recovers the step.
+A holder that enters after all with a lease so released finds it lost and sends nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +66,21 @@ WHERE s.execution_id = held.execution_id AND s.step_id = held.step_id
 RETURNING s.execution_id, s.step_id, s.fencing_token
 """
 
+
+# Our running steps, to find the ones no thread holds (orphans, above).
+OURS = """
+SELECT execution_id::text, step_id, fencing_token FROM steps
+WHERE status = 'running' AND lease_owner = %(owner)s AND lease_expires_at > now()
+"""
+# Hands orphans to lease recovery now rather than after their lease.
+RELEASE = """
+UPDATE steps s SET lease_expires_at = now()
+FROM unnest(%(execution_ids)s::uuid[], %(step_ids)s::text[], %(tokens)s::bigint[])
+     AS o(execution_id, step_id, token)
+WHERE s.execution_id = o.execution_id AND s.step_id = o.step_id
+  AND s.fencing_token = o.token AND s.status = 'running' AND s.lease_owner = %(owner)s
+RETURNING s.execution_id, s.step_id, s.fencing_token
+"""
 
 BEAT = """
 INSERT INTO worker_heartbeats (worker_id) VALUES (%(owner)s)
@@ -125,6 +148,7 @@ class Leases:
         self.liveness = Liveness()
         self._lock = threading.Lock()
         self._held: set[Lease] = set()
+        self._released: set[tuple[str, str, int]] = set()
 
     @contextmanager
     def holding(
@@ -136,6 +160,7 @@ class Leases:
         """
         lease = Lease(execution_id, step_id, token, self.lease_s, confirmed_at, self.liveness)
         with self._lock:
+            lease.lost = lease.key in self._released
             self._held.add(lease)
         try:
             yield lease
@@ -151,6 +176,18 @@ class Leases:
     def is_held(self, lease: Lease) -> bool:
         with self._lock:
             return lease in self._held
+
+    def release_unheld(
+        self, ours: set[tuple[str, str, int]], before: set[tuple[str, str, int]]
+    ) -> tuple[set[tuple[str, str, int]], set[tuple[str, str, int]]]:
+        """Of the steps the database says we run (`ours`), the ones no thread holds now,
+        and of those the ones also unheld at the previous beat (`before`): the orphans,
+        released here and now, so a holder that still enters with one finds it lost."""
+        with self._lock:
+            unheld = ours - {lease.key for lease in self._held}
+            orphans = unheld & before
+            self._released |= orphans
+        return unheld, orphans
 
 
 class Heartbeat(Loop):
@@ -170,6 +207,7 @@ class Heartbeat(Loop):
         self.worker_id = worker_id
         self.interval = min(leases.lease_s / BEATS_PER_LEASE, WORKER_BEAT_S)
         self.beaten = metrics.WORKER_HEARTBEAT.labels(worker=worker_id)
+        self.unheld: set[tuple[str, str, int]] = set()
 
     def first_wait(self) -> float:
         return 0.0
@@ -177,6 +215,7 @@ class Heartbeat(Loop):
     def step(self) -> float:
         self.live()
         self.beat()
+        self.release_orphans()
         self.beaten.set_to_current_time()  # after the renewal: a beat that fails is none
         return self.interval
 
@@ -199,6 +238,33 @@ class Heartbeat(Loop):
                 conn.execute(GONE, {"owner": self.worker_id})
         except Exception as exc:  # the row then goes stale and is reaped; no harm
             logger.warning("liveness row not removed: %s", exc)
+
+    def release_orphans(self) -> None:
+        """Expire the leases of our steps no thread has held for a whole beat (module
+        docstring: orphans); lease recovery takes them on its next pass."""
+        with wrap_exceptions(), self.pool.connection() as conn:
+            ours = {
+                (eid, sid, token)
+                for eid, sid, token in conn.execute(OURS, {"owner": self.worker_id})
+            }
+            self.unheld, orphans = self.leases.release_unheld(ours, self.unheld)
+            if not orphans:
+                return
+            released = conn.execute(
+                RELEASE,
+                {
+                    "owner": self.worker_id,
+                    "execution_ids": [o[0] for o in orphans],
+                    "step_ids": [o[1] for o in orphans],
+                    "tokens": [o[2] for o in orphans],
+                },
+            ).fetchall()
+        for eid, sid, token in released:
+            logger.warning(
+                "lease released: this worker runs no such step (its outcome was lost, as in "
+                "a failover)",
+                extra={"execution_id": str(eid), "step": sid, "fencing_token": token},
+            )
 
     def beat(self) -> None:
         """Renew every lease still worked on; mark and log the ones another worker took over."""

@@ -124,6 +124,7 @@ class Worker:
             wake_in=timers.wake_in,
             wake_at_place=places.add,
             stopping=self.stop,
+            sync_unsafe_claims=settings.sync_unsafe_claims,
         )
         self.executor_threads = ThreadPoolExecutor(
             settings.worker_concurrency, thread_name_prefix="executor"

@@ -74,3 +74,44 @@ def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
         cwd=ROOT,
     )
     assert same.returncode == 0, same.stdout
+
+
+def _copy(pg_admin_url: str, old_url: str, new_url: str) -> None:
+    """What replication had shipped: a copy of the old database so far."""
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        new_name = psycopg.conninfo.conninfo_to_dict(new_url)["dbname"]
+        old_name = psycopg.conninfo.conninfo_to_dict(old_url)["dbname"]
+        conn.execute(f'CREATE DATABASE "{new_name}" TEMPLATE "{old_name}"')
+
+
+ATTEMPT = """
+INSERT INTO attempts (execution_id, step_id, attempt, fencing_token, outcome, identity)
+VALUES (%(e)s, 'shape', 1, %(token)s, %(outcome)s, %(identity)s)
+"""
+
+
+def test_a_reissued_token_and_a_lost_outcome_are_flagged_with_or_without_identities(
+    database_url: str, new_url: str, pg_admin_url: str
+) -> None:
+    """Issue 42: the new primary re-issues a fencing token whose claim it never got, and
+    knows attempts without the outcome the old one recorded. Rows written before
+    migration 0047 have no identity and are matched by token and start time instead."""
+    old_url = database_url
+    with psycopg.connect(old_url, autocommit=True) as conn:
+        publish(conn, "open", OPEN, parse_definition(OPEN), None)
+        eid = _webhook(conn, "both")
+        for token, identity in ((1, None), (2, str(uuid.uuid4()))):
+            params = {"e": eid, "token": token, "outcome": None, "identity": identity}
+            conn.execute(ATTEMPT, params)
+    _copy(pg_admin_url, old_url, new_url)
+    with psycopg.connect(old_url, autocommit=True) as old:
+        # The outcomes, and a claim under token 3, only the old primary got.
+        old.execute("UPDATE attempts SET outcome = 'succeeded' WHERE fencing_token IN (1, 2)")
+        claim = {"e": eid, "token": 3, "outcome": "succeeded", "identity": str(uuid.uuid4())}
+        old.execute(ATTEMPT, claim)
+    with psycopg.connect(new_url, autocommit=True) as new:
+        # The new primary claims again under the re-issued token 3 (later, its own start).
+        new.execute(ATTEMPT, {"e": eid, "token": 3, "outcome": None, "identity": None})
+    found = report(old_url, new_url, minutes=60)
+    flagged = sorted((a["fencing_token"], a["lost"]) for a in found["missing_attempts"])
+    assert flagged == [(1, "outcome"), (2, "outcome"), (3, "attempt")]

@@ -8,7 +8,10 @@
   multi-host URL and a three-node RabbitMQ cluster with quorum queues
   (tests/support/rabbitcluster.py); the nemesis fails PostgreSQL over once and kills the
   node that leads the steps queue once. Workers reach these directly (a proxy in front
-  of one host would hide the failover), so link faults are off in this mode.
+  of one host would hide the failover), so link faults are off in this mode;
+- ha-partial: the same, but the primary's own synchronous_commit is `local` and only
+  what FLOWFORGE_SYNC_UNSAFE_CLAIMS and FLOWFORGE_SYNC_INTAKE ask for waits for the
+  standby (docs/howto/several-hosts.md): the checker's promises must hold all the same.
 
 A server outage runs on a thread of its own (a start waits for the server), one at a
 time; `outage_s` lists every outage for the checker's "recovery while the rest could work"
@@ -23,7 +26,8 @@ from typing import Any
 
 from tests.soak.history import History
 
-MODES = ("shared", "own", "ha")
+MODES = ("shared", "own", "ha", "ha-partial")
+HA = ("ha", "ha-partial")
 
 
 class Servers:
@@ -51,7 +55,9 @@ class Servers:
             self.pg = OwnPostgres({"max_connections": "200"})
             self.rabbit = OwnRabbitMQ()
             self.admin_url, self.amqp_url = self.pg.url, self.rabbit.url
-        elif mode == "ha":
+        elif mode in HA:
+            import psycopg
+
             from tests.support.rabbitcluster import RabbitCluster
             from tests.support.replication import Replicated
 
@@ -60,11 +66,19 @@ class Servers:
             self.admin_url = self.replicated.url("postgres")
             self.amqp_url = self.rabbits.urls
             self.extra_env = {"FLOWFORGE_AMQP_QUEUE_TYPE": "quorum"}
+            if mode == "ha-partial":
+                with psycopg.connect(self.replicated.primary.url, autocommit=True) as conn:
+                    conn.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
+                    conn.execute("SELECT pg_reload_conf()")
+                self.extra_env |= {
+                    "FLOWFORGE_SYNC_UNSAFE_CLAIMS": "on",
+                    "FLOWFORGE_SYNC_INTAKE": "on",
+                }
 
     @property
     def proxied(self) -> bool:
         """Whether workers go through per-worker fault proxies."""
-        return self.mode != "ha"
+        return self.mode not in HA
 
     @property
     def busy(self) -> bool:
@@ -74,7 +88,7 @@ class Servers:
         """The nemesis's server operations and their weights, for this mode."""
         if self.mode == "own":
             return {"pg_server": 0.5, "amqp_server": 0.4}
-        if self.mode == "ha":
+        if self.mode in HA:
             return {"pg_failover": 0.3, "amqp_node_loss": 0.3}
         return {}
 

@@ -50,6 +50,7 @@ Usage:
     # the long form (docs/explanation/failures.md lists the seeds run and their figures)
     .venv/bin/python -m tests.soak.soak --seed 2321 --seeds 3 --duration 180 --servers own
     .venv/bin/python -m tests.soak.soak --seed 2324 --duration 180 --servers ha
+    .venv/bin/python -m tests.soak.soak --seed 2324 --duration 180 --servers ha-partial
     # the short form, as CI runs it (tests/faults/test_randomized.py)
     bin/test tests/faults/test_randomized.py
 
@@ -91,7 +92,7 @@ from tests.soak.features import (
 )
 from tests.soak.history import History, RecordingClient
 from tests.soak.nemesis import Nemesis, Operator
-from tests.soak.servers import Servers
+from tests.soak.servers import MODES, Servers
 from tests.soak.workload import Workload, definitions, recorded, target_script
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
 from tests.support.target import Target
@@ -122,7 +123,8 @@ class Options:
     slow: float = 0.15
     fail: float = 0.07
     hang: float = 0.05
-    # Where PostgreSQL and RabbitMQ come from (tests/soak/servers.py): shared, own, ha.
+    # Where PostgreSQL and RabbitMQ come from (tests/soak/servers.py): shared, own, ha,
+    # ha-partial.
     servers: str = "own"
     # New webhooks per second to the feature workflows (features.py); 0: none.
     features: float = 2.0
@@ -341,7 +343,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
     parser.add_argument(
         "--settle-cap", type=float, default=d.settle_cap, help="quiet wait: seconds in all"
     )
-    parser.add_argument("--servers", choices=("shared", "own", "ha"), default=d.servers)
+    parser.add_argument("--servers", choices=MODES, default=d.servers)
     parser.add_argument(
         "--features", type=float, default=d.features, help="feature webhooks per second"
     )

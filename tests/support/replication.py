@@ -15,6 +15,8 @@ from pathlib import Path
 import psycopg
 
 from tests.bench.infra import _as_user, _pg_bindir, _postgres_owner
+from tests.support.delayproxy import DelayProxy
+from tests.support.faultproxy import FaultProxy
 from tests.support.processes import free_port, wait_for
 
 
@@ -61,9 +63,14 @@ class Server:
 
 
 class Replicated:
-    """primary → standby, asynchronous unless `synchronous`."""
+    """primary → standby, asynchronous unless `synchronous`. With `via_proxy` the standby
+    streams through a FaultProxy (`self.link`): `link.cut()` is the replication link lost
+    while both servers and their clients carry on. With `delayed` it streams through a
+    DelayProxy (`self.delay`) whose `delay_s` is the link's one-way delay."""
 
-    def __init__(self, synchronous: bool = False) -> None:
+    def __init__(
+        self, synchronous: bool = False, via_proxy: bool = False, delayed: bool = False
+    ) -> None:
         self.bindir = _pg_bindir()
         self.owner = _postgres_owner()
         self.root = Path(tempfile.mkdtemp(prefix="ff-failover-"))
@@ -87,6 +94,15 @@ class Replicated:
             "-U",
             "postgres",
         )
+        self.link: FaultProxy | None = None
+        self.delay: DelayProxy | None = None
+        self.restarted: list[Server] = []
+        if via_proxy:
+            self.link = FaultProxy("127.0.0.1", self.primary.port)
+            self._stream_from(self.link.port)
+        elif delayed:
+            self.delay = DelayProxy(self.primary.port)
+            self._stream_from(self.delay.port)
         self.standby = Server(self.bindir, self.root / "standby", self.root, self.owner)
         wait_for(self._streaming, timeout=60, interval=0.2, message="the standby to stream")
         if synchronous:
@@ -95,6 +111,11 @@ class Replicated:
             with psycopg.connect(self.primary.url, autocommit=True) as conn:
                 conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
                 conn.execute("SELECT pg_reload_conf()")
+
+    def _stream_from(self, port: int) -> None:
+        """Point the standby's primary_conninfo at `port` (a proxy) before it starts."""
+        with open(self.root / "standby" / "postgresql.auto.conf", "a") as conf:
+            conf.write(f"primary_conninfo = 'host=127.0.0.1 port={port} user=postgres'\n")
 
     def _run(self, tool: str, *args: str) -> None:
         done = subprocess.run(
@@ -126,7 +147,19 @@ class Replicated:
         self._run("pg_ctl", "promote", "-w", "-D", str(self.standby.data))
         return killed_at
 
+    def restart_old_primary(self) -> Server:
+        """The killed primary started again, alone, on a new port: what the failover
+        report reads (docs/howto/several-hosts.md)."""
+        old = Server(self.bindir, self.primary.data, self.root, self.owner)
+        self.restarted.append(old)
+        return old
+
     def stop(self) -> None:
         self.primary.kill()
         self.standby.kill()
+        for server in self.restarted:
+            server.kill()
+        for proxy in (self.link, self.delay):
+            if proxy is not None:
+                proxy.close()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -35,3 +35,16 @@ def test_unknown_pooler_and_queue_type_are_refused() -> None:
 def test_a_url_list_is_split_on_commas() -> None:
     assert broker_urls("amqp://a/%2F, amqp://b/%2F,") == ["amqp://a/%2F", "amqp://b/%2F"]
     assert broker_urls("amqp://u:p%2Cq@a/%2F") == ["amqp://u:p%2Cq@a/%2F"]
+
+
+def test_synchronous_commit_levels_per_transaction_kind() -> None:
+    default = Settings.from_env({})
+    assert default.sync_unsafe_claims == "" and default.sync_intake == ""
+    assert Settings.from_env({"FLOWFORGE_SYNC_UNSAFE_CLAIMS": "OFF"}).sync_unsafe_claims == ""
+    raised = Settings.from_env(
+        {"FLOWFORGE_SYNC_UNSAFE_CLAIMS": "remote_apply", "FLOWFORGE_SYNC_INTAKE": " on "}
+    )
+    assert raised.sync_unsafe_claims == "remote_apply" and raised.sync_intake == "on"
+    for bad in ("local", "true", "remote"):
+        with pytest.raises(ConfigError, match="FLOWFORGE_SYNC_INTAKE must be off or one of"):
+            Settings.from_env({"FLOWFORGE_SYNC_INTAKE": bad})
