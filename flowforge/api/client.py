@@ -348,9 +348,13 @@ class Client:
     def post_workflows_by_key_resume(
         self,
         key: str,
+        *,
+        body: Any = _NO_BODY,
     ) -> Any:
         """POST /api/v1/workflows/{key}/resume: Resume the workflow: its paused executions
-        in arrival order, then its queues through flow control
+        in arrival order, then its queues through flow control. With a body {onto}, its
+        executions that never started a step are first re-pinned onto that version (409
+        unless the workflow is paused)
         """
         return self._call(
             "POST",
@@ -359,6 +363,7 @@ class Client:
                 key=key,
             ),
             (200,),
+            body=body,
         )
 
     def post_workflows_by_key_schedule_pause(
@@ -485,8 +490,8 @@ class Client:
         )
 
     def get_circuits(self) -> Any:
-        """GET /api/v1/circuits: Circuit breakers of outbound limits that are open or half-
-        open (SPEC §13)
+        """GET /api/v1/circuits: Outbound limits with an open or half-open circuit or a
+        Retry-After hold in force (SPEC §13); a key scoped to workflows sees only theirs
         """
         return self._call(
             "GET",
@@ -497,9 +502,12 @@ class Client:
     def post_circuits_by_key_close(
         self,
         key: str,
+        *,
+        workflow: Any = None,
     ) -> Any:
-        """POST /api/v1/circuits/{key}/close: Close a circuit by hand; its waiting steps go
-        at once (a key for every workflow)
+        """POST /api/v1/circuits/{key}/close: Close a limit's circuit and end its hold by
+        hand; its waiting steps go at once (a workflow's own limit: a key that may write
+        it; host: and shared: limits: a key for every workflow)
         """
         return self._call(
             "POST",
@@ -508,6 +516,9 @@ class Client:
                 key=key,
             ),
             (200,),
+            query={
+                "workflow": workflow,
+            },
         )
 
     def post_executions_by_id_retry(

@@ -962,9 +962,10 @@ SCHEMAS: dict[str, Any] = {
             "onto": {
                 "oneOf": [
                     {"const": "latest"},
-                    {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                    {"type": "integer", "minimum": 1, "maximum": model.MAX_VERSION},
                 ],
-                "description": "re-pin the never-started executions onto this version first",
+                "description": "re-pin the never-started executions onto this version first "
+                "(it must exist: 422 otherwise)",
             }
         },
     },
