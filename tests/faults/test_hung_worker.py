@@ -14,16 +14,9 @@ import threading
 
 import psycopg
 
-from tests.faults.helpers import (
-    StartWorker,
-    http,
-    logged,
-    rows,
-    succeeded_twice,
-    wait_logged,
-    workflow,
-)
+from tests.faults.helpers import StartWorker, logged, rows, succeeded_twice, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 

@@ -15,8 +15,9 @@ import time
 import psycopg
 import pytest
 
-from tests.faults.helpers import StartWorker, cli, http, logged, wait_logged, workflow
+from tests.faults.helpers import StartWorker, cli, logged, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 

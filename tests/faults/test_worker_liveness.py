@@ -10,8 +10,9 @@ import time
 import psycopg
 
 from flowforge.domain.model import WORKER_DEAD_AFTER_S
-from tests.faults.helpers import StartWorker, http, scalar, workflow
+from tests.faults.helpers import StartWorker, scalar
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.store.db import create_pool
 from flowforge.worker.retention import Retention
 from tests.faults.helpers import cli
+from tests.support import inprocess
 from tests.support.api import Api, step
 from tests.support.processes import Process, wait_for
 from tests.support.target import Reply, Target
@@ -402,12 +402,8 @@ def test_a_child_says_when_retention_deleted_its_parent(
     db.execute(
         "UPDATE executions SET finished_at = now() - interval '1 hour' WHERE id = %s", (eid,)
     )
-    pool = create_pool(database_url, max_size=2, name="test-retention")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-retention") as pool:
         Retention(pool, threading.Event()).expire()
-    finally:
-        pool.close()
     assert db.execute("SELECT 1 FROM executions WHERE id = %s", (eid,)).fetchone() is None
     shown = client.execution(child_id)
     # The link stays as recorded, and says its other end is gone.

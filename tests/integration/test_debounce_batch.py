@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from flowforge.store import grouping
-from flowforge.store.db import create_pool
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_FAILED_GROUPS
+from tests.support import inprocess
 
 STEPS = [{"id": "shape", "type": "transform", "output": {"n": 1}}]
 
@@ -353,9 +353,7 @@ def test_failed_groups_are_deleted_with_their_events_after_retention(
             (age, key),
         )
 
-    pool = create_pool(database_url, max_size=2, name="test-groups-retention")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-groups-retention") as pool:
         housekeeping = Housekeeping(pool, threading.Event())
         # Within retention_days (arch: the default 30) or the key lifetime (short: 24 h).
         aged("arch", "29 days")
@@ -367,8 +365,6 @@ def test_failed_groups_are_deleted_with_their_events_after_retention(
         housekeeping.housekeep()
         assert left() == {}
         assert housekeeping.retention.expire_groups() == (0, True)
-    finally:
-        pool.close()
     assert db.execute("SELECT count(*) FROM intake_group_events").fetchone() == (0,)
 
 

@@ -22,11 +22,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from flowforge.steps import netguard
-from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.leases import RENEW, SAFE_FRACTION, Heartbeat, Leases
 from flowforge.worker.recovery import LeaseRecovery
+from tests.support import inprocess
 from tests.support.target import Target
 
 LEASE_S = 60.0
@@ -34,10 +34,8 @@ LEASE_S = 60.0
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=2, name="test-leases")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-leases") as made:
+        yield made
 
 
 @pytest.fixture

@@ -13,12 +13,13 @@ import psycopg_pool
 import pytest
 
 from flowforge.store import flowcontrol, intake, runs, schedules
-from flowforge.store.db import conninfo, create_pool
+from flowforge.store.db import conninfo
 from flowforge.store.outbox import CHANNEL, LISTEN_OUTBOX
 from flowforge.worker import reconciler, timers
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
+from tests.support import inprocess
 from tests.support.processes import wait_for
 
 
@@ -84,10 +85,8 @@ def _http(name: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    made = create_pool(database_url, max_size=2, name="test-notify")
-    made.open(wait=True, timeout=10)
-    yield made
-    made.close()
+    with inprocess.pool(database_url, "test-notify") as made:
+        yield made
 
 
 def test_a_due_delay_a_freed_slot_and_a_tick_still_wake_the_relay(

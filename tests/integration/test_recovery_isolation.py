@@ -19,12 +19,12 @@ import psycopg_pool
 import pytest
 
 from flowforge.steps import netguard
-from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import HOUSEKEEPING_SECONDS, Housekeeping
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.recovery import MAX_RECOVERY_FAILURES, LeaseRecovery
+from tests.support import inprocess
 from tests.support.processes import wait_for
 
 PAY = {
@@ -55,10 +55,8 @@ VALUES (%(id)s, 'charge', 1, 1, 'dead')
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=4, name="test-reaper")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-reaper", max_size=4) as made:
+        yield made
 
 
 def auth(key: str) -> dict[str, str]:

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.faults.helpers import http, workflow
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import start_api, wait_for
 from tests.support.target import Reply, Target
 

@@ -27,6 +27,44 @@ CALLS: dict[str, Any] = {
 }
 
 
-def unsigned(steps: list[dict[str, Any]], name: str = "t") -> dict[str, Any]:
-    """A definition with these steps behind an unsigned (auth "none") webhook."""
-    return {"name": name, "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
+def unsigned(steps: list[dict[str, Any]], name: str = "t", **fields: Any) -> dict[str, Any]:
+    """A definition with these steps behind an unsigned (auth "none") webhook; `fields`
+    are its other top-level keys (concurrency, priority, input_schema...)."""
+    return {"name": name, "trigger": {"webhook": {"auth": "none"}}, "steps": steps, **fields}
+
+
+def workflow(
+    *steps: dict[str, Any], auth: str = "none", name: str = "fault test", **fields: Any
+) -> dict[str, Any]:
+    """A definition with a webhook trigger (unsigned unless asked) and these steps."""
+    return {"name": name, "trigger": {"webhook": {"auth": auth}}, "steps": list(steps), **fields}
+
+
+def http(
+    step_id: str,
+    method: str,
+    url: str,
+    *,
+    after: tuple[str, ...] = (),
+    retry: dict[str, Any] | None = None,
+    **request: Any,
+) -> dict[str, Any]:
+    """An http_request step; extra keyword arguments go into its `request`."""
+    step: dict[str, Any] = {
+        "id": step_id,
+        "type": "http_request",
+        "request": {"method": method, "url": url, **request},
+    }
+    if after:
+        step["depends_on"] = list(after)
+    if retry is not None:
+        step["retry"] = retry
+    return step
+
+
+def transform(step_id: str, output: Any, *, after: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A transform step rendering `output`."""
+    step: dict[str, Any] = {"id": step_id, "type": "transform", "output": output}
+    if after:
+        step["depends_on"] = list(after)
+    return step
