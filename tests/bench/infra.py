@@ -26,6 +26,8 @@ from urllib.parse import quote
 
 import psycopg
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DATABASE = "postgresql://postgres@127.0.0.1:5432/postgres"
 AMQP_ADDRESS = "127.0.0.1:5672"
@@ -140,7 +142,7 @@ class OwnPostgres:
         self.bindir = _pg_bindir()
         self.root = Path(tempfile.mkdtemp(prefix="ff-bench-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         settings = _local_settings(like_url)
         owner = _postgres_owner()
         if owner is not None:
@@ -254,14 +256,6 @@ def _as_user(owner: tuple[int, int] | None) -> Any:
             os.setuid(owner[0])
 
     return preexec
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from tests.bench.infra import PrivateDatabase
 from tests.support.api import Api
 from tests.support.processes import TEST_ENCRYPTION_KEY, TEST_RESUME_KEY, start_api, start_worker
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
-from tests.support.target import Received, Reply, Target
+from tests.support.target import InFlight, Target
 from tests.support.tls import make_test_ca
 
 ADMIN_URL = os.environ.get("FLOWFORGE_TEST_DATABASE_URL") or LOCAL_DATABASE
@@ -55,24 +54,6 @@ WHERE datname = current_database() AND application_name LIKE 'flowforge-worker%%
 # Ended either way: a drain that lost some executions must still end (and say so).
 DONE = "SELECT count(*) FROM executions WHERE status IN ('succeeded', 'failed', 'needs_attention')"
 SUCCEEDED = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
-
-
-class Slow:
-    """Answers after `delay_s`, counting requests in flight."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
-        self.now = self.most = 0
-        self.lock = threading.Lock()
-
-    def __call__(self, _request: Received) -> Reply:
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        time.sleep(self.delay_s)
-        with self.lock:
-            self.now -= 1
-        return Reply(json={"ok": True})
 
 
 def rss_kib(pid: int) -> int:
@@ -155,7 +136,7 @@ def drain(folder: Path, concurrency: int, delay_s: float, count: int, pool: int)
     after `delay_s`; the figures of that drain."""
     setup = Setup(folder)
     target = Target()
-    slow = Slow(delay_s)
+    slow = InFlight(delay_s)
     target.script = slow
     try:
         setup.backlog("one", one_request(f"{target.url}/s"), count)

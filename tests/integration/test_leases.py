@@ -27,6 +27,7 @@ from flowforge.worker.executor import Executor
 from flowforge.worker.leases import RENEW, SAFE_FRACTION, Heartbeat, Leases
 from flowforge.worker.recovery import LeaseRecovery
 from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.target import Target
 
 LEASE_S = 60.0
@@ -42,17 +43,7 @@ def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
 def running_step(app_client: Any, api_key: str, db: psycopg.Connection) -> str:
     """An execution whose http_request step `fetch` is running, lease ending in 1 s."""
     headers = {"Authorization": f"Bearer {api_key}"}
-    definition = {
-        "name": "leases",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "fetch",
-                "type": "http_request",
-                "request": {"method": "GET", "url": "http://127.0.0.1:9/"},
-            }
-        ],
-    }
+    definition = workflow(http("fetch", "GET", "http://127.0.0.1:9/"), name="leases")
     assert (
         app_client.post(
             "/api/v1/workflows/leases/versions", json=definition, headers=headers
@@ -227,13 +218,7 @@ def test_a_checkpoint_committed_during_a_beat_is_not_reported_as_a_lost_lease(
     """The beat runs after the checkpoint committed but before the executor's thread left
     holding(): the step is no longer running, yet nobody took the lease over."""
     headers = {"Authorization": f"Bearer {api_key}"}
-    definition = {
-        "name": "checkpoint",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "fetch", "type": "http_request", "request": {"method": "GET", "url": target.url}}
-        ],
-    }
+    definition = workflow(http("fetch", "GET", target.url), name="checkpoint")
     published = app_client.post(
         "/api/v1/workflows/checkpoint/versions", json=definition, headers=headers
     )

@@ -20,6 +20,7 @@ from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
 from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 
 
@@ -73,14 +74,7 @@ def _publish(client: Any, definition: dict[str, Any]) -> None:
 
 
 def _http(name: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "call", "type": "http_request", "request": {"url": "http://127.0.0.1:9/"}}
-        ],
-        **extra,
-    }
+    return workflow(http("call", "GET", "http://127.0.0.1:9/"), name=name, **extra)
 
 
 @pytest.fixture

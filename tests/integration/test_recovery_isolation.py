@@ -25,20 +25,14 @@ from flowforge.worker.housekeeping import HOUSEKEEPING_SECONDS, Housekeeping
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.recovery import MAX_RECOVERY_FAILURES, LeaseRecovery
 from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 
-PAY = {
-    "name": "pay",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {
-            "id": "charge",
-            "type": "http_request",
-            "request": {"method": "POST", "url": "http://127.0.0.1:9/charge"},
-        },
-        {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
-    ],
-}
+PAY = workflow(
+    http("charge", "POST", "http://127.0.0.1:9/charge"),
+    {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
+    name="pay",
+)
 # The worker's claim, as it commits it: running, an open attempt, a lease — here already
 # expired, as when the worker died. `order` keeps the bad ones first in the reaper's queue.
 CLAIMED_AND_DIED = """

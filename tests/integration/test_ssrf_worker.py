@@ -23,25 +23,18 @@ import pytest
 
 from tests.faults.helpers import queue_depth
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
 
 REFUSED = re.compile(r"^GET https?://\S+: refused, \S+ is .*loopback.*FLOWFORGE_HTTP_ALLOW")
 
-BY_INPUT = {
-    "name": "Fetch what the event names",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {
-            "id": "fetch",
-            "type": "http_request",
-            "request": {"method": "GET", "url": "{{ input.url }}", "timeout_s": 5},
-            # Refusals must fail on the first attempt by themselves; one try keeps the
-            # other cases (not-sent errors, which are retried) short.
-            "retry": {"max_attempts": 1},
-        }
-    ],
-}
+BY_INPUT = workflow(
+    # Refusals must fail on the first attempt by themselves; one try keeps the other
+    # cases (not-sent errors, which are retried) short.
+    http("fetch", "GET", "{{ input.url }}", timeout_s=5, retry={"max_attempts": 1}),
+    name="Fetch what the event names",
+)
 
 
 @dataclass
@@ -254,18 +247,7 @@ def test_redirects_are_returned_never_followed(
 def post_to(url: str) -> dict[str, Any]:
     """A workflow of one POST with no idempotency key: not safe to repeat, so a request
     that may have left would be `unknown`."""
-    return {
-        "name": "Notify",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "notify",
-                "type": "http_request",
-                "request": {"method": "POST", "url": url, "json": {}},
-                "retry": {"max_attempts": 3},
-            }
-        ],
-    }
+    return workflow(http("notify", "POST", url, json={}, retry={"max_attempts": 3}), name="Notify")
 
 
 def assert_failed_at_once(execution: dict[str, Any], error: str) -> None:

@@ -68,3 +68,13 @@ def transform(step_id: str, output: Any, *, after: tuple[str, ...] = ()) -> dict
     if after:
         step["depends_on"] = list(after)
     return step
+
+
+def wait(
+    step_id: str, timeout_s: float, *, after: tuple[str, ...] = (), **fields: Any
+) -> dict[str, Any]:
+    """A wait step (resumed by its URL or the API, or ended by its timeout)."""
+    step: dict[str, Any] = {"id": step_id, "type": "wait", "timeout_s": timeout_s, **fields}
+    if after:
+        step["depends_on"] = list(after)
+    return step
