@@ -34,6 +34,11 @@ def _with_database(url: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=name)
 
 
+def _drop(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 UNIT = Path(__file__).parent / "unit"
 
 
@@ -71,8 +76,7 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     migrate(_with_database(pg_admin_url, name))
     yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -82,8 +86,16 @@ def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     yield _with_database(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop(pg_admin_url, name)
+
+
+@pytest.fixture
+def new_database_url(pg_admin_url: str) -> Iterator[str]:
+    """The URL of a database nobody has created: the code under test creates it (bin/demo,
+    the tutorial, a failover report's new primary); dropped afterwards."""
+    name = f"ff_new_{uuid.uuid4().hex[:10]}"
+    yield _with_database(pg_admin_url, name)
+    _drop(pg_admin_url, name)
 
 
 @pytest.fixture

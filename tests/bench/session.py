@@ -39,70 +39,33 @@ from tests.bench.infra import (
     rss_mb,
 )
 from tests.bench.load import wait_http
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import free_port
 
 PREFIX = "bench"
 
-CHAIN3 = {
-    "name": "Three transforms",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {"id": "a", "type": "transform", "output": {"order": "{{ input.order_id }}"}},
-        {
-            "id": "b",
-            "type": "transform",
-            "depends_on": ["a"],
-            "output": {"order": "{{ a.order }}", "total": "{{ input.total }}"},
-        },
-        {
-            "id": "c",
-            "type": "transform",
-            "depends_on": ["b"],
-            "output": {"done": "{{ b.order }}", "total": "{{ b.total }}"},
-        },
-    ],
-}
+CHAIN3 = workflow(
+    transform("a", {"order": "{{ input.order_id }}"}),
+    transform("b", {"order": "{{ a.order }}", "total": "{{ input.total }}"}, after=("a",)),
+    transform("c", {"done": "{{ b.order }}", "total": "{{ b.total }}"}, after=("b",)),
+    name="Three transforms",
+)
 
 
 def fan_definition(stub_url: str) -> dict[str, Any]:
     """GET a local stub, then two parallel transforms, then a join."""
-    return {
-        "name": "Fetch, fan out, join",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "fetch",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{stub_url}/items/{{{{ input.order_id }}}}"},
-            },
-            {
-                "id": "left",
-                "type": "transform",
-                "depends_on": ["fetch"],
-                "output": {"price": "{{ fetch.body.price }}"},
-            },
-            {
-                "id": "right",
-                "type": "transform",
-                "depends_on": ["fetch"],
-                "output": {"total": "{{ input.total }}"},
-            },
-            {
-                "id": "join",
-                "type": "transform",
-                "depends_on": ["left", "right"],
-                "output": {"price": "{{ left.price }}", "total": "{{ right.total }}"},
-            },
-        ],
-    }
+    joined = {"price": "{{ left.price }}", "total": "{{ right.total }}"}
+    return workflow(
+        http("fetch", "GET", f"{stub_url}/items/{{{{ input.order_id }}}}"),
+        transform("left", {"price": "{{ fetch.body.price }}"}, after=("fetch",)),
+        transform("right", {"total": "{{ input.total }}"}, after=("fetch",)),
+        transform("join", joined, after=("left", "right")),
+        name="Fetch, fan out, join",
+    )
 
 
 # The sleepers' workflow: one long delay. Its rows are bulk-inserted by SQL.
-SLEEPER = {
-    "name": "Sleeper",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "sleep", "type": "delay", "duration_s": 2592000}],
-}
+SLEEPER = workflow({"id": "sleep", "type": "delay", "duration_s": 2592000}, name="Sleeper")
 
 
 # Signs the bench's resume URLs (32 bytes, base64url); the bench derives tokens with it.

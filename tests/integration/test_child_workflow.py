@@ -17,6 +17,7 @@ from flowforge.worker.retention import Retention
 from tests.faults.helpers import cli
 from tests.support import inprocess
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform
 from tests.support.processes import Process, wait_for
 from tests.support.target import Reply, Target
 
@@ -105,14 +106,7 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     target.script = lambda _r: Reply(status=400, json={"error": "no"})
     client.publish(
         "invoicing",
-        definition(
-            {
-                "id": "post",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/invoice"},
-                "retry": {"max_attempts": 1},
-            }
-        ),
+        definition(http("post", "GET", f"{target.url}/invoice", retry={"max_attempts": 1})),
     )
     client.publish("orders", parent())
     eid = client.start("orders", {"order": "o-1", "lines": 1})
@@ -128,17 +122,8 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     client.publish(
         "invoicing",
         definition(
-            {
-                "id": "post",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/invoice"},
-            },
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["post"],
-                "output": "{{ post.body }}",
-            },
+            http("post", "GET", f"{target.url}/invoice"),
+            transform("shape", "{{ post.body }}", after=("post",)),
         ),
     )
     assert client.post(f"/api/v1/executions/{eid}/retry").status_code == 202

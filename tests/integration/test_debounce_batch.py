@@ -135,12 +135,8 @@ def test_batch_splits_at_max_items_and_delivers_events_in_order(
     open_client: Any, db: psycopg.Connection
 ) -> None:
     c = open_client
-    assert (
-        c.post(
-            "/api/v1/workflows/bat/versions", json=grouped("batch", max_items=3, window_s=1)
-        ).status_code
-        == 201
-    )
+    definition = grouped("batch", max_items=3, window_s=1)
+    assert c.post("/api/v1/workflows/bat/versions", json=definition).status_code == 201
     answers = [c.post("/hooks/bat", json={"n": n}).get_json() for n in range(7)]
     ids = [a["execution_id"] for a in answers]
     assert ids[0:3] == [ids[0]] * 3 and ids[3:6] == [ids[3]] * 3 and len(set(ids)) == 3
@@ -263,12 +259,8 @@ def test_deleting_a_started_execution_deletes_its_group_and_events(
 ) -> None:
     """Retention deletes executions (worker/retention.py); their groups go with them."""
     c = open_client
-    assert (
-        c.post(
-            "/api/v1/workflows/gone/versions", json=grouped("batch", max_items=2, window_s=60)
-        ).status_code
-        == 201
-    )
+    definition = grouped("batch", max_items=2, window_s=60)
+    assert c.post("/api/v1/workflows/gone/versions", json=definition).status_code == 201
     ids = {c.post("/hooks/gone", json={"n": n}).get_json()["execution_id"] for n in range(3)}
     start_all(db)
     started = [

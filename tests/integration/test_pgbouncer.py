@@ -23,6 +23,7 @@ import pytest
 
 from flowforge.store.db import create_pool, pipelined_transaction
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.pgbouncer import PgBouncer
 from tests.support.processes import ROOT, start_api, start_worker
 from tests.support.target import Target
@@ -54,26 +55,9 @@ def test_webhooks_run_to_completion_through_pgbouncer(
     worker = start_worker(pooled_env, tmp_path / "worker.log")
     try:
         client = Api(base, api_key)
-        client.publish(
-            "relay",
-            {
-                "name": "Through the pooler",
-                "trigger": {"webhook": {"auth": "none"}},
-                "steps": [
-                    {"id": "shape", "type": "transform", "output": {"n": "{{ input.n }}"}},
-                    {
-                        "id": "call",
-                        "type": "http_request",
-                        "depends_on": ["shape"],
-                        "request": {
-                            "method": "POST",
-                            "url": f"{target.url}/n",
-                            "json": "{{ shape }}",
-                        },
-                    },
-                ],
-            },
-        )
+        shape = transform("shape", {"n": "{{ input.n }}"})
+        call = http("call", "POST", f"{target.url}/n", after=("shape",), json="{{ shape }}")
+        client.publish("relay", workflow(shape, call, name="Through the pooler"))
 
         def send(n: int) -> tuple[int, str]:
             r = client.hook("relay", {"n": n}, headers={"Idempotency-Key": f"k-{n}"})

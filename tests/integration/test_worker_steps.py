@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
-from tests.support.definitions import unsigned
+from tests.support.definitions import transform, unsigned
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -116,18 +116,13 @@ def test_parallel_branches_overlap_and_the_join_waits_for_both(client: Api, targ
 
 
 def test_false_conditions_skip_and_skips_propagate(client: Api) -> None:
+    over_100 = {"path": "a.total", "op": "gt", "value": 100}
     client.publish(
         "skip",
         unsigned(
             [
-                {"id": "a", "type": "transform", "output": {"total": "{{ input.total }}"}},
-                {
-                    "id": "big",
-                    "type": "transform",
-                    "depends_on": ["a"],
-                    "when": {"path": "a.total", "op": "gt", "value": 100},
-                    "output": "big",
-                },
+                transform("a", {"total": "{{ input.total }}"}),
+                transform("big", "big", after=("a",), when=over_100),
                 {"id": "after_big", "type": "transform", "depends_on": ["big"], "output": 1},
                 {"id": "either", "type": "transform", "depends_on": ["a", "big"], "output": 2},
                 {

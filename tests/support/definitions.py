@@ -4,28 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# One transform behind an unsigned webhook: the smallest workflow that makes executions.
-OPEN: dict[str, Any] = {
-    "name": "Open intake",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "shape", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
-
-# Two http_request steps, a GET then a POST, to port 9 of the loopback (nothing listens):
-# the worker components' tests and the relay's drive them by hand.
-CALLS: dict[str, Any] = {
-    "name": "calls",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {"id": "fetch", "type": "http_request", "request": {"url": "http://127.0.0.1:9/f"}},
-        {
-            "id": "charge",
-            "type": "http_request",
-            "request": {"method": "POST", "url": "http://127.0.0.1:9/c"},
-        },
-    ],
-}
-
 
 def unsigned(steps: list[dict[str, Any]], name: str = "t", **fields: Any) -> dict[str, Any]:
     """A definition with these steps behind an unsigned (auth "none") webhook; `fields`
@@ -62,9 +40,11 @@ def http(
     return step
 
 
-def transform(step_id: str, output: Any, *, after: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A transform step rendering `output`."""
-    step: dict[str, Any] = {"id": step_id, "type": "transform", "output": output}
+def transform(
+    step_id: str, output: Any, *, after: tuple[str, ...] = (), **fields: Any
+) -> dict[str, Any]:
+    """A transform step rendering `output`; `fields` are its other keys (`when`...)."""
+    step: dict[str, Any] = {"id": step_id, "type": "transform", "output": output, **fields}
     if after:
         step["depends_on"] = list(after)
     return step
@@ -78,3 +58,15 @@ def wait(
     if after:
         step["depends_on"] = list(after)
     return step
+
+
+# One transform behind an unsigned webhook: the smallest workflow that makes executions.
+OPEN = workflow(transform("shape", {"x": "{{ input.x }}"}), name="Open intake")
+
+# Two http_request steps, a GET then a POST, to port 9 of the loopback (nothing listens):
+# the worker components' tests and the relay's drive them by hand.
+CALLS = workflow(
+    http("fetch", "GET", "http://127.0.0.1:9/f"),
+    http("charge", "POST", "http://127.0.0.1:9/c"),
+    name="calls",
+)
