@@ -98,6 +98,16 @@ class Child:
         self._log.close()
 
 
+def interrupt(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGINT (postgres' fast shutdown, py-spy's "write the profile"), SIGKILL after timeout."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_tool(argv: Sequence[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
     """Run a short-lived tool (pgbench, wrk, rabbitmqctl); it dies with the bench."""
     return subprocess.run(
@@ -201,12 +211,7 @@ class OwnPostgres:
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then remove the data directory."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            interrupt(self.proc, 60)
         self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -36,6 +36,7 @@ from tests.bench.infra import (
     PrivateDatabase,
     PrivateVhost,
     _die_with_parent,
+    interrupt,
     rss_mb,
 )
 from tests.bench.load import wait_http
@@ -509,9 +510,4 @@ class _PySpy:
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        interrupt(self.proc, 30)

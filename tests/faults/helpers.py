@@ -128,6 +128,17 @@ def scalar(db: psycopg.Connection, sql: str, params: Mapping[str, Any] | None = 
     return row[0]
 
 
+def step_status(db: psycopg.Connection, execution_id: str, step_id: str) -> str:
+    """The status of one step's row, as the database holds it now."""
+    return str(
+        scalar(
+            db,
+            "SELECT status FROM steps WHERE execution_id = %(e)s AND step_id = %(s)s",
+            {"e": execution_id, "s": step_id},
+        )
+    )
+
+
 def succeeded_twice(db: psycopg.Connection) -> list[Any]:
     """Steps with more than one succeeded attempt: the duplicate FlowForge must never make."""
     return rows(

@@ -62,16 +62,21 @@ def _killed_at(fault: str, order: str, client: Api, workers: StartWorker, target
     return eid
 
 
+def _next_worker_finishes(client: Api, workers: StartWorker, eid: str, order: str) -> None:
+    """A fresh worker takes over and the parent ends with its child's invoice."""
+    workers()
+    done = client.wait(eid, timeout=60)
+    assert done["status"] == "succeeded", done
+    assert step(done, "done")["output"] == {"invoice": order}
+
+
 def test_a_kill_inside_the_transaction_that_creates_the_child_leaves_one_child(
     client: Api, workers: StartWorker, target: Target, db: psycopg.Connection
 ) -> None:
     eid = _killed_at("after_child_created", "o-1", client, workers, target)
     # Rolled back with the step: no child, the step still ready.
     assert _children(db, eid) == []
-    workers()
-    done = client.wait(eid, timeout=60)
-    assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-1"}
+    _next_worker_finishes(client, workers, eid, "o-1")
     [(_, status)] = _children(db, eid)
     assert status == "succeeded"
     assert len(target.requests_to("/issue/")) == 1
@@ -83,10 +88,7 @@ def test_a_kill_right_after_the_child_committed_leaves_the_parent_waiting_on_tha
     eid = _killed_at("after_child_committed", "o-3", client, workers, target)
     [(child_id, _)] = _children(db, eid)
     assert client.execution(eid)["status"] == "waiting"
-    workers()
-    done = client.wait(eid, timeout=60)
-    assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-3"}
+    _next_worker_finishes(client, workers, eid, "o-3")
     # The same child: the step's wake-up, delivered again, found it waiting.
     assert [row[0] for row in _children(db, eid)] == [child_id]
 
@@ -107,10 +109,7 @@ def test_a_kill_while_the_parent_waits_still_ends_with_one_child_and_the_parent_
     assert arrived.wait(30), "the child's request never arrived"
     first.kill()
     assert client.execution(eid)["status"] == "waiting"
-    workers()
-    done = client.wait(eid, timeout=60)
-    assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-2"}
+    _next_worker_finishes(client, workers, eid, "o-2")
     [(_, status)] = _children(db, eid)
     assert status == "succeeded"
     # The GET was repeated by the next owner of the child's step (safe to repeat).

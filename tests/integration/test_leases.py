@@ -66,14 +66,18 @@ def _run_as(db: psycopg.Connection, eid: str, owner: str, token: int) -> None:
     )
 
 
-def _seconds_left(db: psycopg.Connection, eid: str) -> float:
+def _fetch_row(db: psycopg.Connection, eid: str, columns: str) -> tuple[Any, ...]:
+    """These columns of the `fetch` step's row."""
     row = db.execute(
-        "SELECT extract(epoch FROM lease_expires_at - now()) FROM steps"
-        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        f"SELECT {columns} FROM steps WHERE execution_id = %(eid)s AND step_id = 'fetch'",
         {"eid": eid},
     ).fetchone()
     assert row is not None
-    return float(row[0])
+    return tuple(row)
+
+
+def _seconds_left(db: psycopg.Connection, eid: str) -> float:
+    return float(_fetch_row(db, eid, "extract(epoch FROM lease_expires_at - now())")[0])
 
 
 def test_renewal_needs_our_name_too_not_just_the_token(
@@ -147,13 +151,7 @@ def test_a_request_kept_back_before_sending_never_reaches_the_server(target: Tar
 
 
 def _step_row(db: psycopg.Connection, eid: str) -> tuple[Any, ...]:
-    row = db.execute(
-        "SELECT status, lease_owner, lease_expires_at > now() FROM steps"
-        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
-        {"eid": eid},
-    ).fetchone()
-    assert row is not None
-    return tuple(row)
+    return _fetch_row(db, eid, "status, lease_owner, lease_expires_at > now()")
 
 
 def test_an_expired_lease_is_not_revived_by_a_late_beat(

@@ -13,7 +13,6 @@ import contextlib
 import json
 import re
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +24,7 @@ from tests.faults.helpers import queue_depth
 from tests.support.api import Api, step
 from tests.support.definitions import http, workflow
 from tests.support.processes import Process
-from tests.support.target import Received, Reply, Target
+from tests.support.target import Received, Reply, Target, serving
 
 REFUSED = re.compile(r"^GET https?://\S+: refused, \S+ is .*loopback.*FLOWFORGE_HTTP_ALLOW")
 
@@ -76,13 +75,8 @@ def recording_server(host: str, family: socket.AddressFamily) -> Iterator[Record
         pytest.fail(f"cannot bind a recorder on {host}: {exc}")
     server.daemon_threads = True
     recorder.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield recorder
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

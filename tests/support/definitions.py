@@ -28,33 +28,28 @@ def http(
     **request: Any,
 ) -> dict[str, Any]:
     """An http_request step; extra keyword arguments go into its `request`."""
-    step: dict[str, Any] = {
-        "id": step_id,
-        "type": "http_request",
-        "request": {"method": method, "url": url, **request},
-    }
-    if after:
-        step["depends_on"] = list(after)
-    if retry is not None:
-        step["retry"] = retry
-    return step
+    fields = {} if retry is None else {"retry": retry}
+    return _step(
+        step_id, "http_request", after, request={"method": method, "url": url, **request}, **fields
+    )
 
 
 def transform(
     step_id: str, output: Any, *, after: tuple[str, ...] = (), **fields: Any
 ) -> dict[str, Any]:
     """A transform step rendering `output`; `fields` are its other keys (`when`...)."""
-    step: dict[str, Any] = {"id": step_id, "type": "transform", "output": output, **fields}
-    if after:
-        step["depends_on"] = list(after)
-    return step
+    return _step(step_id, "transform", after, output=output, **fields)
 
 
 def wait(
     step_id: str, timeout_s: float, *, after: tuple[str, ...] = (), **fields: Any
 ) -> dict[str, Any]:
     """A wait step (resumed by its URL or the API, or ended by its timeout)."""
-    step: dict[str, Any] = {"id": step_id, "type": "wait", "timeout_s": timeout_s, **fields}
+    return _step(step_id, "wait", after, timeout_s=timeout_s, **fields)
+
+
+def _step(step_id: str, kind: str, after: tuple[str, ...], **fields: Any) -> dict[str, Any]:
+    step: dict[str, Any] = {"id": step_id, "type": kind, **fields}
     if after:
         step["depends_on"] = list(after)
     return step

@@ -139,6 +139,19 @@ class Process:
 WORKER = [sys.executable, str(ROOT / "bin" / "worker")]
 
 
+def run_migrate(
+    env: Mapping[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """bin/migrate ARGS with this environment, run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bin" / "migrate"), *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def api_argv(port: int, workers: int) -> list[str]:
     """bin/api's command line on a loopback port."""
     return [
