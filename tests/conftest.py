@@ -17,7 +17,9 @@ import pytest
 from flowforge.store import apikeys
 from flowforge.store.migrate import migrate
 from flowforge.trust.sealing import parse_key
+from tests.support import inprocess
 from tests.support.api import Api
+from tests.support.inprocess import InProcess
 from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
@@ -203,6 +205,15 @@ def app_client(database_url: str) -> Iterator[Any]:
     app.extensions["flowforge.pool"].wait(timeout=10)
     yield app.test_client()
     app.extensions["flowforge.pool"].close()
+
+
+@pytest.fixture
+def in_process(app_client: Any, api_key: str, database_url: str) -> Iterator[InProcess]:
+    """FlowForge without processes: the API app and the worker's executor, driven in the
+    test's process (tests/support/inprocess.py); `Api`'s publish, start, execution, wait."""
+    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    with inprocess.executor(database_url, "test-in-process", "worker-in-process") as executor:
+        yield InProcess(app_client, executor)
 
 
 @pytest.fixture

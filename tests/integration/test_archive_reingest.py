@@ -22,6 +22,7 @@ from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, remote
 from tests.support import inprocess
 from tests.support.api import Api
+from tests.support.definitions import workflow
 from tests.support.processes import Process
 from tests.support.webhooks import sign
 
@@ -29,15 +30,8 @@ STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind 
 
 
 def definition(archive_days: float | None = 1, auth: str = "none", **extra: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "name": "orders",
-        "trigger": {"webhook": {"auth": auth}},
-        "steps": STEPS,
-        **extra,
-    }
-    if archive_days is not None:
-        doc["archive_days"] = archive_days
-    return doc
+    archive = {} if archive_days is None else {"archive_days": archive_days}
+    return workflow(*STEPS, auth=auth, **{"name": "orders", **extra, **archive})
 
 
 @pytest.fixture

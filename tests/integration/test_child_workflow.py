@@ -17,7 +17,7 @@ from flowforge.worker.retention import Retention
 from tests.faults.helpers import cli
 from tests.support import inprocess
 from tests.support.api import Api, step
-from tests.support.definitions import http, transform
+from tests.support.definitions import http, transform, unsigned
 from tests.support.processes import Process, wait_for
 from tests.support.target import Reply, Target
 
@@ -29,7 +29,7 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
 
 
 def definition(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"name": "t", "trigger": {"webhook": {"auth": "none"}}, "steps": list(steps)}
+    return unsigned(list(steps))
 
 
 def calls(workflow: str, step_id: str = "invoice", **fields: Any) -> dict[str, Any]:

@@ -14,12 +14,13 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
 
 def flow(steps: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
-    return {"name": "flow", "trigger": {"webhook": {"auth": "none"}}, "steps": steps, **options}
+    return unsigned(steps, "flow", **options)
 
 
 def call(step_id: str, url: str, method: str = "POST", **extra: Any) -> dict[str, Any]:

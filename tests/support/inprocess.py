@@ -1,17 +1,24 @@
-"""The worker's parts run in the test's own process: a pool of its own, and the
-executor with a step handled by hand, its wake-up named, with no broker and no
-bin/worker."""
+"""The worker's parts run in the test's own process: a pool of its own, the executor with
+a step handled by hand, its wake-up named, and `InProcess`, a whole FlowForge driven that
+way (the API app in-process, steps run as their wake-ups would run them), with no broker
+and no bin/api or bin/worker."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg_pool
 
 from flowforge.steps import netguard
 from flowforge.store.db import create_pool
+from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
+from flowforge.worker.timers import TimerScanner
+from tests.support.api import TERMINAL
 
 
 @contextmanager
@@ -42,3 +49,51 @@ def executor(
             allow=netguard.Allowlist.parse("127.0.0.1"),
             secret_bindings=secret_bindings or {},
         )
+
+
+class InProcess:
+    """What a behaviour test needs of FlowForge, in its own process (dramatiq's stub
+    worker, Temporal's testing/): the API app (`app_client`, signed in) and the worker's
+    executor. `wait` hands the executor each ready step of the execution, as the relay's
+    wake-ups would, and wakes due delays and back-offs as the timer scanner does. Steps
+    run one at a time: tests of concurrency, crashes and the broker keep real processes."""
+
+    def __init__(self, app_client: Any, executor: Executor) -> None:
+        self.app = app_client
+        self.executor = executor
+        self.timers = TimerScanner(executor.pool, threading.Event())
+
+    def publish(self, workflow: str, definition: dict[str, Any]) -> dict[str, Any]:
+        r = self.app.post(f"/api/v1/workflows/{workflow}/versions", json=definition)
+        assert r.status_code == 201, r.get_data(as_text=True)
+        return dict(r.get_json())
+
+    def start(self, workflow: str, payload: Any) -> str:
+        r = self.app.post(f"/hooks/{workflow}", json=payload)
+        assert r.status_code == 202, r.get_data(as_text=True)
+        return str(r.get_json()["execution_id"])
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        r = self.app.get(f"/api/v1/executions/{execution_id}")
+        assert r.status_code == 200, r.get_data(as_text=True)
+        return dict(r.get_json())
+
+    def wait(
+        self,
+        execution_id: str,
+        statuses: set[str] | str = frozenset(TERMINAL),
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Run the execution's ready steps until it reaches one of `statuses`; return it."""
+        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
+        deadline = time.monotonic() + timeout
+        while (execution := self.execution(execution_id))["status"] not in wanted:
+            ready = [s["id"] for s in execution["steps"] if s["status"] == "ready"]
+            for step_id in ready:
+                self.executor.handle(Wakeup(execution_id, step_id))
+            if not ready:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"execution {execution_id} never reached {wanted}")
+                self.timers.scan()
+                time.sleep(0.05)
+        return execution
