@@ -78,6 +78,10 @@ class InProcess:
         assert r.status_code == 200, r.get_data(as_text=True)
         return dict(r.get_json())
 
+    def post(self, path: str, body: Any = None) -> Any:
+        """The app's answer to a POST (`status_code`, `text`, `get_json()`)."""
+        return self.app.post(path, json=body)
+
     def wait(
         self,
         execution_id: str,
