@@ -4,6 +4,7 @@ the one the target receives, across a delay and a worker SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +25,8 @@ SECRET = "tok-s3cr3t-value"
 
 @pytest.fixture
 def collector() -> Iterator[Collector]:
-    server = Collector()
-    yield server
-    server.close()
+    with contextlib.closing(Collector()) as server:
+        yield server
 
 
 @pytest.fixture

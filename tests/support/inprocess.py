@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -85,7 +85,7 @@ class InProcess:
     def wait(
         self,
         execution_id: str,
-        statuses: set[str] | str = frozenset(TERMINAL),
+        statuses: Collection[str] | str = TERMINAL,
         timeout: float = 30.0,
     ) -> dict[str, Any]:
         """Run the execution's ready steps until it reaches one of `statuses`; return it."""
