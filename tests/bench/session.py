@@ -29,7 +29,6 @@ import requests
 from flowforge.store import apikeys
 from flowforge.store.migrate import migrate
 from tests.bench.infra import (
-    ROOT,
     BenchError,
     Child,
     OwnPostgres,
@@ -41,7 +40,7 @@ from tests.bench.infra import (
 )
 from tests.bench.load import wait_http
 from tests.support.definitions import http, transform, workflow
-from tests.support.processes import free_port
+from tests.support.processes import WORKER, api_argv, free_port
 
 PREFIX = "bench"
 
@@ -217,18 +216,7 @@ class Session:
 
     def start_api(self) -> None:
         port = free_port()
-        self.api = self.child(
-            "api",
-            [
-                sys.executable,
-                str(ROOT / "bin" / "api"),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(self.api_workers),
-            ],
-            self.env(),
-        )
+        self.api = self.child("api", api_argv(port, self.api_workers), self.env())
         self.api_url = f"http://127.0.0.1:{port}"
         api = self.api
         wait_http(f"{self.api_url}/healthz", api.alive, "bin/api")
@@ -236,11 +224,7 @@ class Session:
     def start_worker(self) -> Child:
         self._workers_started += 1
         self.stats_dirty = True
-        worker = self.child(
-            f"worker-{self._workers_started}",
-            [sys.executable, str(ROOT / "bin" / "worker")],
-            self.env(),
-        )
+        worker = self.child(f"worker-{self._workers_started}", WORKER, self.env())
         deadline = time.monotonic() + 60
         while '"consuming"' not in worker.log_text():
             if not worker.alive():
