@@ -51,12 +51,21 @@ def executor(
         )
 
 
+# What the relay would publish: the outbox's wake-ups, oldest first, taken out of it (the
+# test's database is its own, so every row is this test's).
+TAKE_WAKEUPS = """
+DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT 100)
+RETURNING id, execution_id, step_id
+"""
+
+
 class InProcess:
     """What a behaviour test needs of FlowForge, in its own process (dramatiq's stub
     worker, Temporal's testing/): the API app (`app_client`, signed in) and the worker's
-    executor. `wait` hands the executor each ready step of the execution, as the relay's
-    wake-ups would, and wakes due delays and back-offs as the timer scanner does. Steps
-    run one at a time: tests of concurrency, crashes and the broker keep real processes."""
+    executor. `wait` hands the executor the outbox's wake-ups (the execution's, its
+    children's, its map items'), as the relay and the consumer would, and wakes due
+    delays and back-offs as the timer scanner does. Steps run one at a time: tests of
+    concurrency, crashes and the broker keep real processes."""
 
     def __init__(self, app_client: Any, executor: Executor) -> None:
         self.app = app_client
@@ -92,10 +101,11 @@ class InProcess:
         wanted = {statuses} if isinstance(statuses, str) else set(statuses)
         deadline = time.monotonic() + timeout
         while (execution := self.execution(execution_id))["status"] not in wanted:
-            ready = [s["id"] for s in execution["steps"] if s["status"] == "ready"]
-            for step_id in ready:
-                self.executor.handle(Wakeup(execution_id, step_id))
-            if not ready:
+            with self.executor.pool.connection() as conn:
+                wakeups = sorted(conn.execute(TAKE_WAKEUPS).fetchall())
+            for _id, woken, step_id in wakeups:
+                self.executor.handle(Wakeup(str(woken), step_id))
+            if not wakeups:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"execution {execution_id} never reached {wanted}")
                 self.timers.scan()
