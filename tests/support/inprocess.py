@@ -97,17 +97,17 @@ class InProcess:
         statuses: Collection[str] | str = TERMINAL,
         timeout: float = 30.0,
     ) -> dict[str, Any]:
-        """Run the execution's ready steps until it reaches one of `statuses`; return it."""
+        """Run what is woken until the execution reaches one of `statuses`; return it."""
         wanted = {statuses} if isinstance(statuses, str) else set(statuses)
         deadline = time.monotonic() + timeout
         while (execution := self.execution(execution_id))["status"] not in wanted:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execution {execution_id} never reached {wanted}")
             with self.executor.pool.connection() as conn:
                 wakeups = sorted(conn.execute(TAKE_WAKEUPS).fetchall())
             for _id, woken, step_id in wakeups:
                 self.executor.handle(Wakeup(str(woken), step_id))
             if not wakeups:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"execution {execution_id} never reached {wanted}")
                 self.timers.scan()
                 time.sleep(0.05)
         return execution
