@@ -17,7 +17,9 @@ import pytest
 from flowforge.store import apikeys
 from flowforge.store.migrate import migrate
 from flowforge.trust.sealing import parse_key
+from tests.support import inprocess
 from tests.support.api import Api
+from tests.support.inprocess import InProcess
 from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
@@ -32,6 +34,11 @@ from tests.support.target import Target
 
 def _with_database(url: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=name)
+
+
+def _drop(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 UNIT = Path(__file__).parent / "unit"
@@ -71,8 +78,7 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     migrate(_with_database(pg_admin_url, name))
     yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -82,8 +88,16 @@ def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
     yield _with_database(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _drop(pg_admin_url, name)
+
+
+@pytest.fixture
+def new_database_url(pg_admin_url: str) -> Iterator[str]:
+    """The URL of a database nobody has created: the code under test creates it (bin/demo,
+    the tutorial, a failover report's new primary); dropped afterwards."""
+    name = f"ff_new_{uuid.uuid4().hex[:10]}"
+    yield _with_database(pg_admin_url, name)
+    _drop(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -191,6 +205,15 @@ def app_client(database_url: str) -> Iterator[Any]:
     app.extensions["flowforge.pool"].wait(timeout=10)
     yield app.test_client()
     app.extensions["flowforge.pool"].close()
+
+
+@pytest.fixture
+def in_process(app_client: Any, api_key: str, database_url: str) -> Iterator[InProcess]:
+    """FlowForge without processes: the API app and the worker's executor, driven in the
+    test's process (tests/support/inprocess.py); `Api`'s publish, start, execution, wait."""
+    app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
+    with inprocess.executor(database_url, "test-in-process", "worker-in-process") as executor:
+        yield InProcess(app_client, executor)
 
 
 @pytest.fixture

@@ -223,7 +223,7 @@ class Variable:
 
 
 # Every variable FlowForge reads, in the order a newcomer needs them. The reference page is
-# generated from this list and Settings' defaults (python -m tests.support.reference), and
+# generated from this list and Settings' defaults (python -m flowforge.cli.reference), and
 # tests/unit/test_reference_docs.py fails when a FLOWFORGE_* name in the code is missing.
 VARIABLES = (
     Variable("FLOWFORGE_DATABASE_URL", "PostgreSQL, as a libpq URL", "database_url"),

@@ -15,7 +15,6 @@ asserted. The database is dropped afterwards.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import uuid
@@ -23,7 +22,7 @@ from typing import Any
 
 import requests
 
-from tests.bench.intake_alone import api_alone, closed_loop
+from tests.bench.intake_alone import api_alone, closed_loop, closed_loop_arguments
 
 STEPS = [{"id": "keep", "type": "transform", "output": {"c": "{{ input.customer }}"}}]
 
@@ -54,9 +53,7 @@ def phase(url: str, seconds: float, senders: int, keys: int) -> tuple[float, int
 
 def main() -> None:
     """Measure and print; see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--senders", type=int, default=8)
+    parser = closed_loop_arguments(__doc__)
     parser.add_argument("--keys", type=int, default=100)
     args = parser.parse_args()
     figures: dict[str, Any] = {}

@@ -27,6 +27,7 @@ import requests
 
 from tests.bench.infra import ADMIN_DATABASE, BenchError
 from tests.bench.session import Session
+from tests.support.definitions import unsigned
 
 CHAIN = [
     {"id": "shape", "type": "transform", "output": {"n": "{{ input.n }}"}},
@@ -48,7 +49,7 @@ WHERE w.key = %s AND e.status = 'succeeded'
 
 
 def _workflow(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"name": "fan-out bench", "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
+    return unsigned(steps, "fan-out bench")
 
 
 def _mapped(items: int) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from urllib.parse import quote
 
 import psycopg
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_DATABASE = "postgresql://postgres@127.0.0.1:5432/postgres"
 AMQP_ADDRESS = "127.0.0.1:5672"
@@ -96,6 +98,16 @@ class Child:
         self._log.close()
 
 
+def interrupt(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGINT (postgres' fast shutdown, py-spy's "write the profile"), SIGKILL after timeout."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_tool(argv: Sequence[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
     """Run a short-lived tool (pgbench, wrk, rabbitmqctl); it dies with the bench."""
     return subprocess.run(
@@ -140,7 +152,7 @@ class OwnPostgres:
         self.bindir = _pg_bindir()
         self.root = Path(tempfile.mkdtemp(prefix="ff-bench-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         settings = _local_settings(like_url)
         owner = _postgres_owner()
         if owner is not None:
@@ -199,12 +211,7 @@ class OwnPostgres:
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then remove the data directory."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            interrupt(self.proc, 60)
         self._log.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -254,14 +261,6 @@ def _as_user(owner: tuple[int, int] | None) -> Any:
             os.setuid(owner[0])
 
     return preexec
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

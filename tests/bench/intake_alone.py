@@ -4,6 +4,7 @@ loop. Figures, not tests: nothing here asserts."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import threading
@@ -67,3 +68,11 @@ def closed_loop(
     for thread in threads:
         thread.join()
     return sum(accepted) / (time.monotonic() - started), sum(refused)
+
+
+def closed_loop_arguments(description: str) -> argparse.ArgumentParser:
+    """A closed-loop bench's command line: `--seconds` per phase, `--senders` threads."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--senders", type=int, default=8)
+    return parser

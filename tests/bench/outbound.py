@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -41,9 +40,10 @@ from flowforge.store import apikeys
 from flowforge.store.migrate import migrate
 from tests.bench.infra import PrivateDatabase
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.processes import TEST_ENCRYPTION_KEY, TEST_RESUME_KEY, start_api, start_worker
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
-from tests.support.target import Received, Reply, Target
+from tests.support.target import InFlight, Target, most_in_any_second
 from tests.support.tls import make_test_ca
 
 ADMIN_URL = os.environ.get("FLOWFORGE_TEST_DATABASE_URL") or LOCAL_DATABASE
@@ -55,24 +55,6 @@ WHERE datname = current_database() AND application_name LIKE 'flowforge-worker%%
 # Ended either way: a drain that lost some executions must still end (and say so).
 DONE = "SELECT count(*) FROM executions WHERE status IN ('succeeded', 'failed', 'needs_attention')"
 SUCCEEDED = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
-
-
-class Slow:
-    """Answers after `delay_s`, counting requests in flight."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
-        self.now = self.most = 0
-        self.lock = threading.Lock()
-
-    def __call__(self, _request: Received) -> Reply:
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        time.sleep(self.delay_s)
-        with self.lock:
-            self.now -= 1
-        return Reply(json={"ok": True})
 
 
 def rss_kib(pid: int) -> int:
@@ -146,8 +128,7 @@ def cpu_s(pid: int) -> float:
 
 
 def one_request(url: str) -> dict[str, Any]:
-    call = {"id": "call", "type": "http_request", "request": {"url": url}}
-    return {"name": "one", "trigger": {"webhook": {"auth": "none"}}, "steps": [call]}
+    return workflow(http("call", "GET", url), name="one")
 
 
 def drain(folder: Path, concurrency: int, delay_s: float, count: int, pool: int) -> dict[str, Any]:
@@ -155,7 +136,7 @@ def drain(folder: Path, concurrency: int, delay_s: float, count: int, pool: int)
     after `delay_s`; the figures of that drain."""
     setup = Setup(folder)
     target = Target()
-    slow = Slow(delay_s)
+    slow = InFlight(delay_s)
     target.script = slow
     try:
         setup.backlog("one", one_request(f"{target.url}/s"), count)
@@ -274,35 +255,20 @@ def rate_limit(folder: Path, rate: int, workers: int, count: int) -> dict[str, A
     setup = Setup(folder)
     target = Target()
     try:
-        call = {
-            "id": "call",
-            "type": "http_request",
-            "limit": "partner",
-            "request": {"url": f"{target.url}/r"},
-        }
-        definition = {
-            "name": "rated",
-            "trigger": {"webhook": {"auth": "none"}},
-            "limits": {"partner": {"rate_per_s": rate}},
-            "steps": [call],
-        }
+        call = {**http("call", "GET", f"{target.url}/r"), "limit": "partner"}
+        definition = workflow(call, name="rated", limits={"partner": {"rate_per_s": rate}})
         setup.backlog("rated", definition, count)
         for _ in range(workers):
             setup.worker(FLOWFORGE_WORKER_CONCURRENCY="32")
         while setup.db.execute(DONE).fetchone()[0] < count:
             time.sleep(0.2)
         times = sorted(r.at for r in target.received)
-        most, first = 0, 0
-        for last, at in enumerate(times):
-            while at - times[first] >= 1.0:
-                first += 1
-            most = max(most, last - first + 1)
         return {
             "rate_per_s": rate,
             "workers": workers,
             "executions": count,
             "achieved_per_s": (len(times) - 1) / (times[-1] - times[0]),
-            "most_in_any_second": most,
+            "most_in_any_second": most_in_any_second(times),
         }
     finally:
         target.close()

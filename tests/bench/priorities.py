@@ -22,6 +22,7 @@ import requests
 
 from tests.bench.infra import BenchError
 from tests.bench.session import Session
+from tests.support.definitions import http, workflow
 
 LOW, HIGH = 0, 50
 HIGH_COUNT = 100
@@ -29,12 +30,11 @@ HIGH_RATE = 50.0  # webhooks per second, open loop, while the backlog drains
 
 
 def definition(stub_url: str) -> dict[str, Any]:
-    return {
-        "name": "One GET, priority from the input",
-        "trigger": {"webhook": {"auth": "none"}},
-        "priority": "{{ input.priority }}",
-        "steps": [{"id": "get", "type": "http_request", "request": {"url": f"{stub_url}/x"}}],
-    }
+    return workflow(
+        http("get", "GET", f"{stub_url}/x"),
+        name="One GET, priority from the input",
+        priority="{{ input.priority }}",
+    )
 
 
 def publish(session: Session, stub_url: str) -> None:

@@ -27,6 +27,7 @@ from flowforge.store import waits
 from tests.bench.figures import Stub
 from tests.bench.infra import ADMIN_DATABASE, BenchError
 from tests.bench.session import RESUME_KEY, Session
+from tests.support.definitions import http, wait, workflow
 
 LATENCY = """
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99)
@@ -39,19 +40,11 @@ FROM (SELECT extract(epoch FROM s.started_at - r.applied_at) * 1000 AS d
 
 def definition(stub_url: str) -> dict[str, Any]:
     """A wait step, then the step whose start is measured."""
-    return {
-        "name": "Resume latency",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "approval", "type": "wait", "timeout_s": 3600},
-            {
-                "id": "next",
-                "type": "http_request",
-                "depends_on": ["approval"],
-                "request": {"method": "GET", "url": f"{stub_url}/next"},
-            },
-        ],
-    }
+    return workflow(
+        wait("approval", 3600),
+        http("next", "GET", f"{stub_url}/next", after=("approval",)),
+        name="Resume latency",
+    )
 
 
 def _count(session: Session, sql: str) -> int:

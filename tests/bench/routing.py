@@ -13,13 +13,12 @@ not a test: nothing is asserted. The database is dropped afterwards.
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 
 import requests
 
-from tests.bench.intake_alone import api_alone, closed_loop
+from tests.bench.intake_alone import api_alone, closed_loop, closed_loop_arguments
 from tests.support.webhooks import github_header
 
 SECRET = "bench-routing-secret-0123456789"
@@ -52,9 +51,7 @@ def phase(url: str, seconds: float, senders: int) -> tuple[float, int]:
 
 def main() -> None:
     """Measure and print; see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--senders", type=int, default=8)
+    parser = closed_loop_arguments(__doc__)
     args = parser.parse_args()
     with api_alone() as (session, base):
         names = [f"sub-{i}" for i in range(5)] + ["plain"]

@@ -29,80 +29,43 @@ import requests
 from flowforge.store import apikeys
 from flowforge.store.migrate import migrate
 from tests.bench.infra import (
-    ROOT,
     BenchError,
     Child,
     OwnPostgres,
     PrivateDatabase,
     PrivateVhost,
     _die_with_parent,
+    interrupt,
     rss_mb,
 )
 from tests.bench.load import wait_http
-from tests.support.processes import free_port
+from tests.support.definitions import http, transform, workflow
+from tests.support.processes import WORKER, api_argv, free_port
 
 PREFIX = "bench"
 
-CHAIN3 = {
-    "name": "Three transforms",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {"id": "a", "type": "transform", "output": {"order": "{{ input.order_id }}"}},
-        {
-            "id": "b",
-            "type": "transform",
-            "depends_on": ["a"],
-            "output": {"order": "{{ a.order }}", "total": "{{ input.total }}"},
-        },
-        {
-            "id": "c",
-            "type": "transform",
-            "depends_on": ["b"],
-            "output": {"done": "{{ b.order }}", "total": "{{ b.total }}"},
-        },
-    ],
-}
+CHAIN3 = workflow(
+    transform("a", {"order": "{{ input.order_id }}"}),
+    transform("b", {"order": "{{ a.order }}", "total": "{{ input.total }}"}, after=("a",)),
+    transform("c", {"done": "{{ b.order }}", "total": "{{ b.total }}"}, after=("b",)),
+    name="Three transforms",
+)
 
 
 def fan_definition(stub_url: str) -> dict[str, Any]:
     """GET a local stub, then two parallel transforms, then a join."""
-    return {
-        "name": "Fetch, fan out, join",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "fetch",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{stub_url}/items/{{{{ input.order_id }}}}"},
-            },
-            {
-                "id": "left",
-                "type": "transform",
-                "depends_on": ["fetch"],
-                "output": {"price": "{{ fetch.body.price }}"},
-            },
-            {
-                "id": "right",
-                "type": "transform",
-                "depends_on": ["fetch"],
-                "output": {"total": "{{ input.total }}"},
-            },
-            {
-                "id": "join",
-                "type": "transform",
-                "depends_on": ["left", "right"],
-                "output": {"price": "{{ left.price }}", "total": "{{ right.total }}"},
-            },
-        ],
-    }
+    joined = {"price": "{{ left.price }}", "total": "{{ right.total }}"}
+    return workflow(
+        http("fetch", "GET", f"{stub_url}/items/{{{{ input.order_id }}}}"),
+        transform("left", {"price": "{{ fetch.body.price }}"}, after=("fetch",)),
+        transform("right", {"total": "{{ input.total }}"}, after=("fetch",)),
+        transform("join", joined, after=("left", "right")),
+        name="Fetch, fan out, join",
+    )
 
 
 # The sleepers' workflow: one long delay. Its rows are bulk-inserted by SQL.
-SLEEPER = {
-    "name": "Sleeper",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "sleep", "type": "delay", "duration_s": 2592000}],
-}
+SLEEPER = workflow({"id": "sleep", "type": "delay", "duration_s": 2592000}, name="Sleeper")
 
 
 # Signs the bench's resume URLs (32 bytes, base64url); the bench derives tokens with it.
@@ -253,18 +216,7 @@ class Session:
 
     def start_api(self) -> None:
         port = free_port()
-        self.api = self.child(
-            "api",
-            [
-                sys.executable,
-                str(ROOT / "bin" / "api"),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(self.api_workers),
-            ],
-            self.env(),
-        )
+        self.api = self.child("api", api_argv(port, self.api_workers), self.env())
         self.api_url = f"http://127.0.0.1:{port}"
         api = self.api
         wait_http(f"{self.api_url}/healthz", api.alive, "bin/api")
@@ -272,11 +224,7 @@ class Session:
     def start_worker(self) -> Child:
         self._workers_started += 1
         self.stats_dirty = True
-        worker = self.child(
-            f"worker-{self._workers_started}",
-            [sys.executable, str(ROOT / "bin" / "worker")],
-            self.env(),
-        )
+        worker = self.child(f"worker-{self._workers_started}", WORKER, self.env())
         deadline = time.monotonic() + 60
         while '"consuming"' not in worker.log_text():
             if not worker.alive():
@@ -546,9 +494,4 @@ class _PySpy:
     def __exit__(self, *exc: object) -> None:
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        interrupt(self.proc, 30)

@@ -2,7 +2,7 @@
 
 chain3 executions driven end to end with tracing off, then with bin/api and bin/worker
 restarted with OTEL_TRACES_EXPORTER=otlp exporting every span over OTLP/HTTP to a
-collector in the bench process (127.0.0.1, it counts and discards), alternately, in one
+collector in the bench process (127.0.0.1, tests/support/otlp.py), alternately, in one
 run and one database: a pair's two figures are minutes apart at most, so the shared
 machine's drift stays out of their ratio. The figure is CPU per execution; the API's and
 the worker's own CPU is what tracing adds to FlowForge (the collector's is the bench's).
@@ -11,14 +11,13 @@ the worker's own CPU is what tracing adds to FlowForge (the collector's is the b
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.bench import figures
 from tests.bench.session import CHAIN3, Session
+from tests.support.otlp import Collector
 
 CHAIN3_COUNT = {"quick": 600, "full": 3000}
 ROUNDS = {"quick": 2, "full": 3}
@@ -27,43 +26,6 @@ ROUNDS = {"quick": 2, "full": 3}
 EXPORT_S = 6.0
 # Off even when the bench's own environment names an exporter.
 OFF = {"OTEL_TRACES_EXPORTER": "none"}
-
-
-class Collector:
-    """An OTLP/HTTP receiver that counts the spans it is sent."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        self.spans = 0
-        lock = threading.Lock()
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                count = sum(
-                    len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
-                )
-                with lock:
-                    collector.spans += count
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _restart(s: Session, tracing_env: dict[str, str]) -> None:
@@ -114,11 +76,11 @@ def run(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 figures.executions(s, "chain3", 50, connections, measure_commits=False)
                 if name == "on":
                     time.sleep(EXPORT_S)
-                before = collector.spans
+                before = collector.count()
                 pair[name] = _measure(s, count, connections)
                 if name == "on":
                     time.sleep(EXPORT_S)
-                pair[name]["spans"] = collector.spans - before
+                pair[name]["spans"] = collector.count() - before
                 log(
                     f"tracing {name} [{n + 1}/{rounds}]: {pair[name]['per_s']:.0f}/s, "
                     f"{pair[name]['cpu_ms']:.2f} ms CPU per chain3 "

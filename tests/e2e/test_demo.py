@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import subprocess
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,18 +36,9 @@ def busy_port() -> Iterator[int]:
     server.server_close()
 
 
-@pytest.fixture
-def demo_database(pg_admin_url: str) -> Iterator[str]:
-    """A database that does not exist yet: bin/demo creates it."""
-    name = f"ff_demo_{uuid.uuid4().hex[:10]}"
-    yield psycopg.conninfo.make_conninfo(pg_admin_url, dbname=name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_demo_moves_off_a_busy_port_and_runs_again_without_new_keys_or_versions(
     busy_port: int,
-    demo_database: str,
+    new_database_url: str,
     amqp_url: str,
     amqp_prefix: str,
     tmp_path: Path,
@@ -56,7 +46,7 @@ def test_demo_moves_off_a_busy_port_and_runs_again_without_new_keys_or_versions(
 ) -> None:
     demo_env = {
         **{k: v for k, v in env.items() if not k.startswith("FLOWFORGE_")},
-        "FLOWFORGE_DATABASE_URL": demo_database,
+        "FLOWFORGE_DATABASE_URL": new_database_url,
         "FLOWFORGE_AMQP_URL": amqp_url,
         "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
         "FLOWFORGE_DEMO_DIR": str(tmp_path / "demo"),
@@ -83,7 +73,7 @@ def test_demo_moves_off_a_busy_port_and_runs_again_without_new_keys_or_versions(
     assert "created an API key" in first and "== publish docs/examples/order-sync.json" in first
     assert "reusing the demo's API key" in second
     assert "version 1 is already docs/examples/order-sync.json" in second
-    with psycopg.connect(demo_database) as db:
+    with psycopg.connect(new_database_url) as db:
         assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (1,)
         assert db.execute("SELECT count(*) FROM workflow_versions").fetchone() == (1,)
         statuses = db.execute("SELECT status FROM executions").fetchall()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.target import Target
 
 # In the fast lane (bin/test --fast, docs/howto/develop.md).
@@ -16,37 +17,23 @@ def test_webhook_runs_a_workflow_to_completion(api, api_key, workers, target: Ta
     workers()
     client.publish(
         "orders",
-        {
-            "name": "Order sync",
-            "trigger": {"webhook": {"auth": "none"}},
-            "steps": [
-                {
-                    "id": "lookup",
-                    "type": "http_request",
-                    "request": {
-                        "method": "GET",
-                        "url": f"{target.url}/orders/{{{{ input.order_id }}}}",
-                    },
-                },
-                {
-                    "id": "shape",
-                    "type": "transform",
-                    "depends_on": ["lookup"],
-                    "output": {"order": "{{ lookup.body.ok }}", "id": "{{ input.order_id }}"},
-                },
-                {
-                    "id": "notify",
-                    "type": "http_request",
-                    "depends_on": ["shape"],
-                    "request": {
-                        "method": "POST",
-                        "url": f"{target.url}/notify",
-                        "json": "{{ shape }}",
-                        "idempotency_key": "{{ execution.id }}-notify",
-                    },
-                },
-            ],
-        },
+        workflow(
+            http("lookup", "GET", f"{target.url}/orders/{{{{ input.order_id }}}}"),
+            transform(
+                "shape",
+                {"order": "{{ lookup.body.ok }}", "id": "{{ input.order_id }}"},
+                after=("lookup",),
+            ),
+            http(
+                "notify",
+                "POST",
+                f"{target.url}/notify",
+                after=("shape",),
+                json="{{ shape }}",
+                idempotency_key="{{ execution.id }}-notify",
+            ),
+            name="Order sync",
+        ),
     )
     eid = client.start("orders", {"order_id": "A 1"})
     done = client.wait(eid)

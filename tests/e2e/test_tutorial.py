@@ -16,13 +16,11 @@ import os
 import re
 import signal
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
+from tests.support.checkout import fresh_copy
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,34 +69,8 @@ def test_expectations_match_in_order_within_a_line() -> None:
     assert unmatched(["charge ... x error"], output) == ["charge ... x error"]
 
 
-def fresh_copy(destination: Path) -> None:
-    """What a clone holds: tracked and new files, nothing ignored (no .venv, no logs)."""
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, files):
-        source = ROOT / os.fsdecode(name)
-        if source.is_file():
-            target = destination / os.fsdecode(name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
-            target.chmod(source.stat().st_mode)
-
-
-@pytest.fixture
-def private_database(pg_admin_url: str) -> Iterator[str]:
-    """A database name nobody uses, created by the tutorial itself, dropped after."""
-    name = f"ff_tutorial_{uuid.uuid4().hex[:10]}"
-    yield psycopg.conninfo.make_conninfo(pg_admin_url, dbname=name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_the_tutorial_pasted_into_a_fresh_shell_prints_what_it_says(
-    tmp_path: Path, private_database: str, amqp_url: str, amqp_prefix: str
+    tmp_path: Path, new_database_url: str, amqp_url: str, amqp_prefix: str
 ) -> None:
     text = TUTORIAL.read_text(encoding="utf-8")
     script = "\n".join(sh_blocks(text))
@@ -111,7 +83,7 @@ def test_the_tutorial_pasted_into_a_fresh_shell_prints_what_it_says(
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
-        "FLOWFORGE_DATABASE_URL": private_database,
+        "FLOWFORGE_DATABASE_URL": new_database_url,
         "FLOWFORGE_AMQP_URL": amqp_url,
         "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
         "PORT": str(port),
@@ -145,7 +117,7 @@ def test_the_tutorial_pasted_into_a_fresh_shell_prints_what_it_says(
     # Nothing the page does not announce: no tracebacks, no curl retry noise.
     assert "Traceback" not in log and "curl: (" not in log, log
 
-    with psycopg.connect(private_database) as db:
+    with psycopg.connect(new_database_url) as db:
         statuses = dict(
             db.execute(
                 "SELECT e.idempotency_key, e.status FROM executions e"

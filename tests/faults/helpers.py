@@ -17,44 +17,16 @@ import pika
 import psycopg
 import requests
 
+# The definition builders live in tests/support/definitions.py; re-exported for the fault
+# tests that import them from here.
+from tests.support.definitions import http as http
+from tests.support.definitions import workflow as workflow
 from tests.support.processes import Process, wait_for
 from tests.support.webhooks import sign
 
 FLOWFORGE = str(Path(sys.executable).parent / "flowforge")
 # The `workers` fixture: workers(**extra_env) starts a real bin/worker.
 StartWorker = Callable[..., Process]
-
-
-# ---- workflow definitions ------------------------------------------------------------
-
-
-def workflow(
-    *steps: dict[str, Any], auth: str = "none", name: str = "fault test"
-) -> dict[str, Any]:
-    """A definition with a webhook trigger (unsigned unless asked)."""
-    return {"name": name, "trigger": {"webhook": {"auth": auth}}, "steps": list(steps)}
-
-
-def http(
-    step_id: str,
-    method: str,
-    url: str,
-    *,
-    after: tuple[str, ...] = (),
-    retry: dict[str, Any] | None = None,
-    **request: Any,
-) -> dict[str, Any]:
-    """An http_request step; extra keyword arguments go into its `request`."""
-    step: dict[str, Any] = {
-        "id": step_id,
-        "type": "http_request",
-        "request": {"method": method, "url": url, **request},
-    }
-    if after:
-        step["depends_on"] = list(after)
-    if retry is not None:
-        step["retry"] = retry
-    return step
 
 
 # ---- the operator CLI ----------------------------------------------------------------
@@ -154,6 +126,17 @@ def scalar(db: psycopg.Connection, sql: str, params: Mapping[str, Any] | None = 
     row = db.execute(sql, params or {}).fetchone()
     assert row is not None
     return row[0]
+
+
+def step_status(db: psycopg.Connection, execution_id: str, step_id: str) -> str:
+    """The status of one step's row, as the database holds it now."""
+    return str(
+        scalar(
+            db,
+            "SELECT status FROM steps WHERE execution_id = %(e)s AND step_id = %(s)s",
+            {"e": execution_id, "s": step_id},
+        )
+    )
 
 
 def succeeded_twice(db: psycopg.Connection) -> list[Any]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import psycopg
 
-from tests.faults.helpers import StartWorker, http, logged, queue_depth, succeeded_twice, workflow
+from tests.faults.helpers import StartWorker, logged, queue_depth, succeeded_twice
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Target
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.processes import start_api, start_worker
 from tests.support.rabbitcluster import RabbitCluster
 from tests.support.target import Target
@@ -36,17 +37,8 @@ def test_progress_continues_after_the_queue_leader_node_is_killed(
     worker = start_worker(clustered, tmp_path / "worker.log")
     try:
         client = Api(base, api_key)
-        client.publish(
-            "call",
-            {
-                "name": "One call",
-                "trigger": {"webhook": {"auth": "none"}},
-                # An http step always travels through RabbitMQ (pure ones may run inline).
-                "steps": [
-                    {"id": "c", "type": "http_request", "request": {"url": f"{target.url}/c"}}
-                ],
-            },
-        )
+        # An http step always travels through RabbitMQ (pure ones may run inline).
+        client.publish("call", workflow(http("c", "GET", f"{target.url}/c"), name="One call"))
         assert client.wait(client.start("call", {}))["status"] == "succeeded"
         leader = cluster.leader_of(f"{env['FLOWFORGE_AMQP_PREFIX']}.steps")
         leader.kill()

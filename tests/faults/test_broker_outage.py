@@ -18,15 +18,9 @@ import pytest
 
 from flowforge.errors import BrokerUnavailable
 from flowforge.worker import broker
-from tests.faults.helpers import (
-    StartWorker,
-    http,
-    logged,
-    scalar,
-    wait_logged,
-    workflow,
-)
+from tests.faults.helpers import StartWorker, logged, scalar, wait_logged
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.own_servers import OwnRabbitMQ
 from tests.support.processes import Process, wait_for

@@ -16,8 +16,9 @@ from typing import Any
 
 import psycopg
 
-from tests.faults.helpers import StartWorker, workflow
+from tests.faults.helpers import StartWorker
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -26,30 +27,20 @@ def _publish(client: Api, target: Target) -> None:
     client.publish(
         "invoicing",
         workflow(
-            {
-                "id": "issue",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/issue/{{{{ input.order }}}}"},
-                "retry": {"max_attempts": 5, "initial_interval_s": 0.2},
-            },
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["issue"],
-                "output": "{{ issue.body }}",
-            },
+            http(
+                "issue",
+                "GET",
+                f"{target.url}/issue/{{{{ input.order }}}}",
+                retry={"max_attempts": 5, "initial_interval_s": 0.2},
+            ),
+            transform("shape", "{{ issue.body }}", after=("issue",)),
         ),
     )
     client.publish(
         "orders",
         workflow(
             {"id": "invoice", "type": "workflow", "workflow": "invoicing", "input": "{{ input }}"},
-            {
-                "id": "done",
-                "type": "transform",
-                "depends_on": ["invoice"],
-                "output": "{{ invoice }}",
-            },
+            transform("done", "{{ invoice }}", after=("invoice",)),
         ),
     )
 
@@ -60,21 +51,32 @@ def _children(db: psycopg.Connection, parent_id: str) -> list[Any]:
     ).fetchall()
 
 
-def test_a_kill_inside_the_transaction_that_creates_the_child_leaves_one_child(
-    client: Api, workers: StartWorker, target: Target, db: psycopg.Connection
-) -> None:
+def _killed_at(fault: str, order: str, client: Api, workers: StartWorker, target: Target) -> str:
+    """Start an order under a worker armed to die at `fault`; its execution once it died."""
     target.script = lambda r: Reply(json={"invoice": r.path.rsplit("/", 1)[1]})
     _publish(client, target)
-    doomed = workers(FLOWFORGE_FAULTS="after_child_created=kill")
-    eid = client.start("orders", {"order": "o-1"})
+    doomed = workers(FLOWFORGE_FAULTS=f"{fault}=kill")
+    eid = client.start("orders", {"order": order})
     wait_for(lambda: doomed.popen.poll() is not None, timeout=30, message="the kill")
-    assert "after_child_created" in doomed.log()
-    # Rolled back with the step: no child, the step still ready.
-    assert _children(db, eid) == []
+    assert fault in doomed.log()
+    return eid
+
+
+def _next_worker_finishes(client: Api, workers: StartWorker, eid: str, order: str) -> None:
+    """A fresh worker takes over and the parent ends with its child's invoice."""
     workers()
     done = client.wait(eid, timeout=60)
     assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-1"}
+    assert step(done, "done")["output"] == {"invoice": order}
+
+
+def test_a_kill_inside_the_transaction_that_creates_the_child_leaves_one_child(
+    client: Api, workers: StartWorker, target: Target, db: psycopg.Connection
+) -> None:
+    eid = _killed_at("after_child_created", "o-1", client, workers, target)
+    # Rolled back with the step: no child, the step still ready.
+    assert _children(db, eid) == []
+    _next_worker_finishes(client, workers, eid, "o-1")
     [(_, status)] = _children(db, eid)
     assert status == "succeeded"
     assert len(target.requests_to("/issue/")) == 1
@@ -83,17 +85,10 @@ def test_a_kill_inside_the_transaction_that_creates_the_child_leaves_one_child(
 def test_a_kill_right_after_the_child_committed_leaves_the_parent_waiting_on_that_child(
     client: Api, workers: StartWorker, target: Target, db: psycopg.Connection
 ) -> None:
-    target.script = lambda r: Reply(json={"invoice": r.path.rsplit("/", 1)[1]})
-    _publish(client, target)
-    doomed = workers(FLOWFORGE_FAULTS="after_child_committed=kill")
-    eid = client.start("orders", {"order": "o-3"})
-    wait_for(lambda: doomed.popen.poll() is not None, timeout=30, message="the kill")
+    eid = _killed_at("after_child_committed", "o-3", client, workers, target)
     [(child_id, _)] = _children(db, eid)
     assert client.execution(eid)["status"] == "waiting"
-    workers()
-    done = client.wait(eid, timeout=60)
-    assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-3"}
+    _next_worker_finishes(client, workers, eid, "o-3")
     # The same child: the step's wake-up, delivered again, found it waiting.
     assert [row[0] for row in _children(db, eid)] == [child_id]
 
@@ -114,10 +109,7 @@ def test_a_kill_while_the_parent_waits_still_ends_with_one_child_and_the_parent_
     assert arrived.wait(30), "the child's request never arrived"
     first.kill()
     assert client.execution(eid)["status"] == "waiting"
-    workers()
-    done = client.wait(eid, timeout=60)
-    assert done["status"] == "succeeded", done
-    assert step(done, "done")["output"] == {"invoice": "o-2"}
+    _next_worker_finishes(client, workers, eid, "o-2")
     [(_, status)] = _children(db, eid)
     assert status == "succeeded"
     # The GET was repeated by the next owner of the child's step (safe to repeat).

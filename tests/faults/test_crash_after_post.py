@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import time
 
-from tests.faults.helpers import StartWorker, cli, http, workflow
+from tests.faults.helpers import StartWorker, cli
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 

@@ -19,8 +19,9 @@ import psycopg
 import pytest
 import requests
 
-from tests.faults.helpers import StartWorker, http, is_problem, workflow
+from tests.faults.helpers import StartWorker, is_problem
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.own_servers import OwnPostgres
 from tests.support.processes import start_api, wait_for
 from tests.support.target import Target

@@ -15,8 +15,9 @@ import threading
 import time
 
 from flowforge.store.db import create_pool
-from tests.faults.helpers import StartWorker, http, logged, workflow
+from tests.faults.helpers import StartWorker, logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
 from tests.support.services import through_proxy

@@ -7,7 +7,6 @@ debounce key and per batch of max_items, every event in one of them, none twice.
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +16,7 @@ import psycopg
 import requests
 
 from tests.support.api import TERMINAL, Api
-from tests.support.processes import ROOT, Process, start_api, wait_for
+from tests.support.processes import WORKER, Process, start_api, wait_for
 
 STEPS = [{"id": "shape", "type": "transform", "output": {"ok": True}}]
 CUSTOMERS = ("a", "b", "c")
@@ -97,11 +96,7 @@ def test_one_execution_per_group_through_concurrent_apis_and_killed_workers(
     # A worker dies inside the transaction that starts the first due group; two more
     # take over, and one of them is SIGKILLed at once, whatever it is doing.
     # Started bare: it may die before it would count as ready (its scheduler runs first).
-    killer = Process(
-        [sys.executable, str(ROOT / "bin" / "worker")],
-        {**env, "FLOWFORGE_FAULTS": "group_started=kill"},
-        tmp_path / "killer.log",
-    )
+    killer = Process(WORKER, {**env, "FLOWFORGE_FAULTS": "group_started=kill"}, tmp_path / "k.log")
     wait_for(lambda: killer.popen.poll() is not None, timeout=60, message="the armed worker to die")
     assert "fault point reached" in killer.log()
     survivors = [workers(), workers()]

@@ -19,8 +19,9 @@ from __future__ import annotations
 import signal
 import threading
 
-from tests.faults.helpers import StartWorker, http, logged, wait_logged, workflow
+from tests.faults.helpers import StartWorker, logged, wait_logged
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target

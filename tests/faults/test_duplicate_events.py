@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import requests
 
-from tests.faults.helpers import StartWorker, http, is_problem, scalar, signed_headers, workflow
+from tests.faults.helpers import StartWorker, is_problem, scalar, signed_headers
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.target import Target
 
 RACERS = 20

@@ -13,8 +13,9 @@ import time
 import psycopg
 import pytest
 
-from tests.faults.helpers import StartWorker, http, proc_status, scalar, workflow
+from tests.faults.helpers import StartWorker, proc_status, scalar
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.target import Target
 
 TWO_HOURS = 7200

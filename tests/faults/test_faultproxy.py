@@ -71,30 +71,32 @@ def _refused(proxy: FaultProxy) -> bool:
         return _dead(late)
 
 
+def _echoes(sock: socket.socket, data: bytes) -> bool:
+    """The echo server behind the proxy sent `data` back."""
+    sock.sendall(data)
+    return sock.recv(len(data)) == data
+
+
 def test_pass_forwards_both_ways(proxy: FaultProxy) -> None:
     with _connect(proxy) as s:
-        s.sendall(b"hello")
-        assert s.recv(5) == b"hello"
+        assert _echoes(s, b"hello")
 
 
 def test_cut_resets_current_connections_and_refuses_new_ones(proxy: FaultProxy) -> None:
     with _connect(proxy) as s:
-        s.sendall(b"ping")
-        assert s.recv(4) == b"ping"
+        assert _echoes(s, b"ping")
         proxy.cut()
         assert _dead(s)
     assert _refused(proxy)
     assert proxy.refused >= 1
     proxy.restore()
     with _connect(proxy) as s:
-        s.sendall(b"back")
-        assert s.recv(4) == b"back"
+        assert _echoes(s, b"back")
 
 
 def test_blackhole_holds_bytes_until_restore(proxy: FaultProxy) -> None:
     with _connect(proxy) as s:
-        s.sendall(b"one")
-        assert s.recv(3) == b"one"
+        assert _echoes(s, b"one")
         proxy.blackhole()
         s.sendall(b"two")
         s.settimeout(0.5)
@@ -117,8 +119,7 @@ def test_drop_replies_after_a_marker_discards_answers_instead_of_holding_them(
 ) -> None:
     with _connect(proxy) as s:
         proxy.drop_replies(after=b"COMMIT")
-        s.sendall(b"BEGIN")
-        assert s.recv(5) == b"BEGIN"  # answers flow until the marker was sent
+        assert _echoes(s, b"BEGIN")  # answers flow until the marker was sent
         s.sendall(b"COMMIT")
         s.settimeout(0.5)
         with pytest.raises(TimeoutError):
@@ -168,16 +169,14 @@ def test_strand_silences_current_connections_for_good_but_not_new_ones(
     proxy: FaultProxy,
 ) -> None:
     with _connect(proxy) as old:
-        old.sendall(b"one")
-        assert old.recv(3) == b"one"
+        assert _echoes(old, b"one")
         proxy.strand()
         old.sendall(b"lost")
         old.settimeout(0.5)
         with pytest.raises(TimeoutError):
             old.recv(4)
         with _connect(proxy) as new:
-            new.sendall(b"new")
-            assert new.recv(3) == b"new"
+            assert _echoes(new, b"new")
         proxy.restore()
         with pytest.raises(TimeoutError):
             old.recv(4)
@@ -185,8 +184,7 @@ def test_strand_silences_current_connections_for_good_but_not_new_ones(
 
 def test_a_stranded_connection_ends_when_its_client_gives_up(proxy: FaultProxy) -> None:
     old = _connect(proxy)
-    old.sendall(b"one")
-    assert old.recv(3) == b"one"
+    assert _echoes(old, b"one")
     proxy.strand()
     old.sendall(b"dropped")
     assert proxy.stranded_links == 1

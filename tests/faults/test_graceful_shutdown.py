@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import signal
 
-from tests.faults.helpers import StartWorker, http, logged, queue_depth, wait_logged, workflow
+from tests.faults.helpers import StartWorker, logged, queue_depth, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Reply, Target
 

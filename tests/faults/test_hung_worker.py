@@ -14,16 +14,9 @@ import threading
 
 import psycopg
 
-from tests.faults.helpers import (
-    StartWorker,
-    http,
-    logged,
-    rows,
-    succeeded_twice,
-    wait_logged,
-    workflow,
-)
+from tests.faults.helpers import StartWorker, logged, rows, succeeded_twice, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -35,12 +28,7 @@ def test_frozen_worker_is_fenced_off_and_the_new_owner_wins(
         "lookup",
         workflow(
             http("fetch", "GET", f"{target.url}/orders/1"),
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["fetch"],
-                "output": {"answered_by": "{{ fetch.body.answer }}"},
-            },
+            transform("shape", {"answered_by": "{{ fetch.body.answer }}"}, after=("fetch",)),
         ),
     )
     served = []

@@ -15,16 +15,15 @@ from flowforge.worker.broker import Topology
 from tests.faults.helpers import (
     StartWorker,
     channel,
-    http,
     logged,
     publish_wakeup,
     queue_depth,
     scalar,
     succeeded_twice,
     wait_logged,
-    workflow,
 )
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target

@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Any
 
-from tests.faults.helpers import StartWorker, workflow
+from tests.faults.helpers import StartWorker
 from tests.support.api import Api, step
+from tests.support.definitions import workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 

@@ -15,8 +15,9 @@ import time
 import psycopg
 import pytest
 
-from tests.faults.helpers import StartWorker, cli, http, logged, wait_logged, workflow
+from tests.faults.helpers import StartWorker, cli, logged, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -214,12 +215,7 @@ def test_retry_reruns_only_the_failed_step_and_reuses_checkpoints(
         "sync",
         workflow(
             http("lookup", "GET", f"{target.url}/lookup"),
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["lookup"],
-                "output": {"total": "{{ lookup.body.total }}"},
-            },
+            transform("shape", {"total": "{{ lookup.body.total }}"}, after=("lookup",)),
             http("push", "POST", f"{target.url}/push", json="{{ shape }}", after=("shape",)),
             http("confirm", "GET", f"{target.url}/confirm", after=("push",)),
         ),

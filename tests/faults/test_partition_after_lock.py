@@ -21,8 +21,9 @@ import time
 import psycopg
 import requests
 
-from tests.faults.helpers import StartWorker, http, workflow
+from tests.faults.helpers import StartWorker
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
 from tests.support.services import through_proxy

@@ -15,15 +15,14 @@ import psycopg
 from tests.faults.helpers import (
     StartWorker,
     channel,
-    http,
     logged,
     publish_raw,
     publish_wakeup,
     queue_depth,
     scalar,
-    workflow,
 )
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Target
 

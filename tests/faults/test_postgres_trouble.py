@@ -20,16 +20,9 @@ import psycopg
 import pytest
 import requests
 
-from tests.faults.helpers import (
-    StartWorker,
-    http,
-    is_problem,
-    rows,
-    succeeded_twice,
-    terminate_backends,
-    workflow,
-)
+from tests.faults.helpers import StartWorker, is_problem, rows, succeeded_twice, terminate_backends
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.own_servers import OwnPostgres
 from tests.support.processes import wait_for
 from tests.support.target import Reply, Target

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 
-from tests.faults.helpers import StartWorker, http, log_records, workflow
+from tests.faults.helpers import StartWorker, log_records
 from tests.support.api import Api
+from tests.support.definitions import http, workflow
 from tests.support.target import Target
 
 HEARTBEAT_S = 2

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import psycopg
 
-from tests.faults.helpers import StartWorker, logged, scalar, wait_logged, workflow
+from tests.faults.helpers import StartWorker, logged, scalar, wait_logged
 from tests.support.api import Api, step
+from tests.support.definitions import workflow
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import wait_for
 from tests.support.target import Target, most_in_any_second

@@ -10,20 +10,13 @@ import time
 import psycopg
 
 from flowforge.domain.model import WORKER_DEAD_AFTER_S
-from tests.faults.helpers import StartWorker, http, scalar, workflow
+from tests.faults.helpers import StartWorker, scalar, step_status
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 from tests.support.target import Received, Reply, Target
 
 LONG_LEASE = {"FLOWFORGE_LEASE_SECONDS": "120"}
-
-
-def _status(db: psycopg.Connection, eid: str, sid: str) -> str:
-    return scalar(
-        db,
-        "SELECT status FROM steps WHERE execution_id = %(e)s AND step_id = %(s)s",
-        {"e": eid, "s": sid},
-    )
 
 
 def test_a_killed_workers_long_lease_is_reclaimed_in_seconds(
@@ -33,12 +26,12 @@ def test_a_killed_workers_long_lease_is_reclaimed_in_seconds(
     doomed = workers(**LONG_LEASE)
     client.publish("slow", workflow(http("call", "GET", f"{target.url}/slow")))
     eid = client.start("slow", {})
-    wait_for(lambda: _status(db, eid, "call") == "running", timeout=30, message="the claim")
+    wait_for(lambda: step_status(db, eid, "call") == "running", timeout=30, message="the claim")
     doomed.kill()
     killed_at = time.monotonic()
     workers(**LONG_LEASE)  # the survivor, whose reaper notices the silence
     wait_for(
-        lambda: _status(db, eid, "call") != "running",
+        lambda: step_status(db, eid, "call") != "running",
         timeout=60,
         message="the dead worker's step to be recovered",
     )

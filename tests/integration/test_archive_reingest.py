@@ -17,11 +17,12 @@ import pytest
 import requests
 
 from flowforge.store import apikeys
-from flowforge.store.db import create_pool
 from flowforge.worker.retention import Retention
 from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, remote
+from tests.support import inprocess
 from tests.support.api import Api
+from tests.support.definitions import workflow
 from tests.support.processes import Process
 from tests.support.webhooks import sign
 
@@ -29,15 +30,8 @@ STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind 
 
 
 def definition(archive_days: float | None = 1, auth: str = "none", **extra: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "name": "orders",
-        "trigger": {"webhook": {"auth": auth}},
-        "steps": STEPS,
-        **extra,
-    }
-    if archive_days is not None:
-        doc["archive_days"] = archive_days
-    return doc
+    archive = {} if archive_days is None else {"archive_days": archive_days}
+    return workflow(*STEPS, auth=auth, **{"name": "orders", **extra, **archive})
 
 
 @pytest.fixture
@@ -223,9 +217,7 @@ def test_archived_webhooks_are_deleted_after_archive_days(
         " WHERE execution_id = ANY(%s::uuid[])",
         (executions[:2],),
     )
-    pool = create_pool(database_url, max_size=2, name="test-archive-retention")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-archive-retention") as pool:
         retention = Retention(pool, threading.Event(), batch=1)
         assert retention.expire_archive() == (2, True)
         assert [row[1] for row in deliveries(db)] == [executions[2]]
@@ -235,8 +227,6 @@ def test_archived_webhooks_are_deleted_after_archive_days(
         client.publish("orders", definition(archive_days=0))
         assert retention.expire_archive() == (1, True)
         assert deliveries(db) == []
-    finally:
-        pool.close()
 
 
 def test_reingest_from_the_cli_remote_and_on_the_box(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 
-from tests.faults.helpers import http, wait_logged, workflow
+from tests.faults.helpers import wait_logged
 from tests.integration.test_metrics import scrape
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import Process, wait_for
 from tests.support.target import Reply, Target
 

@@ -12,6 +12,7 @@ import pytest
 
 from flowforge.worker.broker import Topology, broker_urls, connect, heartbeat_seconds
 from tests.support.api import Api
+from tests.support.definitions import transform, unsigned
 from tests.support.processes import free_port
 
 
@@ -70,14 +71,7 @@ def test_a_worker_runs_on_a_classic_queue_an_operator_declared(
         conn.close()
     worker = workers()
     client = Api(api, api_key)
-    client.publish(
-        "t",
-        {
-            "name": "t",
-            "trigger": {"webhook": {"auth": "none"}},
-            "steps": [{"id": "a", "type": "transform", "output": {"x": 1}}],
-        },
-    )
+    client.publish("t", unsigned([transform("a", {"x": 1})]))
     done = client.wait(client.start("t", {}))
     assert done["status"] == "succeeded"
     assert "exists with another type" in worker.log()

@@ -20,27 +20,15 @@ from flowforge.store.db import one
 from flowforge.store.runs import load_run, save_run, unit_of_work
 from flowforge.worker.reconciler import MAX_DOUBLINGS, REDISPATCH
 from flowforge.worker.timers import WAKE_DUE, WAKE_PARAMS
+from tests.support.definitions import http, workflow
 
 # Two roots and a step after both: http steps only, so no step runs inside a transaction.
-DOCUMENT = {
-    "name": "bulk statements",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {
-            "id": "fetch",
-            "type": "http_request",
-            "request": {"method": "GET", "url": "http://127.0.0.1:9/fetch"},
-            "retry": {"max_attempts": 3},
-        },
-        {"id": "other", "type": "http_request", "request": {"url": "http://127.0.0.1:9/o"}},
-        {
-            "id": "after",
-            "type": "http_request",
-            "depends_on": ["fetch", "other"],
-            "request": {"url": "http://127.0.0.1:9/after"},
-        },
-    ],
-}
+DOCUMENT = workflow(
+    http("fetch", "GET", "http://127.0.0.1:9/fetch", retry={"max_attempts": 3}),
+    http("other", "GET", "http://127.0.0.1:9/o"),
+    http("after", "GET", "http://127.0.0.1:9/after", after=("fetch", "other")),
+    name="bulk statements",
+)
 EVENTS_SINCE = """
 SELECT step_id, kind, detail FROM execution_events
 WHERE execution_id = %(id)s AND id > %(after)s ORDER BY id

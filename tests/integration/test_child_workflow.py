@@ -13,10 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.store.db import create_pool
 from flowforge.worker.retention import Retention
 from tests.faults.helpers import cli
+from tests.support import inprocess
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, unsigned
+from tests.support.inprocess import InProcess
 from tests.support.processes import Process, wait_for
 from tests.support.target import Reply, Target
 
@@ -28,7 +30,7 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
 
 
 def definition(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"name": "t", "trigger": {"webhook": {"auth": "none"}}, "steps": list(steps)}
+    return unsigned(list(steps))
 
 
 def calls(workflow: str, step_id: str = "invoice", **fields: Any) -> dict[str, Any]:
@@ -60,9 +62,9 @@ def children(db: psycopg.Connection, parent_id: str) -> list[tuple[str, str, str
 
 
 def test_the_parent_starts_the_child_and_takes_its_output(
-    client: Api, db: psycopg.Connection
+    in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    client.publish(
+    in_process.publish(
         "invoicing",
         definition(
             {"id": "count", "type": "transform", "output": {"n": "{{ input.lines }}"}},
@@ -74,9 +76,9 @@ def test_the_parent_starts_the_child_and_takes_its_output(
             },
         ),
     )
-    client.publish("orders", parent())
-    eid = client.start("orders", {"order": "o-7", "lines": 3})
-    done = client.wait(eid, timeout=30)
+    in_process.publish("orders", parent())
+    eid = in_process.start("orders", {"order": "o-7", "lines": 3})
+    done = in_process.wait(eid, timeout=30)
     assert done["status"] == "succeeded", done
     # The child's output is its last step's output; the parent's next step reads it.
     assert step(done, "invoice")["output"] == {"number": "inv-o-7", "total": 3}
@@ -84,7 +86,7 @@ def test_the_parent_starts_the_child_and_takes_its_output(
     [link] = done["children"]
     assert link["step_id"] == "invoice" and link["workflow"] == "invoicing"
     assert link["status"] == "succeeded"
-    child = client.execution(link["execution_id"])
+    child = in_process.execution(link["execution_id"])
     assert child["parent"] == {"execution_id": eid, "step_id": "invoice"}
     assert child["depth"] == 1 and child["trigger"] == "workflow"
     assert child["input"] == {"order": "o-7", "lines": 3}
@@ -105,14 +107,7 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     target.script = lambda _r: Reply(status=400, json={"error": "no"})
     client.publish(
         "invoicing",
-        definition(
-            {
-                "id": "post",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/invoice"},
-                "retry": {"max_attempts": 1},
-            }
-        ),
+        definition(http("post", "GET", f"{target.url}/invoice", retry={"max_attempts": 1})),
     )
     client.publish("orders", parent())
     eid = client.start("orders", {"order": "o-1", "lines": 1})
@@ -128,17 +123,8 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     client.publish(
         "invoicing",
         definition(
-            {
-                "id": "post",
-                "type": "http_request",
-                "request": {"method": "GET", "url": f"{target.url}/invoice"},
-            },
-            {
-                "id": "shape",
-                "type": "transform",
-                "depends_on": ["post"],
-                "output": "{{ post.body }}",
-            },
+            http("post", "GET", f"{target.url}/invoice"),
+            transform("shape", "{{ post.body }}", after=("post",)),
         ),
     )
     assert client.post(f"/api/v1/executions/{eid}/retry").status_code == 202
@@ -151,16 +137,20 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     assert client.execution(rows[1][0])["version"] == 2
 
 
-def test_cancelling_the_parent_cancels_the_child(client: Api, db: psycopg.Connection) -> None:
-    client.publish("invoicing", definition({"id": "approve", "type": "wait", "timeout_s": 3600}))
-    client.publish("orders", parent())
-    eid = client.start("orders", {"order": "o-2", "lines": 1})
-    waiting = client.wait(eid, "waiting", timeout=30)
+def test_cancelling_the_parent_cancels_the_child(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
+    in_process.publish(
+        "invoicing", definition({"id": "approve", "type": "wait", "timeout_s": 3600})
+    )
+    in_process.publish("orders", parent())
+    eid = in_process.start("orders", {"order": "o-2", "lines": 1})
+    waiting = in_process.wait(eid, "waiting", timeout=30)
     child_id = step(waiting, "invoice")["output"]["execution_id"]
-    client.wait(child_id, "waiting", timeout=30)
-    assert client.post(f"/api/v1/executions/{eid}/cancel").status_code == 202
-    assert client.wait(eid, timeout=30)["status"] == "cancelled"
-    child = client.wait(child_id, timeout=30)
+    in_process.wait(child_id, "waiting", timeout=30)
+    assert in_process.post(f"/api/v1/executions/{eid}/cancel").status_code == 202
+    assert in_process.wait(eid, timeout=30)["status"] == "cancelled"
+    child = in_process.wait(child_id, timeout=30)
     assert child["status"] == "cancelled", child
     assert step(child, "approve")["status"] == "cancelled"
     asked = [e for e in child["events"] if e["kind"] == "execution.cancel_requested"]
@@ -402,12 +392,8 @@ def test_a_child_says_when_retention_deleted_its_parent(
     db.execute(
         "UPDATE executions SET finished_at = now() - interval '1 hour' WHERE id = %s", (eid,)
     )
-    pool = create_pool(database_url, max_size=2, name="test-retention")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-retention") as pool:
         Retention(pool, threading.Event()).expire()
-    finally:
-        pool.close()
     assert db.execute("SELECT 1 FROM executions WHERE id = %s", (eid,)).fetchone() is None
     shown = client.execution(child_id)
     # The link stays as recorded, and says its other end is gone.

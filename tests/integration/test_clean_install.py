@@ -8,21 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.checkout import fresh_copy
 
 
 def test_an_editable_install_of_a_fresh_copy_prints_no_warning(tmp_path: Path) -> None:
-    files = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
     clone = tmp_path / "flowforge"
-    for name in filter(None, (f.decode() for f in files)):
-        if (ROOT / name).is_file() and not name.startswith("tests/"):
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            (clone / name).write_bytes((ROOT / name).read_bytes())
+    fresh_copy(clone, without=("tests/",))
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
     pip = str(tmp_path / "venv/bin/pip")
     # As bin/local-env does: a current pip shows what the build backend warns about.

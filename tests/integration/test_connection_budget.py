@@ -11,7 +11,7 @@ import psycopg
 
 from flowforge.store import budget
 from flowforge.store.config import Settings
-from tests.support.processes import ROOT, free_port
+from tests.support.processes import ROOT, WORKER, api_argv, free_port
 
 
 def _allowed(url: str) -> int:
@@ -33,7 +33,7 @@ def test_defaults_of_three_api_and_three_worker_hosts_fit_in_a_default_server() 
 def test_a_worker_that_cannot_fit_refuses_to_start(env: dict[str, str], database_url: str) -> None:
     too_many = _allowed(database_url)  # its pool alone, + LISTEN, is over
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bin" / "worker")],
+        WORKER,
         env={**env, "FLOWFORGE_WORKER_POOL_SIZE": str(too_many)},
         capture_output=True,
         text=True,
@@ -45,9 +45,8 @@ def test_a_worker_that_cannot_fit_refuses_to_start(env: dict[str, str], database
 
 def test_an_api_that_cannot_fit_refuses_to_start(env: dict[str, str], database_url: str) -> None:
     per_worker = _allowed(database_url) // 2 + 1  # two gunicorn workers are over
-    argv = [sys.executable, str(ROOT / "bin" / "api"), "--bind", f"127.0.0.1:{free_port()}"]
     run = subprocess.run(
-        [*argv, "--workers", "2"],
+        api_argv(free_port(), 2),
         env={**env, "FLOWFORGE_DB_POOL_SIZE": str(per_worker)},
         capture_output=True,
         text=True,

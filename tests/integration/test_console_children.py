@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 
-from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.reconciler import Reconciler
 from flowforge.worker.retention import Retention
@@ -76,12 +75,8 @@ def test_parent_and_child_link_both_ways_in_the_api_the_console_and_the_cli(
     db.execute(
         "UPDATE executions SET finished_at = now() - interval '1 hour' WHERE id = %s", (eid,)
     )
-    pool = create_pool(database_url, max_size=2, name="test-console-children")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-console-children") as pool:
         Retention(pool, threading.Event()).expire()
-    finally:
-        pool.close()
     page = app_client.get(f"/ui/executions/{child_id}").get_data(as_text=True)
     assert 'id="parent"' in page and "parent deleted by retention" in page
     assert f"/ui/executions/{eid}" not in page

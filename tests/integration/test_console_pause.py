@@ -7,48 +7,57 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from flowforge.store import apikeys
 from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
 from tests.support.definitions import OPEN
 
 
+@pytest.fixture
+def csrf(published: Any, api_key: str) -> str:  # noqa: F811
+    """The console signed in with the tests' key; its session's CSRF token."""
+    return _sign_in(published, api_key)
+
+
+def first_execution(db: psycopg.Connection) -> str:
+    """The id of the oldest execution (the console's fixture made a few)."""
+    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    return str(eid)
+
+
+def status_of(db: psycopg.Connection, eid: str) -> str:
+    (status,) = db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone()
+    return str(status)
+
+
 def test_an_execution_is_paused_and_resumed_from_its_page_with_the_actor(
     published: Any,  # noqa: F811
-    api_key: str,
+    csrf: str,
     db: psycopg.Connection,
 ) -> None:
-    csrf = _sign_in(published, api_key)
-    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    eid = first_execution(db)
     page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
     assert 'id="pause"' in page and 'id="resume"' not in page
     assert published.post(f"/ui/executions/{eid}/pause").status_code == 403  # no token
     assert published.post(f"/ui/executions/{eid}/pause", data={"csrf": csrf}).status_code == 303
-    assert db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone() == (
-        "paused",
-    )
+    assert status_of(db, eid) == "paused"
     page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
     assert 'id="resume"' in page and 'id="pause"' not in page
     assert 'id="paused-why"' in page and "operator (was queued)" in page
     assert published.post(f"/ui/executions/{eid}/resume", data={"csrf": csrf}).status_code == 303
     # Its steps are pure (transforms): resume runs them in its own unit of work.
-    assert db.execute("SELECT status FROM executions WHERE id = %s", (eid,)).fetchone() == (
-        "succeeded",
-    )
-    actors = db.execute(
-        "SELECT kind, detail->'actor'->>'name' FROM execution_events "
-        "WHERE execution_id = %s AND detail ? 'actor' ORDER BY id",
-        (eid,),
-    ).fetchall()
+    assert status_of(db, eid) == "succeeded"
+    by = "SELECT kind, detail->'actor'->>'name' FROM execution_events WHERE execution_id = %s"
+    actors = db.execute(by + " AND detail ? 'actor' ORDER BY id", (eid,)).fetchall()
     assert actors == [("execution.paused", "tests"), ("execution.resumed", "tests")]
 
 
 def test_a_workflow_is_paused_and_resumed_from_its_page(
     published: Any,  # noqa: F811
-    api_key: str,
+    csrf: str,
     db: psycopg.Connection,
 ) -> None:
-    csrf = _sign_in(published, api_key)
     page = published.get("/ui/workflows/open").get_data(as_text=True)
     assert 'id="pause-workflow"' in page
     assert published.post("/ui/workflows/open/pause").status_code == 403  # no token
@@ -60,7 +69,7 @@ def test_a_workflow_is_paused_and_resumed_from_its_page(
     assert statuses == [("paused",)]
     page = published.get("/ui/workflows/open").get_data(as_text=True)
     assert 'id="resume-workflow"' in page and "paused</span> since" in page
-    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    eid = first_execution(db)
     page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
     assert 'id="workflow-paused-why"' in page
     assert published.post("/ui/workflows/open/resume", data={"csrf": csrf}).status_code == 303
@@ -75,7 +84,7 @@ def test_a_read_only_key_sees_no_pause_button_and_a_forged_post_is_refused(
 ) -> None:
     _, key = apikeys.create(db, "viewer", read_only=True)
     csrf = _sign_in(published, key)
-    (eid,) = db.execute("SELECT id FROM executions ORDER BY id LIMIT 1").fetchone()
+    eid = first_execution(db)
     page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
     assert 'id="pause"' not in page and 'id="resume"' not in page
     assert 'id="pause-workflow"' not in published.get("/ui/workflows/open").get_data(as_text=True)

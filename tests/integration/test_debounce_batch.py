@@ -13,15 +13,20 @@ import psycopg
 import pytest
 
 from flowforge.store import grouping
-from flowforge.store.db import create_pool
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_FAILED_GROUPS
+from tests.support import inprocess
 
 STEPS = [{"id": "shape", "type": "transform", "output": {"n": 1}}]
 
 
 def grouped(kind: str, **options: Any) -> dict[str, Any]:
     return {"name": kind, "trigger": {"webhook": {"auth": "none", kind: options}}, "steps": STEPS}
+
+
+def publish(client: Any, key: str, definition: dict[str, Any]) -> None:
+    r = client.post(f"/api/v1/workflows/{key}/versions", json=definition)
+    assert r.status_code == 201, r.get_json()
 
 
 def start_all(db: psycopg.Connection) -> list[grouping.Started]:
@@ -52,7 +57,7 @@ def test_debounce_records_every_event_against_one_execution_per_key(
 ) -> None:
     c = open_client
     definition = grouped("debounce", key="{{ input.customer }}", window_s=1, max_wait_s=30)
-    assert c.post("/api/v1/workflows/deb/versions", json=definition).status_code == 201
+    publish(c, "deb", definition)
     answers = []
     for n in range(5):
         r = c.post(
@@ -111,7 +116,7 @@ def test_debounce_records_every_event_against_one_execution_per_key(
 def test_max_wait_bounds_a_busy_debounce(open_client: Any, db: psycopg.Connection) -> None:
     c = open_client
     definition = grouped("debounce", window_s=1, max_wait_s=2)
-    assert c.post("/api/v1/workflows/busy/versions", json=definition).status_code == 201
+    publish(c, "busy", definition)
     first = c.post("/hooks/busy", json={"n": 0}).get_json()
     ends = time.monotonic() + 3.5
     n = 0
@@ -135,12 +140,7 @@ def test_batch_splits_at_max_items_and_delivers_events_in_order(
     open_client: Any, db: psycopg.Connection
 ) -> None:
     c = open_client
-    assert (
-        c.post(
-            "/api/v1/workflows/bat/versions", json=grouped("batch", max_items=3, window_s=1)
-        ).status_code
-        == 201
-    )
+    publish(c, "bat", grouped("batch", max_items=3, window_s=1))
     answers = [c.post("/hooks/bat", json={"n": n}).get_json() for n in range(7)]
     ids = [a["execution_id"] for a in answers]
     assert ids[0:3] == [ids[0]] * 3 and ids[3:6] == [ids[3]] * 3 and len(set(ids)) == 3
@@ -161,7 +161,7 @@ def test_flow_control_applies_to_started_groups(open_client: Any, db: psycopg.Co
         **grouped("batch", key="{{ input.k }}", max_items=1, window_s=1),
         "concurrency": {"limit": 1, "max_queued": 1},
     }
-    assert c.post("/api/v1/workflows/fc/versions", json=definition).status_code == 201
+    publish(c, "fc", definition)
     ids = [c.post("/hooks/fc", json={"k": str(n)}).get_json()["execution_id"] for n in range(3)]
     outcomes = [s.outcome for s in start_all(db)]
     # One holds the slot, one queues; the third is deferred, not lost.
@@ -213,7 +213,7 @@ def test_the_console_shows_open_groups_and_what_an_execution_was_built_from(
 
     c = open_client
     definition = grouped("batch", key="{{ input.shop }}", max_items=2, window_s=60)
-    assert c.post("/api/v1/workflows/ui/versions", json=definition).status_code == 201
+    publish(c, "ui", definition)
     full = [
         c.post("/hooks/ui", json={"shop": "s1", "n": n}, headers={"Idempotency-Key": f"k{n}"})
         for n in range(2)
@@ -237,7 +237,7 @@ def test_a_source_routes_into_a_debounced_workflow_beside_a_plain_one(
 ) -> None:
     c = open_client
     definition = grouped("debounce", key="{{ input.customer }}", window_s=1)
-    assert c.post("/api/v1/workflows/quiet/versions", json=definition).status_code == 201
+    publish(c, "quiet", definition)
     source = {"auth": "none", "subscriptions": [{"workflow": "quiet"}, {"workflow": "open"}]}
     assert c.post("/api/v1/sources/feed", json=source).status_code == 200, "source"
     answers = [
@@ -263,12 +263,7 @@ def test_deleting_a_started_execution_deletes_its_group_and_events(
 ) -> None:
     """Retention deletes executions (worker/retention.py); their groups go with them."""
     c = open_client
-    assert (
-        c.post(
-            "/api/v1/workflows/gone/versions", json=grouped("batch", max_items=2, window_s=60)
-        ).status_code
-        == 201
-    )
+    publish(c, "gone", grouped("batch", max_items=2, window_s=60))
     ids = {c.post("/hooks/gone", json={"n": n}).get_json()["execution_id"] for n in range(3)}
     start_all(db)
     started = [
@@ -287,7 +282,7 @@ def test_the_cli_lists_a_workflows_groups_on_the_box(open_client: Any, database_
     from tests.integration.test_api_keys import cli
 
     definition = grouped("debounce", key="{{ input.customer }}", window_s=60)
-    assert open_client.post("/api/v1/workflows/cli/versions", json=definition).status_code == 201
+    publish(open_client, "cli", definition)
     accepted = open_client.post("/hooks/cli", json={"customer": "c7"}).get_json()
     done = cli(database_url, "--db", "workflow", "groups", "cli", "--status", "open")
     assert done.returncode == 0, done.stderr
@@ -305,7 +300,7 @@ def test_a_group_whose_concurrency_key_cannot_render_fails_with_the_reason(
         **grouped("batch", max_items=1, window_s=1),
         "concurrency": {"limit": 1, "key": "{{ input.customer }}"},  # the input is {events}
     }
-    assert c.post("/api/v1/workflows/nokey/versions", json=definition).status_code == 201
+    publish(c, "nokey", definition)
     assert c.post("/hooks/nokey", json={"customer": "x"}).status_code == 202
     assert [s.outcome for s in start_all(db)] == ["failed"]
     (shown,) = c.get("/api/v1/workflows/nokey/groups").get_json()["items"]
@@ -321,13 +316,13 @@ def test_failed_groups_are_deleted_with_their_events_after_retention(
     as its events' idempotency keys, then deleted with its events (worker/retention.py)."""
     c = open_client
     debounced = grouped("debounce", key="{{ input.customer }}", window_s=60)
-    assert c.post("/api/v1/workflows/arch/versions", json=debounced).status_code == 201
+    publish(c, "arch", debounced)
     short = {
         **grouped("batch", max_items=1, window_s=1),
         "concurrency": {"limit": 1, "key": "{{ input.customer }}"},  # the input is {events}
         "retention_days": 0.001,
     }
-    assert c.post("/api/v1/workflows/short/versions", json=short).status_code == 201
+    publish(c, "short", short)
     for n in range(2):
         headers = {"Idempotency-Key": f"k{n}"}
         assert c.post("/hooks/arch", json={"customer": "a"}, headers=headers).status_code == 202
@@ -353,9 +348,7 @@ def test_failed_groups_are_deleted_with_their_events_after_retention(
             (age, key),
         )
 
-    pool = create_pool(database_url, max_size=2, name="test-groups-retention")
-    pool.open(wait=True, timeout=10)
-    try:
+    with inprocess.pool(database_url, "test-groups-retention") as pool:
         housekeeping = Housekeeping(pool, threading.Event())
         # Within retention_days (arch: the default 30) or the key lifetime (short: 24 h).
         aged("arch", "29 days")
@@ -367,8 +360,6 @@ def test_failed_groups_are_deleted_with_their_events_after_retention(
         housekeeping.housekeep()
         assert left() == {}
         assert housekeeping.retention.expire_groups() == (0, True)
-    finally:
-        pool.close()
     assert db.execute("SELECT count(*) FROM intake_group_events").fetchone() == (0,)
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 
 from flowforge.domain.definitions import parse_definition
 from flowforge.store import intake
@@ -20,23 +18,26 @@ from tests.support.definitions import OPEN
 from tests.support.processes import ROOT
 
 
+def _failover_cli(old: str, new: str) -> subprocess.CompletedProcess[str]:
+    """`python -m flowforge.store.failover --old OLD --new NEW`, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "flowforge.store.failover", "--old", old, "--new", new],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
 def _webhook(conn: psycopg.Connection, key: str) -> str:
     target = intake.Targets().get(conn, "open", None)
     return intake.accept(conn, target, b'{"x": 1}', key, None).execution_id
 
 
-@pytest.fixture
-def new_url(pg_admin_url: str) -> Iterator[str]:
-    name = f"ff_new_{uuid.uuid4().hex[:10]}"
-    yield psycopg.conninfo.make_conninfo(pg_admin_url, dbname=name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
-    database_url: str, new_url: str, pg_admin_url: str
+    database_url: str, new_database_url: str, pg_admin_url: str
 ) -> None:
-    old_url = database_url
+    old_url, new_url = database_url, new_database_url
     with psycopg.connect(old_url, autocommit=True) as conn:
         publish(conn, "open", OPEN, parse_definition(OPEN), None)
         _webhook(conn, "both")
@@ -58,21 +59,9 @@ def test_the_report_lists_the_executions_and_attempts_the_new_primary_lacks(
     assert [(a["execution_id"], a["fencing_token"]) for a in found["missing_attempts"]] == [
         (lost, 7)
     ]
-    run = subprocess.run(
-        [sys.executable, "-m", "flowforge.store.failover", "--old", old_url, "--new", new_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    run = _failover_cli(old_url, new_url)
     assert run.returncode == 1 and lost in run.stdout
-    same = subprocess.run(
-        [sys.executable, "-m", "flowforge.store.failover", "--old", new_url, "--new", new_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    same = _failover_cli(new_url, new_url)
     assert same.returncode == 0, same.stdout
 
 

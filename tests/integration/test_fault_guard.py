@@ -4,16 +4,15 @@ saying why, instead of running with a kill switch armed."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
-from tests.support.processes import ROOT
+from tests.support.processes import WORKER
 
 
 def test_worker_with_faults_outside_test_mode_exits_at_start(env: dict[str, str]) -> None:
     production = {k: v for k, v in env.items() if k != "FLOWFORGE_TEST_MODE"}
     production["FLOWFORGE_FAULTS"] = "before_ack=kill"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bin" / "worker")],
+        WORKER,
         env=production,
         capture_output=True,
         text=True,

@@ -8,11 +8,9 @@ import json
 import os
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from tests.support.problems import assert_problem
@@ -83,56 +81,45 @@ def test_a_secret_for_an_unsigned_workflow_comes_with_a_warning(
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
-@pytest.fixture
-def missing_database_url(pg_admin_url: str) -> str:
-    return psycopg.conninfo.make_conninfo(pg_admin_url, dbname=f"ff_nx_{uuid.uuid4().hex[:10]}")
-
-
 @pytest.mark.parametrize(
     "command",
     [[SYSTEM_PYTHON, str(ROOT / "bin" / "migrate")], [str(FLOWFORGE), "workflow", "list"]],
     ids=["bin/migrate", "flowforge"],
 )
 def test_a_missing_database_names_the_variable_to_set(
-    command: list[str], missing_database_url: str
+    command: list[str], new_database_url: str
 ) -> None:
     result = subprocess.run(
         command,
-        env=bare_env(FLOWFORGE_DATABASE_URL=missing_database_url),
+        env=bare_env(FLOWFORGE_DATABASE_URL=new_database_url),
         capture_output=True,
         text=True,
     )
     assert result.returncode == 1
     assert "does not exist" in result.stderr
-    assert f"FLOWFORGE_DATABASE_URL is {missing_database_url}" in result.stderr
+    assert f"FLOWFORGE_DATABASE_URL is {new_database_url}" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_bin_migrate_from_a_fresh_shell_finds_the_venv_and_can_create_the_database(
-    missing_database_url: str, pg_admin_url: str
+    new_database_url: str,
 ) -> None:
     """Run by the system python3, without the venv activated, as README's walkthrough does."""
-    try:
-        result = subprocess.run(
+
+    def migrate_create() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [SYSTEM_PYTHON, str(ROOT / "bin" / "migrate"), "--create"],
-            env=bare_env(FLOWFORGE_DATABASE_URL=missing_database_url),
+            env=bare_env(FLOWFORGE_DATABASE_URL=new_database_url),
             capture_output=True,
             text=True,
         )
-        assert result.returncode == 0, result.stderr
-        assert "created database" in result.stdout
-        again = subprocess.run(
-            [SYSTEM_PYTHON, str(ROOT / "bin" / "migrate"), "--create"],
-            env=bare_env(FLOWFORGE_DATABASE_URL=missing_database_url),
-            capture_output=True,
-            text=True,
-        )
-        assert again.returncode == 0, again.stderr
-        assert again.stdout.strip() == "migrate: applied 0 migration(s)"
-    finally:
-        name = psycopg.conninfo.conninfo_to_dict(missing_database_url)["dbname"]
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    result = migrate_create()
+    assert result.returncode == 0, result.stderr
+    assert "created database" in result.stdout
+    again = migrate_create()
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "migrate: applied 0 migration(s)"
 
 
 @pytest.mark.parametrize("script", ["api", "worker", "migrate", "demo", "test"])
@@ -181,14 +168,14 @@ def test_a_venv_without_the_dependencies_is_reported_with_what_to_run(tmp_path: 
 
 
 def test_a_worker_started_against_a_missing_database_names_the_variable(
-    missing_database_url: str, tmp_path: Path, amqp_url: str, amqp_prefix: str
+    new_database_url: str, tmp_path: Path, amqp_url: str, amqp_prefix: str
 ) -> None:
     """It keeps running and retrying (an outage must not kill it), and says what to set."""
     log = tmp_path / "worker.log"
     worker = Process(
         [SYSTEM_PYTHON, str(ROOT / "bin" / "worker")],
         bare_env(
-            FLOWFORGE_DATABASE_URL=missing_database_url,
+            FLOWFORGE_DATABASE_URL=new_database_url,
             FLOWFORGE_AMQP_URL=amqp_url,
             FLOWFORGE_AMQP_PREFIX=amqp_prefix,
         ),
@@ -196,7 +183,7 @@ def test_a_worker_started_against_a_missing_database_names_the_variable(
     )
     try:
         wait_for(
-            lambda: f"FLOWFORGE_DATABASE_URL is {missing_database_url}" in worker.log(),
+            lambda: f"FLOWFORGE_DATABASE_URL is {new_database_url}" in worker.log(),
             timeout=20,
             message="the worker's hint",
         )

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process, start_api, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -51,7 +52,7 @@ class Gauge:
 
 
 def flow(steps: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
-    return {"name": "flow", "trigger": {"webhook": {"auth": "none"}}, "steps": steps, **options}
+    return unsigned(steps, "flow", **options)
 
 
 def get(url: str, **extra: Any) -> dict[str, Any]:

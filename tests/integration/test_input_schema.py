@@ -13,6 +13,7 @@ import psycopg
 import requests
 
 from tests.support.api import Api
+from tests.support.definitions import transform, workflow
 
 SCHEMA = {
     "type": "object",
@@ -34,12 +35,8 @@ SCHEMA = {
 
 
 def definition(schema: Any) -> dict[str, Any]:
-    return {
-        "name": "Checked orders",
-        "trigger": {"webhook": {"auth": "none"}},
-        "input_schema": schema,
-        "steps": [{"id": "keep", "type": "transform", "output": {"order": "{{ input.order }}"}}],
-    }
+    keep = transform("keep", {"order": "{{ input.order }}"})
+    return workflow(keep, name="Checked orders", input_schema=schema)
 
 
 def counts(db: psycopg.Connection) -> dict[str, int]:

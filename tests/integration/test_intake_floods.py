@@ -20,6 +20,7 @@ import requests
 
 from flowforge.store import intake
 from tests.support.api import Api
+from tests.support.definitions import transform, workflow
 from tests.support.processes import start_api, wait_for
 from tests.support.webhooks import github_header, shopify_header, sign, slack_header, stripe_header
 
@@ -31,11 +32,7 @@ FORGED = 100
 
 
 def definition(auth: str) -> dict[str, Any]:
-    return {
-        "name": f"{auth} flood",
-        "trigger": {"webhook": {"auth": auth}},
-        "steps": [{"id": "keep", "type": "transform", "output": {"got": "{{ input }}"}}],
-    }
+    return workflow(transform("keep", {"got": "{{ input }}"}), auth=auth, name=f"{auth} flood")
 
 
 def signed(auth: str, secret: str, body: bytes) -> dict[str, str]:

@@ -22,11 +22,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from flowforge.steps import netguard
-from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.leases import RENEW, SAFE_FRACTION, Heartbeat, Leases
 from flowforge.worker.recovery import LeaseRecovery
+from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.target import Target
 
 LEASE_S = 60.0
@@ -34,27 +35,15 @@ LEASE_S = 60.0
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=2, name="test-leases")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-leases") as made:
+        yield made
 
 
 @pytest.fixture
 def running_step(app_client: Any, api_key: str, db: psycopg.Connection) -> str:
     """An execution whose http_request step `fetch` is running, lease ending in 1 s."""
     headers = {"Authorization": f"Bearer {api_key}"}
-    definition = {
-        "name": "leases",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "fetch",
-                "type": "http_request",
-                "request": {"method": "GET", "url": "http://127.0.0.1:9/"},
-            }
-        ],
-    }
+    definition = workflow(http("fetch", "GET", "http://127.0.0.1:9/"), name="leases")
     assert (
         app_client.post(
             "/api/v1/workflows/leases/versions", json=definition, headers=headers
@@ -77,14 +66,18 @@ def _run_as(db: psycopg.Connection, eid: str, owner: str, token: int) -> None:
     )
 
 
-def _seconds_left(db: psycopg.Connection, eid: str) -> float:
+def _fetch_row(db: psycopg.Connection, eid: str, columns: str) -> tuple[Any, ...]:
+    """These columns of the `fetch` step's row."""
     row = db.execute(
-        "SELECT extract(epoch FROM lease_expires_at - now()) FROM steps"
-        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
+        f"SELECT {columns} FROM steps WHERE execution_id = %(eid)s AND step_id = 'fetch'",
         {"eid": eid},
     ).fetchone()
     assert row is not None
-    return float(row[0])
+    return tuple(row)
+
+
+def _seconds_left(db: psycopg.Connection, eid: str) -> float:
+    return float(_fetch_row(db, eid, "extract(epoch FROM lease_expires_at - now())")[0])
 
 
 def test_renewal_needs_our_name_too_not_just_the_token(
@@ -158,13 +151,7 @@ def test_a_request_kept_back_before_sending_never_reaches_the_server(target: Tar
 
 
 def _step_row(db: psycopg.Connection, eid: str) -> tuple[Any, ...]:
-    row = db.execute(
-        "SELECT status, lease_owner, lease_expires_at > now() FROM steps"
-        " WHERE execution_id = %(eid)s AND step_id = 'fetch'",
-        {"eid": eid},
-    ).fetchone()
-    assert row is not None
-    return tuple(row)
+    return _fetch_row(db, eid, "status, lease_owner, lease_expires_at > now()")
 
 
 def test_an_expired_lease_is_not_revived_by_a_late_beat(
@@ -229,13 +216,7 @@ def test_a_checkpoint_committed_during_a_beat_is_not_reported_as_a_lost_lease(
     """The beat runs after the checkpoint committed but before the executor's thread left
     holding(): the step is no longer running, yet nobody took the lease over."""
     headers = {"Authorization": f"Bearer {api_key}"}
-    definition = {
-        "name": "checkpoint",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "fetch", "type": "http_request", "request": {"method": "GET", "url": target.url}}
-        ],
-    }
+    definition = workflow(http("fetch", "GET", target.url), name="checkpoint")
     published = app_client.post(
         "/api/v1/workflows/checkpoint/versions", json=definition, headers=headers
     )

@@ -17,13 +17,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.steps import netguard
 from flowforge.store import timeline
-from flowforge.store.db import create_pool
 from flowforge.store.runs import load_run
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from tests.integration.test_console import _sign_in
+from tests.support import inprocess
 from tests.support.definitions import unsigned
 from tests.support.target import Reply, Target
 
@@ -40,18 +39,8 @@ ORDER BY step_id
 
 @pytest.fixture
 def executor(database_url: str) -> Iterator[Executor]:
-    pool = create_pool(database_url, max_size=2, name="test-map-reads")
-    pool.open(wait=True, timeout=10)
-    try:
-        yield Executor(
-            pool,
-            worker_id="worker-map-reads",
-            lease_s=10,
-            allow=netguard.Allowlist.parse("127.0.0.1"),
-            secret_bindings={},
-        )
-    finally:
-        pool.close()
+    with inprocess.executor(database_url, "test-map-reads", "worker-map-reads") as made:
+        yield made
 
 
 def _publish(app_client: Any, api_key: str, key: str, steps: list[dict[str, Any]]) -> None:

@@ -5,15 +5,15 @@ only the items that did not succeed."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import Process, wait_for
-from tests.support.target import Received, Reply, Target
+from tests.support.target import InFlight, Received, Reply, Target
 
 
 @pytest.fixture
@@ -22,62 +22,34 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
     return Api(api, api_key)
 
 
-class InFlight:
+def holding(hold_s: float = 0.05, fail: Callable[[int], bool] = lambda _i: False) -> InFlight:
     """A target script that holds each request a moment and counts how many it holds at
-    once; `fail(index, attempt)` says which requests answer 400."""
+    once; `fail(index)` says which items' requests answer 400."""
 
-    def __init__(self, hold_s: float = 0.05) -> None:
-        self.hold_s = hold_s
-        self.now = 0
-        self.most = 0
-        self.lock = threading.Lock()
-        self.fail: Callable[[int], bool] = lambda _index: False
-
-    def __call__(self, request: Received) -> Reply:
+    def answer(request: Received) -> Reply:
         index = int(request.path.rsplit("/", 1)[1])
-        with self.lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        time.sleep(self.hold_s)
-        with self.lock:
-            self.now -= 1
-        if self.fail(index):
+        if fail(index):
             return Reply(status=400, json={"error": "no stock"})
         return Reply(json={"reserved": index})
 
+    return InFlight(hold_s, answer)
+
 
 def orders(target: Target, **map_fields: Any) -> dict[str, Any]:
-    return {
-        "name": "orders",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "lines",
-                "type": "map",
-                "items": "{{ input.lines }}",
-                **map_fields,
-                "steps": [
-                    {
-                        "id": "reserve",
-                        "type": "http_request",
-                        "request": {
-                            "method": "POST",
-                            "url": f"{target.url}/reserve/{{{{ index }}}}",
-                            "json": {"sku": "{{ item.sku }}", "order": "{{ input.order }}"},
-                            "idempotency_key": "{{ execution.id }}-{{ index }}",
-                        },
-                    },
-                    {
-                        "id": "line",
-                        "type": "transform",
-                        "depends_on": ["reserve"],
-                        "output": {"sku": "{{ item.sku }}", "got": "{{ reserve.body.reserved }}"},
-                    },
-                ],
-            },
-            {"id": "total", "type": "transform", "depends_on": ["lines"], "output": "{{ lines }}"},
-        ],
-    }
+    reserve = http(
+        "reserve",
+        "POST",
+        f"{target.url}/reserve/{{{{ index }}}}",
+        json={"sku": "{{ item.sku }}", "order": "{{ input.order }}"},
+        idempotency_key="{{ execution.id }}-{{ index }}",
+    )
+    got = {"sku": "{{ item.sku }}", "got": "{{ reserve.body.reserved }}"}
+    lines = {"id": "lines", "type": "map", "items": "{{ input.lines }}", **map_fields}
+    return workflow(
+        {**lines, "steps": [reserve, transform("line", got, after=("reserve",))]},
+        transform("total", "{{ lines }}", after=("lines",)),
+        name="orders",
+    )
 
 
 def payload(count: int) -> dict[str, Any]:
@@ -87,7 +59,7 @@ def payload(count: int) -> dict[str, Any]:
 def test_items_run_at_most_max_parallel_at_once_and_the_output_keeps_their_order(
     client: Api, target: Target
 ) -> None:
-    script = InFlight()
+    script = holding()
     target.script = script
     client.publish("orders", orders(target, max_parallel=3))
     eid = client.start("orders", payload(24))
@@ -120,8 +92,7 @@ def test_items_run_at_most_max_parallel_at_once_and_the_output_keeps_their_order
 def test_fail_fast_fails_the_map_at_the_first_failed_item_and_starts_no_more(
     client: Api, target: Target
 ) -> None:
-    script = InFlight()
-    script.fail = lambda index: index == 2
+    script = holding(fail=lambda index: index == 2)
     target.script = script
     client.publish("orders", orders(target, max_parallel=2))
     eid = client.start("orders", payload(40))
@@ -138,10 +109,8 @@ def test_fail_fast_fails_the_map_at_the_first_failed_item_and_starts_no_more(
 def test_collect_runs_every_item_then_a_retry_reruns_only_the_failed_ones(
     client: Api, target: Target
 ) -> None:
-    script = InFlight(hold_s=0.01)
     failing = {3, 7, 11}
-    script.fail = lambda index: index in failing
-    target.script = script
+    target.script = holding(hold_s=0.01, fail=lambda index: index in failing)
     client.publish("orders", orders(target, max_parallel=4, on_item_failure="collect"))
     eid = client.start("orders", payload(16))
     done = client.wait(eid, timeout=60)

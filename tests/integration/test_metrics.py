@@ -8,7 +8,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flowforge.store import gauges, waits
 from tests.support.api import Api
+from tests.support.definitions import http, wait, workflow
 from tests.support.processes import (
-    ROOT,
     TEST_RESUME_KEY,
+    WORKER,
     Process,
     free_port,
     start_api,
@@ -55,32 +55,16 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 def definition(target: Target) -> dict[str, Any]:
     """A wait, then a request whose start measures resume latency."""
-    return {
-        "name": "approval",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "approval", "type": "wait", "timeout_s": 300},
-            {
-                "id": "ship",
-                "type": "http_request",
-                "depends_on": ["approval"],
-                "request": {"method": "POST", "url": f"{target.url}/ship"},
-            },
-        ],
-    }
+    return workflow(
+        wait("approval", 300),
+        http("ship", "POST", f"{target.url}/ship", after=("approval",)),
+        name="approval",
+    )
 
 
-SHORT_WAIT = {
-    "name": "short wait",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "nap", "type": "wait", "timeout_s": 0.5, "on_timeout": "continue"}],
-}
-
-TICKING = {
-    "name": "ticking",
-    "trigger": {"schedule": {"every_s": 1}},
-    "steps": [{"id": "nap", "type": "wait", "timeout_s": 0.5, "on_timeout": "continue"}],
-}
+NAP = wait("nap", 0.5, on_timeout="continue")
+SHORT_WAIT = workflow(NAP, name="short wait")
+TICKING = {"name": "ticking", "trigger": {"schedule": {"every_s": 1}}, "steps": [NAP]}
 
 
 def metrics_dir(tmp: Path) -> Path:
@@ -250,11 +234,7 @@ def test_a_worker_whose_metrics_port_is_taken_says_so_and_exits(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = Process(
-            [sys.executable, str(ROOT / "bin" / "worker")],
-            {**env, "FLOWFORGE_METRICS_PORT": str(port)},
-            tmp_path / "worker.log",
-        )
+        proc = Process(WORKER, {**env, "FLOWFORGE_METRICS_PORT": str(port)}, tmp_path / "w.log")
         try:
             code = proc.popen.wait(30)
         except subprocess.TimeoutExpired:

@@ -35,6 +35,7 @@ from flowforge.steps.netguard import (
     send,
 )
 from tests.support.services import unavailable
+from tests.support.target import serving
 
 LOOPBACK = Allowlist.parse("127.0.0.1")
 NOTHING = Allowlist.parse("")
@@ -105,14 +106,8 @@ def http_server(context: ssl.SSLContext | None = None) -> Iterator[Server]:
     if context is not None:
         context.sni_callback = lambda sock, name, ctx: server.sni.append(name)
         httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(httpd):
         yield server
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
 
 
 @pytest.fixture

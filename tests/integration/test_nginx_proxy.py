@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from flowforge.store.config import Settings
-from tests.support.processes import Process, free_port, start_api, wait_for
+from tests.support.processes import Process, free_port, start_api, wait_answering, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "docs" / "nginx" / "flowforge.conf"
@@ -77,16 +77,7 @@ def api_behind_nginx(
         tmp_path / "nginx.log",
     )
     proxied = f"http://127.0.0.1:{listen}"
-
-    def answering() -> bool:
-        if nginx.popen.poll() is not None:
-            raise AssertionError(f"nginx exited:\n{nginx.log()}")
-        try:
-            return requests.get(f"{proxied}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(answering, timeout=15, message="nginx to answer /healthz")
+    wait_answering(nginx, f"{proxied}/healthz", "nginx", timeout=15)
     yield direct, proxied
     nginx.stop()
     api.stop()

@@ -13,12 +13,14 @@ import psycopg_pool
 import pytest
 
 from flowforge.store import flowcontrol, intake, runs, schedules
-from flowforge.store.db import conninfo, create_pool
+from flowforge.store.db import conninfo
 from flowforge.store.outbox import CHANNEL, LISTEN_OUTBOX
 from flowforge.worker import reconciler, timers
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
+from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 
 
@@ -72,22 +74,13 @@ def _publish(client: Any, definition: dict[str, Any]) -> None:
 
 
 def _http(name: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {"id": "call", "type": "http_request", "request": {"url": "http://127.0.0.1:9/"}}
-        ],
-        **extra,
-    }
+    return workflow(http("call", "GET", "http://127.0.0.1:9/"), name=name, **extra)
 
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    made = create_pool(database_url, max_size=2, name="test-notify")
-    made.open(wait=True, timeout=10)
-    yield made
-    made.close()
+    with inprocess.pool(database_url, "test-notify") as made:
+        yield made
 
 
 def test_a_due_delay_a_freed_slot_and_a_tick_still_wake_the_relay(

@@ -4,8 +4,6 @@ connections, and kept-alive outbound connections — real bin/api and bin/worker
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +13,7 @@ import psycopg
 from tests.support.api import Api
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
-from tests.support.target import Received, Reply, Target
+from tests.support.target import InFlight, Target
 from tests.support.tls import make_test_ca
 
 COUNT_POOLED = """
@@ -51,25 +49,6 @@ def tcp_connections(pid: int, port: int) -> int:
     return found
 
 
-class InFlight:
-    """Holds each request at the target for `delay_s` and records the most held at once."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
-        self.now = 0
-        self.most = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, _request: Received) -> Reply:
-        with self._lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        time.sleep(self.delay_s)
-        with self._lock:
-            self.now -= 1
-        return Reply(json={"ok": True})
-
-
 def test_a_worker_with_concurrency_200_holds_no_more_than_its_pool_size_of_connections(
     api: str,
     api_key: str,
@@ -78,7 +57,7 @@ def test_a_worker_with_concurrency_200_holds_no_more_than_its_pool_size_of_conne
     db: psycopg.Connection,
 ) -> None:
     count = 200
-    slow = InFlight(delay_s=6.0)
+    slow = InFlight(hold_s=6.0)
     target.script = slow
     worker = workers(FLOWFORGE_WORKER_CONCURRENCY=str(count), FLOWFORGE_WORKER_POOL_SIZE="5")
     pg_port = int(db.info.port)

@@ -14,12 +14,14 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
+from tests.support.inprocess import InProcess
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
 
 def flow(steps: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
-    return {"name": "flow", "trigger": {"webhook": {"auth": "none"}}, "steps": steps, **options}
+    return unsigned(steps, "flow", **options)
 
 
 def call(step_id: str, url: str, method: str = "POST", **extra: Any) -> dict[str, Any]:
@@ -230,12 +232,14 @@ def test_on_exhausted_pause_holds_the_execution_then_resume_runs_the_step_again_
 
 
 def test_an_execution_paused_with_a_step_ready_resumes_and_runs_it(
-    client: Api, target: Target, workers: Callable[..., Process]
+    in_process: InProcess, target: Target
 ) -> None:
     """Soak seed 2301: an execution paused while its first step was `ready` (accepted,
     no worker had taken it yet) answered 500 to its resume — the resume dispatched that
     step again though the unit of work had not changed it (KeyError in save_run) — and
-    stayed paused for good; the workflow's resume failed the same way."""
+    stayed paused for good; the workflow's resume failed the same way. In the test's
+    process, nothing takes a step until `wait` runs it."""
+    client = in_process
     client.publish("ready", flow([call("first", f"{target.url}/first")]))
     eid = client.start("ready", {"n": 1})
     assert step(client.execution(eid), "first")["status"] == "ready"
@@ -245,7 +249,6 @@ def test_an_execution_paused_with_a_step_ready_resumes_and_runs_it(
     other = client.start("ready", {"n": 2})
     assert client.post("/api/v1/workflows/ready/pause").status_code == 200
     assert client.execution(other)["status"] == "paused"
-    workers()
     assert client.post("/api/v1/workflows/ready/resume").status_code == 200, "workflow resume"
     assert client.wait(eid)["status"] == "succeeded"
     assert client.wait(other)["status"] == "succeeded"

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from flowforge.store.db import create_pool, pipelined_transaction
 from tests.support.api import Api, step
+from tests.support.definitions import http, transform, workflow
 from tests.support.pgbouncer import PgBouncer
-from tests.support.processes import ROOT, start_api, start_worker
+from tests.support.processes import run_migrate, start_api, start_worker
 from tests.support.target import Target
 
 WEBHOOKS = 40
@@ -54,26 +51,9 @@ def test_webhooks_run_to_completion_through_pgbouncer(
     worker = start_worker(pooled_env, tmp_path / "worker.log")
     try:
         client = Api(base, api_key)
-        client.publish(
-            "relay",
-            {
-                "name": "Through the pooler",
-                "trigger": {"webhook": {"auth": "none"}},
-                "steps": [
-                    {"id": "shape", "type": "transform", "output": {"n": "{{ input.n }}"}},
-                    {
-                        "id": "call",
-                        "type": "http_request",
-                        "depends_on": ["shape"],
-                        "request": {
-                            "method": "POST",
-                            "url": f"{target.url}/n",
-                            "json": "{{ shape }}",
-                        },
-                    },
-                ],
-            },
-        )
+        shape = transform("shape", {"n": "{{ input.n }}"})
+        call = http("call", "POST", f"{target.url}/n", after=("shape",), json="{{ shape }}")
+        client.publish("relay", workflow(shape, call, name="Through the pooler"))
 
         def send(n: int) -> tuple[int, str]:
             r = client.hook("relay", {"n": n}, headers={"Idempotency-Key": f"k-{n}"})
@@ -131,37 +111,20 @@ def test_pooled_transactions_carry_their_own_timeouts(
 
 
 def test_bin_migrate_takes_its_lock_on_the_direct_url(
-    pooled_env: dict[str, str], pgbouncer: PgBouncer, pg_admin_url: str
+    pooled_env: dict[str, str], pgbouncer: PgBouncer, new_database_url: str
 ) -> None:
-    name = f"ff_pgb_{uuid.uuid4().hex[:10]}"
-    direct = psycopg.conninfo.make_conninfo(pg_admin_url, dbname=name)
+    direct = new_database_url
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
         **pooled_env,
         "FLOWFORGE_DATABASE_URL": pgbouncer.url(direct),
         "FLOWFORGE_DATABASE_DIRECT_URL": direct,
     }
-    try:
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "bin" / "migrate"), "--create"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert run.returncode == 0, run.stderr
-        assert "applied" in run.stdout
-        again = subprocess.run(
-            [sys.executable, str(ROOT / "bin" / "migrate")],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert again.returncode == 0 and "applied 0 migration(s)" in again.stdout, again
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    run = run_migrate(env, "--create", timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "applied" in run.stdout
+    again = run_migrate(env)
+    assert again.returncode == 0 and "applied 0 migration(s)" in again.stdout, again
 
 
 def test_a_pooler_without_a_direct_url_is_refused(
@@ -169,12 +132,6 @@ def test_a_pooler_without_a_direct_url_is_refused(
 ) -> None:
     env = {**pooled_env}
     del env["FLOWFORGE_DATABASE_DIRECT_URL"]
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "bin" / "migrate")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    run = run_migrate(env)
     assert run.returncode == 1
     assert "FLOWFORGE_DATABASE_DIRECT_URL" in run.stderr

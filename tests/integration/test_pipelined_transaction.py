@@ -18,6 +18,7 @@ import pytest
 from flowforge.store.db import pipelined_transaction
 from flowforge.store.outbox import TAKE_BATCH
 from flowforge.store.runs import load_run, unit_of_work
+from tests.support.definitions import transform, workflow
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -130,11 +131,7 @@ def test_a_run_loaded_in_the_relays_transaction_commits_as_durably_as_configured
     """The relay's claim turns synchronous_commit off for its transaction; a pure step it
     runs there must not commit progress without the WAL flush: loading the run turns it
     back on."""
-    document = {
-        "name": "durable",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [{"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}}],
-    }
+    document = workflow(transform("a", {"n": "{{ input.n }}"}), name="durable")
     headers = {"Authorization": f"Bearer {api_key}"}
     published = app_client.post(
         "/api/v1/workflows/durable/versions", json=document, headers=headers

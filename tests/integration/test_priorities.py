@@ -19,6 +19,7 @@ import requests
 
 from flowforge.worker.executor import BETTER_READY, BETTER_TRIES, READY_PRIORITY_SPREAD
 from tests.support.api import Api
+from tests.support.definitions import http, transform, workflow
 from tests.support.processes import Process, free_port, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -27,22 +28,8 @@ LOW, HIGH = 0, 50
 
 def jobs(target: Target, **top: Any) -> dict[str, Any]:
     """One GET per execution; its path says which execution it is."""
-    return {
-        "name": "jobs",
-        "trigger": {"webhook": {"auth": "none"}},
-        "priority": "{{ input.priority }}",
-        "steps": [
-            {
-                "id": "call",
-                "type": "http_request",
-                "request": {
-                    "method": "GET",
-                    "url": f"{target.url}/job/{{{{ input.kind }}}}/{{{{ input.n }}}}",
-                },
-            }
-        ],
-        **top,
-    }
+    call = http("call", "GET", f"{target.url}/job/{{{{ input.kind }}}}/{{{{ input.n }}}}")
+    return workflow(call, name="jobs", **{"priority": "{{ input.priority }}", **top})
 
 
 def slow(delay_s: float) -> Callable[[Received], Reply]:
@@ -150,12 +137,7 @@ def test_ageing_lets_a_low_priority_execution_in_under_a_constant_stream_of_high
 
 def test_priority_from_the_input_a_literal_and_refusals(open_client: Any, db: Any) -> None:
     client = open_client
-    definition = {
-        "name": "p",
-        "trigger": {"webhook": {"auth": "none"}},
-        "priority": "{{ input.order.priority }}",
-        "steps": [{"id": "shape", "type": "transform", "output": {}}],
-    }
+    definition = workflow(transform("shape", {}), name="p", priority="{{ input.order.priority }}")
     assert client.post("/api/v1/workflows/p/versions", json=definition).status_code == 201
 
     def priority_of(body: Any) -> int:

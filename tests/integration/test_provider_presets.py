@@ -27,6 +27,7 @@ import stripe
 from slack_sdk.signature import SignatureVerifier
 
 from tests.support.api import Api
+from tests.support.definitions import transform, workflow
 from tests.support.processes import start_api
 from tests.support.webhooks import (
     github_header,
@@ -50,11 +51,7 @@ TOLERANCE = 300
 
 
 def definition(auth: str) -> dict[str, Any]:
-    return {
-        "name": f"{auth} intake",
-        "trigger": {"webhook": {"auth": auth}},
-        "steps": [{"id": "keep", "type": "transform", "output": {"got": "{{ input }}"}}],
-    }
+    return workflow(transform("keep", {"got": "{{ input }}"}), auth=auth, name=f"{auth} intake")
 
 
 @dataclass

@@ -19,26 +19,20 @@ import psycopg_pool
 import pytest
 
 from flowforge.steps import netguard
-from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import HOUSEKEEPING_SECONDS, Housekeeping
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.recovery import MAX_RECOVERY_FAILURES, LeaseRecovery
+from tests.support import inprocess
+from tests.support.definitions import http, workflow
 from tests.support.processes import wait_for
 
-PAY = {
-    "name": "pay",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {
-            "id": "charge",
-            "type": "http_request",
-            "request": {"method": "POST", "url": "http://127.0.0.1:9/charge"},
-        },
-        {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
-    ],
-}
+PAY = workflow(
+    http("charge", "POST", "http://127.0.0.1:9/charge"),
+    {"id": "sleep", "type": "delay", "until": "{{ input.at }}"},
+    name="pay",
+)
 # The worker's claim, as it commits it: running, an open attempt, a lease — here already
 # expired, as when the worker died. `order` keeps the bad ones first in the reaper's queue.
 CLAIMED_AND_DIED = """
@@ -55,10 +49,8 @@ VALUES (%(id)s, 'charge', 1, 1, 'dead')
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=4, name="test-reaper")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-reaper", max_size=4) as made:
+        yield made
 
 
 def auth(key: str) -> dict[str, str]:

@@ -19,10 +19,10 @@ import psycopg_pool
 import pytest
 
 from flowforge.store import apikeys
-from flowforge.store.db import create_pool
 from flowforge.worker.retention import UNMATCHED_PER_SOURCE, Retention
 from tests.integration.test_console import _sign_in
 from tests.integration.test_retention import finish
+from tests.support import inprocess
 from tests.support.definitions import unsigned
 from tests.support.webhooks import github_header
 
@@ -32,10 +32,8 @@ SECRET = "a-source-secret-of-enough-length"
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=2, name="test-leftovers")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-leftovers") as made:
+        yield made
 
 
 def publish(client: Any, key: str, **options: Any) -> None:

@@ -15,12 +15,13 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
+from tests.support.definitions import unsigned
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
 
 
 def flow(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"name": "flow", "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
+    return unsigned(steps, "flow")
 
 
 def charge(url: str, **request: Any) -> dict[str, Any]:

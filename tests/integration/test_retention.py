@@ -14,9 +14,9 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.store.db import create_pool
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_KEYED, EXPIRE_UNKEYED, Retention
+from tests.support import inprocess
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
 
@@ -48,10 +48,8 @@ INSERT INTO execution_events (execution_id, kind) VALUES (%(id)s, 'execution.' |
 
 @pytest.fixture
 def pool(database_url: str) -> Iterator[psycopg_pool.ConnectionPool]:
-    pool = create_pool(database_url, max_size=4, name="test-retention")
-    pool.open(wait=True, timeout=10)
-    yield pool
-    pool.close()
+    with inprocess.pool(database_url, "test-retention", max_size=4) as made:
+        yield made
 
 
 def publish(client: Any, key: str, **options: Any) -> None:

@@ -25,7 +25,7 @@ from flowforge.store import apikeys
 from flowforge.store.config import ConfigError, Settings
 from tests.integration.test_secrets_never_persist import pg_dump
 from tests.support.api import Api, step
-from tests.support.definitions import unsigned
+from tests.support.definitions import http, transform, workflow
 from tests.support.problems import assert_problem
 from tests.support.processes import Process
 from tests.support.target import Reply, Target
@@ -35,28 +35,12 @@ FLOWFORGE = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "flowforge"
 
 def leaking(target: Target, name: str = "tok") -> dict[str, Any]:
     """A definition that carries a secret to the target, which echoes it back base64'd."""
-    return unsigned(
-        [
-            {
-                "id": "send",
-                "type": "http_request",
-                "request": {
-                    "method": "GET",
-                    "url": f"{target.url}/collect",
-                    "headers": {"Authorization": f"Bearer {{{{ secrets.{name} }}}}"},
-                },
-                "retry": {"max_attempts": 1},
-            }
-        ],
-        name="Sends a secret",
-    )
+    bearer = {"Authorization": f"Bearer {{{{ secrets.{name} }}}}"}
+    send = http("send", "GET", f"{target.url}/collect", headers=bearer, retry={"max_attempts": 1})
+    return workflow(send, name="Sends a secret")
 
 
-PLAIN = {
-    "name": "No secrets",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [{"id": "t", "type": "transform", "output": {"x": "{{ input.x }}"}}],
-}
+PLAIN = workflow(transform("t", {"x": "{{ input.x }}"}), name="No secrets")
 
 
 def test_worker_refuses_a_secret_that_is_not_bound_to_the_workflow(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from flowforge.trust.sealing import parse_key
 from tests.integration.test_webhook_signatures import SIGNED, counts, signed_headers
 from tests.support.api import Api
 from tests.support.problems import PROBLEM, assert_problem
-from tests.support.processes import ROOT, TEST_ENCRYPTION_KEY
+from tests.support.processes import ROOT, TEST_ENCRYPTION_KEY, run_migrate
 
 BODY = b'{"order": "A-1"}'
 
@@ -179,16 +178,12 @@ def test_another_key_cannot_open_the_secrets(
 
 
 def migrate(database_url: str, key: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "bin" / "migrate")],
-        env={
+    return run_migrate(
+        {
             **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
             "FLOWFORGE_DATABASE_URL": database_url,
             "FLOWFORGE_ENCRYPTION_KEY": key,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
+        }
     )
 
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import re
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,25 +22,18 @@ import pytest
 
 from tests.faults.helpers import queue_depth
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
 from tests.support.processes import Process
-from tests.support.target import Received, Reply, Target
+from tests.support.target import Received, Reply, Target, serving
 
 REFUSED = re.compile(r"^GET https?://\S+: refused, \S+ is .*loopback.*FLOWFORGE_HTTP_ALLOW")
 
-BY_INPUT = {
-    "name": "Fetch what the event names",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {
-            "id": "fetch",
-            "type": "http_request",
-            "request": {"method": "GET", "url": "{{ input.url }}", "timeout_s": 5},
-            # Refusals must fail on the first attempt by themselves; one try keeps the
-            # other cases (not-sent errors, which are retried) short.
-            "retry": {"max_attempts": 1},
-        }
-    ],
-}
+BY_INPUT = workflow(
+    # Refusals must fail on the first attempt by themselves; one try keeps the other
+    # cases (not-sent errors, which are retried) short.
+    http("fetch", "GET", "{{ input.url }}", timeout_s=5, retry={"max_attempts": 1}),
+    name="Fetch what the event names",
+)
 
 
 @dataclass
@@ -83,13 +75,8 @@ def recording_server(host: str, family: socket.AddressFamily) -> Iterator[Record
         pytest.fail(f"cannot bind a recorder on {host}: {exc}")
     server.daemon_threads = True
     recorder.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield recorder
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
@@ -254,18 +241,7 @@ def test_redirects_are_returned_never_followed(
 def post_to(url: str) -> dict[str, Any]:
     """A workflow of one POST with no idempotency key: not safe to repeat, so a request
     that may have left would be `unknown`."""
-    return {
-        "name": "Notify",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "notify",
-                "type": "http_request",
-                "request": {"method": "POST", "url": url, "json": {}},
-                "retry": {"max_attempts": 3},
-            }
-        ],
-    }
+    return workflow(http("notify", "POST", url, json={}, retry={"max_attempts": 3}), name="Notify")
 
 
 def assert_failed_at_once(execution: dict[str, Any], error: str) -> None:

@@ -1,21 +1,19 @@
-"""Traces from real bin/api and bin/worker processes, received by an OTLP/HTTP collector
-written here (127.0.0.1): one trace from the partner's traceparent to the one the target
-receives, across a delay and a worker SIGKILL."""
+"""Traces from real bin/api and bin/worker processes, received by the tests' OTLP/HTTP
+collector (127.0.0.1, tests/support/otlp.py): one trace from the partner's traceparent to
+the one the target receives, across a delay and a worker SIGKILL."""
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import psycopg
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.faults.helpers import http, workflow
 from tests.support.api import Api, step
+from tests.support.definitions import http, workflow
+from tests.support.otlp import Collector
 from tests.support.processes import start_api, wait_for
 from tests.support.target import Reply, Target
 
@@ -25,75 +23,10 @@ INCOMING = f"00-{TRACE}-{PARENT}-01"
 SECRET = "tok-s3cr3t-value"
 
 
-@dataclass
-class Span:
-    trace_id: str
-    span_id: str
-    parent: str
-    name: str
-    service: str
-    attributes: dict[str, Any]
-
-
-class Collector:
-    """An OTLP/HTTP receiver: POST /v1/traces with an ExportTraceServiceRequest."""
-
-    def __init__(self) -> None:
-        self.spans: list[Span] = []
-        self.lock = threading.Lock()
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                with collector.lock:
-                    collector.spans.extend(_spans(request))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def named(self, prefix: str) -> list[Span]:
-        with self.lock:
-            return [s for s in self.spans if s.name.startswith(prefix)]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def _value(any_value: Any) -> Any:
-    return getattr(any_value, any_value.WhichOneof("value"))
-
-
-def _spans(request: ExportTraceServiceRequest) -> Iterator[Span]:
-    for resource_spans in request.resource_spans:
-        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-        for scope in resource_spans.scope_spans:
-            for span in scope.spans:
-                yield Span(
-                    span.trace_id.hex(),
-                    span.span_id.hex(),
-                    span.parent_span_id.hex(),
-                    span.name,
-                    resource["service.name"],
-                    {a.key: _value(a.value) for a in span.attributes},
-                )
-
-
 @pytest.fixture
 def collector() -> Iterator[Collector]:
-    server = Collector()
-    yield server
-    server.close()
+    with contextlib.closing(Collector()) as server:
+        yield server
 
 
 @pytest.fixture

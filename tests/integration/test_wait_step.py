@@ -20,6 +20,7 @@ import requests
 
 from tests.faults.helpers import cli, is_problem, signed_headers
 from tests.support.api import Api, step
+from tests.support.definitions import http, wait, workflow
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -30,34 +31,16 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
     return Api(api, api_key)
 
 
-def approval(target: Target, **wait: Any) -> dict[str, Any]:
+def approval(target: Target, **fields: Any) -> dict[str, Any]:
     """Ask a chat service to approve (sending it the resume URL), wait, then ship."""
-    return {
-        "name": "approval",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "ask",
-                "type": "http_request",
-                "request": {
-                    "method": "POST",
-                    "url": f"{target.url}/ask",
-                    "json": {"order": "{{ input.order }}", "url": "{{ waits.approval.url }}"},
-                },
-            },
-            {"id": "approval", "type": "wait", "depends_on": ["ask"], "timeout_s": 30, **wait},
-            {
-                "id": "ship",
-                "type": "http_request",
-                "depends_on": ["approval"],
-                "request": {
-                    "method": "PUT",
-                    "url": f"{target.url}/ship",
-                    "json": {"approved": "{{ approval }}"},
-                },
-            },
-        ],
-    }
+    asking = {"order": "{{ input.order }}", "url": "{{ waits.approval.url }}"}
+    approved = {"approved": "{{ approval }}"}
+    return workflow(
+        http("ask", "POST", f"{target.url}/ask", json=asking),
+        wait("approval", after=("ask",), **{"timeout_s": 30, **fields}),
+        http("ship", "PUT", f"{target.url}/ship", after=("approval",), json=approved),
+        name="approval",
+    )
 
 
 def resume_url(target: Target, index: int = 0) -> str:
@@ -76,9 +59,9 @@ def post(url: str, body: Any, **headers: str) -> requests.Response:
     )
 
 
-def waiting(client: Api, target: Target, **wait: Any) -> tuple[str, str]:
+def waiting(client: Api, target: Target, **fields: Any) -> tuple[str, str]:
     """Publish, start one execution, and return it and its resume URL once it waits."""
-    client.publish("approval", approval(target, **wait))
+    client.publish("approval", approval(target, **fields))
     eid = client.start("approval", {"order": 7})
     client.wait(eid, "waiting")
     return eid, resume_url(target)

@@ -25,22 +25,14 @@ from flowforge.worker.executor import Executor
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
-from tests.support.definitions import CALLS
+from tests.support.definitions import CALLS, http, transform, workflow
 
-CHAIN = {
-    "name": "chain",
-    "trigger": {"webhook": {"auth": "none"}},
-    "steps": [
-        {"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}},
-        {"id": "b", "type": "transform", "depends_on": ["a"], "output": {"m": "{{ a.n }}"}},
-        {
-            "id": "c",
-            "type": "http_request",
-            "depends_on": ["b"],
-            "request": {"method": "POST", "url": "http://127.0.0.1:9/c"},
-        },
-    ],
-}
+CHAIN = workflow(
+    transform("a", {"n": "{{ input.n }}"}),
+    transform("b", {"m": "{{ a.n }}"}, after=("a",)),
+    http("c", "POST", "http://127.0.0.1:9/c", after=("b",)),
+    name="chain",
+)
 # The worker's claim as it commits it, its lease already expired: the worker died.
 CLAIMED_AND_DIED = """
 WITH s AS (

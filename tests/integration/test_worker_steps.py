@@ -1,4 +1,6 @@
-"""Every step type and the DAG rules, through real bin/api and bin/worker processes."""
+"""Every step type and the DAG rules: run in the test's process (`in_process`, the API app
+and the worker's executor), and through real bin/api and bin/worker processes where the
+point is concurrency, the timer thread or the broker."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
-from tests.support.definitions import unsigned
+from tests.support.definitions import transform, unsigned
+from tests.support.inprocess import InProcess
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -24,10 +27,10 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
 
 
 def test_templates_keep_json_types_and_render_text_inside_strings(
-    client: Api, target: Target
+    in_process: InProcess, target: Target
 ) -> None:
     target.script = lambda r: Reply(json={"id": 7, "tags": ["a", "b"], "ok": True})
-    client.publish(
+    in_process.publish(
         "types",
         unsigned(
             [
@@ -63,8 +66,8 @@ def test_templates_keep_json_types_and_render_text_inside_strings(
             ]
         ),
     )
-    eid = client.start("types", {"name": "a/b c", "n": 3, "nothing": None})
-    done = client.wait(eid)
+    eid = in_process.start("types", {"name": "a/b c", "n": 3, "nothing": None})
+    done = in_process.wait(eid)
     assert done["status"] == "succeeded", done
     assert step(done, "shape")["output"] == {
         "id": 7,
@@ -115,19 +118,14 @@ def test_parallel_branches_overlap_and_the_join_waits_for_both(client: Api, targ
     )
 
 
-def test_false_conditions_skip_and_skips_propagate(client: Api) -> None:
-    client.publish(
+def test_false_conditions_skip_and_skips_propagate(in_process: InProcess) -> None:
+    over_100 = {"path": "a.total", "op": "gt", "value": 100}
+    in_process.publish(
         "skip",
         unsigned(
             [
-                {"id": "a", "type": "transform", "output": {"total": "{{ input.total }}"}},
-                {
-                    "id": "big",
-                    "type": "transform",
-                    "depends_on": ["a"],
-                    "when": {"path": "a.total", "op": "gt", "value": 100},
-                    "output": "big",
-                },
+                transform("a", {"total": "{{ input.total }}"}),
+                transform("big", "big", after=("a",), when=over_100),
                 {"id": "after_big", "type": "transform", "depends_on": ["big"], "output": 1},
                 {"id": "either", "type": "transform", "depends_on": ["a", "big"], "output": 2},
                 {
@@ -140,7 +138,7 @@ def test_false_conditions_skip_and_skips_propagate(client: Api) -> None:
             ]
         ),
     )
-    done = client.wait(client.start("skip", {"total": 50, "tier": "gold"}))
+    done = in_process.wait(in_process.start("skip", {"total": 50, "tier": "gold"}))
     statuses = {s["id"]: s["status"] for s in done["steps"]}
     assert statuses == {
         "a": "succeeded",
@@ -219,10 +217,10 @@ def test_a_delay_until_beyond_what_can_be_stored_fails_its_step_and_nothing_else
     assert client.wait(fine, timeout=30)["status"] == "succeeded"
 
 
-def test_retries_back_off_and_record_every_attempt(client: Api, target: Target) -> None:
+def test_retries_back_off_and_record_every_attempt(in_process: InProcess, target: Target) -> None:
     answers = iter([Reply(status=503), Reply(status=503), Reply(json={"fine": True})])
     target.script = lambda r: next(answers)
-    client.publish(
+    in_process.publish(
         "retry",
         unsigned(
             [
@@ -239,7 +237,7 @@ def test_retries_back_off_and_record_every_attempt(client: Api, target: Target) 
             ]
         ),
     )
-    done = client.wait(client.start("retry", {}))
+    done = in_process.wait(in_process.start("retry", {}))
     assert done["status"] == "succeeded"
     attempts = step(done, "get")["attempts"]
     assert [(a["outcome"], a["http_status"]) for a in attempts] == [
@@ -255,10 +253,10 @@ def test_retries_back_off_and_record_every_attempt(client: Api, target: Target) 
 
 
 def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
-    client: Api, target: Target
+    in_process: InProcess, target: Target
 ) -> None:
     target.script = lambda r: Reply(status=503)
-    client.publish(
+    in_process.publish(
         "unsafe",
         unsigned(
             [
@@ -271,7 +269,7 @@ def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
             ]
         ),
     )
-    client.publish(
+    in_process.publish(
         "keyed",
         unsigned(
             [
@@ -289,9 +287,9 @@ def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
             ]
         ),
     )
-    plain = client.wait(client.start("unsafe", {}))
-    keyed_id = client.start("keyed", {})
-    keyed = client.wait(keyed_id)
+    plain = in_process.wait(in_process.start("unsafe", {}))
+    keyed_id = in_process.start("keyed", {})
+    keyed = in_process.wait(keyed_id)
     assert plain["status"] == "failed" and len(target.requests_to("/plain")) == 1
     assert keyed["status"] == "failed" and len(target.requests_to("/keyed")) == 3
     assert {r.headers["idempotency-key"] for r in target.requests_to("/keyed")} == {
@@ -299,11 +297,11 @@ def test_unsafe_requests_are_not_retried_but_idempotency_keys_make_them_safe(
     }
 
 
-def test_a_request_that_never_left_is_retried_even_when_unsafe(client: Api) -> None:
+def test_a_request_that_never_left_is_retried_even_when_unsafe(in_process: InProcess) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
-    client.publish(
+    in_process.publish(
         "refused",
         unsigned(
             [
@@ -320,7 +318,7 @@ def test_a_request_that_never_left_is_retried_even_when_unsafe(client: Api) -> N
             ]
         ),
     )
-    done = client.wait(client.start("refused", {}))
+    done = in_process.wait(in_process.start("refused", {}))
     attempts = step(done, "post")["attempts"]
     assert [a["outcome"] for a in attempts] == ["failed", "failed"]
     assert "not sent" in attempts[0]["error"]
@@ -328,10 +326,10 @@ def test_a_request_that_never_left_is_retried_even_when_unsafe(client: Api) -> N
 
 
 def test_a_failed_step_fails_the_execution_and_cancels_what_cannot_run(
-    client: Api, target: Target
+    in_process: InProcess, target: Target
 ) -> None:
     target.script = lambda r: Reply(status=404, json={"error": "no such order"})
-    client.publish(
+    in_process.publish(
         "fail",
         unsigned(
             [
@@ -346,7 +344,7 @@ def test_a_failed_step_fails_the_execution_and_cancels_what_cannot_run(
             ]
         ),
     )
-    done = client.wait(client.start("fail", {}))
+    done = in_process.wait(in_process.start("fail", {}))
     assert done["status"] == "failed"
     assert {s["id"]: s["status"] for s in done["steps"]} == {
         "get": "failed",

@@ -1,14 +1,35 @@
-"""The worker's executor run in the test's own process: a step handled by hand, its
-wake-up named, with no broker and no bin/worker."""
+"""The worker's parts run in the test's own process: a pool of its own, the executor with
+a step handled by hand, its wake-up named, and `InProcess`, a whole FlowForge driven that
+way (the API app in-process, steps run as their wake-ups would run them), with no broker
+and no bin/api or bin/worker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import psycopg_pool
 
 from flowforge.steps import netguard
 from flowforge.store.db import create_pool
+from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
+from flowforge.worker.timers import TimerScanner
+from tests.support.api import TERMINAL
+
+
+@contextmanager
+def pool(database_url: str, name: str, max_size: int = 2) -> Iterator[psycopg_pool.ConnectionPool]:
+    """The worker's own kind of pool (`name` shows in pg_stat_activity), open for the block."""
+    made = create_pool(database_url, max_size=max_size, name=name)
+    made.open(wait=True, timeout=10)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @contextmanager
@@ -20,15 +41,73 @@ def executor(
 ) -> Iterator[Executor]:
     """An Executor on its own small pool (`name`), sending to 127.0.0.1 only; the pool
     closes when the block ends."""
-    pool = create_pool(database_url, max_size=2, name=name)
-    pool.open(wait=True, timeout=10)
-    try:
+    with pool(database_url, name) as made:
         yield Executor(
-            pool,
+            made,
             worker_id=worker_id,
             lease_s=10,
             allow=netguard.Allowlist.parse("127.0.0.1"),
             secret_bindings=secret_bindings or {},
         )
-    finally:
-        pool.close()
+
+
+# What the relay would publish: the outbox's wake-ups, oldest first, taken out of it (the
+# test's database is its own, so every row is this test's).
+TAKE_WAKEUPS = """
+DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT 100)
+RETURNING id, execution_id, step_id
+"""
+
+
+class InProcess:
+    """What a behaviour test needs of FlowForge, in its own process (dramatiq's stub
+    worker, Temporal's testing/): the API app (`app_client`, signed in) and the worker's
+    executor. `wait` hands the executor the outbox's wake-ups (the execution's, its
+    children's, its map items'), as the relay and the consumer would, and wakes due
+    delays and back-offs as the timer scanner does. Steps run one at a time: tests of
+    concurrency, crashes and the broker keep real processes."""
+
+    def __init__(self, app_client: Any, executor: Executor) -> None:
+        self.app = app_client
+        self.executor = executor
+        self.timers = TimerScanner(executor.pool, threading.Event())
+
+    def publish(self, workflow: str, definition: dict[str, Any]) -> dict[str, Any]:
+        r = self.app.post(f"/api/v1/workflows/{workflow}/versions", json=definition)
+        assert r.status_code == 201, r.get_data(as_text=True)
+        return dict(r.get_json())
+
+    def start(self, workflow: str, payload: Any) -> str:
+        r = self.app.post(f"/hooks/{workflow}", json=payload)
+        assert r.status_code == 202, r.get_data(as_text=True)
+        return str(r.get_json()["execution_id"])
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        r = self.app.get(f"/api/v1/executions/{execution_id}")
+        assert r.status_code == 200, r.get_data(as_text=True)
+        return dict(r.get_json())
+
+    def post(self, path: str, body: Any = None) -> Any:
+        """The app's answer to a POST (`status_code`, `text`, `get_json()`)."""
+        return self.app.post(path, json=body)
+
+    def wait(
+        self,
+        execution_id: str,
+        statuses: Collection[str] | str = TERMINAL,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Run what is woken until the execution reaches one of `statuses`; return it."""
+        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
+        deadline = time.monotonic() + timeout
+        while (execution := self.execution(execution_id))["status"] not in wanted:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"execution {execution_id} never reached {wanted}")
+            with self.executor.pool.connection() as conn:
+                wakeups = sorted(conn.execute(TAKE_WAKEUPS).fetchall())
+            for _id, woken, step_id in wakeups:
+                self.executor.handle(Wakeup(str(woken), step_id))
+            if not wakeups:
+                self.timers.scan()
+                time.sleep(0.05)
+        return execution

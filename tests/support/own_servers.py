@@ -28,12 +28,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pika
 import psycopg
 import pytest
 
 from flowforge.store.migrate import migrate
-from tests.support.processes import server_port, wait_for
+from tests.support.processes import kill_session, server_port, wait_for
+from tests.support.services import amqp_answers
 
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 
@@ -267,7 +267,7 @@ class OwnRabbitMQ:
         if self.proc is None or self.proc.poll() is not None:
             tail = self.log_path.read_text(errors="replace")[-2000:]
             raise AssertionError(f"own RabbitMQ is not running:\n{tail}")
-        return _amqp_answers(self.url)
+        return amqp_answers(self.url, timeout=2)
 
     def stop_app(self) -> None:
         result = self.ctl("stop_app")
@@ -276,7 +276,7 @@ class OwnRabbitMQ:
     def start_app(self) -> None:
         result = self.ctl("start_app")
         assert result.returncode == 0, result.stderr
-        wait_for(lambda: _amqp_answers(self.url), timeout=60, message="own RabbitMQ app")
+        wait_for(lambda: amqp_answers(self.url, timeout=2), timeout=60, message="own RabbitMQ app")
 
     @contextlib.contextmanager
     def app_stopped(self) -> Iterator[None]:
@@ -293,10 +293,8 @@ class OwnRabbitMQ:
 
     def kill(self) -> None:
         """SIGKILL the node's whole process group (beam and its helpers)."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
+        if self.proc is not None:
+            kill_session(self.proc)
 
     def close(self) -> None:
         self.stop()
@@ -305,17 +303,6 @@ class OwnRabbitMQ:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _amqp_answers(url: str) -> bool:
-    try:
-        params = pika.URLParameters(url)
-        params.socket_timeout = 2
-        params.connection_attempts = 1
-        pika.BlockingConnection(params).close()
-        return True
-    except Exception:
-        return False
 
 
 def _skip_without(binary: Path) -> None:

@@ -1,7 +1,9 @@
-"""Starting the real bin/api and bin/worker as child processes, and waiting on them."""
+"""Starting the real bin/api and bin/worker (and the servers tests run beside them) as
+child processes, waiting on them, and killing them: the one place tests do that."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -63,6 +65,14 @@ def server_port() -> int:
     raise RuntimeError("no free server port below the ephemeral range")
 
 
+def kill_session(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGKILL a child's whole session (a server and its helpers): the loss of the host."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)
+
+
 def wait_for(
     predicate: Callable[[], Any],
     timeout: float = 20.0,
@@ -111,9 +121,7 @@ class Process:
 
     def kill(self) -> None:
         """SIGKILL, the crash every recovery path is built for."""
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(10)
+        kill_session(self.popen, 10)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.popen.poll() is None:
@@ -127,6 +135,49 @@ class Process:
         return self.popen.returncode
 
 
+# The worker's command line; tests that expect it to refuse to start run it bare.
+WORKER = [sys.executable, str(ROOT / "bin" / "worker")]
+
+
+def run_migrate(
+    env: Mapping[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """bin/migrate ARGS with this environment, run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bin" / "migrate"), *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def api_argv(port: int, workers: int) -> list[str]:
+    """bin/api's command line on a loopback port."""
+    return [
+        sys.executable,
+        str(ROOT / "bin" / "api"),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+    ]
+
+
+def wait_answering(proc: Process, url: str, what: str, timeout: float = 30) -> None:
+    """Poll `url` until it answers 200; fail at once with the log if `proc` exits."""
+
+    def answering() -> bool:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"{what} exited early:\n{proc.log()}")
+        try:
+            return requests.get(url, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(answering, timeout=timeout, message=f"{what} to answer {url}")
+
+
 def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple[Process, str]:
     """bin/api on a free loopback port; returns the process and its base URL."""
     port = free_port()
@@ -135,35 +186,15 @@ def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple
         "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
         **env,
     }
-    proc = Process(
-        [
-            sys.executable,
-            str(ROOT / "bin" / "api"),
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-        ],
-        env,
-        log_path,
-    )
+    proc = Process(api_argv(port, workers), env, log_path)
     base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"bin/api exited early:\n{proc.log()}")
-        try:
-            return requests.get(f"{base}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(healthy, timeout=30, message="bin/api to answer /healthz")
+    wait_answering(proc, f"{base}/healthz", "bin/api")
     return proc, base
 
 
 def start_worker(env: Mapping[str, str], log_path: Path) -> Process:
     """bin/worker; ready once it logs that its consumer is consuming."""
-    proc = Process([sys.executable, str(ROOT / "bin" / "worker")], env, log_path)
+    proc = Process(WORKER, env, log_path)
 
     def consuming() -> bool:
         if proc.popen.poll() is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.support.processes import free_port
+from tests.support.processes import free_port, kill_session
 from tests.support.services import unavailable
 
 BIN = Path("/usr/lib/rabbitmq/bin")
@@ -74,9 +73,7 @@ class Node:
 
     def kill(self) -> None:
         """SIGKILL the node, the loss of a host."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        kill_session(self.proc, 10)
         self.log.close()
 
 

@@ -4,9 +4,7 @@ root, are children of the test, and are removed with their data by stop()."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -17,7 +15,7 @@ import psycopg
 from tests.bench.infra import _as_user, _pg_bindir, _postgres_owner
 from tests.support.delayproxy import DelayProxy
 from tests.support.faultproxy import FaultProxy
-from tests.support.processes import free_port, wait_for
+from tests.support.processes import free_port, kill_session, wait_for
 
 
 class Server:
@@ -56,9 +54,7 @@ class Server:
 
     def kill(self) -> None:
         """SIGKILL the postmaster's whole session: the loss of the host."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
+        kill_session(self.proc, 30)
         self.log.close()
 
 

@@ -35,10 +35,11 @@ def _postgres_reachable(url: str) -> bool:
         return False
 
 
-def _amqp_reachable(url: str) -> bool:
+def amqp_answers(url: str, timeout: float = 3) -> bool:
+    """A broker at `url` takes an AMQP connection within `timeout` seconds."""
     try:
         params = pika.URLParameters(url)
-        params.socket_timeout = 3
+        params.socket_timeout = timeout
         params.connection_attempts = 1
         pika.BlockingConnection(params).close()
         return True
@@ -72,7 +73,7 @@ def find_postgres(cleanups: list[Callable[[], None]]) -> str:
 def find_rabbitmq(cleanups: list[Callable[[], None]]) -> str:
     """An AMQP URL; tests isolate themselves with their own name prefix."""
     url = os.environ.get("FLOWFORGE_TEST_AMQP_URL") or LOCAL_AMQP
-    if _amqp_reachable(url):
+    if amqp_answers(url):
         return url
     if not os.environ.get("FLOWFORGE_TEST_AMQP_URL") and _docker_answers():
         from testcontainers.rabbitmq import RabbitMqContainer

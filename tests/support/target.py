@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[None]:
+    """`server` answers from a thread of its own for the block; then it is shut and closed."""
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def most_in_any_second(times: list[float]) -> int:
@@ -132,3 +147,25 @@ class Target:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class InFlight:
+    """A script that holds each request `hold_s` and counts how many it holds at once
+    (`now`, `most`): how a test sees the worker's outbound concurrency. `answer` gives the
+    reply once the hold is over (default: 200 with {"ok": true})."""
+
+    def __init__(self, hold_s: float, answer: Script | None = None) -> None:
+        self.hold_s = hold_s
+        self.answer: Script = answer or (lambda _r: Reply(json={"ok": True}))
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Received) -> Reply:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.hold_s)
+        with self._lock:
+            self.now -= 1
+        return self.answer(request)

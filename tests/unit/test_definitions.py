@@ -754,21 +754,7 @@ def test_definition_is_frozen() -> None:
 def test_a_stored_version_using_a_secret_named_like_a_binding_still_loads() -> None:
     """`secret names may not end in _workflows` is newer than some published versions:
     those are parsed again by every worker and must not become unloadable."""
-    doc = {
-        "name": "old",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "call",
-                "type": "http_request",
-                "request": {
-                    "method": "GET",
-                    "url": "http://127.0.0.1:9/",
-                    "headers": {"Authorization": "{{ secrets.api_workflows }}"},
-                },
-            }
-        ],
-    }
+    doc = workflow(http(headers={"Authorization": "{{ secrets.api_workflows }}"}), name="old")
     with pytest.raises(DefinitionInvalid, match="_workflows"):
         parse_definition(copy.deepcopy(doc))
     assert parse_definition(copy.deepcopy(doc), stored=True).step("call").type == "http_request"

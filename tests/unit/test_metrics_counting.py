@@ -16,6 +16,7 @@ from flowforge.domain.engine import Changes, FinishedAttempt, NewAttempt, Run, S
 from flowforge.domain.model import EventKind
 from flowforge.observe import metrics
 from flowforge.store import intake, runs
+from tests.support.definitions import transform, wait, workflow
 
 
 def sample(name: str, **labels: str) -> float:
@@ -104,21 +105,13 @@ def test_a_nested_block_counts_with_the_outermost() -> None:
     assert snapshot() != before
 
 
-def waited_run(wait: StepState) -> Run:
+def waited_run(waiting: StepState) -> Run:
     definition = parse_definition(
-        {
-            "name": "approval",
-            "trigger": {"webhook": {"auth": "none"}},
-            "steps": [
-                {"id": "approval", "type": "wait", "timeout_s": 60},
-                {
-                    "id": "after",
-                    "type": "transform",
-                    "depends_on": ["approval"],
-                    "output": {"ok": True},
-                },
-            ],
-        }
+        workflow(
+            wait("approval", 60),
+            transform("after", {"ok": True}, after=("approval",)),
+            name="approval",
+        )
     )
     now = datetime.now(UTC)
     return Run(
@@ -128,7 +121,7 @@ def waited_run(wait: StepState) -> Run:
         "running",
         {},
         definition,
-        {"approval": wait, "after": StepState("after", "transform", "pending")},
+        {"approval": waiting, "after": StepState("after", "transform", "pending")},
         now,
     )
 

@@ -1,6 +1,6 @@
 """The generated reference pages match the code: docs/reference/configuration.md lists
 every FLOWFORGE_* variable the code reads, and docs/reference/cli.md every command's
---help. When one fails, run `python -m tests.support.reference` and commit the pages."""
+--help. When one fails, run `python -m flowforge.cli.reference` and commit the pages."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import argparse
 import re
 from pathlib import Path
 
+from flowforge.cli import reference
 from flowforge.store.config import VARIABLES
-from tests.support import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 # The programs FlowForge ships; tests and benchmarks have settings of their own.

@@ -4,6 +4,7 @@ why (`small_order ... skipped because when shape.total lte 100 is false`)."""
 from __future__ import annotations
 
 from flowforge.domain.engine import Run
+from tests.support.definitions import transform
 from tests.unit.test_engine import make_run
 
 
@@ -12,23 +13,13 @@ def skip_reasons(run: Run) -> dict[str | None, str]:
 
 
 def test_a_false_when_and_an_all_skipped_parent_each_name_their_reason() -> None:
+    over_100 = {"path": "shape.total", "op": "gt", "value": 100}
+    tagged = {"path": "input.tag", "op": "exists"}
     run = make_run(
         [
-            {"id": "shape", "type": "transform", "output": {"total": "{{ input.total }}"}},
-            {
-                "id": "big",
-                "type": "transform",
-                "depends_on": ["shape"],
-                "when": {"path": "shape.total", "op": "gt", "value": 100},
-                "output": "big",
-            },
-            {
-                "id": "tag",
-                "type": "transform",
-                "depends_on": ["shape"],
-                "when": {"path": "input.tag", "op": "exists"},
-                "output": "tagged",
-            },
+            transform("shape", {"total": "{{ input.total }}"}),
+            transform("big", "big", after=("shape",), when=over_100),
+            transform("tag", "tagged", after=("shape",), when=tagged),
             {"id": "after_big", "type": "transform", "depends_on": ["big"], "output": 1},
         ],
         {"total": 50},

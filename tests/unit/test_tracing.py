@@ -20,6 +20,7 @@ from flowforge.domain.engine import Changes, StepState
 from flowforge.domain.model import Outcome
 from flowforge.observe import tracing
 from flowforge.store.intake import uuid7
+from tests.support.definitions import http, unsigned
 from tests.support.processes import ROOT
 
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -154,19 +155,7 @@ def test_the_attempt_span_is_what_the_target_receives(spans: InMemorySpanExporte
     from flowforge.domain.definitions import parse_definition
     from flowforge.domain.engine import Run
 
-    definition = parse_definition(
-        {
-            "name": "t",
-            "trigger": {"webhook": {"auth": "none"}},
-            "steps": [
-                {
-                    "id": "send",
-                    "type": "http_request",
-                    "request": {"method": "GET", "url": "http://127.0.0.1:9/x"},
-                }
-            ],
-        }
-    )
+    definition = parse_definition(unsigned([http("send", "GET", "http://127.0.0.1:9/x")]))
     eid = str(uuid7())
     run = Run(
         execution_id=eid,
