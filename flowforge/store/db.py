@@ -349,9 +349,11 @@ def pipelined_transaction(
     forgets statements it prepared in the pipeline after the failure), so the connection
     goes back to its pool idle.
 
-    Between two syncs the server counts the session as active, so neither
-    statement_timeout nor idle_in_transaction_session_timeout runs: a block that waits on
-    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`).
+    On a DeadlineConnection the pipeline is a SyncedPipeline: each round trip reaches
+    the server whole, Sync last, so the server never waits for the client while it counts
+    the session as `active` (no timeout runs there). A block that waits on something
+    other than PostgreSQL (a broker) syncs first (`pipeline.sync()`), so that what it
+    queued has run and the idle-in-transaction timeout bounds the wait.
 
     `then`, a statement without parameters, travels right after the COMMIT: it runs in a
     transaction of its own (the relay's NOTIFY, outbox.NOTIFY_IF_PENDING, out of the
