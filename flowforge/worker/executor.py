@@ -65,6 +65,16 @@ WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
   AND fencing_token = %(token)s AND worker = %(worker)s AND outcome = %(unknown)s
 RETURNING 1
 """
+# The reaper's `unknown` on this worker's attempt, taken back by the worker that holds
+# the attempt's answer (Run.reopen_unknown): the attempt is open again for the checkpoint
+# to close with that answer. Only the attempt the reaper closed as unknown, and only while
+# its step is still unknown with the same token (checked under the execution's lock).
+REOPEN_UNKNOWN = """
+UPDATE attempts SET outcome = NULL, error = NULL, finished_at = NULL
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+  AND fencing_token = %(token)s AND worker = %(worker)s AND outcome = %(unknown)s
+RETURNING 1
+"""
 # How perform() words an outcome whose request provably never left (netguard.NotSent).
 NOT_SENT_PREFIX = "not sent:"
 # A checkpoint that fails for want of the database is tried again: the outcome is known
@@ -563,6 +573,13 @@ class Executor:
                 logger.warning("request never sent: the reaper's unknown corrected", extra=log)
                 return
             if (
+                run is not None
+                and state is not None
+                and self._answer_settles_unknown(conn, eid, sid, token, state, outcome)
+            ):
+                run.reopen_unknown(sid, token, self.worker_id, outcome.attempt_outcome)
+                logger.warning("the reaper's unknown settled by the request's answer", extra=log)
+            if (
                 run is None
                 or state is None
                 or state.status != StepStatus.RUNNING
@@ -642,6 +659,33 @@ class Executor:
         if state.status != StepStatus.UNKNOWN or state.fencing_token != token:
             return False
         return self._correct_never_sent(conn, eid, sid, token, outcome)
+
+    def _answer_settles_unknown(
+        self,
+        conn: psycopg.Connection,
+        eid: str,
+        sid: str,
+        token: int,
+        state: StepState,
+        outcome: Outcome,
+    ) -> bool:
+        """Whether this worker holds the answer to an attempt the reaper recorded
+        `unknown` (same token: no operator has retried or resolved it since); reopens the
+        attempt. An outcome that is itself unknown (no answer came) settles nothing."""
+        if (
+            state.status != StepStatus.UNKNOWN
+            or state.fencing_token != token
+            or outcome.kind == OutcomeKind.UNKNOWN
+        ):
+            return False
+        params = {
+            "execution_id": eid,
+            "step_id": sid,
+            "token": token,
+            "worker": self.worker_id,
+            "unknown": AttemptOutcome.UNKNOWN,
+        }
+        return conn.execute(REOPEN_UNKNOWN, params).fetchone() is not None
 
     def _correct_never_sent(
         self, conn: psycopg.Connection, eid: str, sid: str, token: int, outcome: Outcome

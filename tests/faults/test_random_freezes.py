@@ -52,7 +52,10 @@ WHERE a.application_name = %(app)s
   AND ((a.state = 'active' AND a.wait_event = 'ClientRead') OR a.state = 'idle')
 GROUP BY a.pid, a.state, a.wait_event, a.query
 """
-LIVE = "SELECT id::text FROM executions WHERE status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')"
+LIVE = """
+SELECT id::text FROM executions
+WHERE status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
+"""
 
 
 def _busy_workflow(target: Target) -> dict[str, Any]:
