@@ -96,6 +96,8 @@ CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 # make it; only the key's lock no longer waits for that.
 # The outcome of a claimed request whose claim could not be confirmed durable.
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
+# The outcome of a claimed request whose claim's COMMIT got no answer (_ClaimUnconfirmed).
+NOT_CONFIRMED = "not sent: lease not confirmed: the claim's commit got no answer"
 
 # Priorities (SPEC §16, docs/explanation/priorities.md). RabbitMQ hands wake-ups out in
 # the order they were published, so under a backlog the message at the head names an old
@@ -183,6 +185,15 @@ class _Taken:
     wait: outbound.Wait | None
     limits: list[tuple[str, LimitSpec]]
     prepared: Rendered | Outcome
+
+
+class _ClaimUnconfirmed(Exception):
+    """The claim's COMMIT was sent and its answer lost (a PostgreSQL stop, a cut link): the
+    claim may have landed, and its request has not left."""
+
+    def __init__(self, taken: _Taken) -> None:
+        super().__init__("the claim's commit was not confirmed")
+        self.taken = taken
 
 
 class _NotTaken(Exception):
@@ -284,17 +295,25 @@ class Executor:
             try:
                 with wrap_exceptions():
                     taken = self._take(conn, wakeup, displaced)
+            except _ClaimUnconfirmed as lost:
+                # If the claim landed, the reaper would find its lease run out and record
+                # "may have been sent": the checkpoint below says "not sent" instead, once
+                # the database answers again (docs/contract.md §8, no false unknown); if it
+                # did not land, the checkpoint finds the step moved on and writes nothing.
+                taken, unconfirmed = lost.taken, True
             except DatabaseUnavailable:
                 raise  # an outage (or a cancelled statement): the wake-up is tried again
             except Exception as exc:
                 if displaced is None:
                     raise
                 raise _NotTaken(str(exc)) from exc
+            else:
+                unconfirmed = False
             if taken is None:
                 return False
             run, claimed, wait = taken.run, taken.claimed, taken.wait
             limits, prepared = taken.limits, taken.prepared
-            durable = not limits or _flushed(conn)
+            durable = not unconfirmed and (not limits or _flushed(conn))
         if wait is not None:
             if wait.reserved and self.wake_at_place is not None:
                 self.wake_at_place(wakeup, wait.in_s)
@@ -308,9 +327,10 @@ class Executor:
                 if durable:
                     outcome = self._attempt(run, sid, lease, prepared)
                 else:
-                    outcome = Outcome(OutcomeKind.RETRY, error=NOT_FLUSHED)
+                    error = NOT_CONFIRMED if unconfirmed else NOT_FLUSHED
+                    outcome = Outcome(OutcomeKind.RETRY, error=error)
                 faults.hit("after_http_response")
-                self._checkpoint_patiently(eid, sid, lease, outcome, limits)
+                self._checkpoint_patiently(eid, sid, lease, outcome, limits, again=unconfirmed)
         faults.hit("before_ack")
         return True
 
@@ -324,51 +344,59 @@ class Executor:
         transaction."""
         eid, sid = wakeup.execution_id, wakeup.step_id
         prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
-        with unit_of_work(conn):
-            run = _take_up(conn, wakeup, skip_locked=displaced is not None)
-            if run is None:
-                return None
-            step = run.definition.step(sid)
-            claimed, wait = None, None
-            limits: list[tuple[str, LimitSpec]] = []
-            if step.type in PURE_TYPES:
-                run.advance()
-            elif run.when_allows(sid):
-                # Rendered before the claim commits, so that its attempt row holds
-                # what is about to be sent, with no round trip of its own.
-                prepared = self._render(run, sid)
-                limits, prepared = self._limits(run, sid, prepared)
-                hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+        claimed: StepState | None = None
+        try:
+            with unit_of_work(conn):
+                run = _take_up(conn, wakeup, skip_locked=displaced is not None)
+                if run is None:
+                    return None
+                step = run.definition.step(sid)
                 wait = None
-                if limits:
-                    conn.execute(COMMIT_WITHOUT_FLUSH)
-                    wait = outbound.admit(conn, eid, sid, limits, hold_s)
-                if wait is None:
-                    sent = prepared.record() if isinstance(prepared, Rendered) else None
-                    claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
-                elif wait.new:
-                    # Still `ready`: not an attempt, not a failure (SPEC §13).
-                    detail = {"key": wait.key, "reason": wait.reason.value}
-                    run.events.append(
-                        (
-                            sid,
-                            EventKind.STEP_LIMITED,
-                            {**detail, "until": wait.until.isoformat()},
+                limits: list[tuple[str, LimitSpec]] = []
+                if step.type in PURE_TYPES:
+                    run.advance()
+                elif run.when_allows(sid):
+                    # Rendered before the claim commits, so that its attempt row holds
+                    # what is about to be sent, with no round trip of its own.
+                    prepared = self._render(run, sid)
+                    limits, prepared = self._limits(run, sid, prepared)
+                    hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+                    wait = None
+                    if limits:
+                        conn.execute(COMMIT_WITHOUT_FLUSH)
+                        wait = outbound.admit(conn, eid, sid, limits, hold_s)
+                    if wait is None:
+                        sent = prepared.record() if isinstance(prepared, Rendered) else None
+                        claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
+                    elif wait.new:
+                        # Still `ready`: not an attempt, not a failure (SPEC §13).
+                        detail = {"key": wait.key, "reason": wait.reason.value}
+                        run.events.append(
+                            (
+                                sid,
+                                EventKind.STEP_LIMITED,
+                                {**detail, "until": wait.until.isoformat()},
+                            )
                         )
+                save_run(conn, run.take_changes())
+                if displaced is not None:
+                    conn.execute(
+                        REDISPATCH,
+                        {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
                     )
-            save_run(conn, run.take_changes())
-            if displaced is not None:
-                conn.execute(
-                    REDISPATCH,
-                    {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
-                )
-                on_commit(metrics.TAKEN_FIRST.inc)
-                logger.debug(
-                    "a better ready step taken first",
-                    extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
-                )
-            if claimed is not None:
-                faults.hit("before_claim_commit")
+                    on_commit(metrics.TAKEN_FIRST.inc)
+                    logger.debug(
+                        "a better ready step taken first",
+                        extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
+                    )
+                if claimed is not None:
+                    faults.hit("before_claim_commit")
+        except psycopg.OperationalError as exc:
+            if claimed is None or run is None or not conn.closed:
+                raise  # no claim, or the server answered (a timeout, a rollback)
+            # The connection was lost with the claim's COMMIT sent, or about to be (it
+            # travels with the writes, db.SyncedPipeline): the claim may have landed.
+            raise _ClaimUnconfirmed(_Taken(run, claimed, None, limits, prepared)) from exc
         return _Taken(run, claimed, wait, limits, prepared)
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
@@ -514,15 +542,17 @@ class Executor:
         lease: Lease,
         outcome: Outcome,
         limits: list[tuple[str, LimitSpec]],
+        again: bool = False,
     ) -> None:
         """_checkpoint, tried again while the database is unavailable (see
         CHECKPOINT_PATIENCE_S); the lease is still beaten meanwhile, so a link back within
-        the lease saves the outcome as if nothing happened."""
+        the lease saves the outcome as if nothing happened. `again`: the claim itself may
+        not have committed (_checkpoint's `again`)."""
         deadline = time.monotonic() + CHECKPOINT_PATIENCE_S
         failures = 0
         while True:
             try:
-                self._checkpoint(eid, sid, lease, outcome, limits, again=failures > 0)
+                self._checkpoint(eid, sid, lease, outcome, limits, again=again or failures > 0)
                 return
             except DatabaseUnavailable as exc:
                 lease.finished = False  # not saved: the heartbeat must keep the lease
