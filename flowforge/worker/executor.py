@@ -346,7 +346,7 @@ class Executor:
         prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
         claimed: StepState | None = None
         try:
-            with unit_of_work(conn):
+            with wrap_exceptions(), unit_of_work(conn):
                 run = _take_up(conn, wakeup, skip_locked=displaced is not None)
                 if run is None:
                     return None
@@ -391,7 +391,7 @@ class Executor:
                     )
                 if claimed is not None:
                     faults.hit("before_claim_commit")
-        except psycopg.OperationalError as exc:
+        except DatabaseUnavailable as exc:
             if claimed is None or run is None or not conn.closed:
                 raise  # no claim, or the server answered (a timeout, a rollback)
             # The connection was lost with the claim's COMMIT sent, or about to be (it
