@@ -26,6 +26,7 @@ import psycopg_pool.base
 from flowforge.errors import (
     DatabaseError,
     DatabaseExists,
+    DatabaseFull,
     DatabaseUnavailable,
     SchemaMissing,
     StatementCancelled,
@@ -423,6 +424,8 @@ def wrap_exceptions(*, every_error: bool = False) -> Iterator[None]:
         raise DatabaseUnavailable("no database connection available") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise StatementCancelled(_message(exc, every_error, "cancelled")) from exc
+    except psycopg.errors.DiskFull as exc:
+        raise DatabaseFull(_message(exc, every_error, "disk full")) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(_message(exc, every_error, "database error")) from exc
     except psycopg.Error as exc:
