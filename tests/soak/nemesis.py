@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -75,6 +76,11 @@ FREEZE_ANYWHERE_S = (24.0, 30.0)
 FREEZE_ANYWHERE_AT_S = 6.0
 FLICKERS = 20
 FLICKER_S = 0.25
+# The fault points of a unit of work's uncovered moments before issue 39, where
+# freeze_at_point stops a worker (flowforge/store/runs.py), and how long its new
+# generation may take to reach one.
+WRITES_SENT, READS_SENT = "after_writes_sent", "after_reads_sent"
+AT_POINT_WITHIN_S = 15.0
 # docs/contract.md §8: a frozen worker delays its own execution's cancel (and its slot)
 # by at most the database timeout or the lease, plus a reaper pass; slack for a loaded
 # machine. Judged only while the worker stays frozen.
@@ -177,7 +183,7 @@ class Nemesis:
 
     def run(self, stop: threading.Event) -> None:
         """Fault, wait, fault again; heals fire on time in between and all at the end."""
-        self.later(FREEZE_ANYWHERE_AT_S, lambda: self.freeze_anywhere(0.5, 0.5))
+        self.later(FREEZE_ANYWHERE_AT_S, lambda: self.freeze_at_point(0.5, 0.5, WRITES_SENT))
         try:
             _loop(
                 stop,
@@ -249,8 +255,11 @@ class Nemesis:
         as soon as one is reached, stays frozen FREEZE_S, then is killed and replaced.
         One freeze at a time; a generation that never reaches a checkpoint within 15 s
         is replaced without a freeze."""
-        if coin < 0.5:
+        if coin < 0.25:
             self.freeze_anywhere(pick, duration)
+            return
+        if coin < 0.5:
+            self.freeze_at_point(pick, duration, WRITES_SENT if coin < 0.4 else READS_SENT)
             return
         if self.frozen is not None:
             return
@@ -318,6 +327,35 @@ class Nemesis:
         threading.Thread(
             target=watcher.run, args=(seconds,), name="soak-frozen-watch", daemon=True
         ).start()
+
+    def freeze_at_point(self, pick: float, duration: float, point: str) -> None:
+        """Freeze a worker at one of the moments of a unit of work the issue found
+        uncovered (writes sent, COMMIT not; reads sent, not fetched): the slot's next
+        generation stops itself there (fault action `stop`), stays stopped
+        FREEZE_ANYWHERE_S — past the database timeout — and goes on with SIGCONT. The
+        watcher judges it as a freeze anywhere."""
+        if self.frozen is not None or not self.cluster.proxied:
+            return
+        slot = self._slot(pick, lambda s: s.alive and not s.paused)
+        if slot is None:
+            return
+        self.frozen = slot
+        self.history.fault("kill", slot.worker_id, "to freeze its successor")
+        assert slot.proc is not None
+        slot.proc.kill()
+        self.cluster.spawn(slot, faults=f"{point}=stop")
+        self.history.fault("restart", slot.worker_id, f"{point}=stop")
+        seconds = FREEZE_ANYWHERE_S[0] + (FREEZE_ANYWHERE_S[1] - FREEZE_ANYWHERE_S[0]) * duration
+        watcher = FrozenWatch(
+            self.cluster.database_url, slot, self.history, self.cancel, random.Random(pick)
+        )
+
+        def thaw() -> None:
+            watcher.end()
+            self.frozen = None
+
+        self.later(AT_POINT_WITHIN_S + seconds, thaw)
+        threading.Thread(target=watcher.run_at_point, name="soak-frozen-watch", daemon=True).start()
 
     # ---- network faults ------------------------------------------------------------
 
@@ -398,6 +436,13 @@ class Nemesis:
         self._link_fault("amqp", "blackhole", pick, duration, coin)
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 class FrozenWatch:
     """What a worker frozen anywhere must not do (docs/contract.md §8): hold a lock in a
     state no server timeout covers, keep any lock past the timeout, or delay its own
@@ -460,6 +505,25 @@ class FrozenWatch:
                     self._judge(conn, time.monotonic())
         except psycopg.Error as exc:  # a server fault of the run: nothing to judge
             self._go_on()
+            self.history.fault("frozen_watch", self.slot.worker_id, f"gave up: {exc}"[:200])
+
+    def run_at_point(self) -> None:
+        """The slot's process stops itself at its fault point: judge from there."""
+        assert self.slot.proc is not None
+        status = Path(f"/proc/{self.slot.proc.pid}/status")
+        gave_up_at = time.monotonic() + AT_POINT_WITHIN_S
+        while "State:\tT" not in _read(status):
+            if self.ended.wait(0.05) or time.monotonic() > gave_up_at:
+                return
+        with self._signals:
+            if self.ended.is_set() or self.slot.generation != self.generation:
+                return
+            self.history.fault("pause", self.slot.worker_id, "at its fault point")
+            self.slot.paused = True
+        try:
+            with psycopg.connect(self.database_url, autocommit=True, connect_timeout=3) as conn:
+                self._judge(conn, time.monotonic())
+        except psycopg.Error as exc:  # a server fault of the run: nothing to judge
             self.history.fault("frozen_watch", self.slot.worker_id, f"gave up: {exc}"[:200])
 
     def _judge(self, conn: psycopg.Connection[Any], started: float) -> None:
