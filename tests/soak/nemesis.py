@@ -97,11 +97,16 @@ WHERE a.client_port = ANY(%(ports)s)
   AND EXISTS (SELECT 1 FROM pg_locks l
               WHERE l.pid = a.pid AND l.granted AND l.locktype <> 'virtualxid')
 """
-# The frozen worker's own live executions: a step of theirs is leased to it.
+# The frozen worker's own live executions: a step of theirs is leased to it, or one of
+# its sessions holds the execution's row locked (the row's xmax is that session's xid).
 OWNED = """
-SELECT DISTINCT s.execution_id::text FROM steps s JOIN executions e ON e.id = s.execution_id
+SELECT s.execution_id::text FROM steps s JOIN executions e ON e.id = s.execution_id
 WHERE s.lease_owner = %(worker)s AND s.status = 'running'
   AND e.status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
+UNION
+SELECT e.id::text FROM executions e JOIN pg_stat_activity a
+  ON a.client_port = ANY(%(ports)s) AND e.xmax::text = a.backend_xid::text
+WHERE e.status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
 """
 ENDED = """
 SELECT count(*) FROM executions
@@ -531,7 +536,8 @@ class FrozenWatch:
         if self.ended.wait(1.0):
             return
         self._sample(conn, any_state=False)
-        owned = [r[0] for r in conn.execute(OWNED, {"worker": worker}).fetchall()]
+        params = {"worker": worker, "ports": sorted(self.slot.pg.upstream_ports())}
+        owned = [r[0] for r in conn.execute(OWNED, params).fetchall()]
         self.history.fault("frozen_owns", worker, " ".join(owned))
         cancelled_at = time.monotonic()
         for execution_id in owned:
