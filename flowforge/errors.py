@@ -76,6 +76,14 @@ class DatabaseUnavailable(Unavailable):
     detail = "the database cannot be reached; try again"
 
 
+class DatabaseFull(DatabaseUnavailable):
+    """PostgreSQL has no room left to write (SQLSTATE 53100, its disk is full): the
+    database is reachable, and saying otherwise sends an operator to the network."""
+
+    detail = "the database's disk is full: nothing was stored; try again later"
+    retry_after = 30
+
+
 class StatementCancelled(DatabaseUnavailable):
     """A statement ran past its statement_timeout and PostgreSQL cancelled it."""
 

@@ -2,7 +2,9 @@
 at an exact line.
 
 FLOWFORGE_FAULTS="after_http_response=kill,after_checkpoint_commit=sleep:5" arms points;
-actions are `kill` (SIGKILL this process), `sleep:SECONDS` and `raise`. A point inside a
+actions are `kill` (SIGKILL this process), `sleep:SECONDS`, `raise` and `stop` (SIGSTOP
+this whole process, the first time only: a freeze at an exact line, which the test ends
+with SIGCONT). A point inside a
 loop that checks a stop event passes it: its sleep then ends when the loop is told to
 stop, as the work it stands in for would. They arm only beside FLOWFORGE_TEST_MODE=1: a
 stray FLOWFORGE_FAULTS in a production environment file must not make the worker kill
@@ -42,6 +44,7 @@ def armed(env: Mapping[str, str]) -> dict[str, str]:
 
 
 _ARMED = armed(os.environ)
+_stopped = threading.Event()
 
 
 def hit(name: str, stop: threading.Event | None = None) -> None:
@@ -60,3 +63,6 @@ def hit(name: str, stop: threading.Event | None = None) -> None:
             stop.wait(seconds)
     elif action == "raise":
         raise InjectedFault(name)
+    elif action == "stop" and not _stopped.is_set():
+        _stopped.set()
+        os.kill(os.getpid(), signal.SIGSTOP)

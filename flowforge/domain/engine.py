@@ -1234,6 +1234,21 @@ class Run:
         elif not self.retry_later(step_id, policy, error):
             self.fail_step(step_id, error)
 
+    def reopen_unknown(self, step_id: str, token: int, worker: str, outcome: str) -> None:
+        """The reaper recorded this attempt `unknown` because its lease ran out (a frozen
+        worker, an outage longer than the lease), but the worker that sent the request
+        holds its answer and no operator has acted on the step: the step is that worker's
+        again, for its checkpoint to record the answer like any other (docs/contract.md
+        §8). The history says who settled it and how."""
+        detail = {
+            "fencing_token": token,
+            "outcome": outcome,
+            "actor": {"kind": "worker", "name": worker},
+        }
+        self.events.append((step_id, EventKind.STEP_SETTLED, detail))
+        self.set_step(step_id, S.RUNNING, lease_owner=worker, finished_at=None, error=None)
+        self.derive_status()
+
     def mark_unknown(self, step_id: str, error: str) -> None:
         """The remote effect cannot be known: an operator has to decide. An item left so
         frees its place in its map: the next item starts."""

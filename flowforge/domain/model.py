@@ -247,6 +247,9 @@ class EventKind(StrEnum):
     # A cancel, or a flow-control stop (with its reason), was asked for, by its actor.
     CANCEL_REQUESTED = "execution.cancel_requested"
     STEP_RESOLVED = "step.resolved"
+    # The reaper recorded an attempt `unknown` while its worker held the answer (a freeze
+    # or an outage past the lease); that worker settled it before any operator acted.
+    STEP_SETTLED = "step.settled"
     # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
     SLOT_GRANTED = "execution.slot_granted"
     DEADLINE_PASSED = "execution.deadline_passed"

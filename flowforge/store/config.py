@@ -354,7 +354,8 @@ VARIABLES = (
     ),
     Variable(
         "FLOWFORGE_RECONCILE_SECONDS",
-        "a `ready` step with no wake-up for this long is re-dispatched",
+        "a `ready` step with no wake-up for this long is re-dispatched; under a backlog "
+        "counted from the newest wake-up the consumer received, not from now",
         "reconcile_seconds",
         read_by="worker",
     ),

@@ -19,12 +19,14 @@ import psycopg._queries
 import psycopg.abc
 import psycopg.adapt
 import psycopg.conninfo
+import psycopg.generators
 import psycopg_pool
 import psycopg_pool.base
 
 from flowforge.errors import (
     DatabaseError,
     DatabaseExists,
+    DatabaseFull,
     DatabaseUnavailable,
     SchemaMissing,
     StatementCancelled,
@@ -197,6 +199,17 @@ class DeadlineConnection(psycopg.Connection[Any]):
             raise
 
     @contextmanager
+    def pipeline(self) -> Iterator[psycopg.Pipeline]:
+        """psycopg's pipeline mode, as a SyncedPipeline: a round trip reaches the server
+        whole, ending in its Sync, or not at all."""
+        with self.lock:
+            self._check_connection_ok()
+            if self._pipeline is None:
+                self._pipeline = SyncedPipeline(self)
+        with super().pipeline() as pipeline:
+            yield pipeline
+
+    @contextmanager
     def transaction(
         self, savepoint_name: str | None = None, force_rollback: bool = False
     ) -> Iterator[psycopg.Transaction]:
@@ -223,22 +236,51 @@ def set_local_timeouts(conn: psycopg.Connection[Any]) -> None:
         conn.execute(SET_LOCAL_TIMEOUTS, {"ms": str(ms)})
 
 
-class SyncedCursor(psycopg.Cursor[Any]):
-    """A cursor whose fetch inside a pipeline ends what was sent with a Sync, not a Flush.
+class SyncedPipeline(psycopg.Pipeline):
+    """A pipeline that sends nothing until a Sync, and then everything in one write.
 
-    Between a Flush and the next Sync the server counts the session as `active`, so
-    neither statement_timeout nor idle_in_transaction_session_timeout runs: a client that
-    froze (SIGSTOP, a VM pause) or was partitioned right after its reads kept the row and
-    advisory locks they took until the server's TCP keepalive noticed, hours later, and
-    every other writer of those rows waited. After a Sync the session is `idle in
-    transaction` and the server's timeout frees the locks. The round trip is the same.
+    Between a statement that reached the server and the next Sync the server counts the
+    session as `active` (waiting for the client), where neither statement_timeout nor
+    idle_in_transaction_session_timeout runs, and PostgreSQL 15 has no
+    transaction_timeout: a client frozen (SIGSTOP, a VM pause) or partitioned right after
+    psycopg flushed a write, or a read not yet fetched, kept its row and advisory locks
+    until the server's TCP keepalive noticed — hours — and a third of random freezes of a
+    busy worker did (issue 39). psycopg flushes every statement as it is executed; here the
+    statements wait in the pipeline's queue until a Sync is queued (a fetch, `sync()`, the
+    end of the pipeline), and then go out, Sync last, in one write. So at every moment the
+    client can stop, the server has either received nothing of a round trip or all of it:
+    it runs the statements and then sits `idle in transaction` (the timeout frees the
+    locks) or, for a round trip ending in COMMIT, commits without the client
+    (docs/contract.md §8). It costs no round trip and saves a write per statement.
+
+    (libpq itself writes out a round trip longer than 8 KB in 8 KB pieces while it builds
+    it, from a loop in C that takes microseconds: the one moment left, for large batches.)
     """
 
-    def _fetch_pipeline(self) -> None:
-        # psycopg's own version sends a Flush; _pipeline is its handle on pipeline mode.
-        pipeline = self._conn._pipeline
-        if self._execmany_returning is not False and not self.pgresult and pipeline:
-            pipeline.sync()
+    def __init__(self, conn: psycopg.Connection[Any], _no_lock: bool = False) -> None:
+        super().__init__(conn, _no_lock)
+        self._synced = False
+
+    def _enqueue_sync(self) -> None:
+        super()._enqueue_sync()
+        self._synced = True
+
+    def _communicate_gen(self) -> psycopg.abc.PQGen[None]:
+        if not self._synced:
+            return  # held until a Sync joins it
+        self._synced = False
+        while self.command_queue:  # into libpq's buffer, unsent
+            self.command_queue.popleft()()
+        yield from psycopg.generators.send(self.pgconn)
+
+    def _fetch_gen(self, *, flush: bool) -> psycopg.abc.PQGen[None]:
+        # A fetch of a result still held in the queue ends the round trip with a Sync
+        # instead of the Flush psycopg would send.
+        if flush and self.command_queue:
+            self._enqueue_sync()
+            yield from self._communicate_gen()
+            flush = False
+        yield from super()._fetch_gen(flush=flush)
 
 
 def create_pool(
@@ -266,7 +308,7 @@ def create_pool(
             if pooler:
                 conn.local_timeout_ms = int(timeout_s * 1000)
 
-    kwargs: dict[str, Any] = {"autocommit": True, "cursor_factory": SyncedCursor}
+    kwargs: dict[str, Any] = {"autocommit": True}
     if pooler:
         kwargs["prepare_threshold"] = None
     return psycopg_pool.ConnectionPool(
@@ -308,9 +350,11 @@ def pipelined_transaction(
     forgets statements it prepared in the pipeline after the failure), so the connection
     goes back to its pool idle.
 
-    Between two syncs the server counts the session as active, so neither
-    statement_timeout nor idle_in_transaction_session_timeout runs: a block that waits on
-    something other than PostgreSQL (a broker) syncs first (`pipeline.sync()`).
+    On a DeadlineConnection the pipeline is a SyncedPipeline: each round trip reaches
+    the server whole, Sync last, so the server never waits for the client while it counts
+    the session as `active` (no timeout runs there). A block that waits on something
+    other than PostgreSQL (a broker) syncs first (`pipeline.sync()`), so that what it
+    queued has run and the idle-in-transaction timeout bounds the wait.
 
     `then`, a statement without parameters, travels right after the COMMIT: it runs in a
     transaction of its own (the relay's NOTIFY, outbox.NOTIFY_IF_PENDING, out of the
@@ -380,6 +424,8 @@ def wrap_exceptions(*, every_error: bool = False) -> Iterator[None]:
         raise DatabaseUnavailable("no database connection available") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise StatementCancelled(_message(exc, every_error, "cancelled")) from exc
+    except psycopg.errors.DiskFull as exc:
+        raise DatabaseFull(_message(exc, every_error, "disk full")) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(_message(exc, every_error, "database error")) from exc
     except psycopg.Error as exc:

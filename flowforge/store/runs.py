@@ -343,6 +343,9 @@ def load_run(
             steps.execute(LOAD_OPEN_STEPS, {"id": execution_id, "also": list(also)})
         else:
             steps.execute(LOAD_STEPS, {"id": execution_id})
+        # A freeze here, reads sent but not fetched, must leave no lock that no server
+        # timeout covers (docs/contract.md §8).
+        faults.hit("after_reads_sent")
         head = cur.fetchone()
         if head is None:
             return None
@@ -469,6 +472,7 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
     }
     # In a unit of work's pipeline it travels with the COMMIT that follows.
     conn.execute(SAVE_RUN, params)
+    faults.hit("after_writes_sent")  # a freeze here must not leave the writes' locks either
     if changes.released_slot is not None:
         # The slot this execution held is free: the next of its key starts in this same
         # transaction (lock order: this execution's row, then the key's slot lock).

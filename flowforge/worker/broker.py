@@ -16,15 +16,18 @@ lost node costs one failed attempt, not an outage.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -286,17 +289,24 @@ def _nothing() -> None:
 
 @dataclass(frozen=True)
 class Wakeup:
-    """The message body: which step of which execution may have work to do."""
+    """The message body: which step of which execution may have work to do, and when it
+    was queued (its outbox row's created_at, the database's clock), so that a consumer
+    can tell how far into the queue it has got (QueueHead)."""
 
     execution_id: str
     step_id: str
+    queued_at: datetime | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({"execution_id": self.execution_id, "step_id": self.step_id}).encode()
+        body: dict[str, str] = {"execution_id": self.execution_id, "step_id": self.step_id}
+        if self.queued_at is not None:
+            body["queued_at"] = self.queued_at.isoformat()
+        return json.dumps(body).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> Wakeup:
-        """Parse a message; ValueError for anything that is not a wake-up."""
+        """Parse a message; ValueError for anything that is not a wake-up. A missing or
+        unreadable `queued_at` (an older relay's message) is no reason to refuse one."""
         try:
             data = json.loads(body)
         except RecursionError:
@@ -307,7 +317,46 @@ class Wakeup:
         execution_id, step_id = data.get("execution_id"), data.get("step_id")
         if not isinstance(execution_id, str) or not isinstance(step_id, str):
             raise ValueError("message lacks execution_id or step_id")
-        return cls(str(uuid.UUID(execution_id)), step_id)
+        queued_at, given = None, data.get("queued_at")
+        if isinstance(given, str):
+            with contextlib.suppress(ValueError):
+                queued_at = datetime.fromisoformat(given)
+        if queued_at is not None and queued_at.tzinfo is None:
+            queued_at = None  # never compared with the database's aware times
+        return cls(str(uuid.UUID(execution_id)), step_id, queued_at)
+
+
+class QueueHead:
+    """How far this worker's consumer has got into the queue: the latest `queued_at` of
+    the wake-ups it received, and when it last received one.
+
+    RabbitMQ hands a queue's messages out in about the order they were published, so a
+    wake-up queued after the head is still waiting its turn, however old: under a backlog
+    the reconciler measures a wake-up's age against the head, not the clock, and does not
+    publish another copy of one that is still queued (docs/reference/configuration.md,
+    FLOWFORGE_RECONCILE_SECONDS). Once nothing arrives for a while (an empty, purged or
+    unreachable queue) the head is unknown and the clock decides again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reached: datetime | None = None
+        self._seen_at = 0.0
+
+    def saw(self, wakeup: Wakeup) -> None:
+        """A delivery of `wakeup` arrived."""
+        if wakeup.queued_at is None:
+            return
+        with self._lock:
+            if self._reached is None or wakeup.queued_at > self._reached:
+                self._reached = wakeup.queued_at
+            self._seen_at = time.monotonic()
+
+    def reached(self, within_s: float) -> datetime | None:
+        """The head, if a wake-up arrived in the last `within_s` seconds; else None."""
+        with self._lock:
+            if time.monotonic() - self._seen_at > within_s:
+                return None
+            return self._reached
 
 
 def reconnect_delay(failures: int) -> float:

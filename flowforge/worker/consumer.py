@@ -26,6 +26,7 @@ from flowforge.worker.broker import (
     BROKER_ERRORS,
     MAX_HEARTBEAT_S,
     BrokerLoop,
+    QueueHead,
     Topology,
     Wakeup,
     connect,
@@ -104,8 +105,10 @@ class Consumer(BrokerLoop):
         concurrency: int,
         stop: threading.Event,
         heartbeat_s: int = MAX_HEARTBEAT_S,
+        head: QueueHead | None = None,
     ) -> None:
         super().__init__("consumer", stop)
+        self.head = head
         self.executor = executor
         self.amqp_url = amqp_url
         self.heartbeat_s = heartbeat_s
@@ -178,6 +181,8 @@ class Consumer(BrokerLoop):
             channel.basic_reject(method.delivery_tag, requeue=False)
             metrics.MALFORMED_DEAD_LETTERED.inc()
             return
+        if self.head is not None:
+            self.head.saw(wakeup)
         unsettled.add()
         future = self.threads.submit(self.executor.handle, wakeup)
         future.add_done_callback(

@@ -65,6 +65,16 @@ WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
   AND fencing_token = %(token)s AND worker = %(worker)s AND outcome = %(unknown)s
 RETURNING 1
 """
+# The reaper's `unknown` on this worker's attempt, taken back by the worker that holds
+# the attempt's answer (Run.reopen_unknown): the attempt is open again for the checkpoint
+# to close with that answer. Only the attempt the reaper closed as unknown, and only while
+# its step is still unknown with the same token (checked under the execution's lock).
+REOPEN_UNKNOWN = """
+UPDATE attempts SET outcome = NULL, error = NULL, finished_at = NULL
+WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
+  AND fencing_token = %(token)s AND worker = %(worker)s AND outcome = %(unknown)s
+RETURNING 1
+"""
 # How perform() words an outcome whose request provably never left (netguard.NotSent).
 NOT_SENT_PREFIX = "not sent:"
 # A checkpoint that fails for want of the database is tried again: the outcome is known
@@ -101,6 +111,8 @@ SELECT set_config('synchronous_commit', %(level)s, true),
 """
 # The outcome of a claimed request whose claim could not be confirmed durable.
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
+# The outcome of a claimed request whose claim's COMMIT got no answer (_ClaimUnconfirmed).
+NOT_CONFIRMED = "not sent: lease not confirmed: the claim's commit got no answer"
 
 # Priorities (SPEC §16, docs/explanation/priorities.md). RabbitMQ hands wake-ups out in
 # the order they were published, so under a backlog the message at the head names an old
@@ -188,6 +200,15 @@ class _Taken:
     wait: outbound.Wait | None
     limits: list[tuple[outbound.LimitKey, LimitSpec]]
     prepared: Rendered | Outcome
+
+
+class _ClaimUnconfirmed(Exception):
+    """The claim's COMMIT was sent and its answer lost (a PostgreSQL stop, a cut link): the
+    claim may have landed, and its request has not left."""
+
+    def __init__(self, taken: _Taken) -> None:
+        super().__init__("the claim's commit was not confirmed")
+        self.taken = taken
 
 
 class _NotTaken(Exception):
@@ -293,17 +314,25 @@ class Executor:
             try:
                 with wrap_exceptions():
                     taken = self._take(conn, wakeup, displaced)
+            except _ClaimUnconfirmed as lost:
+                # If the claim landed, the reaper would find its lease run out and record
+                # "may have been sent": the checkpoint below says "not sent" instead, once
+                # the database answers again (docs/contract.md §8, no false unknown); if it
+                # did not land, the checkpoint finds the step moved on and writes nothing.
+                taken, unconfirmed = lost.taken, True
             except DatabaseUnavailable:
                 raise  # an outage (or a cancelled statement): the wake-up is tried again
             except Exception as exc:
                 if displaced is None:
                     raise
                 raise _NotTaken(str(exc)) from exc
+            else:
+                unconfirmed = False
             if taken is None:
                 return False
             run, claimed, wait = taken.run, taken.claimed, taken.wait
             limits, prepared = taken.limits, taken.prepared
-            durable = not limits or _flushed(conn)
+            durable = not unconfirmed and (not limits or _flushed(conn))
         if wait is not None:
             if wait.reserved and self.wake_at_place is not None:
                 self.wake_at_place(wakeup, wait.in_s)
@@ -317,9 +346,10 @@ class Executor:
                 if durable:
                     outcome = self._attempt(run, sid, lease, prepared)
                 else:
-                    outcome = Outcome(OutcomeKind.RETRY, error=NOT_FLUSHED)
+                    error = NOT_CONFIRMED if unconfirmed else NOT_FLUSHED
+                    outcome = Outcome(OutcomeKind.RETRY, error=error)
                 faults.hit("after_http_response")
-                self._checkpoint_patiently(eid, sid, lease, outcome, limits)
+                self._checkpoint_patiently(eid, sid, lease, outcome, limits, again=unconfirmed)
         faults.hit("before_ack")
         return True
 
@@ -333,54 +363,62 @@ class Executor:
         transaction."""
         eid, sid = wakeup.execution_id, wakeup.step_id
         prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
-        with unit_of_work(conn):
-            run = _take_up(conn, wakeup, skip_locked=displaced is not None)
-            if run is None:
-                return None
-            step = run.definition.step(sid)
-            claimed, wait = None, None
-            limits: list[tuple[outbound.LimitKey, LimitSpec]] = []
-            if step.type in PURE_TYPES:
-                run.advance()
-            elif run.when_allows(sid):
-                # Rendered before the claim commits, so that its attempt row holds
-                # what is about to be sent, with no round trip of its own.
-                prepared = self._render(run, sid)
-                limits, prepared = self._limits(run, sid, prepared)
-                hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+        claimed: StepState | None = None
+        try:
+            with wrap_exceptions(), unit_of_work(conn):
+                run = _take_up(conn, wakeup, skip_locked=displaced is not None)
+                if run is None:
+                    return None
+                step = run.definition.step(sid)
                 wait = None
-                if limits:
-                    conn.execute(COMMIT_WITHOUT_FLUSH)
-                    wait = outbound.admit(conn, eid, sid, limits, hold_s)
-                if wait is None:
-                    sent = prepared.record() if isinstance(prepared, Rendered) else None
-                    claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
-                elif wait.new:
-                    # Still `ready`: not an attempt, not a failure (SPEC §13).
-                    detail = {"key": wait.key.label, "reason": wait.reason.value}
-                    run.events.append(
-                        (
-                            sid,
-                            EventKind.STEP_LIMITED,
-                            {**detail, "until": wait.until.isoformat()},
+                limits: list[tuple[outbound.LimitKey, LimitSpec]] = []
+                if step.type in PURE_TYPES:
+                    run.advance()
+                elif run.when_allows(sid):
+                    # Rendered before the claim commits, so that its attempt row holds
+                    # what is about to be sent, with no round trip of its own.
+                    prepared = self._render(run, sid)
+                    limits, prepared = self._limits(run, sid, prepared)
+                    hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
+                    wait = None
+                    if limits:
+                        conn.execute(COMMIT_WITHOUT_FLUSH)
+                        wait = outbound.admit(conn, eid, sid, limits, hold_s)
+                    if wait is None:
+                        sent = prepared.record() if isinstance(prepared, Rendered) else None
+                        claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
+                    elif wait.new:
+                        # Still `ready`: not an attempt, not a failure (SPEC §13).
+                        detail = {"key": wait.key.label, "reason": wait.reason.value}
+                        run.events.append(
+                            (
+                                sid,
+                                EventKind.STEP_LIMITED,
+                                {**detail, "until": wait.until.isoformat()},
+                            )
                         )
+                save_run(conn, run.take_changes())
+                if displaced is not None:
+                    conn.execute(
+                        REDISPATCH,
+                        {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
                     )
-            save_run(conn, run.take_changes())
-            if displaced is not None:
-                conn.execute(
-                    REDISPATCH,
-                    {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
-                )
-                on_commit(metrics.TAKEN_FIRST.inc)
-                logger.debug(
-                    "a better ready step taken first",
-                    extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
-                )
-            if claimed is not None:
-                if self.sync_unsafe_claims and not step.repeat_safe:
-                    # Last in the transaction, so nothing sets it back before COMMIT.
-                    conn.execute(SYNC_UNSAFE_CLAIM, {"level": self.sync_unsafe_claims})
-                faults.hit("before_claim_commit")
+                    on_commit(metrics.TAKEN_FIRST.inc)
+                    logger.debug(
+                        "a better ready step taken first",
+                        extra={"execution_id": eid, "step": sid, "instead_of": displaced.step_id},
+                    )
+                if claimed is not None:
+                    if self.sync_unsafe_claims and not step.repeat_safe:
+                        # Last in the transaction, so nothing sets it back before COMMIT.
+                        conn.execute(SYNC_UNSAFE_CLAIM, {"level": self.sync_unsafe_claims})
+                    faults.hit("before_claim_commit")
+        except DatabaseUnavailable as exc:
+            if claimed is None or run is None or not conn.closed:
+                raise  # no claim, or the server answered (a timeout, a rollback)
+            # The connection was lost with the claim's COMMIT sent, or about to be (it
+            # travels with the writes, db.SyncedPipeline): the claim may have landed.
+            raise _ClaimUnconfirmed(_Taken(run, claimed, None, limits, prepared)) from exc
         return _Taken(run, claimed, wait, limits, prepared)
 
     def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
@@ -546,15 +584,17 @@ class Executor:
         lease: Lease,
         outcome: Outcome,
         limits: list[tuple[outbound.LimitKey, LimitSpec]],
+        again: bool = False,
     ) -> None:
         """_checkpoint, tried again while the database is unavailable (see
         CHECKPOINT_PATIENCE_S); the lease is still beaten meanwhile, so a link back within
-        the lease saves the outcome as if nothing happened."""
+        the lease saves the outcome as if nothing happened. `again`: the claim itself may
+        not have committed (_checkpoint's `again`)."""
         deadline = time.monotonic() + CHECKPOINT_PATIENCE_S
         failures = 0
         while True:
             try:
-                self._checkpoint(eid, sid, lease, outcome, limits, again=failures > 0)
+                self._checkpoint(eid, sid, lease, outcome, limits, again=again or failures > 0)
                 return
             except DatabaseUnavailable as exc:
                 lease.finished = False  # not saved: the heartbeat must keep the lease
@@ -604,6 +644,13 @@ class Executor:
                 save_run(conn, run.take_changes())
                 logger.warning("request never sent: the reaper's unknown corrected", extra=log)
                 return
+            if (
+                run is not None
+                and state is not None
+                and self._answer_settles_unknown(conn, eid, sid, token, state, outcome)
+            ):
+                run.reopen_unknown(sid, token, self.worker_id, outcome.attempt_outcome)
+                logger.warning("the reaper's unknown settled by the request's answer", extra=log)
             if (
                 run is None
                 or state is None
@@ -696,6 +743,33 @@ class Executor:
         if state.status != StepStatus.UNKNOWN or state.fencing_token != token:
             return False
         return self._correct_never_sent(conn, eid, sid, token, outcome)
+
+    def _answer_settles_unknown(
+        self,
+        conn: psycopg.Connection,
+        eid: str,
+        sid: str,
+        token: int,
+        state: StepState,
+        outcome: Outcome,
+    ) -> bool:
+        """Whether this worker holds the answer to an attempt the reaper recorded
+        `unknown` (same token: no operator has retried or resolved it since); reopens the
+        attempt. An outcome that is itself unknown (no answer came) settles nothing."""
+        if (
+            state.status != StepStatus.UNKNOWN
+            or state.fencing_token != token
+            or outcome.kind == OutcomeKind.UNKNOWN
+        ):
+            return False
+        params = {
+            "execution_id": eid,
+            "step_id": sid,
+            "token": token,
+            "worker": self.worker_id,
+            "unknown": AttemptOutcome.UNKNOWN,
+        }
+        return conn.execute(REOPEN_UNKNOWN, params).fetchone() is not None
 
     def _correct_never_sent(
         self, conn: psycopg.Connection, eid: str, sid: str, token: int, outcome: Outcome

@@ -15,6 +15,7 @@ import psycopg_pool
 
 from flowforge.store import actions
 from flowforge.store.db import wrap_exceptions
+from flowforge.worker.broker import QueueHead
 from flowforge.worker.loop import Loop, report
 from flowforge.worker.reconciler import Reconciler
 from flowforge.worker.recovery import LeaseRecovery
@@ -30,12 +31,13 @@ class Reaper(Loop):
         lease_s: float,
         reconcile_s: float,
         stop: threading.Event,
+        head: QueueHead | None = None,
     ) -> None:
         super().__init__("reaper", stop)
         self.interval = max(0.2, min(lease_s, reconcile_s) / 4)
         self.pool = pool
         self.recovery = LeaseRecovery(pool)
-        self.reconciler = Reconciler(pool, reconcile_s=reconcile_s)
+        self.reconciler = Reconciler(pool, reconcile_s=reconcile_s, head=head)
 
     def first_wait(self) -> float:
         return self.interval

@@ -16,12 +16,17 @@ from flowforge.domain.model import FLOW_CONTROL_ACTOR
 from flowforge.store import actions, children, flowcontrol
 from flowforge.store.db import notify_relay, one, wrap_exceptions
 from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.worker.broker import QueueHead
 
 logger = logging.getLogger(__name__)
 
 # Ready steps whose wake-up is neither in the outbox nor was dispatched recently: the
 # message was lost (queue purged, broker reset, link blackholed). Dispatch them again after
-# one interval, however often that happened: a lost wake-up was never handled. Only a
+# one interval, however often that happened: a lost wake-up was never handled. The interval
+# is counted back from the head of the queue when the consumer knows it (`reached`,
+# broker.QueueHead), else from now(): under a backlog a wake-up queued after the head is
+# still waiting its turn, not lost, and another copy of it would only cost the consumer a
+# claim (issue 39: 3 messages per queued execution at 10x the drain rate). Only a
 # step whose wake-ups failed and were dead-lettered (failed_wakeups, counted by the
 # consumer) waits twice as long per failure, up to 2**MAX_DOUBLINGS intervals, so the
 # dead-letter queue gets it rarely, not every interval forever. Returns how many of the
@@ -31,7 +36,7 @@ REDISPATCH = f"""
 WITH stale AS (
     SELECT s.execution_id, s.step_id, s.failed_wakeups FROM steps s
     WHERE s.status = 'ready'
-      AND s.ready_at < now() - make_interval(
+      AND s.ready_at < coalesce(%(reached)s::timestamptz, now()) - make_interval(
               secs => %(after_s)s * 2 ^ least(s.failed_wakeups, %(max_doublings)s))
       AND NOT EXISTS (SELECT 1 FROM outbox o
                       WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
@@ -79,9 +84,16 @@ LIMIT 100
 class Reconciler:
     """Re-dispatches ready steps whose wake-up was lost."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool, *, reconcile_s: float) -> None:
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool,
+        *,
+        reconcile_s: float,
+        head: QueueHead | None = None,
+    ) -> None:
         self.pool = pool
         self.reconcile_s = reconcile_s
+        self.head = head
 
     def reconcile(self) -> int:
         """Re-dispatch ready steps whose message went missing; hand on free concurrency
@@ -97,11 +109,13 @@ class Reconciler:
                 actions.stop_replaced(conn, surplus, actor=FLOW_CONTROL_ACTOR)
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
-                count, failed_before = one(
-                    conn.execute(
-                        REDISPATCH, {"after_s": self.reconcile_s, "max_doublings": MAX_DOUBLINGS}
-                    )
-                )
+                reached = None if self.head is None else self.head.reached(self.reconcile_s)
+                params = {
+                    "after_s": self.reconcile_s,
+                    "max_doublings": MAX_DOUBLINGS,
+                    "reached": reached,
+                }
+                count, failed_before = one(conn.execute(REDISPATCH, params))
             with conn.transaction():
                 (parents,) = one(conn.execute(children.LOST_WAKEUPS, {"after_s": self.reconcile_s}))
             if count or parents:

@@ -183,11 +183,11 @@ class Relay(BrokerLoop):
             self._returned.clear()
             assert self._broker is not None and self._confirms is not None
             tags: dict[int, int] = {}  # delivery tag -> outbox id
-            for outbox_id, execution_id, step_id, _created_at, _type in rows:
+            for outbox_id, execution_id, step_id, created_at, _type in rows:
                 tag = self._confirms.publish(
                     self.topology.exchange,
                     ROUTING_KEY,
-                    Wakeup(str(execution_id), step_id).encode(),
+                    Wakeup(str(execution_id), step_id, created_at).encode(),
                     pika.BasicProperties(
                         delivery_mode=pika.DeliveryMode.Persistent,
                         content_type="application/json",

@@ -31,7 +31,7 @@ from flowforge.steps import netguard
 from flowforge.store import intake, runs, waits
 from flowforge.store.config import Settings
 from flowforge.store.db import conninfo, create_pool
-from flowforge.worker.broker import Topology, heartbeat_seconds
+from flowforge.worker.broker import QueueHead, Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import Housekeeping
@@ -129,6 +129,8 @@ class Worker:
         self.executor_threads = ThreadPoolExecutor(
             settings.worker_concurrency, thread_name_prefix="executor"
         )
+        # How far the consumer got into the queue, for the reconciler (broker.QueueHead).
+        self.queue_head = QueueHead()
         self.consumer = Consumer(
             self.executor,
             settings.amqp_url,
@@ -137,6 +139,7 @@ class Worker:
             settings.worker_concurrency,
             self.stop,
             self.heartbeat_s,
+            head=self.queue_head,
         )
         #: The services that stop after the drain, on `background`.
         self.services: list[Loop] = [
@@ -159,6 +162,7 @@ class Worker:
                 lease_s=settings.lease_seconds,
                 reconcile_s=settings.reconcile_seconds,
                 stop=self.background,
+                head=self.queue_head,
             ),
             Housekeeping(
                 self.services_pool, self.background, key_hours=settings.idempotency_key_hours

@@ -86,6 +86,39 @@ def test_a_request_kept_home_while_the_database_is_unreachable_is_not_left_unkno
     assert_retried_not_unknown(client, eid, target)
 
 
+def test_a_claim_whose_commit_answer_was_lost_is_not_left_unknown(
+    client: Api,
+    database_url: str,
+    pg_proxy: FaultProxy,
+    workers: StartWorker,
+    target: Target,
+) -> None:
+    """Issue 39 item 2: the claim's COMMIT lands, its answer is lost (a PostgreSQL stop, as
+    the worker sees it). The worker used to hand the delivery back with its request unsent;
+    the reaper then found the lease run out and recorded "may have been sent"."""
+    client.publish("charge", workflow(http("post", "POST", f"{target.url}/charge", retry=RETRY)))
+    a = workers(
+        FLOWFORGE_DATABASE_URL=through_proxy(database_url, pg_proxy),
+        FLOWFORGE_DB_TIMEOUT_SECONDS="2",
+        FLOWFORGE_FAULTS="before_claim_commit=sleep:1",
+        FLOWFORGE_WORKER_CONCURRENCY="1",
+    )
+    eid = client.start("charge", {})
+    wait_logged(a, "fault point reached")
+    # From A's next COMMIT on, the server's answers never reach A: the claim commits.
+    pg_proxy.drop_replies(after=b"COMMIT")
+    try:
+        workers()  # B: its reaper finds the claim's lease run out
+        wait_for(
+            lambda: step(client.execution(eid), "post")["status"] == "unknown",
+            timeout=30,
+            message="the reaper to record the claimed attempt unknown",
+        )
+    finally:
+        pg_proxy.restore()
+    assert_retried_not_unknown(client, eid, target)
+
+
 def assert_retried_not_unknown(client: Api, eid: str, target: Target) -> None:
     """Not needs_attention for ever: the step is retried and its second request sent."""
     done = wait_for(

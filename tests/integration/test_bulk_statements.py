@@ -124,7 +124,8 @@ def test_reconciler_redispatches_only_what_the_engine_dispatches(
     db.execute("UPDATE steps SET ready_at = now() - interval '1 hour' WHERE status = 'ready'")
     (before,) = one(db.execute(LAST_EVENT, {"id": execution}))
     with db.transaction():
-        (count, _) = one(db.execute(REDISPATCH, {"after_s": 1.0, "max_doublings": MAX_DOUBLINGS}))
+        params = {"after_s": 1.0, "max_doublings": MAX_DOUBLINGS, "reached": None}
+        (count, _) = one(db.execute(REDISPATCH, params))
     assert count == 2
     run = loaded(db, execution)
     assert_engine_agrees(run)

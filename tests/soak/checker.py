@@ -49,6 +49,11 @@ Categories (each violation names one):
   whose execution's input is not its events (debounce: the last one plus `debounced`;
   batch: every one, in order, at most max_items); an event in two batches; a group never
   started;
+- frozen_lock_uncovered / frozen_lock_outlived_timeout / frozen_execution_late: a worker
+  frozen at an arbitrary moment for longer than the database timeout (nemesis
+  freeze_anywhere; docs/contract.md §8) had a session holding a lock `active` waiting for
+  it or `idle` (no server timeout covers either), still held a lock after the timeout,
+  or its own executions were not stopped within the bound after their cancel;
 - api_5xx / api_no_answer: an API answer of 500 or more, or none at all (the API processes
   are never faulted). One exception: while the nemesis runs, a 503 service-unavailable
   problem is the honest answer of an API whose database did not answer in time — a row
@@ -1380,6 +1385,17 @@ class Checker:
             at = max(hi, at)
         return at + left
 
+    def check_frozen(self) -> None:
+        """What the nemesis's watcher found while a worker was frozen anywhere."""
+        kinds = ("frozen_lock_uncovered", "frozen_lock_outlived_timeout", "frozen_execution_late")
+        for f in self.history.faults:
+            if f.op in kinds:
+                self.fail(f.op, f"{f.target} at t={f.at:.1f}s: {f.detail}")
+        owned = [f for f in self.history.faults if f.op == "frozen_owns"]
+        self.figures_extra["frozen_anywhere_own_executions"] = sum(
+            len(f.detail.split()) for f in owned
+        )
+
     def check_recovery(self) -> None:
         """Recovery within a bound while others could work (issue 23 item 1): a killed
         worker's attempts in flight are ended (by a reaper) within RECOVERY_BOUND_S of
@@ -1479,6 +1495,7 @@ class Checker:
         self.check_children()
         self.check_false_unknown()
         self.check_recovery()
+        self.check_frozen()
         return self.violations
 
     def diagnostics(self) -> list[str]:

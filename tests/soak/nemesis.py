@@ -17,8 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+import psycopg
 
 from tests.soak.cluster import Cluster, WorkerSlot
 from tests.soak.features import OVERLAPS
@@ -62,6 +65,57 @@ REPLAY_FROM = {"orders": ("shape", "notify"), "fanout": ("report", "join"), "arc
 # A worker frozen inside a unit of work stays frozen this long (then it is killed and
 # replaced): past FLOWFORGE_DB_TIMEOUT_SECONDS, so its session is ended by the server.
 FREEZE_S = (12.0, 30.0)
+# A worker frozen at arbitrary moments (issue 39 item 1): wherever its threads are —
+# writes sent and not committed, a read sent and not fetched — FLICKERS times briefly,
+# then once for longer than the database timeout (the product's default, which the run
+# keeps), then let go with SIGCONT: a SIGKILL would free its locks and hide the ones no
+# timeout covers. One such freeze
+# starts FREEZE_ANYWHERE_AT_S into every run (the short form has one whatever its draws);
+# the `freeze` operation chooses between it and the freeze inside a checkpoint.
+DB_TIMEOUT_S = 15.0
+FREEZE_ANYWHERE_S = (24.0, 30.0)
+FREEZE_ANYWHERE_AT_S = 6.0
+FLICKERS = 20
+FLICKER_S = 0.25
+# The fault points of a unit of work's uncovered moments before issue 39, where
+# freeze_at_point stops a worker (flowforge/store/runs.py), and how long its new
+# generation may take to reach one.
+WRITES_SENT, READS_SENT = "after_writes_sent", "after_reads_sent"
+AT_POINT_WITHIN_S = 15.0
+# docs/contract.md §8: a frozen worker delays its own execution's cancel (and its slot)
+# by at most the database timeout or the lease, plus a reaper pass; slack for a loaded
+# machine. Judged only while the worker stays frozen.
+OWN_BOUND_S = DB_TIMEOUT_S + 8.0
+# Sessions (by client port, through the worker's own proxy) that hold a lock in a state
+# no server timeout covers: `active` waiting for the client, or `idle` outside a
+# transaction; and, after the timeout, any lock at all.
+UNCOVERED_LOCKS = """
+SELECT a.pid, a.state, a.wait_event, left(a.query, 50)
+FROM pg_stat_activity a
+WHERE a.client_port = ANY(%(ports)s)
+  AND (%(any_state)s OR (a.state = 'active' AND a.wait_event = 'ClientRead')
+       OR a.state = 'idle')
+  AND EXISTS (SELECT 1 FROM pg_locks l
+              WHERE l.pid = a.pid AND l.granted AND l.locktype <> 'virtualxid')
+"""
+# The frozen worker's own live executions: a step of theirs is leased to it, or one of
+# its sessions holds the execution's row locked (the row's xmax is that session's xid).
+OWNED = """
+SELECT s.execution_id::text FROM steps s JOIN executions e ON e.id = s.execution_id
+WHERE s.lease_owner = %(worker)s AND s.status = 'running'
+  AND e.status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
+UNION
+SELECT e.id::text FROM executions e JOIN pg_stat_activity a
+  ON a.client_port = ANY(%(ports)s) AND e.xmax::text = a.backend_xid::text
+WHERE e.status NOT IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
+"""
+ENDED = """
+SELECT count(*) FROM executions
+WHERE id = ANY(%(ids)s::uuid[])
+  AND (status IN ('succeeded', 'failed', 'cancelled', 'needs_attention')
+       OR NOT EXISTS (SELECT 1 FROM steps s WHERE s.execution_id = executions.id
+                      AND s.status = 'running'))
+"""
 # The statements after which a partition drops every answer: the locks of flow control
 # (fill_slots' advisory lock) and of the checkpoints and the reaper (row locks).
 LOCK_MARKERS = (b"pg_advisory_xact_lock", b"FOR UPDATE")
@@ -116,6 +170,8 @@ class Nemesis:
         if servers is not None:
             self.operations.update(servers.operations())
         self.frozen: WorkerSlot | None = None
+        # Cancels an execution as the operator would (Operator.cancel_now), set by the run.
+        self.cancel: Callable[[str], None] | None = None
         self.heals: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         # Proxy faults in force, so two faults on one link do not heal each other early.
@@ -133,6 +189,7 @@ class Nemesis:
 
     def run(self, stop: threading.Event) -> None:
         """Fault, wait, fault again; heals fire on time in between and all at the end."""
+        self.later(FREEZE_ANYWHERE_AT_S, lambda: self.freeze_at_point(0.5, 0.5, WRITES_SENT))
         try:
             _loop(
                 stop,
@@ -204,6 +261,12 @@ class Nemesis:
         as soon as one is reached, stays frozen FREEZE_S, then is killed and replaced.
         One freeze at a time; a generation that never reaches a checkpoint within 15 s
         is replaced without a freeze."""
+        if coin < 0.25:
+            self.freeze_anywhere(pick, duration)
+            return
+        if coin < 0.5:
+            self.freeze_at_point(pick, duration, WRITES_SENT if coin < 0.4 else READS_SENT)
+            return
         if self.frozen is not None:
             return
         slot = self._slot(pick, lambda s: s.alive and not s.paused)
@@ -243,6 +306,62 @@ class Nemesis:
                 self.later(0.1, watch)
 
         self.later(0.1, watch)
+
+    def freeze_anywhere(self, pick: float, duration: float) -> None:
+        """SIGSTOP a worker wherever it is (issue 39 item 1): first FLICKERS short
+        freezes at random moments, each sampled for locks no server timeout covers, then
+        one longer than the database timeout, ended with SIGCONT. A watcher thread does
+        the signals and the sampling and cancels the frozen worker's own executions
+        (nothing here waits on the database or the API); what it finds is recorded for
+        the checker (check_frozen). The heal (here, or at the quiet period) ends it."""
+        if self.frozen is not None or not self.cluster.proxied:
+            return
+        slot = self._slot(pick, lambda s: s.alive and not s.paused)
+        if slot is None:
+            return
+        self.frozen = slot
+        seconds = FREEZE_ANYWHERE_S[0] + (FREEZE_ANYWHERE_S[1] - FREEZE_ANYWHERE_S[0]) * duration
+        watcher = FrozenWatch(
+            self.cluster.database_url, slot, self.history, self.cancel, random.Random(pick)
+        )
+
+        def thaw() -> None:
+            watcher.end()
+            self.frozen = None
+
+        self.later(FLICKERS * 0.6 + seconds, thaw)
+        threading.Thread(
+            target=watcher.run, args=(seconds,), name="soak-frozen-watch", daemon=True
+        ).start()
+
+    def freeze_at_point(self, pick: float, duration: float, point: str) -> None:
+        """Freeze a worker at one of the moments of a unit of work the issue found
+        uncovered (writes sent, COMMIT not; reads sent, not fetched): the slot's next
+        generation stops itself there (fault action `stop`), stays stopped
+        FREEZE_ANYWHERE_S — past the database timeout — and goes on with SIGCONT. The
+        watcher judges it as a freeze anywhere."""
+        if self.frozen is not None or not self.cluster.proxied:
+            return
+        slot = self._slot(pick, lambda s: s.alive and not s.paused)
+        if slot is None:
+            return
+        self.frozen = slot
+        self.history.fault("kill", slot.worker_id, "to freeze its successor")
+        assert slot.proc is not None
+        slot.proc.kill()
+        self.cluster.spawn(slot, faults=f"{point}=stop")
+        self.history.fault("restart", slot.worker_id, f"{point}=stop")
+        seconds = FREEZE_ANYWHERE_S[0] + (FREEZE_ANYWHERE_S[1] - FREEZE_ANYWHERE_S[0]) * duration
+        watcher = FrozenWatch(
+            self.cluster.database_url, slot, self.history, self.cancel, random.Random(pick)
+        )
+
+        def thaw() -> None:
+            watcher.end()
+            self.frozen = None
+
+        self.later(AT_POINT_WITHIN_S + seconds, thaw)
+        threading.Thread(target=watcher.run_at_point, name="soak-frozen-watch", daemon=True).start()
 
     # ---- network faults ------------------------------------------------------------
 
@@ -321,6 +440,131 @@ class Nemesis:
 
     def amqp_blackhole(self, pick: float, duration: float, coin: float) -> None:
         self._link_fault("amqp", "blackhole", pick, duration, coin)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+class FrozenWatch:
+    """What a worker frozen anywhere must not do (docs/contract.md §8): hold a lock in a
+    state no server timeout covers, keep any lock past the timeout, or delay its own
+    executions' cancel past OWN_BOUND_S. Findings are faults of kind `frozen_*`; its
+    stops are recorded as pauses, so the checker's rules for requests sent around a
+    SIGSTOP apply."""
+
+    def __init__(
+        self,
+        database_url: str,
+        slot: WorkerSlot,
+        history: History,
+        cancel: Callable[[str], None] | None,
+        rng: random.Random,
+    ) -> None:
+        self.database_url = database_url
+        self.slot = slot
+        self.history = history
+        self.cancel = cancel
+        self.rng = rng
+        self.generation = slot.generation
+        self.ended = threading.Event()
+        self._signals = threading.Lock()
+
+    def _stop(self, detail: str) -> bool:
+        with self._signals:
+            if self.ended.is_set() or self.slot.generation != self.generation:
+                return False
+            self.history.fault("pause", self.slot.worker_id, detail)
+            self.slot.signal_group(signal.SIGSTOP)
+            self.slot.paused = True
+            return True
+
+    def _go_on(self) -> None:
+        with self._signals:
+            if self.slot.paused and self.slot.generation == self.generation:
+                self.slot.signal_group(signal.SIGCONT)
+                self.slot.paused = False
+                self.history.fault("resume", self.slot.worker_id)
+
+    def end(self) -> None:
+        """The heal: no more stops, and the worker runs again."""
+        self.ended.set()
+        self._go_on()
+
+    def run(self, seconds: float) -> None:
+        try:
+            with psycopg.connect(self.database_url, autocommit=True, connect_timeout=3) as conn:
+                for _ in range(FLICKERS):
+                    if self.ended.wait(self.rng.uniform(0.05, 0.3)):
+                        return
+                    if not self._stop(f"{FLICKER_S}s anywhere"):
+                        return
+                    try:
+                        time.sleep(FLICKER_S)  # the server has run whatever reached it
+                        self._sample(conn, any_state=False)
+                    finally:
+                        self._go_on()
+                if self._stop(f"{seconds:.1f}s anywhere"):
+                    self._judge(conn, time.monotonic())
+        except psycopg.Error as exc:  # a server fault of the run: nothing to judge
+            self._go_on()
+            self.history.fault("frozen_watch", self.slot.worker_id, f"gave up: {exc}"[:200])
+
+    def run_at_point(self) -> None:
+        """The slot's process stops itself at its fault point: judge from there."""
+        assert self.slot.proc is not None
+        status = Path(f"/proc/{self.slot.proc.pid}/status")
+        gave_up_at = time.monotonic() + AT_POINT_WITHIN_S
+        while "State:\tT" not in _read(status):
+            if self.ended.wait(0.05) or time.monotonic() > gave_up_at:
+                return
+        with self._signals:
+            if self.ended.is_set() or self.slot.generation != self.generation:
+                return
+            self.history.fault("pause", self.slot.worker_id, "at its fault point")
+            self.slot.paused = True
+        try:
+            with psycopg.connect(self.database_url, autocommit=True, connect_timeout=3) as conn:
+                self._judge(conn, time.monotonic())
+        except psycopg.Error as exc:  # a server fault of the run: nothing to judge
+            self.history.fault("frozen_watch", self.slot.worker_id, f"gave up: {exc}"[:200])
+
+    def _judge(self, conn: psycopg.Connection[Any], started: float) -> None:
+        worker = self.slot.worker_id
+        if self.ended.wait(1.0):
+            return
+        self._sample(conn, any_state=False)
+        params = {"worker": worker, "ports": sorted(self.slot.pg.upstream_ports())}
+        owned = [r[0] for r in conn.execute(OWNED, params).fetchall()]
+        self.history.fault("frozen_owns", worker, " ".join(owned))
+        cancelled_at = time.monotonic()
+        for execution_id in owned:
+            if self.cancel is not None:
+                self.cancel(execution_id)
+        if self.ended.wait(max(0.0, started + DB_TIMEOUT_S + 3.0 - time.monotonic())):
+            return
+        self._sample(conn, any_state=True)
+        while owned and time.monotonic() < cancelled_at + OWN_BOUND_S:
+            (ended,) = conn.execute(ENDED, {"ids": owned}).fetchone() or (0,)
+            if ended == len(owned) or self.ended.wait(0.5):
+                return
+        if owned and not self.ended.is_set():
+            self.history.fault(
+                "frozen_execution_late",
+                worker,
+                f"{len(owned)} own executions not stopped {OWN_BOUND_S:.0f}s after "
+                f"their cancel: {' '.join(owned)}",
+            )
+
+    def _sample(self, conn: psycopg.Connection[Any], *, any_state: bool) -> None:
+        ports = sorted(self.slot.pg.upstream_ports())
+        held = conn.execute(UNCOVERED_LOCKS, {"ports": ports, "any_state": any_state}).fetchall()
+        if held and self.slot.paused and not self.ended.is_set():
+            kind = "frozen_lock_outlived_timeout" if any_state else "frozen_lock_uncovered"
+            self.history.fault(kind, self.slot.worker_id, repr(held)[:400])
 
 
 class Operator:
@@ -450,6 +694,13 @@ class Operator:
             )
         )
         return status
+
+    def cancel_now(self, execution_id: str) -> None:
+        """Cancel this execution (the nemesis's: one a frozen worker holds)."""
+        base = self.cluster.api_bases[0]
+        path = f"/api/v1/executions/{execution_id}/cancel"
+        if self._act("cancel", base, execution_id, path) in (200, 202):
+            self.cancelled.append(execution_id)
 
     def cancel(self, pick: float, duration: float, coin: float) -> None:
         """Cancel a running execution (mostly), or a waiting, queued or needs_attention one."""

@@ -249,6 +249,7 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             servers=servers,
         )
         operator = Operator(cluster, client, history, operator_rng, interval=options.interval)
+        nemesis.cancel = operator.cancel_now
         stop = threading.Event()
         errors: list[BaseException] = []
         threads = [

@@ -343,6 +343,22 @@ def test_every_operator_action_names_its_actor_in_the_history() -> None:
     assert run.steps["next"].status == "cancelled"
 
 
+def test_a_reopened_unknown_is_settled_by_the_answer_and_says_who_settled_it() -> None:
+    run = make_run([http("lost", method="POST"), http("next", depends_on=["lost"])])
+    token = run.claim("lost", "w").fencing_token
+    run.recover_lease("lost")
+    assert run.status == "needs_attention"
+    run.reopen_unknown("lost", token, "w", "succeeded")
+    run.record_outcome("lost", token, Outcome("succeeded", output={"ok": True}))
+    assert run.steps["lost"].status == "succeeded"
+    assert run.steps["next"].status == "ready"
+    assert run.status == "running"
+    settled = [d for _, kind, d in run.events if kind == "step.settled"]
+    assert settled == [
+        {"fencing_token": token, "outcome": "succeeded", "actor": {"kind": "worker", "name": "w"}}
+    ]
+
+
 def test_a_deadline_is_stopped_by_flow_control() -> None:
     run = make_run([http("a")])
     run.pass_deadline()
