@@ -1,6 +1,6 @@
-"""Circuit breakers of outbound limits (SPEC §13): which are open, and closing one by hand.
-A circuit is shared by every workflow whose requests go through its key, so closing one
-takes a key that may write every workflow."""
+"""Circuit breakers of outbound limits (docs/contract.md#outbound-limits): which are open, and
+closing one by hand. A circuit is shared by every workflow whose requests go through its key, so
+closing one takes a key that may write every workflow."""
 
 from __future__ import annotations
 

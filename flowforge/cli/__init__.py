@@ -95,9 +95,9 @@ def _paint(text: str, status: str) -> str:
 
 # C0 and C1 controls but line feed and tab, and DEL: a value an attacker wrote (a URL
 # template filled from a webhook, a workflow name) must not drive the terminal (OSC 52
-# clipboard writes, erased lines, a fake status) in human-readable output (SPEC §12).
-# On a terminal with colour on, the few colour sequences _paint writes pass (they can only
-# colour text); every other control is shown escaped.
+# clipboard writes, erased lines, a fake status) in human-readable output
+# (docs/contract.md#control-characters). On a terminal with colour on, the few colour sequences
+# _paint writes pass (they can only colour text); every other control is shown escaped.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _OWN_COLOURS = re.compile(
     "(\x1b\\[(?:0|"
@@ -1195,7 +1195,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key", type=_workflow_key, help="the workflow's key")
     revoke.add_argument("id", type=_positive, help="the secret's ID, from secret list")
 
-    circuits = group("circuits", "circuit breakers of outbound limits (SPEC §13)")
+    circuits = group("circuits", "circuit breakers of outbound limits")
     command(circuits, "list", _circuits_list, "open and half-open circuits")
     command(circuits, "close", _circuits_close, "close a circuit by hand").add_argument(
         "key", help="the limit's key in the definition's limits, as circuits list shows it"

@@ -77,7 +77,7 @@ class Database:
         return {"execution_id": execution_id, "status": status}
 
     def pause(self, execution_id: str) -> dict[str, Any]:
-        """Pause an execution (SPEC §14)."""
+        """Pause an execution (docs/contract.md#pause)."""
         status = actions.pause(self.conn, execution_id, actor=_cli_actor())
         return {"execution_id": execution_id, "status": status}
 
@@ -135,7 +135,7 @@ class Database:
         return {"workflow": key, **pausing.resume_workflow(self.conn, key, actor=_cli_actor())}
 
     def circuits(self) -> list[dict[str, Any]]:
-        """Open and half-open circuits of outbound limits (SPEC §13)."""
+        """Open and half-open circuits of outbound limits (docs/contract.md#outbound-limits)."""
         return outbound.circuits(self.conn)
 
     def close_circuit(self, key: str) -> dict[str, Any]:
@@ -157,7 +157,8 @@ class Database:
         return catalog.get_version(self.conn, key, number)
 
     def groups(self, key: str, status: str | None) -> dict[str, Any]:
-        """The workflow's debounce or batch groups (SPEC §15), newest first."""
+        """The workflow's debounce or batch groups (docs/contract.md#debounce-batch), newest
+        first."""
         catalog.get_workflow(self.conn, key)  # NotFound for an unknown workflow
         return {"workflow": key, "items": grouping.groups(self.conn, key, status)}
 

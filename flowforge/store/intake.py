@@ -229,8 +229,8 @@ def _find_target(
 
 
 def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
-    """The `priority` parameter of a new execution (SPEC §16): the definition's literal,
-    or its template rendered against the body. Raises PriorityInvalid (422) for a value
+    """The `priority` parameter of a new execution (docs/contract.md#priority): the definition's
+    literal, or its template rendered against the body. Raises PriorityInvalid (422) for a value
     that is no priority, before any statement runs: nothing is stored."""
     if isinstance(definition.priority, int):
         return {"priority": definition.priority}
@@ -269,7 +269,7 @@ def accept(
         # Already validated JSON: jsonb parses the raw text, no re-serialising in Python.
         "input": body.decode(),
         "key": idempotency_key,
-        # A webhook's key is the client's, whatever it spells (SPEC §12).
+        # A webhook's key is the client's, whatever it spells (docs/contract.md#system-keys).
         "key_origin": KeyOrigin.CLIENT.value,
         "body_sha256": body_sha256,
         **INTAKE_PARAMS,

@@ -87,8 +87,8 @@ CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
 # The outcome of a claimed request whose claim could not be confirmed durable.
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
 
-# Priorities (SPEC §16, docs/explanation/priorities.md). RabbitMQ hands wake-ups out in
-# the order they were published, so under a backlog the message at the head names an old
+# Priorities (docs/contract.md#priority, docs/explanation/priorities.md). RabbitMQ hands wake-ups
+# out in the order they were published, so under a backlog the message at the head names an old
 # step, whatever waits behind it. Before it takes that step, a worker asks for a better
 # one: a ready step of a higher priority whose rank — ready_since (when it last became
 # ready) minus priority * ageing_s — is earlier than the named step's. The ageing bounds
@@ -143,8 +143,9 @@ LIMIT %(tries)s
 # skipped, never waited for) before it takes the step it names.
 BETTER_TRIES = 8
 # The named step keeps a wake-up of its own when another took its turn: written in the
-# transaction of that claim, so every ready step still has a message (SPEC §7), and the
-# message the better step had becomes a duplicate, which changes nothing.
+# transaction of that claim, so every ready step still has a message
+# (docs/contract.md#lost-messages), and the message the better step had becomes a duplicate, which
+# changes nothing.
 REDISPATCH = f"""
 {INSERT_WAKEUPS}
 SELECT %(execution_id)s, %(step_id)s
@@ -204,7 +205,8 @@ class Executor:
         self.stopping = stopping or threading.Event()
         self.worker_id = worker_id
         self.lease_s = lease_s
-        # Seconds of waiting worth one priority point; 0: priorities off (SPEC §16).
+        # Seconds of waiting worth one priority point; 0: priorities off
+        # (docs/contract.md#priority).
         self.ageing_s = ageing_s
         self._spread_lock = threading.Lock()
         self._spread_at = -SPREAD_EVERY_S
@@ -337,7 +339,8 @@ class Executor:
                     sent = prepared.record() if isinstance(prepared, Rendered) else None
                     claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
                 elif wait.new:
-                    # Still `ready`: not an attempt, not a failure (SPEC §13).
+                    # Still `ready`: not an attempt, not a failure
+                    # (docs/contract.md#outbound-limits).
                     detail = {"key": wait.key, "reason": wait.reason.value}
                     run.events.append(
                         (
@@ -368,9 +371,10 @@ class Executor:
 
         The relay calls this for a lone wake-up whose outbox row it deleted in that same
         transaction: the delete and the step's progress commit together or not at all, so
-        a crash before the commit leaves the row for the next relay (SPEC §7), and no
-        message, delivery or ack is needed. The step must be pure (the relay checks);
-        an http_request needs its claim committed before the request leaves.
+        a crash before the commit leaves the row for the next relay
+        (docs/contract.md#lost-messages), and no message, delivery or ack is needed. The step must
+        be pure (the relay checks); an http_request needs its claim committed before the request
+        leaves.
         """
         # The relay's claim skipped the WAL flush; load_run's lock turns it back on.
         run = _take_up(conn, wakeup)
@@ -413,9 +417,9 @@ class Executor:
     def _limits(
         self, run: Run, sid: str, prepared: Rendered | Outcome
     ) -> tuple[list[tuple[str, LimitSpec]], Rendered | Outcome]:
-        """The outbound limits the request goes through (SPEC §13): the step's own, its
-        key rendered when it is a template, and the operator's limit of its URL's host.
-        A key that cannot be rendered fails the request, unsent."""
+        """The outbound limits the request goes through (docs/contract.md#outbound-limits): the
+        step's own, its key rendered when it is a template, and the operator's limit of its URL's
+        host. A key that cannot be rendered fails the request, unsent."""
         if not isinstance(prepared, Rendered):
             return [], prepared
         found: list[tuple[str, LimitSpec]] = []
@@ -682,7 +686,7 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup, *, skip_locked: bool = Fa
     `skip_locked`, None too when another session holds the execution locked."""
     eid, sid = wakeup.execution_id, wakeup.step_id
     log = {"execution_id": eid, "step": sid}
-    # A map's settled items are not loaded (SPEC §16): a unit of work costs what the
+    # A map's settled items are not loaded (docs/contract.md#map): a unit of work costs what the
     # items in flight cost, not what the map has done so far.
     run = load_run(conn, eid, skip_locked=skip_locked, open_items=True, also=[sid])
     if run is None:
@@ -699,15 +703,15 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup, *, skip_locked: bool = Fa
         and state.status == StepStatus.WAITING
         and not run.terminal
     ):
-        # SPEC §16: its child ended (or needs, or no longer needs, an operator); advance()
-        # takes that up, and a duplicate changes nothing.
+        # docs/contract.md#child-workflows: its child ended (or needs, or no longer needs, an
+        # operator); advance() takes that up, and a duplicate changes nothing.
         return run
     if run.terminal or state is None or state.status != StepStatus.READY:
         save_run(conn, run.take_changes())
         logger.debug("stale wake-up ignored", extra=log)
         return None
     if run.hold():
-        # Paused (SPEC §14): the step stays ready; resume dispatches it again.
+        # Paused (docs/contract.md#pause): the step stays ready; resume dispatches it again.
         save_run(conn, run.take_changes())
         logger.debug("wake-up of a paused execution set aside", extra=log)
         return None

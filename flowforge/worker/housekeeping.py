@@ -1,6 +1,7 @@
 """The housekeeping thread: idempotency keys are forgotten once they are older than
-FLOWFORGE_IDEMPOTENCY_KEY_HOURS (default 24, SPEC §4, §11), then finished executions past
-their workflow's retention are deleted (retention.py).
+FLOWFORGE_IDEMPOTENCY_KEY_HOURS (default 24, docs/contract.md#idempotency,
+docs/contract.md#retention), then finished executions past their workflow's retention are deleted
+(retention.py).
 
 A thread of its own, not a job of the reaper: a backlog of keys or executions keeps a
 pass busy for seconds, and lease recovery and the reconciler must never wait behind it.

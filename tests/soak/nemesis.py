@@ -407,8 +407,8 @@ class Operator:
         found = {}
         for s in r.json()["steps"]:
             found[s["id"]] = s["status"]
-            # A map's items (SPEC §16) are counted on the page, with a first page of them
-            # (the soak's maps have fewer items than a page): their rows' statuses count
+            # A map's items (docs/contract.md#map) are counted on the page, with a first page of
+            # them (the soak's maps have fewer items than a page): their rows' statuses count
             # like steps', for the checker's "asked for" and for resolve.
             for item in (s.get("items") or {}).get("items", []):
                 found.update({row["id"]: row["status"] for row in item["steps"]})
@@ -566,7 +566,8 @@ class Operator:
         return sorted(found)
 
     def replay(self, pick: float, duration: float, coin: float) -> None:
-        """Replay a finished execution from a step past its unsafe POST (SPEC §14)."""
+        """Replay a finished execution from a step past its unsafe POST
+        (docs/contract.md#replay)."""
         workflows = sorted(REPLAY_FROM)
         workflow = workflows[int(coin * len(workflows))]
         base = self.cluster.api_bases[0]
