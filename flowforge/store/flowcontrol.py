@@ -307,7 +307,8 @@ class Decision:
 
 
 def is_controlled(definition: Definition) -> bool:
-    """Whether a version's intake goes through GATED_INTAKE (any §8 option is set)."""
+    """Whether a version's intake goes through GATED_INTAKE (any option of
+    docs/contract.md#flow-control is set)."""
     return (
         definition.concurrency is not None
         or definition.deadline_s is not None

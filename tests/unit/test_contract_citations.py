@@ -17,6 +17,8 @@ CONTRACT = ROOT / "docs" / "contract.md"
 # citation of it by number ("SPEC" then a section sign or "section") cannot be followed.
 # Spelled in pieces so that this file does not cite it either.
 OUTSIDE_CITATION = re.compile("SPEC" + r"\s*(?:\u00a7|section\s+\d)")
+# The contract's sections are renumbered as it grows: cite an anchor, not a number.
+NUMBERED_CITATION = re.compile(r"contract\.md\s*\u00a7")
 OUTSIDE_NAMES = (
     "../" + "shared",
     "/work/" + "shared",
@@ -127,6 +129,16 @@ def test_nothing_cites_the_first_specification_by_section() -> None:
         for path in _files()
         if (text := _text(path)) is not None
         for match in OUTSIDE_CITATION.finditer(text)
+    ]
+    assert offenders == [], "cite docs/contract.md#<anchor> instead:\n" + "\n".join(offenders)
+
+
+def test_nothing_cites_the_contract_by_section_number() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{_line(text, match.start())}"
+        for path in _files()
+        if (text := _text(path)) is not None
+        for match in NUMBERED_CITATION.finditer(text)
     ]
     assert offenders == [], "cite docs/contract.md#<anchor> instead:\n" + "\n".join(offenders)
 
