@@ -1,5 +1,5 @@
 """Workflow definition parsing and validation: shape, DAG, templates and limits
-(docs/contract.md#templates)."""
+(docs/contract.md#definition)."""
 
 from __future__ import annotations
 
@@ -1363,9 +1363,9 @@ class _Parser:
         return normalised
 
     def destination(self, request: dict[str, Any], path: str) -> None:
-        """docs/contract.md#safe-examples: a request that carries a secret or a resume URL goes
-        where the publisher said. Its scheme, host and port may come from a secret (the operator's)
-        but not from the execution's data — the input, a step's output — which whoever
+        """docs/contract.md#secret-destinations: a request that carries a secret or a resume URL
+        goes where the publisher said. Its scheme, host and port may come from a secret (the
+        operator's) but not from the execution's data — the input, a step's output — which whoever
         sends the webhook controls, unless `allow_templated_destination` says so."""
         url, opt_in = request.get("url"), request.get("allow_templated_destination", False)
         if not isinstance(opt_in, bool):

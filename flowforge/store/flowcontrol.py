@@ -1,4 +1,4 @@
-"""Concurrency slots and queue backpressure (docs/contract.md#max-queued), as SQL over execution
+"""Concurrency slots and queue backpressure (docs/contract.md#flow-control), as SQL over execution
 rows.
 
 There is no counter. An execution holds a slot of its (workflow, concurrency key) from

@@ -1,4 +1,4 @@
-"""Re-ingest archived webhooks (docs/contract.md#archive) as new executions of the newest version.
+"""Re-ingest archived webhooks (docs/contract.md#reingest) as new executions of the newest version.
 
 Each re-ingest has an identity in the system's key space (docs/contract.md#system-keys): the key
 `reingest:<delivery id>` with origin `system`, which no client key can equal, claim or

@@ -1,4 +1,4 @@
-"""Run deadlines and queue expiry (docs/contract.md#start-within): durable wake times the timer
+"""Run deadlines and queue expiry (docs/contract.md#deadline): durable wake times the timer
 scanner applies.
 
 `executions.deadline_at` and `expires_at` are written at intake; partial indexes hold

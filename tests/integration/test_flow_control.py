@@ -1,5 +1,5 @@
-"""docs/contract.md#concurrency through real bin/api and bin/worker processes: concurrency slots per
-workflow and per key, on_full, max_queued across API processes, deadlines, queue expiry and
+"""docs/contract.md#flow-control through real bin/api and bin/worker processes: concurrency slots
+per workflow and per key, on_full, max_queued across API processes, deadlines, queue expiry and
 retry budgets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Outbound at scale (docs/contract.md#outbound-limits): hundreds of slow requests in flight on a
+"""Outbound at scale (docs/contract.md#outbound): hundreds of slow requests in flight on a
 few database connections, and kept-alive outbound connections — real bin/api and bin/worker."""
 
 from __future__ import annotations
