@@ -171,6 +171,15 @@ def test_the_contract_names_its_anchors_once_each() -> None:
     assert sorted({i for i in ids if ids.count(i) > 1}) == []
 
 
+def test_the_contracts_index_lists_every_anchor() -> None:
+    """The list at the top of docs/contract.md is where a reader (and a comment's author)
+    finds the anchor to cite: every explicit id is in it, and it names no other."""
+    text = _prose(_text(CONTRACT) or "")
+    index = text[: text.index("<a id=")]
+    listed = set(re.findall(r"\]\(#([\w-]+)\)", index))
+    assert listed == set(EXPLICIT_ID.findall(text))
+
+
 @pytest.mark.parametrize(
     ("heading", "slug"),
     [
