@@ -1,5 +1,5 @@
-"""Circuit breakers and Retry-After holds of outbound limits (SPEC §13): which are in
-force, and ending one by hand. A workflow's limits are its own, so a key scoped to
+"""Circuit breakers and Retry-After holds of outbound limits (docs/contract.md#outbound-limits):
+which are in force, and ending one by hand. A workflow's limits are its own, so a key scoped to
 workflows sees and clears only theirs; the operator's host and shared limits need a key
 for every workflow (docs/reference/security.md, "Who owns a limit")."""
 

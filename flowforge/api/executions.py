@@ -53,9 +53,10 @@ def show(execution_id: str) -> Response:
     with connection() as conn:
         detail = timeline.execution_detail(conn, execution_id)
         detail.update(replay.links(conn, execution_id))
-        # SPEC §13: ready steps that wait for an outbound limit, and why.
+        # docs/contract.md#outbound-limits: ready steps that wait for an outbound limit, and why.
         detail["waiting_on_limits"] = outbound.waiting_on_limits(conn, execution_id)
-        # SPEC §15: the debounce or batch group (and its events) it was started from.
+        # docs/contract.md#debounce-batch: the debounce or batch group (and its events) it was
+        # started from.
         detail["built_from"] = grouping.built_from(conn, execution_id)
         return jsonify(detail)
 
@@ -63,7 +64,7 @@ def show(execution_id: str) -> Response:
 @bp.get("/<execution_id:execution_id>/steps/<step_id>/items")
 @key_required
 def map_items(execution_id: str, step_id: str) -> Response:
-    """A page of a map step's items (SPEC §16): counts by status, then items in index
+    """A page of a map step's items (docs/contract.md#map): counts by status, then items in index
     order, each with its steps; `status` keeps one status, `after` an index continues."""
     _authorize_execution(execution_id, write=False)
     if not definitions.is_step_id(step_id):
@@ -239,7 +240,8 @@ def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
 @bp.post("/<execution_id:execution_id>/pause")
 @key_required
 def pause(execution_id: str) -> tuple[Response, int]:
-    """Pause (SPEC §14): nothing of it starts or continues; a request in flight finishes."""
+    """Pause (docs/contract.md#pause): nothing of it starts or continues; a request in flight
+    finishes."""
     return _act(execution_id, actions.pause)
 
 
@@ -295,7 +297,8 @@ def _unexpected(body: dict[str, Any], allowed: set[str], prefix: str = "$") -> N
 @bp.post("/<execution_id:execution_id>/replay")
 @key_required
 def replay_one(execution_id: str) -> tuple[Response, int]:
-    """Replay / fork from a step onto a version (SPEC §14): 201 with the new execution."""
+    """Replay / fork from a step onto a version (docs/contract.md#replay): 201 with the new
+    execution."""
     _authorize_execution(execution_id, write=True)
     body = json_body()
     if not isinstance(body, dict):

@@ -1,7 +1,7 @@
 """GET /openapi.json: a hand-written OpenAPI 3.1 description of the whole HTTP API.
 
-Written by hand rather than generated so that it states the contract (SPEC §4) instead of
-echoing whatever the code happens to do; tests/integration/test_fuzz_api.py runs
+Written by hand rather than generated so that it states the contract (docs/contract.md#http-api)
+instead of echoing whatever the code happens to do; tests/integration/test_fuzz_api.py runs
 schemathesis against a live bin/api from this document, so a route missing here is a
 route nobody fuzzes.
 """
@@ -264,7 +264,7 @@ SOURCE_CONDITIONS = {
 }
 
 
-# The definition format (SPEC §5), checked field by field against what
+# The definition format (docs/contract.md#definition), checked field by field against what
 # flowforge/domain/definitions.py accepts by tests/unit/test_openapi_definitions.py: a field,
 # a bound or an enum value that one accepts and the other does not fails that test. What a
 # schema cannot say (the graph, template scopes, header names, string and nesting limits)
@@ -282,7 +282,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             | {"description": "all attempts together; at least one attempt's timeout_s"},
             limit={
                 "type": "string",
-                "description": "the name of one of the definition's limits (SPEC §13)",
+                "description": "the name of one of the definition's limits",
             },
         ),
     ),
@@ -327,7 +327,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
         _step(
             "map",
             "Runs its steps once per item of an array, at most max_parallel items at a time; "
-            "its output is the list of each item's last step output, in order (SPEC §16)",
+            "its output is the list of each item's last step output, in order",
             ["items", "steps"],
             items={
                 "oneOf": [
@@ -364,7 +364,7 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
             "workflow",
             "Starts an execution of another workflow's newest version (its child, pinned to "
             "that version), waits for it to end without holding a thread, and takes its "
-            "output: the output of the child's last step in definition order (SPEC §16). A "
+            "output: the output of the child's last step in definition order. A "
             "failed or cancelled child fails the step; a child that needs attention keeps "
             "it waiting until an operator resolves the child",
             ["workflow"],
@@ -418,7 +418,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "type": "boolean",
                 "default": False,
                 "description": "let a request that carries a secret or a resume URL take its "
-                "scheme, host or port from the execution's data (SPEC §12)",
+                "scheme, host or port from the execution's data",
             },
         },
     },
@@ -447,7 +447,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "enum": list(definitions.ON_EXHAUSTED),
                 "default": "fail",
                 "description": "when the tries run out: fail the execution, or pause it "
-                "at this step for an operator (SPEC §14)",
+                "at this step for an operator",
             },
         },
     },
@@ -465,7 +465,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     **{name: schema for name, schema in STEP_SCHEMAS.values()},
     "Concurrency": {
         "type": "object",
-        "description": "SPEC §12: how many executions (per key value) run at once",
+        "description": "how many executions (per key value) run at once",
         "required": ["limit"],
         "additionalProperties": False,
         "properties": {
@@ -486,7 +486,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "Debounce": {
         "type": "object",
-        "description": "SPEC §15: the last event of a quiet window starts one execution (that "
+        "description": "the last event of a quiet window starts one execution (that "
         "event plus `debounced`, how many earlier ones it stands for); the others are recorded "
         "against it",
         "required": ["window_s"],
@@ -505,7 +505,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "Batch": {
         "type": "object",
-        "description": "SPEC §15: one execution per max_items events, or per window_s after "
+        "description": "one execution per max_items events, or per window_s after "
         "the first, with input.events[] in arrival order",
         "required": ["max_items", "window_s"],
         "additionalProperties": False,
@@ -517,7 +517,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "Limit": {
         "type": "object",
-        "description": "SPEC §13: the workflow's own outbound limit, counted over every "
+        "description": "the workflow's own outbound limit, counted over every "
         "worker; at least one of rate_per_s, concurrency and circuit",
         "additionalProperties": False,
         "anyOf": [
@@ -599,7 +599,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                                 "enum": WEBHOOK_AUTHS,
                                 "default": "signature",
                                 "description": "signature: Standard Webhooks; stripe, github, "
-                                "shopify, slack: the provider's own scheme (SPEC §15)",
+                                "shopify, slack: the provider's own scheme",
                             },
                             "debounce": _ref("Debounce"),
                             "batch": _ref("Batch"),
@@ -617,9 +617,9 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
             "concurrency": _ref("Concurrency"),
             "deadline_s": _seconds(definitions.MAX_TIME_LIMIT_S)
-            | {"description": "SPEC §13: the whole execution must end within this"},
+            | {"description": "the whole execution must end within this"},
             "start_within_s": _seconds(definitions.MAX_TIME_LIMIT_S)
-            | {"description": "SPEC §13: the execution must start within this"},
+            | {"description": "the execution must start within this"},
             "retention_days": {
                 "type": "number",
                 "exclusiveMinimum": 0,
@@ -633,10 +633,10 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "maximum": definitions.MAX_RETENTION_DAYS,
                 "default": 0,
                 "description": "days each accepted webhook's raw request is kept for "
-                "re-ingest (SPEC §14); 0 keeps none",
+                "re-ingest; 0 keeps none",
             },
             "priority": {
-                "description": "SPEC §16: higher is claimed first among ready steps, with "
+                "description": "higher is claimed first among ready steps, with "
                 "ageing (FLOWFORGE_PRIORITY_AGEING_S seconds of waiting are worth one "
                 "point); an integer, or {{ input.<path> }} rendered once when the execution "
                 "is created (absent or null: 0; anything else that is not an integer in "
@@ -653,7 +653,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
             },
             "limits": {
                 "type": "object",
-                "description": "named outbound limits (SPEC §13); a name with "
+                "description": "named outbound limits; a name with "
                 "{{ input.x }} keys one limit per value",
                 "maxProperties": definitions.MAX_LIMITS,
                 "propertyNames": {"minLength": 1, "not": {"pattern": "^host:"}},
@@ -668,7 +668,7 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
     },
     "ScheduleDefinition": {
         "type": "object",
-        "description": "SPEC §9: exactly one of cron (five fields) and every_s",
+        "description": "exactly one of cron (five fields) and every_s",
         "additionalProperties": False,
         "oneOf": [{"required": ["cron"]}, {"required": ["every_s"]}],
         "properties": {
@@ -833,7 +833,7 @@ SCHEMAS: dict[str, Any] = {
             "versions": {"type": "array", "items": {"type": "object"}},
             "paused": {
                 "type": ["object", "null"],
-                "description": "SPEC §14: since when and by whom the workflow is paused",
+                "description": "since when and by whom the workflow is paused",
             },
         },
     },
@@ -1027,7 +1027,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "IntakeGroup": {
         "type": "object",
-        "description": "SPEC §15: a debounce or batch group of webhooks and its one execution",
+        "description": "a debounce or batch group of webhooks and its one execution",
         "properties": {
             "id": {"type": "integer"},
             "workflow": {"type": "string"},
@@ -1139,7 +1139,7 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "enum": STATUSES},
             "priority": {
                 "type": "integer",
-                "description": "SPEC §16: fixed when the execution was created",
+                "description": "fixed when the execution was created",
             },
             "input": {},
             "steps": {"type": "array", "items": _ref("ExecutionStep")},
@@ -1153,7 +1153,7 @@ SCHEMAS: dict[str, Any] = {
             "replayed_by": {"type": "array", "items": {"type": "string", "format": "uuid"}},
             "parent": {
                 "description": "the execution and workflow step that started this one as its "
-                "child (SPEC §16); null for any other execution",
+                "child; null for any other execution",
                 "oneOf": [
                     {
                         "type": "object",
@@ -1194,7 +1194,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "waiting_on_children": {
                 "type": "array",
-                "description": "why it is waiting (SPEC §16): the children its waiting "
+                "description": "why it is waiting: the children its waiting "
                 "workflow steps wait for; needs_attention says one waits for an operator, "
                 "waiting_for_slot that one waits for a concurrency slot",
                 "items": {"type": "object"},
@@ -1216,8 +1216,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "MapItems": {
         "type": "object",
-        "description": "a map step's items (SPEC §16); also each map step's `items` in an "
-        "execution's page",
+        "description": "a map step's items; also each map step's `items` in an execution's page",
         "required": ["total", "counts", "items", "next_after"],
         "properties": {
             "total": {"type": "integer"},
@@ -1417,7 +1416,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/workflows/{key}/webhook-secrets": {
         "post": _operation(
             "Create a signing secret (shown once; at most two active), or store a "
-            'provider\'s secret sent as {"value": "..."} (SPEC §15)',
+            'provider\'s secret sent as {"value": "..."}',
             {
                 "201": _json(_ref("WebhookSecret"), "Created; the secret is in this answer only"),
                 **_problems(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
@@ -1700,7 +1699,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/circuits": {
         "get": _operation(
             "Outbound limits with an open or half-open circuit or a Retry-After hold in force "
-            "(SPEC §13); a key scoped to workflows sees only theirs",
+            "; a key scoped to workflows sees only theirs",
             {
                 "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits, holds"),
                 **_problems(*AUTHENTICATED),
@@ -1869,7 +1868,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/sources/{name}": {
         "post": _operation(
             "Create or replace a source: one /hooks/{name} routed to several workflows "
-            "(SPEC §15); a name that is a workflow key is refused (409)",
+            "; a name that is a workflow key is refused (409)",
             {
                 "200": _json(_ref("Source"), "Saved; its revision"),
                 **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),

@@ -1,4 +1,4 @@
-"""POST /hooks/resume/<token>: the resume URL of a wait step (SPEC §10).
+"""POST /hooks/resume/<token>: the resume URL of a wait step (docs/contract.md#wait).
 
 The same body rules as webhooks (flowforge/api/bodies.py): identity-encoded JSON within
 FLOWFORGE_MAX_BODY_BYTES, no query string. The token is checked before anything is read

@@ -1,5 +1,6 @@
-"""A workflow's schedule (SPEC §9): what it will do, what it did, and the operator's
-pause, resume, trigger and backfill. Reads and writes are in flowforge/store/schedules.py."""
+"""A workflow's schedule (docs/contract.md#schedules): what it will do, what it did, and the
+operator's pause, resume, trigger and backfill. Reads and writes are in
+flowforge/store/schedules.py."""
 
 from __future__ import annotations
 

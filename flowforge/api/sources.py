@@ -1,5 +1,5 @@
-"""Sources (SPEC §15): POST /api/v1/sources/<name> defines one /hooks/<name> endpoint
-routed to several workflows; its signing secrets are managed beside it."""
+"""Sources (docs/contract.md#sources): POST /api/v1/sources/<name> defines one /hooks/<name>
+endpoint routed to several workflows; its signing secrets are managed beside it."""
 
 from __future__ import annotations
 

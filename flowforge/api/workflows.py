@@ -59,8 +59,8 @@ def show(key: str) -> Response:
 @bp.post("/<workflow_key:key>/pause")
 @key_required
 def pause(key: str) -> Response:
-    """Pause a workflow (SPEC §14): webhooks are still accepted and queue; nothing of it
-    starts or continues until it is resumed."""
+    """Pause a workflow (docs/contract.md#pause): webhooks are still accepted and queue; nothing of
+    it starts or continues until it is resumed."""
     authorize(key, write=True)
     api_key: ApiKey = g.api_key
     with connection() as conn:
@@ -103,7 +103,8 @@ def _onto() -> pausing.Onto:
 @key_required
 def reingest_range(key: str) -> Response:
     """Re-ingest archived webhooks of a time range as new executions of the newest version
-    (SPEC §14), or count them (dry_run); at most reingest.MAX_PER_REQUEST per request."""
+    (docs/contract.md#reingest), or count them (dry_run); at most reingest.MAX_PER_REQUEST per
+    request."""
     authorize(key, write=True)
     api_key: ApiKey = g.api_key
     request_ = reingest.parse(json_body())
@@ -114,8 +115,8 @@ def reingest_range(key: str) -> Response:
 @bp.get("/<workflow_key:key>/groups")
 @key_required
 def list_groups(key: str) -> Response:
-    """The workflow's debounce or batch groups (SPEC §15), newest first: `?status=open`
-    for the ones still gathering events."""
+    """The workflow's debounce or batch groups (docs/contract.md#debounce-batch), newest first:
+    `?status=open` for the ones still gathering events."""
     authorize(key, write=False)
     status = request.args.get("status")
     if status is not None and status not in grouping.STATUSES:
@@ -150,7 +151,8 @@ def show_version(key: str, version: int) -> Response:
 def create_secret(key: str) -> tuple[Response, int]:
     """Create a signing secret; its value is shown in this answer only. Without a body
     FlowForge makes a Standard Webhooks secret; with `{"value": "..."}` it stores the one
-    a provider gave (Stripe, GitHub, Shopify, Slack: SPEC §15), sealed the same way."""
+    a provider gave (Stripe, GitHub, Shopify, Slack: docs/contract.md#presets), sealed the same
+    way."""
     authorize(key, write=True)
     supplied = supplied_secret()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key

@@ -1,5 +1,5 @@
 """The HTTP side of the `flowforge` CLI: each read and operator command as one API call, so
-an operator needs an API key and a URL, never database access (SPEC §11).
+an operator needs an API key and a URL, never database access (docs/contract.md#remote-cli).
 
 Every method returns the API's JSON answer. A problem+json answer becomes `ApiError`
 (its title, detail and `errors[]`), a server that cannot be reached `ApiUnreachable`, and
@@ -192,7 +192,7 @@ class ApiClient:
     # ---- workflows and their signing secrets -----------------------------------------
 
     def pause(self, execution_id: str) -> dict[str, Any]:
-        """Pause an execution (SPEC §14)."""
+        """Pause an execution (docs/contract.md#pause)."""
         return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/pause"))
 
     def resume(self, execution_id: str) -> dict[str, Any]:
@@ -234,7 +234,8 @@ class ApiClient:
         return dict(self._json("POST", path, body={"onto": onto}, send_body=True))
 
     def circuits(self) -> list[dict[str, Any]]:
-        """Limits whose circuit is open or half-open or that a Retry-After holds (SPEC §13)."""
+        """Limits whose circuit is open or half-open or that a Retry-After holds
+        (docs/contract.md#circuits)."""
         return self._items(CIRCUITS, "circuits")
 
     def close_circuit(self, key: str, workflow: str | None = None) -> dict[str, Any]:
@@ -257,7 +258,8 @@ class ApiClient:
         return dict(self._json("GET", f"{WORKFLOWS}/{quote(key, safe='')}/versions/{version}"))
 
     def groups(self, key: str, status: str | None) -> dict[str, Any]:
-        """The workflow's debounce or batch groups (SPEC §15), newest first."""
+        """The workflow's debounce or batch groups (docs/contract.md#debounce-batch), newest
+        first."""
         path = f"{WORKFLOWS}/{quote(key, safe='')}/groups"
         return dict(self._json("GET", path, params={"status": status}))
 

@@ -79,7 +79,7 @@ class Database:
         return {"execution_id": execution_id, "status": status}
 
     def pause(self, execution_id: str) -> dict[str, Any]:
-        """Pause an execution (SPEC §14)."""
+        """Pause an execution (docs/contract.md#pause)."""
         status = actions.pause(self.conn, execution_id, actor=_cli_actor())
         return {"execution_id": execution_id, "status": status}
 
@@ -139,7 +139,8 @@ class Database:
         return {"workflow": key, **resumed}
 
     def circuits(self) -> list[dict[str, Any]]:
-        """Limits whose circuit is open or half-open or that a Retry-After holds (SPEC §13)."""
+        """Limits whose circuit is open or half-open or that a Retry-After holds
+        (docs/contract.md#circuits)."""
         return outbound.open_or_held(self.conn)
 
     def close_circuit(self, key: str, workflow: str | None = None) -> dict[str, Any]:
@@ -162,7 +163,8 @@ class Database:
         return catalog.get_version(self.conn, key, number)
 
     def groups(self, key: str, status: str | None) -> dict[str, Any]:
-        """The workflow's debounce or batch groups (SPEC §15), newest first."""
+        """The workflow's debounce or batch groups (docs/contract.md#debounce-batch), newest
+        first."""
         catalog.get_workflow(self.conn, key)  # NotFound for an unknown workflow
         return {"workflow": key, "items": grouping.groups(self.conn, key, status)}
 

@@ -75,7 +75,7 @@ def _commands(
 
 def cli_page() -> str:
     """Each command's --help, as `flowforge ... --help` prints it."""
-    from flowforge.cli import build_parser
+    from flowforge.cli.parser import build_parser
 
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS

@@ -1,4 +1,4 @@
-"""Five-field cron expressions and when they fire, with the DST rule of SPEC §9.
+"""Five-field cron expressions and when they fire, with the DST rule of docs/contract.md#schedules.
 
 Standard (Vixie/Debian cron) semantics: minute hour day-of-month month day-of-week;
 `*`, numbers, ranges `a-b`, steps `*/n`, `a-b/n` and `a/n` (from a to the field's end),
@@ -99,9 +99,9 @@ class Cron:
 
 
 def wall_to_instant(wall: datetime, zone: ZoneInfo) -> datetime:
-    """The UTC instant a naive wall-clock time of `zone` stands for, by the rule of SPEC §9:
-    an ambiguous time is its first occurrence; a time the zone skips is the instant the
-    clock jumps (the next valid instant)."""
+    """The UTC instant a naive wall-clock time of `zone` stands for, by the rule of
+    docs/contract.md#schedules: an ambiguous time is its first occurrence; a time the zone skips is
+    the instant the clock jumps (the next valid instant)."""
     first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
     if first.astimezone(zone).replace(tzinfo=None) == wall:
         return first

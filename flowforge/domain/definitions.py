@@ -1,4 +1,5 @@
-"""Workflow definition parsing and validation: shape, DAG, templates and limits (SPEC section 5)."""
+"""Workflow definition parsing and validation: shape, DAG, templates and limits
+(docs/contract.md#templates)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ MAX_STRING_CHARS = 65_536
 MAX_NAME_CHARS = 200
 
 STEP_TYPES = tuple(StepType)
-# SPEC §16: the step types a map's items may run (no nested map, no wait: a resume URL
+# docs/contract.md#map: the step types a map's items may run (no nested map, no wait: a resume URL
 # per item is not part of the contract).
 ITEM_STEP_TYPES = ("http_request", "delay", "transform")
 ON_ITEM_FAILURE = ("fail_fast", "collect")
@@ -54,8 +55,8 @@ MAX_WAIT_S = 31_536_000  # a year, like a delay
 EXECUTION_FIELDS = ("id", "workflow", "version")
 
 STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-# The row of one item's step of a map (SPEC §16): `lines[12].reserve`. Neither '[' nor '.'
-# may appear in a step id, so an item's row never collides with a step of the workflow.
+# The row of one item's step of a map (docs/contract.md#map): `lines[12].reserve`. Neither '[' nor
+# '.' may appear in a step id, so an item's row never collides with a step of the workflow.
 ITEM_ROW = re.compile(
     r"([A-Za-z_][A-Za-z0-9_]{0,63})\[([0-9]{1,9})\]\.([A-Za-z_][A-Za-z0-9_]{0,63})"
 )
@@ -76,14 +77,14 @@ _TOP_KEYS = frozenset(
         "priority",
     }
 )
-# SPEC §16: an execution's priority, a literal or "{{ input.<path> }}" rendered when the
-# execution is created; higher is claimed first among ready steps, with ageing
+# docs/contract.md#priority: an execution's priority, a literal or "{{ input.<path> }}" rendered
+# when the execution is created; higher is claimed first among ready steps, with ageing
 # (flowforge/worker/executor.py). The range keeps the ageing's arithmetic small and
 # the column a smallint (sql/0032_priorities.sql).
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
 DEFAULT_PRIORITY = 0
-# SPEC §13: outbound limits, by name; a step names one with `limit`.
+# docs/contract.md#outbound-limits: outbound limits, by name; a step names one with `limit`.
 # Bounds (docs/reference/security.md, "Who owns a limit"): a rate of at least one request
 # an hour (1e-9/s spaced requests 31 years apart), a burst and a concurrency up to
 # MAX_LIMIT_RATE, and a Retry-After hold of at most MAX_HOLD_S (a limit may lower it
@@ -125,8 +126,8 @@ MAX_JITTER_S = 3_600
 DEFAULT_CATCHUP_WINDOW_S = 60
 # Time limits reach a year at most, like a delay.
 MAX_TIME_LIMIT_S = 31_536_000
-# How long finished executions are kept (SPEC §11). Fractions are allowed: a test or a
-# soak keeps them for minutes. The newest version's value applies to every execution of
+# How long finished executions are kept (docs/contract.md#retention). Fractions are allowed: a test
+# or a soak keeps them for minutes. The newest version's value applies to every execution of
 # the workflow (flowforge/worker/retention.py reads it from the stored definition).
 DEFAULT_RETENTION_DAYS = 30.0
 MAX_RETENTION_DAYS = 3650.0
@@ -163,14 +164,14 @@ _WAITS_MESSAGE = (
 
 class PriorityInvalid(ClientError):
     """The priority template rendered to something that is not a priority: the webhook
-    is refused and nothing is stored (SPEC §16)."""
+    is refused and nothing is stored (docs/contract.md#priority)."""
 
     status = 422
     title = "Priority invalid"
 
 
 class DefinitionInvalid(ClientError):
-    """The workflow definition breaks the rules of SPEC section 5."""
+    """The workflow definition breaks the rules of docs/contract.md#definition."""
 
     status = 422
     title = "Invalid definition"
@@ -194,8 +195,8 @@ class RetryPolicy:
     initial_interval_s: float = 1.0
     backoff_coefficient: float = 2.0
     max_interval_s: float = 300.0
-    # SPEC §14: what a step whose tries ran out does to its execution: `fail` it, or
-    # `pause` it for an operator (who resumes it to run the step again, or fails it).
+    # docs/contract.md#on-exhausted: what a step whose tries ran out does to its execution: `fail`
+    # it, or `pause` it for an operator (who resumes it to run the step again, or fails it).
     on_exhausted: OnExhausted = OnExhausted.FAIL
 
 
@@ -213,7 +214,8 @@ class Concurrency:
     max_queued: int | None = None
 
 
-# The concurrency key of a schedule's ticks (SPEC §9): no rendered key may take it.
+# The concurrency key of a schedule's ticks (docs/contract.md#schedules): no rendered key may take
+# it.
 SCHEDULE_KEY = "@schedule"
 # Keys are stored and shown; a bounded length keeps index entries small.
 MAX_KEY_CHARS = 255
@@ -225,8 +227,8 @@ class KeyUnrendered(ValueError):
 
 def render_concurrency_key(definition: Definition, input_value: Any) -> str | None:
     """An execution's concurrency key from its input: '' for one queue per workflow, None
-    without a limit. Pure, so the engine (a child's admission, SPEC §16) and the intake
-    (flowcontrol.concurrency_key) apply the same rules."""
+    without a limit. Pure, so the engine (a child's admission, docs/contract.md#child-workflows) and
+    the intake (flowcontrol.concurrency_key) apply the same rules."""
     concurrency = definition.concurrency
     if concurrency is None:
         return None
@@ -248,8 +250,8 @@ def render_concurrency_key(definition: Definition, input_value: Any) -> str | No
 
 @dataclass(frozen=True)
 class Circuit:
-    """A circuit breaker (SPEC §13): `failures` connection failures or 5xx in a row within
-    `window_s` open it for `cool_down_s`; then one probe is let through."""
+    """A circuit breaker (docs/contract.md#circuits): `failures` connection failures or 5xx in a row
+    within `window_s` open it for `cool_down_s`; then one probe is let through."""
 
     failures: int
     window_s: float
@@ -258,9 +260,9 @@ class Circuit:
 
 @dataclass(frozen=True)
 class LimitSpec:
-    """An outbound limit (SPEC §13): at most `rate_per_s` requests a second with bursts of
-    `burst`, and at most `concurrency` in flight, counted over every worker. None: no such
-    bound."""
+    """An outbound limit (docs/contract.md#outbound-limits): at most `rate_per_s` requests a second
+    with bursts of `burst`, and at most `concurrency` in flight, counted over every worker. None: no
+    such bound."""
 
     rate_per_s: float | None = None
     burst: int = 1
@@ -274,8 +276,8 @@ class LimitSpec:
 
 @dataclass(frozen=True)
 class Schedule:
-    """When a workflow runs by itself (SPEC §9): a cron expression in a zone, or a fixed
-    interval; what a tick does while an earlier one is live; how late a tick may still
+    """When a workflow runs by itself (docs/contract.md#schedules): a cron expression in a zone, or
+    a fixed interval; what a tick does while an earlier one is live; how late a tick may still
     fire; how much to spread fires; the input each tick gets."""
 
     cron: cron.Cron | None
@@ -301,9 +303,9 @@ class Schedule:
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-# SPEC §15: debounce and batch bounds. A window is seconds to a day; a debounce's max wait
-# a week at most (its group's events are kept until it starts); a batch's size bounds the
-# execution input it builds (max_items bodies under the webhook body limit each).
+# docs/contract.md#debounce-batch: debounce and batch bounds. A window is seconds to a day; a
+# debounce's max wait a week at most (its group's events are kept until it starts); a batch's size
+# bounds the execution input it builds (max_items bodies under the webhook body limit each).
 MIN_GROUP_WINDOW_S = 1.0
 MAX_GROUP_WINDOW_S = 86_400.0
 MAX_DEBOUNCE_WAIT_S = 604_800.0
@@ -315,11 +317,11 @@ _BATCH_KEYS = frozenset({"key", "max_items", "window_s"})
 
 @dataclass(frozen=True)
 class Grouping:
-    """How a workflow's webhooks are gathered before one execution starts (SPEC §15):
-    `debounce` (the last event of a quiet `window_s`, at most `max_wait_s` after the first,
-    starts it with the count of the others) or `batch` (`max_items` events, or what came in
-    `window_s` after the first, start it with `input.events[]`). `key` (a template over
-    the event) gives each value its own group; None: one group for the workflow."""
+    """How a workflow's webhooks are gathered before one execution starts
+    (docs/contract.md#debounce-batch): `debounce` (the last event of a quiet `window_s`, at most
+    `max_wait_s` after the first, starts it with the count of the others) or `batch` (`max_items`
+    events, or what came in `window_s` after the first, start it with `input.events[]`). `key` (a
+    template over the event) gives each value its own group; None: one group for the workflow."""
 
     kind: str  # "debounce" or "batch"
     window_s: float
@@ -350,15 +352,15 @@ class Step:
     # http_request: the name of the definition's outbound limit it goes through (a
     # template over input renders one key per value).
     limit: str | None = None
-    # map (SPEC §16): the template (or array) of items, the steps each item runs (in
+    # map (docs/contract.md#map): the template (or array) of items, the steps each item runs (in
     # topological order, ids local to the item), how many items run at once, and what a
     # failed item does to the rest.
     items: Any = None
     body: tuple[Step, ...] = ()
     max_parallel: int = DEFAULT_MAP_PARALLEL
     on_item_failure: str = "fail_fast"
-    # workflow (SPEC §16): the key of the workflow its child execution runs (the newest
-    # version when the step starts), and the child's input (templates; {} by default).
+    # workflow (docs/contract.md#child-workflows): the key of the workflow its child execution runs
+    # (the newest version when the step starts), and the child's input (templates; {} by default).
     workflow: str | None = None
     child_input: Any = None
 
@@ -420,7 +422,8 @@ class Definition:
         None  # trigger.webhook.debounce or .batch (flowforge/store/grouping.py)
     )
     limits: dict[str, LimitSpec] = field(default_factory=dict, compare=False)
-    # SPEC §16: an integer, or the template "{{ input.<path> }}" (see execution_priority).
+    # docs/contract.md#priority: an integer, or the template "{{ input.<path> }}" (see
+    # execution_priority).
     priority: int | str = DEFAULT_PRIORITY
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
@@ -470,7 +473,8 @@ class Definition:
         return tuple(step.id for step in self.steps if step.type == StepType.WAIT)
 
     def child_workflows(self) -> tuple[str, ...]:
-        """The workflow keys its workflow steps start (SPEC §16), each once, in order."""
+        """The workflow keys its workflow steps start (docs/contract.md#child-workflows), each once,
+        in order."""
         keys = [step.workflow for step in self.steps if step.workflow is not None]
         return tuple(dict.fromkeys(keys))
 
@@ -598,8 +602,8 @@ def _lone_placeholder(text: str) -> bool:
 
 
 def execution_priority(definition: Definition, input_value: Any) -> int:
-    """The priority a new execution gets (SPEC §16): the definition's literal, or its
-    template rendered against the input. A path the input does not have, or null, is the
+    """The priority a new execution gets (docs/contract.md#priority): the definition's literal, or
+    its template rendered against the input. A path the input does not have, or null, is the
     default 0 (a priority is optional for the sender); any other value that is not an
     integer in range raises PriorityInvalid, so the webhook is refused (422) with nothing
     stored — never clamped, which would hide a sender's mistake."""
@@ -1004,9 +1008,10 @@ class _Parser:
         return str(auth)
 
     def grouping(self, doc: dict[str, Any]) -> Grouping | None:
-        """Check `trigger.webhook.debounce` / `.batch` (SPEC §15): one of them at most, a
-        key template over input only, windows of MIN_GROUP_WINDOW_S..MAX_GROUP_WINDOW_S,
-        a max wait from the window to MAX_DEBOUNCE_WAIT_S, 1..MAX_BATCH_ITEMS items."""
+        """Check `trigger.webhook.debounce` / `.batch` (docs/contract.md#debounce-batch): one of
+        them at most, a key template over input only, windows of
+        MIN_GROUP_WINDOW_S..MAX_GROUP_WINDOW_S, a max wait from the window to MAX_DEBOUNCE_WAIT_S,
+        1..MAX_BATCH_ITEMS items."""
         trigger = doc.get("trigger")
         webhook = trigger.get("webhook") if isinstance(trigger, dict) else None
         if not isinstance(webhook, dict):
@@ -1065,8 +1070,9 @@ class _Parser:
         return Grouping(kind, float(window), key, max_items=int(items))
 
     def schedule(self, doc: dict[str, Any]) -> Schedule | None:
-        """Check `trigger.schedule` (SPEC §9): exactly one of cron and every_s, a zone the
-        system's tz database knows, a known overlap policy, bounded windows, object input."""
+        """Check `trigger.schedule` (docs/contract.md#schedules): exactly one of cron and every_s, a
+        zone the system's tz database knows, a known overlap policy, bounded windows, object
+        input."""
         trigger = doc.get("trigger")
         if not isinstance(trigger, dict) or "schedule" not in trigger:
             return None
@@ -1126,7 +1132,7 @@ class _Parser:
     ) -> tuple[Step, ...]:
         """Check every step and the graph they form; return them in topological order.
 
-        `outer` is given for a map's item steps (SPEC §16): what they may read besides
+        `outer` is given for a map's item steps (docs/contract.md#map): what they may read besides
         their siblings — the map's own ancestors, and the item and its index."""
         first_at: dict[str, int] = {}
         for index, raw in enumerate(steps):
@@ -1279,8 +1285,9 @@ class _Parser:
         )
 
     def child(self, raw: dict[str, Any], path: str, ancestors: frozenset[str]) -> dict[str, Any]:
-        """Check a workflow step (SPEC §16): the key of the workflow it starts, and the
-        child's input (templates over what the step may read, no secrets: it is stored)."""
+        """Check a workflow step (docs/contract.md#child-workflows): the key of the workflow it
+        starts, and the child's input (templates over what the step may read, no secrets: it is
+        stored)."""
         key = raw.get("workflow")
         if not isinstance(key, str) or not WORKFLOW_KEY.fullmatch(key):
             self.error(
@@ -1294,7 +1301,7 @@ class _Parser:
         return {"workflow": key, "child_input": child_input}
 
     def map(self, raw: dict[str, Any], path: str, ancestors: frozenset[str]) -> dict[str, Any]:
-        """Check a map step (SPEC §16): `items` an array or a template that renders one
+        """Check a map step (docs/contract.md#map): `items` an array or a template that renders one
         (at most MAX_MAP_ITEMS), the steps each item runs, max_parallel, on_item_failure."""
         if "items" not in raw:
             self.error(
@@ -1439,9 +1446,9 @@ class _Parser:
         return normalised
 
     def destination(self, request: dict[str, Any], path: str) -> None:
-        """SPEC §12: a request that carries a secret or a resume URL goes where the
-        publisher said. Its scheme, host and port may come from a secret (the operator's)
-        but not from the execution's data — the input, a step's output — which whoever
+        """docs/contract.md#secret-destinations: a request that carries a secret or a resume URL
+        goes where the publisher said. Its scheme, host and port may come from a secret (the
+        operator's) but not from the execution's data — the input, a step's output — which whoever
         sends the webhook controls, unless `allow_templated_destination` says so."""
         url, opt_in = request.get("url"), request.get("allow_templated_destination", False)
         if not isinstance(opt_in, bool):

@@ -6,8 +6,8 @@ transaction. Keeping the rules here, free of SQL and I/O, lets the worker, the r
 the timer scanner and operator actions share one set of transitions, and lets unit tests
 drive them without a database.
 
-What operator actions do to steps (SPEC §7: no operator action silently repeats an
-unsafe request):
+What operator actions do to steps (docs/contract.md#outcomes-stick: no operator action silently
+repeats an unsafe request):
 
 - A `succeeded` step stays `succeeded`, and an `unknown` step stays `unknown` until an
   operator resolves it, whatever happens to the execution: cancel and retry never touch
@@ -20,8 +20,8 @@ unsafe request):
   tried again: `cancelled` when repeating is safe, `unknown` when it is not. The
   execution is `cancelled` once nothing runs, even when a step is left `unknown`; the
   `needs_attention` listing still finds it.
-- A deadline (SPEC §8) stops the execution like a cancel, except that it ends `failed`
-  with reason `deadline`; a queue expiry (`start_within_s`) and `cancel_oldest` end it
+- A deadline (docs/contract.md#deadline) stops the execution like a cancel, except that it ends
+  `failed` with reason `deadline`; a queue expiry (`start_within_s`) and `cancel_oldest` end it
   `cancelled` with reason `expired` and `concurrency`. Each reason is in the history.
 - A `wait` step is `waiting` with its timeout as `wake_at`, like a delay: cancel stops it
   at once. A resume, or an operator's complete or fail, ends it only while it is
@@ -91,14 +91,14 @@ CANCELLABLE_STEP = frozenset({S.PENDING, S.READY, S.WAITING})
 # An operator retry re-runs these; `succeeded` and `unknown` are never reset.
 RETRIED_STEP = frozenset({S.FAILED, S.CANCELLED})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
-# A map (SPEC §16) is one: it starts its items' steps and gathers their results, each of
+# A map (docs/contract.md#map) is one: it starts its items' steps and gathers their results, each of
 # them an ordinary step row of its own.
-# A workflow step (SPEC §16) is one too: it creates its child execution in the unit of
-# work that starts it and waits, holding no thread, until the child's end wakes it.
+# A workflow step (docs/contract.md#child-workflows) is one too: it creates its child execution in
+# the unit of work that starts it and waits, holding no thread, until the child's end wakes it.
 PURE_TYPES = frozenset(
     {StepType.TRANSFORM, StepType.DELAY, StepType.WAIT, StepType.MAP, StepType.WORKFLOW}
 )
-# What a paused execution was (and resume gives back), SPEC §14.
+# What a paused execution was (and resume gives back), docs/contract.md#pause.
 PAUSABLE_EXECUTION = frozenset({E.QUEUED, E.RUNNING, E.WAITING, E.NEEDS_ATTENTION})
 
 
@@ -112,8 +112,8 @@ ITEM_ENDED_BADLY = frozenset({ItemStatus.FAILED, ItemStatus.CANCELLED})
 
 @dataclass(frozen=True)
 class ChildTarget:
-    """The newest version of a workflow that a workflow step may start (SPEC §16), as the
-    unit of work found it: the child is pinned to it."""
+    """The newest version of a workflow that a workflow step may start
+    (docs/contract.md#child-workflows), as the unit of work found it: the child is pinned to it."""
 
     workflow_id: int
     version_id: int
@@ -148,8 +148,8 @@ class ChildStart:
     priority: int
     # The root of its tree (its parent's root, or the parent itself when that is a root).
     root_id: str
-    # Its concurrency key when its workflow has a limit (SPEC §8), else None: the save
-    # admits it through flow control like any execution of that workflow.
+    # Its concurrency key when its workflow has a limit (docs/contract.md#concurrency), else None:
+    # the save admits it through flow control like any execution of that workflow.
     concurrency_key: str | None = None
 
 
@@ -240,20 +240,20 @@ class Changes:
     status: str = ""
     cancel_requested: bool = False
     stop_reason: str | None = None
-    # The concurrency slot this unit of work freed (SPEC §8): runs.save_run hands it to
-    # the next queued execution of the key in the same transaction.
+    # The concurrency slot this unit of work freed (docs/contract.md#slots): runs.save_run hands it
+    # to the next queued execution of the key in the same transaction.
     released_slot: tuple[int, str] | None = None
     # Wait steps that took their early resume: saving marks those resumes applied.
     applied_resumes: list[str] = field(default_factory=list)
     # Step rows created in this unit of work (a map's items as they start): inserted,
     # not updated. Each is in `steps` too, with its state as it is now.
     new_steps: list[str] = field(default_factory=list)
-    # SPEC §14: what a paused execution was, and why it is paused (None: not paused).
+    # docs/contract.md#pause: what a paused execution was, and why it is paused (None: not paused).
     paused_from: str | None = None
     pause_reason: str | None = None
-    # SPEC §16: child executions to create (a workflow step started), child executions to
-    # cancel (their workflow step was cancelled), and the parent's workflow step to wake
-    # (execution id, step id) because this child ended or needs, or no longer needs, an
+    # docs/contract.md#child-workflows: child executions to create (a workflow step started), child
+    # executions to cancel (their workflow step was cancelled), and the parent's workflow step to
+    # wake (execution id, step id) because this child ended or needs, or no longer needs, an
     # operator.
     child_starts: list[ChildStart] = field(default_factory=list)
     child_cancels: list[str] = field(default_factory=list)
@@ -279,9 +279,10 @@ class Run:
     steps: dict[str, StepState]
     now: datetime
     cancel_requested: bool = False
-    # Flow control (SPEC §8): why a stop was asked, the execution's concurrency key and
-    # whether it held a slot when loaded (a slot frees when it is terminal, SPEC §8),
-    # and whether its deadline or queue expiry had passed by the transaction's now().
+    # Flow control (docs/contract.md#flow-control): why a stop was asked, the execution's
+    # concurrency key and whether it held a slot when loaded (a slot frees when it is terminal,
+    # docs/contract.md#slots), and whether its deadline or queue expiry had passed by the
+    # transaction's now().
     stop_reason: str | None = None
     workflow_id: int = 0
     concurrency_key: str | None = None
@@ -291,16 +292,16 @@ class Run:
     # Resumes recorded before their wait step was ready (step id -> body); loaded only for
     # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
-    # Pause (SPEC §14): what the execution was when paused and why (both None unless it
-    # is `paused`), and whether its workflow is paused, by whom (the actor of the pause).
+    # Pause (docs/contract.md#pause): what the execution was when paused and why (both None unless
+    # it is `paused`), and whether its workflow is paused, by whom (the actor of the pause).
     paused_from: str | None = None
     pause_reason: str | None = None
     workflow_paused_by: dict[str, Any] | None = None
     # The webhook's trace context, stored at intake (flowforge/observe/tracing.py); None if none.
     traceparent: str | None = None
-    # Child workflows (SPEC §16): how deep this execution is (0: not a child), its parent
-    # (execution id, step id), the bound on depth, the newest version of each workflow
-    # its workflow steps may start now (None: none to start), each workflow step's newest
+    # Child workflows (docs/contract.md#child-workflows): how deep this execution is (0: not a
+    # child), its parent (execution id, step id), the bound on depth, the newest version of each
+    # workflow its workflow steps may start now (None: none to start), each workflow step's newest
     # child, and how a new execution id is made (the store's UUIDv7).
     depth: int = 0
     parent: tuple[str, str] | None = None
@@ -321,8 +322,8 @@ class Run:
     unloaded: dict[str, frozenset[str]] = field(default_factory=dict)
     load_items: Callable[[str], list[StepState]] | None = None
     changes: Changes = field(init=False)
-    # Maps (SPEC §16): what each one's `items` rendered to (or why it could not), kept for
-    # the unit of work — its inputs are finished steps, which never change — and each
+    # Maps (docs/contract.md#map): what each one's `items` rendered to (or why it could not), kept
+    # for the unit of work — its inputs are finished steps, which never change — and each
     # map's progress, rebuilt from the rows at every advance().
     _rendered_items: dict[str, list[Any] | str] = field(init=False, repr=False)
     _maps: dict[str, _MapProgress] = field(init=False, repr=False)
@@ -406,7 +407,7 @@ class Run:
 
     def map_items(self, step: Step) -> list[Any] | str:
         """What a map's `items` renders to, or why it cannot run: not an array, or more
-        items than the cap (SPEC §16)."""
+        items than the cap (docs/contract.md#map)."""
         found = self._rendered_items.get(step.id)
         if found is not None:
             return found
@@ -448,8 +449,8 @@ class Run:
 
     @property
     def paused(self) -> bool:
-        """Whether the execution is paused (SPEC §14): nothing of it starts or continues.
-        Read from the reason, which resume clears before the status is derived again."""
+        """Whether the execution is paused (docs/contract.md#pause): nothing of it starts or
+        continues. Read from the reason, which resume clears before the status is derived again."""
         return self.pause_reason is not None
 
     @property
@@ -532,7 +533,7 @@ class Run:
             self._advancing = not outermost
         self.derive_status()
 
-    # ---- maps (SPEC §16) -------------------------------------------------------------
+    # ---- maps (docs/contract.md#map) -------------------------------------------------------------
 
     def _run_map(self, step: Step) -> bool:
         """Start a ready map, or move a running one on: start items while fewer than
@@ -771,7 +772,7 @@ class Run:
         elif step.type == StepType.WORKFLOW:
             self._start_child(step)
 
-    # ---- child workflows (SPEC §16) ----------------------------------------------------
+    # ---- child workflows (docs/contract.md#child-workflows) --------------------------------------
 
     def _start_child(self, step: Step) -> None:
         """Start a workflow step: its child execution is created in this unit of work
@@ -824,7 +825,8 @@ class Run:
             self._child_refused(step.id, f"priority: {exc}")
             return
         try:
-            # A flow-controlled child (SPEC §8) is admitted by its key when it is saved.
+            # A flow-controlled child (docs/contract.md#flow-control) is admitted by its key when it
+            # is saved.
             ckey = render_concurrency_key(target.definition, child_input)
         except KeyUnrendered as exc:
             self._child_refused(step.id, f"not started: {exc}")
@@ -1238,8 +1240,8 @@ class Run:
         """The reaper recorded this attempt `unknown` because its lease ran out (a frozen
         worker, an outage longer than the lease), but the worker that sent the request
         holds its answer and no operator has acted on the step: the step is that worker's
-        again, for its checkpoint to record the answer like any other (docs/contract.md
-        §8). The history says who settled it and how."""
+        again, for its checkpoint to record the answer like any other
+        (docs/contract.md#frozen-processes). The history says who settled it and how."""
         detail = {
             "fencing_token": token,
             "outcome": outcome,
@@ -1363,7 +1365,7 @@ class Run:
             self.derive_status()
 
     def derive_status(self) -> None:
-        """Set the execution status from its steps (SPEC §6)."""
+        """Set the execution status from its steps (docs/contract.md#execution-states)."""
         # A running map (`waiting`) stands for its items, whose rows say what happens.
         statuses = {
             state.status
@@ -1395,8 +1397,8 @@ class Run:
             if self.parent is not None and (
                 status in TERMINAL_EXECUTION or E.NEEDS_ATTENTION in (status, self.status)
             ):
-                # SPEC §16: the parent's workflow step takes this in a unit of work of its
-                # own (a wake-up written here), never under this execution's lock.
+                # docs/contract.md#child-workflows: the parent's workflow step takes this in a unit
+                # of work of its own (a wake-up written here), never under this execution's lock.
                 self.changes.wake_parent = self.parent
             detail = transition(self.status, status)
             if self.stop_reason is not None and status in TERMINAL_EXECUTION:
@@ -1405,7 +1407,7 @@ class Run:
             self.status = status
             self.changes.execution_changed = True
 
-    # ---- pause and resume (SPEC §14) -----------------------------------------------
+    # ---- pause and resume (docs/contract.md#pause) -----------------------------------------------
 
     def hold(self) -> bool:
         """Whether nothing may start or continue now: the execution is paused, or its

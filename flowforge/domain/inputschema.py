@@ -1,5 +1,5 @@
-"""A version's `input_schema` (SPEC §15): JSON Schema 2020-12 every webhook body must
-satisfy, checked with the `jsonschema` library.
+"""A version's `input_schema` (docs/contract.md#input-schema): JSON Schema 2020-12 every webhook
+body must satisfy, checked with the `jsonschema` library.
 
 - At publish, the schema itself is checked against the 2020-12 metaschema, and every
   `$ref` must point inside it: nothing is ever fetched, and nothing can fail to resolve

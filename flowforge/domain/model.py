@@ -17,13 +17,13 @@ from typing import Any
 
 
 class ExecutionStatus(StrEnum):
-    """Where an execution stands (SPEC §6); `executions.status`."""
+    """Where an execution stands (docs/contract.md#execution-states); `executions.status`."""
 
     QUEUED = "queued"
     RUNNING = "running"
     WAITING = "waiting"
-    # SPEC §14: an operator (or its workflow's pause, or a step's exhausted retries under
-    # retry.on_exhausted "pause") holds it; nothing starts until it is resumed.
+    # docs/contract.md#pause: an operator (or its workflow's pause, or a step's exhausted retries
+    # under retry.on_exhausted "pause") holds it; nothing starts until it is resumed.
     PAUSED = "paused"
     NEEDS_ATTENTION = "needs_attention"
     SUCCEEDED = "succeeded"
@@ -32,7 +32,8 @@ class ExecutionStatus(StrEnum):
 
 
 class WebhookAuth(StrEnum):
-    """How a workflow's webhooks prove their sender (SPEC §15); `workflow_versions.webhook_auth`.
+    """How a workflow's webhooks prove their sender (docs/contract.md#presets);
+    `workflow_versions.webhook_auth`.
 
     `signature` is Standard Webhooks; the others are the providers' own schemes, verified
     as each provider documents (flowforge/trust/presets.py)."""
@@ -68,7 +69,7 @@ class StepStatus(StrEnum):
 
 
 class ItemStatus(StrEnum):
-    """Where one item of a map stands (SPEC §16), derived from its steps' rows: never
+    """Where one item of a map stands (docs/contract.md#map), derived from its steps' rows: never
     stored, so it cannot disagree with them."""
 
     QUEUED = "queued"  # not started yet (or started again by a retry)
@@ -109,7 +110,8 @@ class AttemptOutcome(StrEnum):
 
 
 class GroupKind(StrEnum):
-    """How a workflow gathers its webhooks (SPEC §15); `intake_groups.kind`."""
+    """How a workflow gathers its webhooks (docs/contract.md#debounce-batch);
+    `intake_groups.kind`."""
 
     DEBOUNCE = "debounce"
     BATCH = "batch"
@@ -129,8 +131,8 @@ class GroupStatus(StrEnum):
 
 class KeyOrigin(StrEnum):
     """Who made an idempotency key; `idempotency_keys.origin`, part of its primary key
-    (SPEC §12). A client's `Idempotency-Key` or `webhook-id` is always `client`, whatever
-    it spells; every identity FlowForge makes for itself (a schedule tick's, and any later
+    (docs/contract.md#system-keys). A client's `Idempotency-Key` or `webhook-id` is always `client`,
+    whatever it spells; every identity FlowForge makes for itself (a schedule tick's, and any later
     retry, resume or re-ingest key) is `system`, so no client key can claim, block or
     replay one."""
 
@@ -139,7 +141,8 @@ class KeyOrigin(StrEnum):
 
 
 class LimitReason(StrEnum):
-    """Why a ready step waits for its outbound limit (SPEC §13; limit_waits.reason)."""
+    """Why a ready step waits for its outbound limit (docs/contract.md#outbound-limits;
+    limit_waits.reason)."""
 
     RATE = "rate"  # its place in the key's rate is later
     CONCURRENCY = "concurrency"  # the key's requests in flight are at its concurrency
@@ -148,7 +151,7 @@ class LimitReason(StrEnum):
 
 
 class CircuitState(StrEnum):
-    """A limit key's circuit breaker (SPEC §13; outbound_limits.circuit)."""
+    """A limit key's circuit breaker (docs/contract.md#circuits; outbound_limits.circuit)."""
 
     CLOSED = "closed"
     OPEN = "open"  # its steps wait until the cool-down ends
@@ -156,15 +159,16 @@ class CircuitState(StrEnum):
 
 
 class StepType(StrEnum):
-    """What a step does (SPEC §4); `steps.type`. Only an http_request leaves the process:
-    the others are pure and run inside the engine (engine.PURE_TYPES)."""
+    """What a step does (docs/contract.md#definition); `steps.type`. Only an http_request leaves the
+    process: the others are pure and run inside the engine (engine.PURE_TYPES)."""
 
     HTTP_REQUEST = "http_request"
     DELAY = "delay"
     TRANSFORM = "transform"
     WAIT = "wait"
     MAP = "map"
-    # SPEC §16: starts an execution of another workflow (its child) and waits for it to end.
+    # docs/contract.md#child-workflows: starts an execution of another workflow (its child) and
+    # waits for it to end.
     WORKFLOW = "workflow"
 
 
@@ -179,8 +183,8 @@ class OutcomeKind(StrEnum):
 
 
 class OnFull(StrEnum):
-    """What the intake does when a concurrency key's slots are all held (SPEC §8). The
-    first three are a definition's `concurrency.on_full`; `skip` and `buffer_one` are a
+    """What the intake does when a concurrency key's slots are all held (docs/contract.md#slots).
+    The first three are a definition's `concurrency.on_full`; `skip` and `buffer_one` are a
     schedule's overlap policies, which the gated intake applies to the schedule's key."""
 
     QUEUE = "queue"
@@ -191,7 +195,8 @@ class OnFull(StrEnum):
 
 
 class Overlap(StrEnum):
-    """What a schedule's tick does while its previous execution is live (SPEC §9)."""
+    """What a schedule's tick does while its previous execution is live
+    (docs/contract.md#schedules)."""
 
     SKIP = "skip"
     BUFFER_ONE = "buffer_one"
@@ -220,7 +225,8 @@ class OnTimeout(StrEnum):
 
 
 class OnExhausted(StrEnum):
-    """What a step whose tries ran out does to its execution (SPEC §14 retry.on_exhausted)."""
+    """What a step whose tries ran out does to its execution (docs/contract.md#on-exhausted
+    retry.on_exhausted)."""
 
     FAIL = "fail"
     PAUSE = "pause"
@@ -250,7 +256,8 @@ class EventKind(StrEnum):
     # The reaper recorded an attempt `unknown` while its worker held the answer (a freeze
     # or an outage past the lease); that worker settled it before any operator acted.
     STEP_SETTLED = "step.settled"
-    # Flow control (SPEC §8): a slot was handed to the execution; its deadline passed.
+    # Flow control (docs/contract.md#flow-control): a slot was handed to the execution; its deadline
+    # passed.
     SLOT_GRANTED = "execution.slot_granted"
     DEADLINE_PASSED = "execution.deadline_passed"
     # A wait step ended by its resume URL, by an operator (with the actor), by its timeout.
@@ -258,8 +265,8 @@ class EventKind(StrEnum):
     WAIT_COMPLETED = "wait.completed"
     WAIT_FAILED = "wait.failed"
     WAIT_TIMED_OUT = "wait.timed_out"
-    # SPEC §14: a workflow paused or resumed (recorded on each execution it touched is the
-    # execution's own transition); an operator failed a paused execution; a replay made.
+    # docs/contract.md#pause: a workflow paused or resumed (recorded on each execution it touched is
+    # the execution's own transition); an operator failed a paused execution; a replay made.
     WORKFLOW_PAUSED = "workflow.paused"
     WORKFLOW_RESUMED = "workflow.resumed"
     EXECUTION_REPLAYED = "execution.replayed"
@@ -267,22 +274,23 @@ class EventKind(StrEnum):
     # A resume onto a version moved a never-started execution to it (from_version, version).
     EXECUTION_REPINNED = "execution.repinned"
     FAIL_REQUESTED = "execution.fail_requested"
-    # SPEC §13: a ready step waits for its outbound limit (key, reason, until); not an
-    # attempt, not a failure. A 429/503 with Retry-After held a key for everyone.
+    # docs/contract.md#outbound-limits: a ready step waits for its outbound limit (key, reason,
+    # until); not an attempt, not a failure. A 429/503 with Retry-After held a key for everyone.
     STEP_LIMITED = "step.limited"
     LIMIT_HELD = "limit.held"
-    # SPEC §16: a workflow step started its child execution; the child needs an operator
-    # (the parent keeps waiting, visibly); the child ended (with its status).
+    # docs/contract.md#child-workflows: a workflow step started its child execution; the child needs
+    # an operator (the parent keeps waiting, visibly); the child ended (with its status).
     CHILD_STARTED = "child.started"
     CHILD_NEEDS_ATTENTION = "child.needs_attention"
     CHILD_ENDED = "child.ended"
 
 
-# Who acted, in the history of an operator action or a stop (SPEC §11): an API key
+# Who acted, in the history of an operator action or a stop (docs/contract.md#actors): an API key
 # ({"kind": "api_key", "id", "name"}), the CLI on the box ({"kind": "cli", "name":
 # "cli@host"}), or FlowForge itself. Callers copy it into event details, never mutate it.
 FLOW_CONTROL_ACTOR: dict[str, Any] = {"kind": "system", "name": "flow control"}
-# Who cancels a child execution (SPEC §16) when its parent's workflow step is cancelled.
+# Who cancels a child execution (docs/contract.md#child-workflows) when its parent's workflow step
+# is cancelled.
 PARENT_CANCEL_ACTOR: dict[str, Any] = {"kind": "system", "name": "parent execution"}
 # Who pauses an execution of a paused workflow the moment a worker touches it.
 WORKFLOW_PAUSE_ACTOR: dict[str, Any] = {"kind": "system", "name": "workflow pause"}
@@ -316,8 +324,8 @@ def execution_moved(previous: str, status: str) -> tuple[str, dict[str, Any]]:
 
 # A workflow key, as the database's CHECK requires (match it whole: fullmatch).
 WORKFLOW_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-# How deep child workflows nest (SPEC §16) unless FLOWFORGE_MAX_CHILD_DEPTH says otherwise:
-# an execution started by a webhook is at depth 0, its child at 1.
+# How deep child workflows nest (docs/contract.md#child-workflows) unless FLOWFORGE_MAX_CHILD_DEPTH
+# says otherwise: an execution started by a webhook is at depth 0, its child at 1.
 DEFAULT_MAX_CHILD_DEPTH = 8
 # How many executions one root may have below it, all depths together (docs/reference/
 # definition.md), unless FLOWFORGE_MAX_DESCENDANTS says otherwise: without it, 100 workflow

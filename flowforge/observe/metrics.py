@@ -148,7 +148,7 @@ WRITES_FENCED = Counter(
 TAKEN_FIRST = Counter(
     "flowforge_priority_taken_first",
     "Wake-ups that took a better ready step (a higher priority, ranked earlier) before the "
-    "one they named; that one was dispatched again (SPEC §16).",
+    "one they named; that one was dispatched again.",
 )
 WAKEUPS_PUBLISHED = Counter(
     "flowforge_wakeups_published", "Wake-ups the relay published and RabbitMQ confirmed."
@@ -170,7 +170,7 @@ WORKER_HEARTBEAT = Gauge(
     multiprocess_mode="max",
 )
 
-# ---- schedules (SPEC §9) --------------------------------------------------------------
+# ---- schedules (docs/contract.md#schedules) ------------------------------------------------------
 # Counted by worker/scheduler.record after each tick's commit.
 SCHEDULE_TICKS = Counter(
     "flowforge_schedule_ticks", "Schedule ticks, by what became of them.", ["outcome"]
@@ -182,7 +182,7 @@ SCHEDULE_LAG = Histogram(
 )
 INTAKE_GROUPS = Counter(
     "flowforge_intake_groups",
-    "Due debounce and batch groups the scheduler handled (SPEC §15), by kind and outcome:"
+    "Due debounce and batch groups the scheduler handled, by kind and outcome:"
     " started, deferred (queue full: tried again later), failed (workflow archived, or its"
     " concurrency key does not render).",
     ["kind", "outcome"],

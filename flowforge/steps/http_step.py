@@ -1,5 +1,6 @@
 """The http_request step: render the request, send it through the SSRF guard, and say
-what happened in the terms of SPEC §7 — succeeded, retry, failed, or unknown.
+what happened in the terms of docs/contract.md#delivery-unknown — succeeded, retry, failed, or
+unknown.
 """
 
 from __future__ import annotations
@@ -299,7 +300,8 @@ def _secret_pattern(value: str, full: bool = False) -> str:
 
 
 class Redactor:
-    """Finds every secret of a request in whatever a server echoed (SPEC §12).
+    """Finds every secret of a request in whatever a server echoed
+    (docs/contract.md#secret-redaction).
 
     The spellings servers apply once (the secret in any case, JSON escapes, %-encoding,
     '+' for space) are cut by a pattern built with the redactor. The nested ones (%-encoding

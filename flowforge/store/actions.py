@@ -1,6 +1,6 @@
 """Operator actions on an execution: cancel, retry, resolve, complete or fail a wait,
 pause, resume or fail a paused one —
-each one unit of work, recorded in the history with its actor (SPEC §11).
+each one unit of work, recorded in the history with its actor (docs/contract.md#actors).
 
 Every public function takes `actor` (required, keyword): the API passes the key that
 authenticated the request (`{"kind": "api_key", "id": ..., "name": ...}`), the CLI on the
@@ -287,7 +287,7 @@ def fail_wait(
 
 
 def pause(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
-    """Pause an execution (SPEC §14): nothing of it starts or continues until it is
+    """Pause an execution (docs/contract.md#pause): nothing of it starts or continues until it is
     resumed; a request in flight finishes and is recorded. Pausing a paused one is a no-op."""
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
@@ -318,7 +318,8 @@ def resume(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]
 
 
 def fail_paused(conn: psycopg.Connection, execution_id: str, *, actor: dict[str, Any]) -> str:
-    """An operator fails an execution paused at a step whose tries ran out (SPEC §14)."""
+    """An operator fails an execution paused at a step whose tries ran out
+    (docs/contract.md#on-exhausted)."""
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         refusal = fail_paused_refusal(

@@ -58,8 +58,8 @@ class ApiKey:
         return self.workflows is None or workflow is None or workflow in self.workflows
 
     def actor(self) -> dict[str, Any]:
-        """Who acts, for an execution's history or a schedule's ledger (SPEC §11): this key,
-        whether it came with an API request, a remote CLI call or a console session."""
+        """Who acts, for an execution's history or a schedule's ledger (docs/contract.md#actors):
+        this key, whether it came with an API request, a remote CLI call or a console session."""
         return {"kind": "api_key", "id": self.id, "name": self.name}
 
 

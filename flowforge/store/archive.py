@@ -1,4 +1,4 @@
-"""The webhook archive (SPEC §14): what an accepted webhook was, kept for re-ingest.
+"""The webhook archive (docs/contract.md#archive): what an accepted webhook was, kept for re-ingest.
 
 When the newest version of a workflow has `archive_days` > 0, the intake statement
 (intake.CREATE_EXECUTION, flowcontrol.GATED_INTAKE) writes one more row in the same

@@ -32,8 +32,8 @@ class SecretInvalid(ClientError):
 # publish and source creation both claim the name under this lock first.
 LOCK_HOOKS_NAME = "SELECT pg_advisory_xact_lock(hashtext('flowforge:hooks-name:' || %(name)s))"
 SOURCE_NAMED = "SELECT 1 FROM sources WHERE name = %(name)s"
-# Publishes of definitions with workflow steps (SPEC §16) take turns, so that two which
-# would close a cycle together (A calls B, B calls A) cannot both pass the check.
+# Publishes of definitions with workflow steps (docs/contract.md#child-workflows) take turns, so
+# that two which would close a cycle together (A calls B, B calls A) cannot both pass the check.
 LOCK_COMPOSITION = "SELECT pg_advisory_xact_lock(hashtext('flowforge:composition'))"
 # The workflows each workflow's newest version starts (archived ones start nothing).
 CALLS = """
@@ -149,10 +149,10 @@ def publishable(
 
 
 def refuse_cycles(conn: psycopg.Connection, key: str, definition: Definition) -> None:
-    """Refuse (422) a definition whose workflow steps would call it back (SPEC §16): itself,
-    or through the newest versions of the workflows they start. Each cycle is named by
-    its path; what cannot be seen here (a workflow published later) is bounded at run
-    time by FLOWFORGE_MAX_CHILD_DEPTH."""
+    """Refuse (422) a definition whose workflow steps would call it back
+    (docs/contract.md#child-workflows): itself, or through the newest versions of the workflows they
+    start. Each cycle is named by its path; what cannot be seen here (a workflow published later) is
+    bounded at run time by FLOWFORGE_MAX_CHILD_DEPTH."""
     errors = []
     for index, step in enumerate(definition.steps):
         if step.workflow is None:
@@ -366,7 +366,8 @@ def revoke_secret(conn: psycopg.Connection, key: str, secret_id: int) -> None:
         raise NotFound(f"workflow {key!r} has no webhook secret {secret_id}")
 
 
-# SPEC §14: a workflow's pause (written by store/pausing.py), as its documents show it.
+# docs/contract.md#pause: a workflow's pause (written by store/pausing.py), as its documents show
+# it.
 PAUSE_STATE = "SELECT paused_at, paused_by FROM workflows WHERE key = %(key)s"
 
 

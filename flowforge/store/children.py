@@ -1,12 +1,12 @@
-"""Child workflows (SPEC §16): what a workflow step starts, what its parent reads of it,
-and how the child's end reaches the parent.
+"""Child workflows (docs/contract.md#child-workflows): what a workflow step starts, what its parent
+reads of it, and how the child's end reaches the parent.
 
 - A workflow step starts its child in the unit of work that moves it to `waiting`: the
   child is written through creation's one builder, under a system idempotency key of the
   step's round (engine.child_key), so however often that unit of work is re-run after a
   kill, one child exists per round — and none when its transaction did not commit.
 - The child's output is the output of its last step in definition order (like a map
-  item's result, SPEC §16), read when the parent loads; what went wrong is its first
+  item's result, docs/contract.md#map), read when the parent loads; what went wrong is its first
   failed step's error, or its stop reason.
 - The child never locks its parent: its transition to an end (or into or out of
   `needs_attention`) writes a wake-up of the parent's step in the same transaction, and
@@ -115,7 +115,7 @@ WITH lost AS (
 SELECT count(*) FROM lost
 """
 # A parent's children, for the API, the console and the CLI; a queued one of a
-# flow-controlled workflow says it waits for a concurrency slot (SPEC §8).
+# flow-controlled workflow says it waits for a concurrency slot (docs/contract.md#slots).
 LINKS = """
 SELECT c.id::text AS execution_id, c.parent_step AS step_id, w.key AS workflow,
        c.status, c.created_at,
@@ -187,8 +187,8 @@ def start(
     claimed means this round's child exists: nothing more is written.
 
     A child of a workflow with a concurrency limit is admitted like any execution of it
-    (flowcontrol, SPEC §8), under the same locks taken after the parent's row (the lock
-    order flowcontrol states): it starts on a free slot, or waits queued for one while its
+    (flowcontrol, docs/contract.md#slots), under the same locks taken after the parent's row (the
+    lock order flowcontrol states): it starts on a free slot, or waits queued for one while its
     parent waits for it. Dropped (drop_new) or refused (max_queued), it is written
     cancelled with reason concurrency, saying why, and its parent's step is woken in this
     transaction to fail on it: no retry loop, and the refusal stays visible as a child.
@@ -243,8 +243,8 @@ def record_cancel(conn: psycopg.Connection, child_id: str) -> None:
 
 
 def links(conn: psycopg.Connection, execution_id: str) -> list[dict[str, Any]]:
-    """An execution's children (SPEC §16), oldest first, for its JSON: the other direction
-    of the link is each child's `parent`."""
+    """An execution's children (docs/contract.md#child-workflows), oldest first, for its JSON: the
+    other direction of the link is each child's `parent`."""
     rows = conn.execute(LINKS, {"id": execution_id}).fetchall()
     return [
         {

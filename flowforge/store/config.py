@@ -21,7 +21,8 @@ from flowforge.trust import sealing, secret_bindings
 
 __all__ = ["VARIABLES", "ConfigError", "Settings", "Variable"]
 
-# Idempotency keys are remembered at least this long (SPEC §4, §11); see _key_hours.
+# Idempotency keys are remembered at least this long (docs/contract.md#idempotency,
+# docs/contract.md#retention); see _key_hours.
 DEFAULT_IDEMPOTENCY_KEY_HOURS = 24.0
 MIN_IDEMPOTENCY_KEY_HOURS = 1.0
 MAX_IDEMPOTENCY_KEY_HOURS = 87_600.0  # ten years, as a definition's retention_days
@@ -345,7 +346,7 @@ VARIABLES = (
     ),
     Variable(
         "FLOWFORGE_PRIORITY_AGEING_S",
-        "seconds of waiting worth one point of a workflow's `priority` (SPEC §16): a ready "
+        "seconds of waiting worth one point of a workflow's `priority`: a ready "
         "step of priority p is claimed as if it had been ready p * this longer, so a higher "
         "priority goes first and a lower one still ages its way in. 0 turns priorities off "
         "(oldest ready first). The same on every worker",
@@ -361,7 +362,7 @@ VARIABLES = (
     ),
     Variable(
         "FLOWFORGE_MAX_CHILD_DEPTH",
-        "how deep child workflows nest (SPEC §16): a `workflow` step whose child would be "
+        "how deep child workflows nest: a `workflow` step whose child would be "
         "deeper fails, saying so. An execution a webhook started is at depth 0. Read by "
         "every process that advances executions (the worker, and the API's operator actions)",
         "max_child_depth",
@@ -511,7 +512,8 @@ class Settings:
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0
-    # FLOWFORGE_PRIORITY_AGEING_S: seconds of waiting worth one priority point (SPEC §16).
+    # FLOWFORGE_PRIORITY_AGEING_S: seconds of waiting worth one priority point
+    # (docs/contract.md#priority).
     priority_ageing_s: float = 10.0
     # bin/api's pool per gunicorn worker: a sync worker holds one connection per request.
     db_pool_size: int = 1
@@ -534,13 +536,15 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # FLOWFORGE_SECRET_<NAME>_WORKFLOWS: which workflows may use each step secret.
     secret_bindings: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # FLOWFORGE_OUTBOUND_LIMITS: the operator's outbound limits per host (SPEC §13).
+    # FLOWFORGE_OUTBOUND_LIMITS: the operator's outbound limits per host
+    # (docs/contract.md#outbound-limits).
     host_limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     # FLOWFORGE_SHARED_LIMITS: limits the operator shares between named workflows.
     shared_limits: Mapping[str, outbound.SharedLimit] = field(default_factory=dict)
     # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
-    # FLOWFORGE_MAX_CHILD_DEPTH (SPEC §16); the engine reads it through children.max_child_depth.
+    # FLOWFORGE_MAX_CHILD_DEPTH (docs/contract.md#child-workflows); the engine reads it through
+    # children.max_child_depth.
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
     # FLOWFORGE_MAX_DESCENDANTS; the engine reads it through children.max_descendants.
     max_descendants: int = DEFAULT_MAX_DESCENDANTS

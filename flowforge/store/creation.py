@@ -81,16 +81,16 @@ def create_execution(
     (when there is one) and, only if it was claimed or there is none, the rows are
     written. It returns whether the target was current and whether it created.
 
-    Gated (flow control, SPEC §8): `decision` holds the CTEs that end in `decision(mode)`
-    — `start` (roots ready now), `queue` (steps pending until a slot frees), `drop`
+    Gated (flow control, docs/contract.md#flow-control): `decision` holds the CTEs that end in
+    `decision(mode)` — `start` (roots ready now), `queue` (steps pending until a slot frees), `drop`
     (recorded cancelled), `replace` (queued; the caller cancels the holders it replaces),
     `refuse` (nothing is written at all) — and `replaced` the array of holders a
     `replace` cancels; it also returns the mode, those holders and whether it woke a
     step.
 
-    `child` (SPEC §16): the execution a workflow step starts, which names its parent
-    (`parent_id`, `parent_step`), its `depth` and the root of its tree (`root_id`), has the
-    trigger `workflow`, and takes its version's deadline_s and start_within_s (`deadline_s`,
+    `child` (docs/contract.md#child-workflows): the execution a workflow step starts, which names
+    its parent (`parent_id`, `parent_step`), its `depth` and the root of its tree (`root_id`), has
+    the trigger `workflow`, and takes its version's deadline_s and start_within_s (`deadline_s`,
     `start_within_s`). A gated child is never `refuse`d without a trace: a full queue
     (max_queued) writes it like a `drop`, cancelled with reason concurrency and saying why,
     so its parent's step has a child whose end it takes (children.start wakes it)."""

@@ -251,7 +251,7 @@ class SyncedPipeline(psycopg.Pipeline):
     client can stop, the server has either received nothing of a round trip or all of it:
     it runs the statements and then sits `idle in transaction` (the timeout frees the
     locks) or, for a round trip ending in COMMIT, commits without the client
-    (docs/contract.md §8). It costs no round trip and saves a write per statement.
+    (docs/contract.md#frozen-processes). It costs no round trip and saves a write per statement.
 
     (libpq itself writes out a round trip longer than 8 KB in 8 KB pieces while it builds
     it, from a loop in C that takes microseconds: the one moment left, for large batches.)

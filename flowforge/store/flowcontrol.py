@@ -1,9 +1,10 @@
-"""Concurrency slots and queue backpressure (SPEC §8), as SQL over execution rows.
+"""Concurrency slots and queue backpressure (docs/contract.md#flow-control), as SQL over execution
+rows.
 
 There is no counter. An execution holds a slot of its (workflow, concurrency key) from
 `slot_at` until it is terminal — a cancel, a deadline or cancel_oldest that leaves a
 request in flight keeps the slot until that request is recorded and the execution ends,
-so a target never sees more requests of a key at once than its limit (SPEC §8); a
+so a target never sees more requests of a key at once than its limit (docs/contract.md#slots); a
 queued execution without `slot_at`
 waits in its key's queue. Every statement that hands out slots — the intake, the
 transaction that frees one, the reconciler — first takes the key's transaction-level
@@ -61,9 +62,10 @@ _PENDING, _READY = StepStatus.PENDING.value, StepStatus.READY.value
 _READY_KIND = step_event(StepStatus.READY)
 _MADE_READY = json.dumps(transition(_PENDING, _READY))
 
-# The concurrency key of a schedule's ticks (SPEC §9): overlap `skip`, `buffer_one` and
-# `cancel_other` are a limit of 1 on it, with on_full `skip` (nothing written), `buffer_one`
-# (queue at most one) and `cancel_oldest`. No rendered key may take it (concurrency_key).
+# The concurrency key of a schedule's ticks (docs/contract.md#schedules): overlap `skip`,
+# `buffer_one` and `cancel_other` are a limit of 1 on it, with on_full `skip` (nothing written),
+# `buffer_one` (queue at most one) and `cancel_oldest`. No rendered key may take it
+# (concurrency_key).
 SCHEDULE_KEY = definitions.SCHEDULE_KEY
 
 
@@ -86,8 +88,8 @@ IDLE_RETRY_AFTER_S = 60
 
 def holds_slot(row: str = "") -> str:
     """Whether the `executions` row `row` (an alias; none inside single-table subqueries)
-    holds a slot of its key: from when it took one until it is terminal (SPEC §8), also
-    while a cancel of it is in flight."""
+    holds a slot of its key: from when it took one until it is terminal (docs/contract.md#slots),
+    also while a cancel of it is in flight."""
     prefix = f"{row}." if row else ""
     return f"{prefix}slot_at IS NOT NULL AND {prefix}status IN {LIVE_EXECUTION_SQL}"
 
@@ -173,7 +175,8 @@ GATED_INTAKE = create_execution(DECISION, REPLACED)
 # No NOTIFY: the caller's commit is followed by one (a unit of work's NOTIFY_IF_PENDING,
 # or db.notify_relay in fill_all and pausing), never carries one.
 # Queued rows another transaction holds (being cancelled or expired) are skipped. A paused
-# workflow hands out no slot: its queue waits, in arrival order, for the resume (SPEC §14).
+# workflow hands out no slot: its queue waits, in arrival order, for the resume
+# (docs/contract.md#pause).
 FILL_SLOTS = f"""
 WITH head AS (
     SELECT version_id FROM executions
@@ -304,7 +307,8 @@ class Decision:
 
 
 def is_controlled(definition: Definition) -> bool:
-    """Whether a version's intake goes through GATED_INTAKE (any §8 option is set)."""
+    """Whether a version's intake goes through GATED_INTAKE (any option of
+    docs/contract.md#flow-control is set)."""
     return (
         definition.concurrency is not None
         or definition.deadline_s is not None
@@ -379,8 +383,8 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
     return decision
 
 
-# A workflow step's child (SPEC §16) of a workflow with a concurrency limit: the same
-# decision as GATED_INTAKE, written with the child's links; refused, it is recorded.
+# A workflow step's child (docs/contract.md#child-workflows) of a workflow with a concurrency limit:
+# the same decision as GATED_INTAKE, written with the child's links; refused, it is recorded.
 GATED_CHILD = create_execution(DECISION, REPLACED, child=True)
 
 
@@ -467,7 +471,7 @@ WHERE e.id = %(id)s
 def flow_state(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What flow control says about an execution: its key, why it stopped, its time
     limits, for a queued one that waits for a slot, why (see why_queued), and whether it
-    or its workflow is paused (SPEC §14: `paused` {reason, was}, `workflow_paused`
+    or its workflow is paused (docs/contract.md#pause: `paused` {reason, was}, `workflow_paused`
     {since, by})."""
     row = conn.execute(FLOW_STATE, {"id": execution_id}).fetchone()
     if row is None:

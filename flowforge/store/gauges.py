@@ -41,14 +41,16 @@ UNION ALL SELECT 'unknown', count(*) FROM steps WHERE status = 'unknown'
 """
 LIVE_STEP_STATUSES = ["ready", "running", "waiting", "unknown"]
 # The first entry of steps_ready (ready_at): when the oldest ready step's wake-up was sent.
-# A step that waits for an outbound limit (SPEC §13) is not stuck: it has a wake time.
+# A step that waits for an outbound limit (docs/contract.md#outbound-limits) is not stuck: it has a
+# wake time.
 OLDEST_READY = """
 SELECT coalesce(extract(epoch FROM now() - min(ready_at)), 0) FROM steps s
 WHERE status = 'ready'
   AND NOT EXISTS (SELECT 1 FROM limit_waits w WHERE w.execution_id = s.execution_id
                   AND w.step_id = s.step_id AND NOT w.woken)
 """
-# Outbound limits (SPEC §13): circuits not closed, and steps waiting for a limit.
+# Outbound limits (docs/contract.md#outbound-limits): circuits not closed, and steps waiting for a
+# limit.
 OUTBOUND_GAUGES = """
 SELECT (SELECT count(*) FROM outbound_limits WHERE circuit <> 'closed'),
        (SELECT count(*) FROM limit_waits WHERE NOT woken)
@@ -222,7 +224,7 @@ class DatabaseGauges(Collector):
         )
         yield GaugeMetricFamily(
             "flowforge_circuits_open",
-            "Outbound limit keys whose circuit is open or half-open (SPEC §13).",
+            "Outbound limit keys whose circuit is open or half-open.",
             value=circuits_open,
         )
         yield GaugeMetricFamily(

@@ -1,4 +1,5 @@
-"""Debounce and batch (SPEC §15): webhooks gathered in PostgreSQL, one execution per group.
+"""Debounce and batch (docs/contract.md#debounce-batch): webhooks gathered in PostgreSQL, one
+execution per group.
 
 A webhook of a workflow whose newest version has `trigger.webhook.debounce` or `.batch`
 does not start an execution. It is recorded as an event of its key's `open` group
@@ -369,8 +370,8 @@ class Started:
 
 
 class Starter:
-    """Starts due groups: the scheduler's part for SPEC §15. Holds a small cache of intake
-    targets (re-checked by the intake statement)."""
+    """Starts due groups: the scheduler's part for docs/contract.md#debounce-batch. Holds a small
+    cache of intake targets (re-checked by the intake statement)."""
 
     def __init__(self) -> None:
         self._targets = intake.UnsignedTargets()

@@ -229,8 +229,8 @@ def _find_target(
 
 
 def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
-    """The `priority` parameter of a new execution (SPEC §16): the definition's literal,
-    or its template rendered against the body. Raises PriorityInvalid (422) for a value
+    """The `priority` parameter of a new execution (docs/contract.md#priority): the definition's
+    literal, or its template rendered against the body. Raises PriorityInvalid (422) for a value
     that is no priority, before any statement runs: nothing is stored."""
     if isinstance(definition.priority, int):
         return {"priority": definition.priority}

@@ -1,4 +1,4 @@
-"""Outbound limits shared by every worker through PostgreSQL (SPEC §13).
+"""Outbound limits shared by every worker through PostgreSQL (docs/contract.md#outbound-limits).
 
 A limited http_request is admitted in its claim transaction, under the row lock of each
 of its keys (outbound_limits), so every worker sees every other's requests: never a

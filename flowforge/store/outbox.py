@@ -32,10 +32,10 @@ INSERT_WAKEUPS = "INSERT INTO outbox (execution_id, step_id)"
 # messages (or rolls back, and they stay): one statement and round trip less per batch.
 # That commit need not wait for the disk (synchronous_commit off, for this transaction
 # only, set by the statement itself to save another round trip): a delete lost in a crash
-# only publishes its wake-ups again, and a duplicate changes nothing (SPEC §7). Every
-# other writer of the outbox commits synchronously. The configured value is kept in
-# flowforge.synchronous_commit for the pure step the relay may run in the same
-# transaction: runs.LOCK_EXECUTION puts it back.
+# only publishes its wake-ups again, and a duplicate changes nothing
+# (docs/contract.md#lost-messages). Every other writer of the outbox commits synchronously. The
+# configured value is kept in flowforge.synchronous_commit for the pure step the relay may run in
+# the same transaction: runs.LOCK_EXECUTION puts it back.
 # Each row comes with its step's type (NULL: no such step), so that the relay can run a
 # lone pure step itself (relay.py) without a look at the execution first.
 # Written so that its plan cannot depend on statistics (a table never analysed, as with

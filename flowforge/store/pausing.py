@@ -1,4 +1,4 @@
-"""Pausing and resuming a whole workflow (SPEC §14).
+"""Pausing and resuming a whole workflow (docs/contract.md#pause).
 
 A paused workflow still accepts webhooks (202): they queue, and `max_queued` and
 `start_within_s` keep applying. Nothing of it starts or continues: its live executions

@@ -1,6 +1,6 @@
-"""Re-ingest archived webhooks (SPEC §14) as new executions of the newest version.
+"""Re-ingest archived webhooks (docs/contract.md#reingest) as new executions of the newest version.
 
-Each re-ingest has an identity in the system's key space (SPEC §12): the key
+Each re-ingest has an identity in the system's key space (docs/contract.md#system-keys): the key
 `reingest:<delivery id>` with origin `system`, which no client key can equal, claim or
 block (a client's `Idempotency-Key: reingest:5` is origin `client`, another key). The
 same delivery re-ingested again is answered with the execution it made, for as long as

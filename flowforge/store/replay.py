@@ -1,4 +1,4 @@
-"""Replay / fork an execution from a step onto a version (SPEC §14), one or in bulk.
+"""Replay / fork an execution from a step onto a version (docs/contract.md#replay), one or in bulk.
 
 A replay is a new execution of the same workflow and input, pinned to the target version
 (its own or the newest), linked both ways (`replay_of` on the new one; the original's
@@ -250,7 +250,7 @@ def replay(
         new_id = str(uuid7())
         body = json.dumps(original.input).encode()
         ckey = flowcontrol.concurrency_key(target, body)
-        # The pinned version's priority, from the original's input (SPEC §16).
+        # The pinned version's priority, from the original's input (docs/contract.md#priority).
         priority = intake.priority_params(target, body)["priority"]
         steps = [_step_row(original, s.id, s.type, s.id in upstream) for s in target.steps]
         params = {
@@ -410,8 +410,8 @@ def replay_batch(
     }
 
 
-# The failed inbox (SPEC §14): failed executions not replayed yet, grouped by workflow,
-# the step that failed and its error, the group with the oldest execution first.
+# The failed inbox (docs/contract.md#failed-inbox): failed executions not replayed yet, grouped by
+# workflow, the step that failed and its error, the group with the oldest execution first.
 FAILED_GROUPS = """
 SELECT w.key AS workflow, s.step_id, s.error, count(*) AS n, min(e.created_at) AS oldest,
        max(e.id::text) AS upto, w.latest_version,

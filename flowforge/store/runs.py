@@ -72,9 +72,9 @@ FROM steps WHERE execution_id = %(id)s
 LOAD_DEFINITION = "SELECT definition FROM workflow_versions WHERE id = %(id)s"
 _STEP_COLUMNS = """step_id, type, status, attempts, fencing_token, wake_at, output, error,
        lease_owner, started_at, finished_at, lease_expires_at < now() AS lease_expired"""
-# A worker's unit of work (load_run(open_items=True)) reads a map's open items only (SPEC
-# §16): the workflow's own steps, and every row of each item that has a row still to run
-# (pending, ready, running or waiting: in flight, or queued again by a retry) or that the
+# A worker's unit of work (load_run(open_items=True)) reads a map's open items only
+# (docs/contract.md#map): the workflow's own steps, and every row of each item that has a row still
+# to run (pending, ready, running or waiting: in flight, or queued again by a retry) or that the
 # caller names (`also`: the step of its wake-up or checkpoint). The other started items'
 # rows are settled — succeeded, skipped, failed, cancelled, unknown — and only which of
 # the last three are among them is read (SETTLED); how many items started is in the
@@ -138,7 +138,7 @@ WHERE execution_id = %(id)s AND starts_with(step_id, %(prefix)s)
 #
 # steps: a step claimed in this unit of work gets its lease (lease_s); a running step
 # that was not claimed here keeps the lease it has. new_steps: rows created in this unit
-# of work (a map's items as they start, SPEC §16), with the map's position and the
+# of work (a map's items as they start, docs/contract.md#map), with the map's position and the
 # execution's priority. attempts:
 # numbered in the order given within each step. execution: written only when `execution_changed`.
 SAVE_RUN = f"""
@@ -344,7 +344,7 @@ def load_run(
         else:
             steps.execute(LOAD_STEPS, {"id": execution_id})
         # A freeze here, reads sent but not fetched, must leave no lock that no server
-        # timeout covers (docs/contract.md §8).
+        # timeout covers (docs/contract.md#frozen-processes).
         faults.hit("after_reads_sent")
         head = cur.fetchone()
         if head is None:
@@ -383,8 +383,8 @@ def load_run(
     )
     targets = definition.child_workflows()
     if targets:
-        # Only workflows with workflow steps pay for these reads (SPEC §16): each step's
-        # child, and the versions a step about to start would pin.
+        # Only workflows with workflow steps pay for these reads (docs/contract.md#child-workflows):
+        # each step's child, and the versions a step about to start would pin.
         run.children = {
             step_id: ChildState(child_id, status, output, error)
             for child_id, step_id, status, output, error in children.load_children(
@@ -416,7 +416,8 @@ def load_run(
         }
         run.load_items = functools.partial(_map_rows, conn, str(execution_id))
     if definition.wait_steps():
-        # Only workflows with wait steps pay for this read (SPEC §10: no lost early resume).
+        # Only workflows with wait steps pay for this read (docs/contract.md#wait: no lost early
+        # resume).
         resumes = conn.execute(PENDING_RESUMES, {"id": execution_id}).fetchall()
         run.early_resumes = {step_id: body for step_id, body in resumes}
     return run
@@ -493,9 +494,9 @@ def _commit_without_flush(conn: psycopg.Connection) -> None:
 
 
 def _save_children(conn: psycopg.Connection, changes: Changes) -> None:
-    """SPEC §16, in the unit of work's transaction: the children its workflow steps
-    started, the children of its cancelled workflow steps (lock order: this execution,
-    then its child; a child never locks its parent), and the parent's wake-up when this
+    """docs/contract.md#child-workflows, in the unit of work's transaction: the children its
+    workflow steps started, the children of its cancelled workflow steps (lock order: this
+    execution, then its child; a child never locks its parent), and the parent's wake-up when this
     child ended."""
     if changes.child_starts:
         children.start(conn, changes.execution_id, changes.child_starts, flowcontrol.admit_child)

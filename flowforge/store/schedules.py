@@ -1,5 +1,5 @@
-"""Schedules (SPEC §9): each workflow's schedule row, the ledger of its ticks, and every
-decision about a tick, as SQL and transactions. The worker's scheduler, the API and the
+"""Schedules (docs/contract.md#schedules): each workflow's schedule row, the ledger of its ticks,
+and every decision about a tick, as SQL and transactions. The worker's scheduler, the API and the
 CLI (and later a console page) all go through here.
 
 How a tick is decided, once, whatever the number of workers: the schedule's row is
@@ -834,7 +834,8 @@ def params_for(target: intake.Target, body: bytes, key: str, overlap: Overlap) -
         "secret_id": None,
         "input": body.decode(),
         "key": key,
-        # The scheduler's own key space: no webhook's key can claim a tick (SPEC §12).
+        # The scheduler's own key space: no webhook's key can claim a tick
+        # (docs/contract.md#system-keys).
         "key_origin": KeyOrigin.SYSTEM.value,
         "body_sha256": hashlib.sha256(body).digest(),
         **intake.INTAKE_PARAMS,

@@ -1,5 +1,5 @@
-"""Sources (SPEC §15 routing): one `/hooks/<source>` endpoint whose subscriptions start
-executions of several workflows, each chosen by a filter in the condition language of
+"""Sources (docs/contract.md#sources routing): one `/hooks/<source>` endpoint whose subscriptions
+start executions of several workflows, each chosen by a filter in the condition language of
 `when` (path, op, value), combined with `all` or `any`, over `input.*` (the JSON body)
 and `headers.*` (header names in lower case, e.g. `headers.x-github-event`).
 

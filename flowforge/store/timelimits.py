@@ -1,4 +1,5 @@
-"""Run deadlines and queue expiry (SPEC §8): durable wake times the timer scanner applies.
+"""Run deadlines and queue expiry (docs/contract.md#deadline): durable wake times the timer
+scanner applies.
 
 `executions.deadline_at` and `expires_at` are written at intake; partial indexes hold
 only executions they can still stop, so waiting costs nothing until one is due. Each

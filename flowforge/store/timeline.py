@@ -32,8 +32,8 @@ JOIN workflow_versions v ON v.id = e.version_id
 WHERE e.id = %(id)s
 """
 # The workflow's own steps, their attempts and history: a map's items (rows such as
-# `lines[3].reserve`, SPEC §16) are summed up per map instead (ITEM_COUNTS, ITEMS), so the
-# page of a map of 10,000 items stays one page.
+# `lines[3].reserve`, docs/contract.md#map) are summed up per map instead (ITEM_COUNTS, ITEMS), so
+# the page of a map of 10,000 items stays one page.
 STEPS = """
 SELECT step_id, type, status, attempts, wake_at, output, error, started_at, finished_at,
        lease_owner, lease_expires_at
@@ -48,7 +48,7 @@ EVENTS = """
 SELECT at, step_id, kind, detail FROM execution_events
 WHERE execution_id = %(id)s AND (step_id IS NULL OR strpos(step_id, '[') = 0) ORDER BY id
 """
-# The started items of a map that did not succeed (SPEC §16), each with the statuses of
+# The started items of a map that did not succeed (docs/contract.md#map), each with the statuses of
 # its rows that are not succeeded or skipped: the in-flight, queued-again, failed,
 # cancelled and unknown ones, through the partial index steps_items_unsettled (0033).
 # Every other started item succeeded, so a map of 10,000 items that went well reads
@@ -143,7 +143,7 @@ def map_items(
     after: int = -1,
     limit: int = 20,
 ) -> dict[str, Any]:
-    """A map's items (SPEC §16): counts by status, and a page of items in index order
+    """A map's items (docs/contract.md#map): counts by status, and a page of items in index order
     (optionally of one status), each with its steps' rows; `next_after` continues it.
 
     Counted without reading every item: the map's output says how many items there are
@@ -349,7 +349,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         "finished_at": _iso(head["finished_at"]),
         "updated_at": _iso(head["updated_at"]),
         "cancel_requested_at": _iso(head["cancel_requested_at"]),
-        # SPEC §16: both directions of the link between a parent and its children.
+        # docs/contract.md#child-workflows: both directions of the link between a parent and its
+        # children.
         "parent": None
         if head["parent_id"] is None
         else {"execution_id": str(head["parent_id"]), "step_id": head["parent_step"]},
@@ -358,8 +359,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         "parent_deleted": head["parent_deleted"],
         "depth": head["depth"],
         "children": links,
-        # Why it waits (SPEC §16): the children its waiting workflow steps wait for, and
-        # whether each one waits for an operator.
+        # Why it waits (docs/contract.md#child-workflows): the children its waiting workflow steps
+        # wait for, and whether each one waits for an operator.
         "waiting_on_children": children.waiting_on(steps, links),
         "steps": [
             {
@@ -384,7 +385,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
             {"at": _iso(e["at"]), "step": e["step_id"], "kind": e["kind"], "detail": e["detail"]}
             for e in events
         ],
-        # SPEC §8, §14: its key's slot and queue, or why it is paused.
+        # docs/contract.md#slots, docs/contract.md#pause: its key's slot and queue, or why it is
+        # paused.
         "flow_control": flowcontrol.flow_state(conn, execution_id),
     }
 

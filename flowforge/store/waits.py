@@ -1,4 +1,4 @@
-"""Resume URLs of `wait` steps (SPEC §10): tokens that are derived, never stored.
+"""Resume URLs of `wait` steps (docs/contract.md#wait): tokens that are derived, never stored.
 
 A token names its execution and step and carries HMAC-SHA256 over both under the resume
 key, so nothing in PostgreSQL can turn back into a token: a dump holds no resume URL, and

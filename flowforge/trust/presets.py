@@ -1,5 +1,5 @@
-"""Webhook auth presets (SPEC §15): each provider's signature checked as the provider
-documents it, and the provider's delivery id taken as the webhook's identity.
+"""Webhook auth presets (docs/contract.md#presets): each provider's signature checked as the
+provider documents it, and the provider's delivery id taken as the webhook's identity.
 
 - signature (Standard Webhooks): `webhook-signature: v1,<b64>` over `id.timestamp.body`,
   webhook-timestamp within tolerance; identity `webhook-id` (signed).

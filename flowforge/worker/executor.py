@@ -114,8 +114,8 @@ NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durabl
 # The outcome of a claimed request whose claim's COMMIT got no answer (_ClaimUnconfirmed).
 NOT_CONFIRMED = "not sent: lease not confirmed: the claim's commit got no answer"
 
-# Priorities (SPEC §16, docs/explanation/priorities.md). RabbitMQ hands wake-ups out in
-# the order they were published, so under a backlog the message at the head names an old
+# Priorities (docs/contract.md#priority, docs/explanation/priorities.md). RabbitMQ hands wake-ups
+# out in the order they were published, so under a backlog the message at the head names an old
 # step, whatever waits behind it. Before it takes that step, a worker asks for a better
 # one: a ready step of a higher priority whose rank — ready_since (when it last became
 # ready) minus priority * ageing_s — is earlier than the named step's. The ageing bounds
@@ -170,8 +170,9 @@ LIMIT %(tries)s
 # skipped, never waited for) before it takes the step it names.
 BETTER_TRIES = 8
 # The named step keeps a wake-up of its own when another took its turn: written in the
-# transaction of that claim, so every ready step still has a message (SPEC §7), and the
-# message the better step had becomes a duplicate, which changes nothing.
+# transaction of that claim, so every ready step still has a message
+# (docs/contract.md#lost-messages), and the message the better step had becomes a duplicate, which
+# changes nothing.
 REDISPATCH = f"""
 {INSERT_WAKEUPS}
 SELECT %(execution_id)s, %(step_id)s
@@ -243,7 +244,8 @@ class Executor:
         self.stopping = stopping or threading.Event()
         self.worker_id = worker_id
         self.lease_s = lease_s
-        # Seconds of waiting worth one priority point; 0: priorities off (SPEC §16).
+        # Seconds of waiting worth one priority point; 0: priorities off
+        # (docs/contract.md#priority).
         self.ageing_s = ageing_s
         self._spread_lock = threading.Lock()
         self._spread_at = -SPREAD_EVERY_S
@@ -317,8 +319,8 @@ class Executor:
             except _ClaimUnconfirmed as lost:
                 # If the claim landed, the reaper would find its lease run out and record
                 # "may have been sent": the checkpoint below says "not sent" instead, once
-                # the database answers again (docs/contract.md §8, no false unknown); if it
-                # did not land, the checkpoint finds the step moved on and writes nothing.
+                # the database answers again (docs/contract.md#frozen-processes, no false unknown);
+                # if it did not land, the checkpoint finds the step moved on and writes nothing.
                 taken, unconfirmed = lost.taken, True
             except DatabaseUnavailable:
                 raise  # an outage (or a cancelled statement): the wake-up is tried again
@@ -388,7 +390,8 @@ class Executor:
                         sent = prepared.record() if isinstance(prepared, Rendered) else None
                         claimed = run.claim(sid, self.worker_id, self.lease_s, request=sent)
                     elif wait.new:
-                        # Still `ready`: not an attempt, not a failure (SPEC §13).
+                        # Still `ready`: not an attempt, not a failure
+                        # (docs/contract.md#outbound-limits).
                         detail = {"key": wait.key.label, "reason": wait.reason.value}
                         run.events.append(
                             (
@@ -428,9 +431,10 @@ class Executor:
 
         The relay calls this for a lone wake-up whose outbox row it deleted in that same
         transaction: the delete and the step's progress commit together or not at all, so
-        a crash before the commit leaves the row for the next relay (SPEC §7), and no
-        message, delivery or ack is needed. The step must be pure (the relay checks);
-        an http_request needs its claim committed before the request leaves.
+        a crash before the commit leaves the row for the next relay
+        (docs/contract.md#lost-messages), and no message, delivery or ack is needed. The step must
+        be pure (the relay checks); an http_request needs its claim committed before the request
+        leaves.
         """
         # The relay's claim skipped the WAL flush; load_run's lock turns it back on.
         run = _take_up(conn, wakeup)
@@ -473,9 +477,9 @@ class Executor:
     def _limits(
         self, run: Run, sid: str, prepared: Rendered | Outcome
     ) -> tuple[list[tuple[outbound.LimitKey, LimitSpec]], Rendered | Outcome]:
-        """The outbound limits the request goes through (SPEC §13): the step's own, its
-        name rendered when it is a template, and the operator's limit of its URL's host.
-        A workflow's limits are its own (docs/reference/security.md, "Who owns a limit"):
+        """The outbound limits the request goes through (docs/contract.md#outbound-limits): the
+        step's own, its name rendered when it is a template, and the operator's limit of its URL's
+        host. A workflow's limits are its own (docs/reference/security.md, "Who owns a limit"):
         a rendered name is only ever a name among them. A name that cannot be rendered,
         or a shared limit the operator does not share with this workflow, fails the
         request, unsent."""
@@ -810,7 +814,7 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup, *, skip_locked: bool = Fa
     `skip_locked`, None too when another session holds the execution locked."""
     eid, sid = wakeup.execution_id, wakeup.step_id
     log = {"execution_id": eid, "step": sid}
-    # A map's settled items are not loaded (SPEC §16): a unit of work costs what the
+    # A map's settled items are not loaded (docs/contract.md#map): a unit of work costs what the
     # items in flight cost, not what the map has done so far.
     run = load_run(conn, eid, skip_locked=skip_locked, open_items=True, also=[sid])
     if run is None:
@@ -827,15 +831,15 @@ def _take_up(conn: psycopg.Connection, wakeup: Wakeup, *, skip_locked: bool = Fa
         and state.status == StepStatus.WAITING
         and not run.terminal
     ):
-        # SPEC §16: its child ended (or needs, or no longer needs, an operator); advance()
-        # takes that up, and a duplicate changes nothing.
+        # docs/contract.md#child-workflows: its child ended (or needs, or no longer needs, an
+        # operator); advance() takes that up, and a duplicate changes nothing.
         return run
     if run.terminal or state is None or state.status != StepStatus.READY:
         save_run(conn, run.take_changes())
         logger.debug("stale wake-up ignored", extra=log)
         return None
     if run.hold():
-        # Paused (SPEC §14): the step stays ready; resume dispatches it again.
+        # Paused (docs/contract.md#pause): the step stays ready; resume dispatches it again.
         save_run(conn, run.take_changes())
         logger.debug("wake-up of a paused execution set aside", extra=log)
         return None

@@ -1,4 +1,4 @@
-"""The leases this worker holds, and the heartbeat that renews them (SPEC §7).
+"""The leases this worker holds, and the heartbeat that renews them (docs/contract.md#leases).
 
 A lease enters the set only after the claim transaction that created it committed, and
 only for as long as the code working on the step stays inside `Leases.holding()` — so

@@ -1,5 +1,5 @@
 """Steps that hold a reserved place in a rate limit's schedule, woken by this worker at
-that place (SPEC §13).
+that place (docs/contract.md#outbound-limits).
 
 A step over its rate keeps a place in the key's shared schedule (store/outbound.py) and
 stays `ready` with that wake time. Its wake-up used to travel timer scanner → outbox →

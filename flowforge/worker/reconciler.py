@@ -2,8 +2,9 @@
 
 PostgreSQL is the truth and RabbitMQ only carries wake-ups, so a purged queue or a reset
 broker loses no work: a ready step with no outbox row that nobody took up for a while
-gets a new wake-up, and so does a workflow step whose child ended (SPEC §16). Likewise a
-free concurrency slot with a queue behind it is handed on.
+gets a new wake-up, and so does a workflow step whose child ended
+(docs/contract.md#child-workflows). Likewise a free concurrency slot with a queue behind it is
+handed on.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ WITH stale AS (
                       WHERE o.execution_id = s.execution_id AND o.step_id = s.step_id)
       AND NOT EXISTS (SELECT 1 FROM executions e
                       WHERE e.id = s.execution_id AND e.status = 'paused')
-      -- A step that waits for an outbound limit (SPEC §13) has its wake-up to come.
+      -- A step that waits for an outbound limit has its wake-up to come.
       AND NOT EXISTS (SELECT 1 FROM limit_waits w
                       WHERE w.execution_id = s.execution_id AND w.step_id = s.step_id
                         AND NOT w.woken)
@@ -126,6 +127,7 @@ class Reconciler:
                     extra={"count": count, "failed_before": failed_before},
                 )
             if parents:
-                # SPEC §16: a child ended, and its parent's wake-up went missing.
+                # docs/contract.md#child-workflows: a child ended, and its parent's wake-up went
+                # missing.
                 logger.warning("woke parents of ended children again", extra={"count": parents})
         return int(count)

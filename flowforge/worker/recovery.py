@@ -1,4 +1,5 @@
-"""Lease recovery: a step whose lease ran out is recovered by the engine's rules (SPEC §7).
+"""Lease recovery: a step whose lease ran out is recovered by the engine's rules
+(docs/contract.md#leases).
 
 A lapsed pure step goes back to `ready`; a lapsed http_request may have sent its request,
 so it becomes `unknown` unless its definition says a retry is safe. One execution per

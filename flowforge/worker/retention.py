@@ -1,7 +1,7 @@
 """Retention: finished executions are deleted once their workflow keeps them no longer.
 
-SPEC §11. Each workflow's `retention_days` (default 30) is read from its newest version,
-so publishing a shorter one shortens it for every execution of the workflow, old ones
+docs/contract.md#retention. Each workflow's `retention_days` (default 30) is read from its newest
+version, so publishing a shorter one shortens it for every execution of the workflow, old ones
 included. An execution is deleted, with its steps, attempts, events and resumes (foreign
 keys ON DELETE CASCADE, each reached through an index on execution_id), only when it is
 `succeeded`, `failed` or `cancelled`, finished longer ago than that, has no `unknown`
@@ -16,9 +16,9 @@ row once the broker confirmed it), the outbox has no index on execution_id that 
 find them without scanning it, and a wake-up for a deleted execution is acknowledged and
 dropped by the executor ("wake-up for an unknown execution").
 
-Debounce and batch groups (SPEC §15) that could not start (`failed`: the workflow was
-archived first, its concurrency key did not render) are deleted with their events by the
-same rule, counted from when they failed: retention_days, and never before their events'
+Debounce and batch groups (docs/contract.md#debounce-batch) that could not start (`failed`: the
+workflow was archived first, its concurrency key did not render) are deleted with their events by
+the same rule, counted from when they failed: retention_days, and never before their events'
 idempotency keys expired (a redelivery is answered with the group while its key lives).
 A started group goes with its execution (a foreign key ON DELETE CASCADE); an open one is
 due within its max wait, and starts or fails then.

@@ -1,7 +1,7 @@
-"""The scheduler: decides due schedule ticks (SPEC §9) and starts due debounce and batch
-groups (SPEC §15). Every worker runs one; they coordinate through PostgreSQL alone
-(schedules.Ticker: due rows claimed FOR UPDATE SKIP LOCKED, each tick's execution claimed
-by its idempotency key in the intake statement; grouping.Starter: a due group claimed FOR
+"""The scheduler: decides due schedule ticks (docs/contract.md#schedules) and starts due debounce
+and batch groups (docs/contract.md#debounce-batch). Every worker runs one; they coordinate through
+PostgreSQL alone (schedules.Ticker: due rows claimed FOR UPDATE SKIP LOCKED, each tick's execution
+claimed by its idempotency key in the intake statement; grouping.Starter: a due group claimed FOR
 UPDATE SKIP LOCKED, started and marked in one transaction).
 
 A pass decides due schedules one transaction each until none is due (or BATCH were),

@@ -33,7 +33,7 @@ MIN_SLEEP = 0.05
 # `waiting -> running` (what Run.derive_status says of a run with a ready step), each with
 # the history entry Run.set_step / Run.derive_status would append. A paused execution's
 # due step becomes ready too, but with no wake-up and the execution left `paused`: resume
-# dispatches its ready steps (SPEC §14). The values written are
+# dispatches its ready steps (docs/contract.md#pause). The values written are
 # parameters (WAKE_PARAMS); the `status = 'waiting'` filters stay literal so that they
 # match the partial index steps_waiting.
 WAKE_DUE = f"""
@@ -100,8 +100,8 @@ class TimerScanner(Loop):
 
     def wake_in(self, seconds: float) -> None:
         """Pass again in `seconds` at the latest: a step that waits for an outbound limit
-        (SPEC §13) must leave at its place, not up to MAX_SLEEP later, or the late ones
-        would leave together, faster than the limit."""
+        (docs/contract.md#outbound-limits) must leave at its place, not up to MAX_SLEEP later, or
+        the late ones would leave together, faster than the limit."""
         with self._soon_lock:
             self._soon_at = min(self._soon_at, time.monotonic() + max(0.0, seconds))
         self._soon.set()
@@ -129,7 +129,8 @@ class TimerScanner(Loop):
         with wrap_exceptions(), self.pool.connection() as conn:
             with conn.transaction():
                 (woken, lags) = one(conn.execute(WAKE_DUE, {"limit": BATCH, **WAKE_PARAMS}))
-            # Steps that waited for an outbound limit (SPEC §13): their wake-ups.
+            # Steps that waited for an outbound limit (docs/contract.md#outbound-limits): their
+            # wake-ups.
             with conn.transaction():
                 (limited,) = one(
                     conn.execute(WAKE_LIMITED, {"limit": BATCH, "grace_s": outbound.LOCAL_GRACE_S})

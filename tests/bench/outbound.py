@@ -1,5 +1,5 @@
-"""`bin/bench --phase outbound` (SPEC §13, issue 27), against the local PostgreSQL and
-RabbitMQ, every figure judged met or NOT met in the same run:
+"""`bin/bench --phase outbound` (docs/contract.md#outbound-limits, issue 27), against the local
+PostgreSQL and RabbitMQ, every figure judged met or NOT met in the same run:
 
 - saturated: the same one-request backlog against a target that answers at once: what
   one worker drains on this machine when the target costs nothing (the "saturated

@@ -1,4 +1,4 @@
-"""Priority figures (issue 30, SPEC §16): how long high-priority work waits under a
+"""Priority figures (issue 30, docs/contract.md#priority): how long high-priority work waits under a
 backlog of low-priority work, against the low-priority work itself.
 
 - `priority_wait_ms`: a backlog of low-priority executions (priority 0, one GET each to

@@ -1,4 +1,5 @@
-"""Lease recovery and the reconciler never wait behind housekeeping (SPEC §7, §11).
+"""Lease recovery and the reconciler never wait behind housekeeping (docs/contract.md#lost-messages,
+docs/contract.md#retention).
 
 Against a real bin/worker whose housekeeping pass is stalled at the fault point
 `housekeeping_keys` — inside its pass, holding its pooled connection, with expired

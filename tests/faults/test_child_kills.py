@@ -1,4 +1,5 @@
-"""A workflow step's child (SPEC §16) is created exactly once, however the worker dies.
+"""A workflow step's child (docs/contract.md#child-workflows) is created exactly once, however the
+worker dies.
 
 The child is written in the transaction that moves the parent's step to `waiting`, under a
 system idempotency key of the step's round. A worker SIGKILLed inside that transaction

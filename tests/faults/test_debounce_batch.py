@@ -1,5 +1,5 @@
-"""Debounce and batch (SPEC §15) through real processes: two bin/api masters (two
-gunicorn workers each) take events for the same keys concurrently, redeliveries among
+"""Debounce and batch (docs/contract.md#debounce-batch) through real processes: two bin/api masters
+(two gunicorn workers each) take events for the same keys concurrently, redeliveries among
 them; then a worker is SIGKILLed inside the transaction that starts a due group, and
 another one at a random moment while groups are due. Exactly one execution per
 debounce key and per batch of max_items, every event in one of them, none twice."""

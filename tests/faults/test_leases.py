@@ -2,7 +2,7 @@
 only while its worker knows the lease is still its own, and a frozen worker's prefetched
 wake-ups do not hold up the takeover.
 
-Promises (SPEC §7), each against real bin/worker processes with 2 s leases:
+Promises (docs/contract.md#leases), each against real bin/worker processes with 2 s leases:
 - The claim's COMMIT lands but its answer is lost (connection reset through a TCP proxy
   in front of PostgreSQL): the worker never starts a lease it does not know it has, so
   nothing renews it; the lease runs out, the step is recovered and runs once.

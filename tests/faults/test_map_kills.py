@@ -1,4 +1,4 @@
-"""A map of many items with max_parallel 20 (SPEC §16) while workers are SIGKILLed.
+"""A map of many items with max_parallel 20 (docs/contract.md#map) while workers are SIGKILLed.
 
 Promise: every item's steps are ordinary durable steps. Each item succeeds once, in
 order in the map's output; at most 20 of its requests are ever in flight at the target;

@@ -1,4 +1,5 @@
-"""Operator actions (SPEC §4), each through the API and through the `flowforge` CLI.
+"""Operator actions (docs/contract.md#operator-actions), each through the API and through the
+`flowforge` CLI.
 
 Promises: cancel stops queued and waiting work at once (202, then 200 once terminal); a
 running step stops at its next boundary — its result is recorded, nothing downstream

@@ -6,12 +6,12 @@ writes sent but not committed — and during each freeze pg_stat_activity is sam
 session that holds a lock while `active` and waiting for the client (ClientRead: a
 statement ran and no Sync followed) or `idle` (outside a transaction) is one that neither
 statement_timeout nor idle_in_transaction_session_timeout would ever end, and PostgreSQL
-15 has no transaction_timeout: there must be none (docs/contract.md §8).
+15 has no transaction_timeout: there must be none (docs/contract.md#frozen-processes).
 
 Then the same worker is frozen for far longer than its database timeout, at random
 moments again, and every execution that was live at that moment is cancelled (or has a
 deadline): the frozen execution's own cancel and deadline must take effect within the
-bound docs/contract.md §8 states, not when the worker wakes up.
+bound docs/contract.md#frozen-processes states, not when the worker wakes up.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ DB_TIMEOUT_S = 3
 LONG_FREEZES = 3
 LONG_FREEZE_S = 20.0
 DEADLINE_S = 6
-# docs/contract.md §8: a frozen worker delays its own execution by at most the database
-# timeout (a lock it holds) or the lease (a request in flight), plus a reaper pass (2 s
+# docs/contract.md#frozen-bound: a frozen worker delays its own execution by at most the
+# database timeout (a lock it holds) or the lease (a request in flight), plus a reaper pass (2 s
 # here) — generous for a busy two-core machine.
 OWN_BOUND_S = DB_TIMEOUT_S + 2 + 2 + 5.0
 FROZEN_APP = "frozen-worker"

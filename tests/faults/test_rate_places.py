@@ -1,5 +1,5 @@
-"""A step with a reserved place in a rate limit's schedule (SPEC §13) is woken at that
-place by the worker that placed it, in-process (worker/places.py), never through the
+"""A step with a reserved place in a rate limit's schedule (docs/contract.md#outbound-limits) is
+woken at that place by the worker that placed it, in-process (worker/places.py), never through the
 outbox, the relay and the broker: a backlog in the queue, or the broker itself, can no
 longer make it miss its place. When that worker dies, any other worker's timer scanner
 wakes what it left behind, and the limit still holds."""

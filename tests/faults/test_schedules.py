@@ -1,5 +1,5 @@
-"""Schedules (SPEC §9) through real bin/api and bin/worker processes: a tick fires once
-however many workers run and whichever is killed; the overlap policies with executions
+"""Schedules (docs/contract.md#schedules) through real bin/api and bin/worker processes: a tick
+fires once however many workers run and whichever is killed; the overlap policies with executions
 that outlive two ticks; catch-up after every worker was stopped longer than the window."""
 
 from __future__ import annotations

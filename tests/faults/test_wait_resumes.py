@@ -1,4 +1,5 @@
-"""Resumes of wait steps survive what webhooks survive (SPEC §10 with §7).
+"""Resumes of wait steps survive what webhooks survive (docs/contract.md#wait,
+docs/contract.md#delivery).
 
 Promises: a resume commits its step's success and the next step's wake-up in one
 transaction, so a worker killed right after that commit loses nothing — the next worker

@@ -1,7 +1,7 @@
-"""Archive and re-ingest (SPEC §14, §12) against a real bin/api, and bin/worker where the
-re-ingested executions run: what the archive keeps of a webhook (never a credential nor
-the secret), re-ingest of a filtered range onto the newest version exactly once, a
-client key spelled like a re-ingest's, dry run, the cap, and the archive's retention."""
+"""Archive and re-ingest (docs/contract.md#reingest, docs/contract.md#system-keys) against a real
+bin/api, and bin/worker where the re-ingested executions run: what the archive keeps of a webhook
+(never a credential nor the secret), re-ingest of a filtered range onto the newest version exactly
+once, a client key spelled like a re-ingest's, dry run, the cap, and the archive's retention."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every operator action names its actor in the execution's history (SPEC §11): the API
-key that asked, or `cli@host` for the CLI on the box. The API runs in-process over the
+"""Every operator action names its actor in the execution's history (docs/contract.md#actors): the
+API key that asked, or `cli@host` for the CLI on the box. The API runs in-process over the
 test's database; the CLI is the real `flowforge` command."""
 
 from __future__ import annotations

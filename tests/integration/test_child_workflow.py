@@ -1,5 +1,5 @@
-"""The workflow step (SPEC §16, child workflows) through real bin/api and bin/worker
-processes: the child's output flows back, a failed child fails the step (and a retry
+"""The workflow step (docs/contract.md#child-workflows, child workflows) through real bin/api and
+bin/worker processes: the child's output flows back, a failed child fails the step (and a retry
 starts a new child), cancelling the parent cancels the child, a child that needs
 attention keeps its parent waiting visibly until it is resolved, cycles are refused at
 publish and depth is bounded at run time."""

@@ -1,5 +1,5 @@
-"""`flowforge workflow pause|resume KEY` and `flowforge pause|resume ID` (SPEC §14): remote
-through a real bin/api with the key named in the history, and on the box against the
+"""`flowforge workflow pause|resume KEY` and `flowforge pause|resume ID` (docs/contract.md#pause):
+remote through a real bin/api with the key named in the history, and on the box against the
 database with `cli@<host>` as the actor."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The `flowforge` CLI in remote mode (SPEC §11): a real bin/api, the CLI as a subprocess
-with an API URL and key and a database URL that leads nowhere — an operator needs no
+"""The `flowforge` CLI in remote mode (docs/contract.md#remote-cli): a real bin/api, the CLI as a
+subprocess with an API URL and key and a database URL that leads nowhere — an operator needs no
 database access. Reads, every operator action, scoped and read-only keys, the errors."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`flowforge replay ID --from-step S --onto V` and `flowforge replay-bulk` (SPEC §14):
-remote through a real bin/api and bin/worker, previewed without --yes, and on the box."""
+"""`flowforge replay ID --from-step S --onto V` and `flowforge replay-bulk`
+(docs/contract.md#replay): remote through a real bin/api and bin/worker, previewed without --yes,
+and on the box."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Parent and child (SPEC §16) link both ways where an operator looks: the API's JSON,
-the console's execution page and `flowforge executions show`; and the child's end writes
+"""Parent and child (docs/contract.md#child-workflows) link both ways where an operator looks: the
+API's JSON, the console's execution page and `flowforge executions show`; and the child's end writes
 its parent's wake-up in the child's own transaction (the reconciler writes a lost one
 again)."""
 

@@ -1,5 +1,5 @@
-"""The console's open circuits (SPEC §13): a circuit opened by a real bin/worker's failed
-requests is listed with its state, closed by hand behind the session's CSRF token (its
+"""The console's open circuits (docs/contract.md#circuits): a circuit opened by a real bin/worker's
+failed requests is listed with its state, closed by hand behind the session's CSRF token (its
 waiting step then goes and succeeds); a read-only key sees no close button and is refused;
 a key scoped to another workflow sees nothing of it (docs/reference/security.md, "Who owns
 a limit")."""

@@ -1,5 +1,5 @@
-"""The console's failed inbox (SPEC §14): failed executions, failed by a real bin/worker,
-grouped by step and error, oldest first, bulk-replayed onto the newest version behind
+"""The console's failed inbox (docs/contract.md#failed-inbox): failed executions, failed by a real
+bin/worker, grouped by step and error, oldest first, bulk-replayed onto the newest version behind
 the session's CSRF token with the signed-in key as actor; no button for a read-only key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The console shows a map step (SPEC §16) as one node with its items: counts by status
+"""The console shows a map step (docs/contract.md#map) as one node with its items: counts by status
 and the first page, in-process against a real database."""
 
 from __future__ import annotations

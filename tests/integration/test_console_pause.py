@@ -1,5 +1,5 @@
-"""The console's pause and resume buttons (SPEC §14), in-process against a real database:
-an execution's and a workflow's, behind the session's CSRF token, recorded with the
+"""The console's pause and resume buttons (docs/contract.md#pause), in-process against a real
+database: an execution's and a workflow's, behind the session's CSRF token, recorded with the
 signed-in key as actor, the reason shown, and no button for a read-only key."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Debounce and batch (SPEC §15) through the in-process API and the scheduler's starter on
-a real PostgreSQL: events recorded against one group per key, a redelivery not counted
-twice, a batch split at max_items, the started execution's input and what it was built
+"""Debounce and batch (docs/contract.md#debounce-batch) through the in-process API and the
+scheduler's starter on a real PostgreSQL: events recorded against one group per key, a redelivery
+not counted twice, a batch split at max_items, the started execution's input and what it was built
 from, flow control on the started executions, and the definition's 422s."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SPEC §8 through real bin/api and bin/worker processes: concurrency slots per workflow
-and per key, on_full, max_queued across API processes, deadlines, queue expiry and
+"""docs/contract.md#flow-control through real bin/api and bin/worker processes: concurrency slots
+per workflow and per key, on_full, max_queued across API processes, deadlines, queue expiry and
 retry budgets."""
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_before_the_new_one_
     oldest = client.start("newest", {"n": 1})
     wait_for(lambda: target.received, message="the first POST")
     newest = client.start("newest", {"n": 2})
-    # The slot is held until the oldest is terminal (SPEC §8): the new one waits queued
-    # while the old POST is still in flight at the target, then starts.
+    # The slot is held until the oldest is terminal (docs/contract.md#slots): the new one waits
+    # queued while the old POST is still in flight at the target, then starts.
     assert client.execution(newest)["status"] == "queued"
     assert client.execution(oldest)["cancel_requested_at"] is not None
     time.sleep(1.0)  # room for a wrongly started POST to arrive

@@ -1,5 +1,5 @@
-"""Input schemas (SPEC §15) through a real bin/api: a webhook whose body fails the
-version's JSON Schema 2020-12 is a 422 listing every error's path and writes nothing; a
+"""Input schemas (docs/contract.md#input-schema) through a real bin/api: a webhook whose body fails
+the version's JSON Schema 2020-12 is a 422 listing every error's path and writes nothing; a
 schema that could not work is refused at publish with its path; hostile bodies (deep
 nesting, huge arrays) within the body limit are answered with a 4xx, bounded."""
 

@@ -1,6 +1,6 @@
 """The lease set and its heartbeat in process, against the real database.
 
-Promises (SPEC §7): the heartbeat renews a lease only while a holder is inside
+Promises (docs/contract.md#leases): the heartbeat renews a lease only while a holder is inside
 `holding()` and only if the step still carries that holder's token *and* this worker's
 name; a holder leaving drops its own entry, never another holder's of the same step;
 a lease the heartbeat found taken, or not confirmed for half a lease, lets no request

@@ -1,4 +1,4 @@
-"""What a map of many items (SPEC §16) costs to read, against a real database and the
+"""What a map of many items (docs/contract.md#map) costs to read, against a real database and the
 worker's own Executor in-process: a unit of work loads the items in flight, not every
 item the map ran; the execution page and the console count items by status without
 reading every item's rows, and page them.

@@ -1,4 +1,4 @@
-"""The map step (SPEC §16) through real bin/api and bin/worker processes: items at most
+"""The map step (docs/contract.md#map) through real bin/api and bin/worker processes: items at most
 max_parallel at a time, results in order, fail_fast, collect, and a retry that re-runs
 only the items that did not succeed."""
 

@@ -1,6 +1,6 @@
-"""Metrics (SPEC §11) from real processes: bin/api's /metrics in gunicorn multiprocess
-mode (two workers, summed), a bin/worker's own port, values that move as executions run,
-and gauge queries that never scan a whole table."""
+"""Metrics (docs/contract.md#metrics) from real processes: bin/api's /metrics in gunicorn
+multiprocess mode (two workers, summed), a bin/worker's own port, values that move as executions
+run, and gauge queries that never scan a whole table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""An outbound concurrency is exact under a race for the key's row lock (SPEC §13).
+"""An outbound concurrency is exact under a race for the key's row lock
+(docs/contract.md#outbound-limits).
 
 Soak seeds 11 and 2311 saw three requests of a limit of concurrency 2 in flight at the
 target: a claim that waited for the key's row lock counted the key's slots with the

@@ -1,6 +1,6 @@
-"""Outbound limits shared by the cluster (SPEC §13), through real bin/api and two real
-bin/worker processes: a rate never exceeded across workers, a waiting step that is still
-`ready` and no attempt, and a 429 with Retry-After that holds the key for everyone."""
+"""Outbound limits shared by the cluster (docs/contract.md#outbound-limits), through real bin/api
+and two real bin/worker processes: a rate never exceeded across workers, a waiting step that is
+still `ready` and no attempt, and a 429 with Retry-After that holds the key for everyone."""
 
 from __future__ import annotations
 

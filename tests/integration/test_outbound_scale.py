@@ -1,5 +1,5 @@
-"""Outbound at scale (SPEC §13): hundreds of slow requests in flight on a few database
-connections, and kept-alive outbound connections — real bin/api and bin/worker."""
+"""Outbound at scale (docs/contract.md#outbound): hundreds of slow requests in flight on a
+few database connections, and kept-alive outbound connections — real bin/api and bin/worker."""
 
 from __future__ import annotations
 

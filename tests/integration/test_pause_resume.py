@@ -1,5 +1,5 @@
-"""SPEC §14 through real bin/api and bin/worker processes: pausing and resuming a workflow
-under a concurrency limit (webhooks still accepted and queued, max_queued and
+"""docs/contract.md#pause through real bin/api and bin/worker processes: pausing and resuming a
+workflow under a concurrency limit (webhooks still accepted and queued, max_queued and
 start_within_s still applied, release in arrival order), pausing one execution, and
 retry.on_exhausted "pause" — resumed (the step runs again) or failed."""
 

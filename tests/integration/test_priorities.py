@@ -1,5 +1,5 @@
-"""SPEC §16 priorities through real bin/api and bin/worker processes: under a backlog the
-higher priority goes first, ageing lets a lower one in under a constant stream of higher
+"""docs/contract.md#priority priorities through real bin/api and bin/worker processes: under a
+backlog the higher priority goes first, ageing lets a lower one in under a constant stream of higher
 ones, the priority comes from the input when the definition says so, a rendered value
 that is no priority refuses the webhook with nothing stored, and the claim's look for a
 better step stays an index scan over a backlog of 50,000 ready steps."""

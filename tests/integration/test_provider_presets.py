@@ -1,5 +1,5 @@
-"""Provider signature presets (SPEC §15) through a real bin/api: Stripe, GitHub, Shopify
-and Slack webhooks start a workflow only when signed as the provider documents, every
+"""Provider signature presets (docs/contract.md#presets) through a real bin/api: Stripe, GitHub,
+Shopify and Slack webhooks start a workflow only when signed as the provider documents, every
 tampering is a 401 that writes nothing, and the provider's delivery id is the identity.
 
 Signatures are made by tests/support/webhooks.py from each provider's documentation

@@ -1,4 +1,4 @@
-"""One bad execution never stops recovery of the others (SPEC §7).
+"""One bad execution never stops recovery of the others (docs/contract.md#storable-values).
 
 Driven in-process against the real database (as dramatiq's tests drive their workers): a
 real Reaper thread, rows written the way the worker and intake leave them, and a few

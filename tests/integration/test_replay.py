@@ -1,5 +1,5 @@
-"""SPEC §14 replay / fork through real bin/api and bin/worker processes: a replay from a
-step onto a newer version keeps the upstream outputs and re-sends nothing upstream
+"""docs/contract.md#replay replay / fork through real bin/api and bin/worker processes: a replay
+from a step onto a newer version keeps the upstream outputs and re-sends nothing upstream
 (checked at a recording target), is linked both ways with the actor in both histories,
 and is refused with errors[] paths when the upstream part differs or holds an unknown
 step; bulk replay of 1,000 failed executions by filter, previewed, confirmed, in batches."""

@@ -1,6 +1,6 @@
 """Retention deletes exactly the finished executions it should, with every child row
-(SPEC §11), against the real database: executions made by the real intake, then left
-the way the worker leaves them (finished, needs_attention, an unknown step under a
+(docs/contract.md#retention), against the real database: executions made by the real intake, then
+left the way the worker leaves them (finished, needs_attention, an unknown step under a
 cancelled execution ...) with their finish moved into the past; and once through real
 bin/worker processes, where the housekeeping loop does it on its own."""
 

@@ -1,4 +1,4 @@
-"""Schedules (SPEC §9) in process against a real database: the scheduler's pass
+"""Schedules (docs/contract.md#schedules) in process against a real database: the scheduler's pass
 (schedules.Ticker.decide_due) and the API's schedule endpoints through the Flask app.
 
 Downtime is the state it leaves: a schedule row whose next tick lies in the past. Tests

@@ -1,6 +1,6 @@
-"""SPEC §12: a request that carries a secret or a resume URL goes where the publisher
-said. Publishing one whose scheme, host or port is templated from the execution's data is
-refused by a real bin/api with 422 and the path, unless the definition opts in."""
+"""docs/contract.md#secret-destinations: a request that carries a secret or a resume URL goes where
+the publisher said. Publishing one whose scheme, host or port is templated from the execution's data
+is refused by a real bin/api with 422 and the path, unless the definition opts in."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""SPEC §12: a secret echoed in the encodings servers really apply — an HTML error page
-(`&amp;`, `&lt;`), XML character references, a sign-in redirect whose `?next=` holds it
-%-encoded twice, `+` for space, Go's JSON (`\\u0026amp;`), any case — is readable from
+"""docs/contract.md#secret-redaction: a secret echoed in the encodings servers really apply — an
+HTML error page (`&amp;`, `&lt;`), XML character references, a sign-in redirect whose `?next=` holds
+it %-encoded twice, `+` for space, Go's JSON (`\\u0026amp;`), any case — is readable from
 nothing FlowForge stores or shows. A real bin/worker against a 127.0.0.1 target that
 echoes the secret it was sent; the API's answers, the worker's log and a pg_dump are then
 decoded independently (the standard library's unescape and unquote, repeatedly) and

@@ -1,4 +1,4 @@
-"""Sources (SPEC §15 routing) through real bin/api processes and a bin/worker: one
+"""Sources (docs/contract.md#sources routing) through real bin/api processes and a bin/worker: one
 /hooks/<source> endpoint starts one execution per matching subscription in one
 transaction, a redelivery returns the same executions (also when sent to two API
 processes at once), an event that matches nothing is answered and recorded, and a

@@ -1,5 +1,6 @@
 """Whatever a request hands to PostgreSQL is storable, and loads back; anything else is a
-4xx problem that creates nothing (SPEC §7: every value FlowForge stores it can load again).
+4xx problem that creates nothing (docs/contract.md#storable-values: every value FlowForge stores it
+can load again).
 
 The property tests probe the edges of jsonb (numeric weight and scale, exponents, NUL,
 lone surrogates, nesting) and of timestamptz, and insert every accepted value for real,

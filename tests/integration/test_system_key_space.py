@@ -1,5 +1,5 @@
-"""SPEC §12: every identity FlowForge makes for itself lives in a key space no client key
-can reach. Against a real bin/api and bin/worker: a webhook sender who posts
+"""docs/contract.md#system-keys: every identity FlowForge makes for itself lives in a key space no
+client key can reach. Against a real bin/api and bin/worker: a webhook sender who posts
 `Idempotency-Key: schedule:<next instant>` (or `webhook-id: schedule:<...>`), with the
 very body the tick would carry, neither suppresses the tick nor is handed its execution,
 and a backfill's dry run and the real backfill agree about ticks a sender pre-claimed; a

@@ -1,4 +1,4 @@
-"""The wait step (SPEC §10) through real bin/api and bin/worker processes: resume URLs,
+"""The wait step (docs/contract.md#wait) through real bin/api and bin/worker processes: resume URLs,
 early, late and racing resumes, timeouts, cancel, operators, and where tokens never go."""
 
 from __future__ import annotations

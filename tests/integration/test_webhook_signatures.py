@@ -1,5 +1,5 @@
-"""Signed webhooks (SPEC §4, Standard Webhooks): only a holder of an active secret can start
-a workflow, a refused call writes nothing, and secrets rotate without downtime.
+"""Signed webhooks (docs/contract.md#webhook-auth, Standard Webhooks): only a holder of an active
+secret can start a workflow, a refused call writes nothing, and secrets rotate without downtime.
 
 Every signature here is made by `sign()` below — hmac + base64 from the standard library,
 written from the Standard Webhooks description — never by flowforge.trust.signatures, so a bug

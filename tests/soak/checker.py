@@ -1,5 +1,6 @@
 """The checker: after the quiet period it reads the target's log, the history and the
-database, and lists every broken promise of SPEC §7 with enough detail to debug it.
+database, and lists every broken promise of docs/contract.md#delivery with enough detail to debug
+it.
 
 Categories (each violation names one):
 - duplicate_unsafe_request: a POST without Idempotency-Key reached the target twice where
@@ -15,8 +16,8 @@ Categories (each violation names one):
   the moment it ran again: the freeze landed between the fence, which found the lease
   its own, and the first byte — a gap no check inside a process can close (only the
   receiver could, by checking the token). Those are counted (`sent_after_freeze`), and
-  the attempt says `unknown` or a repeat-safe step was retried, as SPEC §7 allows. A
-  missing fence still shows: the nemesis's slow senders stall with no freeze at all;
+  the attempt says `unknown` or a repeat-safe step was retried, as docs/contract.md#safe-to-repeat
+  allows. A missing fence still shows: the nemesis's slow senders stall with no freeze at all;
 - step_succeeded_twice: two attempts of one step with outcome succeeded;
 - success_without_request: a succeeded HTTP attempt the target never saw;
 - keyed_request_changed_key: one step's retries carried different Idempotency-Keys;
@@ -25,34 +26,35 @@ Categories (each violation names one):
   (the run's sender is patient, as real ones are: workload.patient retries for 40 s with
   backoff, so only an intake down longer than that leaves one);
 - not_settled: an execution neither terminal nor needs_attention at the end (a parent
-  `waiting` on a child in needs_attention waits for an operator too: SPEC §16);
+  `waiting` on a child in needs_attention waits for an operator too:
+  docs/contract.md#child-workflows);
 - unknown_not_visible: a step in `unknown` whose execution GET ?status=needs_attention
   does not list;
 - running_without_owner: a step still `running` whose owner is gone, whose lease has
   expired, or whose attempt has been in flight longer than any request can take;
 - worker_not_recovered: a worker that was not consuming again soon after the faults healed;
 - drain_stuck: a worker that did not finish its SIGTERM drain in time at the very end;
-- map_output: a succeeded map step (SPEC §16) whose items' POSTs did not each succeed
+- map_output: a succeeded map step (docs/contract.md#map) whose items' POSTs did not each succeed
   exactly once, or whose output is not the items in input order with the answer the
   target gave each (or the operator's resolve);
 - map_parallel_exceeded: more items of one execution's map in flight at the target than
   its max_parallel;
 - child_round / child_output / child_left_running / child_post_twice: child workflows
-  (SPEC §16) — a round of a parent's workflow step (its fencing token) that started no
-  child or two, or a child not of its parent's key `child:<parent>:<step>:<round>`; a
+  (docs/contract.md#child-workflows) — a round of a parent's workflow step (its fencing token) that
+  started no child or two, or a child not of its parent's key `child:<parent>:<step>:<round>`; a
   succeeded step whose output is not its round's child's output (the child's last step,
   holding an answer the target gave the child, or the operator's resolve); a child still
   live (not terminal, no cancel requested) under a cancelled or failed parent or after a
   later round replaced it; a child whose one unsafe POST was sent twice unasked;
-- group_event / group_input / group_not_started: debounce and batch (SPEC §15) — an
-  accepted event recorded in no group, in two, or in another than its 202 named; a group
-  whose execution's input is not its events (debounce: the last one plus `debounced`;
-  batch: every one, in order, at most max_items); an event in two batches; a group never
-  started;
+- group_event / group_input / group_not_started: debounce and batch
+  (docs/contract.md#debounce-batch) — an accepted event recorded in no group, in two, or in another
+  than its 202 named; a group whose execution's input is not its events (debounce: the last one plus
+  `debounced`; batch: every one, in order, at most max_items); an event in two batches; a group
+  never started;
 - frozen_lock_uncovered / frozen_lock_outlived_timeout / frozen_execution_late: a worker
   frozen at an arbitrary moment for longer than the database timeout (nemesis
-  freeze_anywhere; docs/contract.md §8) had a session holding a lock `active` waiting for
-  it or `idle` (no server timeout covers either), still held a lock after the timeout,
+  freeze_anywhere; docs/contract.md#frozen-processes) had a session holding a lock `active` waiting
+  for it or `idle` (no server timeout covers either), still held a lock after the timeout,
   or its own executions were not stopped within the bound after their cancel;
 - api_5xx / api_no_answer: an API answer of 500 or more, or none at all (the API processes
   are never faulted). One exception: while the nemesis runs, a 503 service-unavailable
@@ -157,12 +159,12 @@ JOIN LATERAL (SELECT started_at FROM attempts n
 WHERE a.outcome = 'lost_lease'
 ORDER BY s
 """
-# An execution paused because a step's retries ran out under `on_exhausted: pause` (SPEC
-# §14) waits for an operator to resume or fail it, as one in needs_attention does; the
-# nemesis resumes those it finds when the quiet period begins, and one whose retries run
+# An execution paused because a step's retries ran out under `on_exhausted: pause`
+# (docs/contract.md#pause) waits for an operator to resume or fail it, as one in needs_attention
+# does; the nemesis resumes those it finds when the quiet period begins, and one whose retries run
 # out after that is left to the operator. A parent `waiting` on a child that waits for an
-# operator (SPEC §16) waits for one too: it is as settled as its child (the newest of its
-# step's children).
+# operator (docs/contract.md#child-workflows) waits for one too: it is as settled as its child (the
+# newest of its step's children).
 EXHAUSTED = "{e}.status = 'paused' AND {e}.pause_reason = 'exhausted'"
 WAITS_ON_OPERATOR = f"""
 ({EXHAUSTED.format(e="e")}) OR (e.status = 'waiting' AND EXISTS (
@@ -187,20 +189,22 @@ TICKS = """
 SELECT w.key AS workflow, t.outcome, count(*) AS n, count(DISTINCT t.tick_at) AS instants
 FROM schedule_ticks t JOIN workflows w ON w.id = t.workflow_id GROUP BY 1, 2 ORDER BY 1, 2
 """
-# The map step's row and the step after it, with their outputs (SPEC §16).
+# The map step's row and the step after it, with their outputs (docs/contract.md#map).
 MAP_ROWS = """
 SELECT s.execution_id::text AS execution_id, s.step_id, s.status, s.output::text AS output
 FROM steps s JOIN executions e ON e.id = s.execution_id JOIN workflows w ON w.id = e.workflow_id
 WHERE w.key = %(workflow)s AND s.step_id = ANY(%(steps)s)
 """
-# The steps of the child workflow's parents and children (SPEC §16), with their outputs.
+# The steps of the child workflow's parents and children (docs/contract.md#child-workflows), with
+# their outputs.
 CHILD_STEPS = """
 SELECT s.execution_id::text AS execution_id, s.step_id, s.status, s.fencing_token,
        s.output::text AS output
 FROM steps s JOIN executions e ON e.id = s.execution_id JOIN workflows w ON w.id = e.workflow_id
 WHERE w.key = ANY(%(workflows)s)
 """
-# Debounce and batch (SPEC §15): every group, and every event recorded in one.
+# Debounce and batch (docs/contract.md#debounce-batch): every group, and every event recorded in
+# one.
 GROUPS = """
 SELECT g.id, w.key AS workflow, g.kind, g.group_key, g.status, g.execution_id::text AS execution_id,
        g.events, g.reason
@@ -850,7 +854,8 @@ class Checker:
         return found
 
     def check_ticks(self) -> None:
-        """A schedule's tick instant fires at most once (SPEC §9), whatever was faulted."""
+        """A schedule's tick instant fires at most once (docs/contract.md#schedules), whatever was
+        faulted."""
         for t in self.ticks:
             if t["outcome"] == "fired" and t["n"] != t["instants"]:
                 self.fail(
@@ -859,7 +864,8 @@ class Checker:
                 )
 
     def check_replays(self) -> None:
-        """A replay never runs or sends again what is upstream of its step (SPEC §14)."""
+        """A replay never runs or sends again what is upstream of its step
+        (docs/contract.md#replay)."""
         sent = {(where.execution_id, where.step) for where, _ in self.requests if where}
         replays = 0
         for e in self.executions:
@@ -952,7 +958,7 @@ class Checker:
                 )
 
     def check_maps(self) -> None:
-        """The map step (SPEC §16): a succeeded map has every item's POST succeeded
+        """The map step (docs/contract.md#map): a succeeded map has every item's POST succeeded
         exactly once, and its output lists the items in input order, each with the answer
         the target gave that item (or the operator's resolve); no more than max_parallel
         items of one execution were in flight at the target at once, faults or not
@@ -1040,10 +1046,10 @@ class Checker:
         }
 
     def check_groups(self) -> None:
-        """Debounce and batch (SPEC §15): every accepted event is recorded in exactly one
-        group, the one whose execution its 202 named; that group started its one
-        execution, whose input is what SPEC §15 says (debounce: the group's last event
-        plus `debounced`, the count of the others, of that key; batch: `events[]`, every
+        """Debounce and batch (docs/contract.md#debounce-batch): every accepted event is recorded in
+        exactly one group, the one whose execution its 202 named; that group started its one
+        execution, whose input is what docs/contract.md#debounce-batch says (debounce: the group's
+        last event plus `debounced`, the count of the others, of that key; batch: `events[]`, every
         event of the group in arrival order, at most max_items); no event is in two
         executions, and none recorded was answered only 5xx."""
         if self.features is None:
@@ -1145,9 +1151,9 @@ class Checker:
         self.figures_extra["groups"] = dict(counted)
 
     def check_children(self) -> None:
-        """Child workflows (SPEC §16): every round of a parent's workflow step (a fencing
-        token that ended in an attempt, or the one it waits in) has exactly one child,
-        under the key of that round; a succeeded step's output is its round's child's
+        """Child workflows (docs/contract.md#child-workflows): every round of a parent's workflow
+        step (a fencing token that ended in an attempt, or the one it waits in) has exactly one
+        child, under the key of that round; a succeeded step's output is its round's child's
         output, which holds an answer the target gave that child (or the operator's
         resolve); under a cancelled or failed parent, or once a later round replaced it, no
         child is left live (each is terminal or has its cancel requested); no child sent

@@ -3,7 +3,7 @@ concurrency limits (every `on_full`, `max_queued`, `start_within_s`, `deadline_s
 schedules (every `overlap`), wait steps, retention, outbound limits with a circuit, a
 signed source (GitHub preset) routing to two workflows, an archived workflow for
 re-ingest, `retry.on_exhausted: pause`, a map step, debounce and batch, and a child
-workflow (a `workflow` step, SPEC §16). The Features sender runs beside the
+workflow (a `workflow` step, docs/contract.md#child-workflows). The Features sender runs beside the
 Workload's: webhooks to these workflows and to the source, and resumes of wait steps
 (from the resume URLs the target received: on time, late, twice, with another body).
 
@@ -59,18 +59,18 @@ METERED = ("metered", "call")
 # clock an hour behind (workload.THROTTLE), held for at most max_hold_s.
 THROTTLED = ("throttled", "call")
 QUOTA = {"concurrency": 2, "max_hold_s": 2}
-# The map step (SPEC §16) of workflow `mapped`: its items' unsafe POSTs, at most
+# The map step (docs/contract.md#map) of workflow `mapped`: its items' unsafe POSTs, at most
 # MAP_PARALLEL at once; items run `collect`, so every item runs whatever the others do.
 MAP_STEP, MAP_POST, MAP_PARALLEL = "lines", "reserve", 2
 MAP_ITEMS = (1, 6)
-# Debounce and batch (SPEC §15): workflow, kind and its options. The debounced key is
-# input.k; a batch is one group for the workflow.
+# Debounce and batch (docs/contract.md#debounce-batch): workflow, kind and its options. The
+# debounced key is input.k; a batch is one group for the workflow.
 GROUPED = {
     "debounced": ("debounce", {"key": "{{ input.k }}", "window_s": 1, "max_wait_s": 4}),
     "batched": ("batch", {"max_items": 4, "window_s": 2}),
 }
-# A child workflow (SPEC §16): `parented` shapes its input, then its workflow step CALL
-# starts a `childed` execution and waits for it. The child sends one unsafe POST
+# A child workflow (docs/contract.md#child-workflows): `parented` shapes its input, then its
+# workflow step CALL starts a `childed` execution and waits for it. The child sends one unsafe POST
 # (CHILD_POST, at /t/childed/book/<n>/<the child's execution id>: every child, of every
 # round, is its own sender) and ends with a transform, whose output is the child's.
 PARENT, CHILD, CALL, CHILD_POST = "parented", "childed", "call", "book"

@@ -82,8 +82,8 @@ FLICKER_S = 0.25
 # generation may take to reach one.
 WRITES_SENT, READS_SENT = "after_writes_sent", "after_reads_sent"
 AT_POINT_WITHIN_S = 15.0
-# docs/contract.md §8: a frozen worker delays its own execution's cancel (and its slot)
-# by at most the database timeout or the lease, plus a reaper pass; slack for a loaded
+# docs/contract.md#frozen-bound: a frozen worker delays its own execution's cancel (and its
+# slot) by at most the database timeout or the lease, plus a reaper pass; slack for a loaded
 # machine. Judged only while the worker stays frozen.
 OWN_BOUND_S = DB_TIMEOUT_S + 8.0
 # Sessions (by client port, through the worker's own proxy) that hold a lock in a state
@@ -450,8 +450,8 @@ def _read(path: Path) -> str:
 
 
 class FrozenWatch:
-    """What a worker frozen anywhere must not do (docs/contract.md §8): hold a lock in a
-    state no server timeout covers, keep any lock past the timeout, or delay its own
+    """What a worker frozen anywhere must not do (docs/contract.md#frozen-bound): hold a lock
+    in a state no server timeout covers, keep any lock past the timeout, or delay its own
     executions' cancel past OWN_BOUND_S. Findings are faults of kind `frozen_*`; its
     stops are recorded as pauses, so the checker's rules for requests sent around a
     SIGSTOP apply."""
@@ -652,8 +652,8 @@ class Operator:
         found = {}
         for s in r.json()["steps"]:
             found[s["id"]] = s["status"]
-            # A map's items (SPEC §16) are counted on the page, with a first page of them
-            # (the soak's maps have fewer items than a page): their rows' statuses count
+            # A map's items (docs/contract.md#map) are counted on the page, with a first page of
+            # them (the soak's maps have fewer items than a page): their rows' statuses count
             # like steps', for the checker's "asked for" and for resolve.
             for item in (s.get("items") or {}).get("items", []):
                 found.update({row["id"]: row["status"] for row in item["steps"]})
@@ -818,7 +818,8 @@ class Operator:
         return sorted(found)
 
     def replay(self, pick: float, duration: float, coin: float) -> None:
-        """Replay a finished execution from a step past its unsafe POST (SPEC §14)."""
+        """Replay a finished execution from a step past its unsafe POST
+        (docs/contract.md#replay)."""
         workflows = sorted(REPLAY_FROM)
         workflow = workflows[int(coin * len(workflows))]
         base = self.cluster.api_bases[0]

@@ -47,7 +47,7 @@ Usage:
     .venv/bin/python -m tests.soak.soak --duration 60
     # replay a failure from its seed (use the same options as the failed run)
     .venv/bin/python -m tests.soak.soak --seed 1234 --duration 60
-    # the long form (docs/explanation/failures.md lists the seeds run and their figures)
+    # the long form (docs/bench/fault-runs.md lists the seeds run and their figures)
     .venv/bin/python -m tests.soak.soak --seed 2321 --seeds 3 --duration 180 --servers own
     .venv/bin/python -m tests.soak.soak --seed 2324 --duration 180 --servers ha
     .venv/bin/python -m tests.soak.soak --seed 2324 --duration 180 --servers ha-partial

@@ -1,5 +1,5 @@
-"""`archive_days` (SPEC §14) is validated at its JSON path like `retention_days`, and the
-archive keeps only allow-listed headers: never a credential, whatever its spelling."""
+"""`archive_days` (docs/contract.md#archive) is validated at its JSON path like `retention_days`,
+and the archive keeps only allow-listed headers: never a credential, whatever its spelling."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Human-readable CLI output never passes a terminal control through (SPEC §12): an
-OSC 52 clipboard write, an erase-line and a carriage-return overwrite planted in a URL or
-a workflow name are printed as visible escapes; --output json is left as it was."""
+"""Human-readable CLI output never passes a terminal control through
+(docs/contract.md#control-characters): an OSC 52 clipboard write, an erase-line and a
+carriage-return overwrite planted in a URL or a workflow name are printed as visible escapes;
+--output json is left as it was."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Cron parsing and fire times (flowforge/domain/cron.py), checked against cronsim, and the DST
-rule of SPEC §9 on the 2026 transitions of Europe/Lisbon and America/New_York.
+rule of docs/contract.md#schedules on the 2026 transitions of Europe/Lisbon and America/New_York.
 
 cronsim (healthchecks.io) is the reference: it follows Debian cron, whose DST handling
-for expressions with a fixed minute and hour is the rule of SPEC §9. For expressions with
-`*` in the minute or hour field it counts real time across a transition instead, which
-is not our rule, so those are compared in UTC only (and in zones by the DST tests below).
+for expressions with a fixed minute and hour is the rule of docs/contract.md#schedules. For
+expressions with `*` in the minute or hour field it counts real time across a transition instead,
+which is not our rule, so those are compared in UTC only (and in zones by the DST tests below).
 """
 
 from __future__ import annotations

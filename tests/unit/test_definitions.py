@@ -1,4 +1,5 @@
-"""Definition validation: every rule of SPEC section 5, each reported at its exact JSON path."""
+"""Definition validation: every rule of docs/contract.md#definition, each reported at its exact JSON
+path."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def only_error(doc: Any, path: str, fragment: str = "") -> str:
     return errors[0]["message"]
 
 
-# --- the SPEC example ---------------------------------------------------------------------------
+# --- the example of docs/contract.md#definition --------------------------------------------------
 
 
 def test_the_spec_example_parses() -> None:

@@ -1,6 +1,6 @@
-"""The workflow step's rules (SPEC §16) in flowforge/domain/engine.py, without a database:
-what starting a child asks the store to write, what the child's end does to the step, and
-when a child wakes its parent."""
+"""The workflow step's rules (docs/contract.md#child-workflows) in flowforge/domain/engine.py,
+without a database: what starting a child asks the store to write, what the child's end does to the
+step, and when a child wakes its parent."""
 
 from __future__ import annotations
 
@@ -142,7 +142,8 @@ def limited(concurrency: dict[str, Any]) -> ChildTarget:
 
 
 def test_a_child_of_a_concurrency_limited_workflow_starts_with_its_key() -> None:
-    # The store admits it through flow control by that key (children.start, SPEC §8).
+    # The store admits it through flow control by that key (children.start,
+    # docs/contract.md#flow-control).
     run = parent(input={"order": "{{ input.order }}"})
     run.child_targets = {"invoicing": limited({"limit": 1, "key": "{{ input.order }}"})}
     run.started()

@@ -1,5 +1,5 @@
-"""SPEC §8 as pure rules: validation of every flow-control option at its JSON path, and
-the engine's deadline and budget transitions."""
+"""docs/contract.md#flow-control as pure rules: validation of every flow-control option at its JSON
+path, and the engine's deadline and budget transitions."""
 
 from __future__ import annotations
 

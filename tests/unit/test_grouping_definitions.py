@@ -1,5 +1,5 @@
-"""trigger.webhook.debounce and .batch as the parser reads them (SPEC §15): defaults, the
-key template's rules, and what a group key renders to."""
+"""trigger.webhook.debounce and .batch as the parser reads them (docs/contract.md#debounce-batch):
+defaults, the key template's rules, and what a group key renders to."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long webhook idempotency keys are remembered
-(SPEC §4, §11), a number of hours from 1 to 87600, default 24; anything else stops
-start-up with a message naming the variable and the range."""
+(docs/contract.md#idempotency, docs/contract.md#retention), a number of hours from 1 to 87600,
+default 24; anything else stops start-up with a message naming the variable and the range."""
 
 from __future__ import annotations
 

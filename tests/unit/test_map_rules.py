@@ -1,4 +1,5 @@
-"""The map step's rules (SPEC §16) in flowforge/domain/engine.py, driven without a database."""
+"""The map step's rules (docs/contract.md#map) in flowforge/domain/engine.py, driven without a
+database."""
 
 from __future__ import annotations
 

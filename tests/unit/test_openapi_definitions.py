@@ -50,7 +50,7 @@ STEP_BASES: dict[str, dict[str, Any]] = {
 }
 
 
-# A definition's outbound limits (SPEC §13), for the step that names one.
+# A definition's outbound limits (docs/contract.md#outbound-limits), for the step that names one.
 LIMITS = {"api": {"rate_per_s": 5}}
 
 

@@ -1,5 +1,5 @@
-"""Outbound limits in a definition and in configuration (SPEC §13): what is accepted and
-what is refused, saying where."""
+"""Outbound limits in a definition and in configuration (docs/contract.md#outbound-limits): what is
+accepted and what is refused, saying where."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The pause rules of flowforge/domain/engine.py (SPEC §14), driven without a database: a
-paused run promotes and dispatches nothing, records what was in flight, resumes as it
+"""The pause rules of flowforge/domain/engine.py (docs/contract.md#pause), driven without a
+database: a paused run promotes and dispatches nothing, records what was in flight, resumes as it
 was, and retry.on_exhausted "pause" holds the run at the step whose tries ran out."""
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ ENCODINGS = {
     "quote_plus": lambda v: quote_plus(v, safe=""),
     "every byte %-encoded": lambda v: "".join(f"%{b:02x}" for b in v.encode()),
 }
-# SPEC §12: what error pages, XML and redirects apply, nested as servers nest them. Cut
-# out, or the whole text withheld; a secret ending in '&' may leave its entity's `amp;`.
+# docs/contract.md#secret-redaction: what error pages, XML and redirects apply, nested as servers
+# nest them. Cut out, or the whole text withheld; a secret ending in '&' may leave its entity's
+# `amp;`.
 NESTED_ENCODINGS = {
     "html escape": html.escape,
     "html escape twice": lambda v: html.escape(html.escape(v)),
@@ -72,7 +73,7 @@ def test_every_promised_spelling_is_redacted(value: str, encoding: str, around: 
     text = f"{around}<{echoed}>{around}"
     redacted = _redact(text, redactor([value]))
     # Withheld whole is the stricter answer when what is left around the cut still
-    # decodes to the secret (SPEC §12): never stored readable either way.
+    # decodes to the secret (docs/contract.md#secret-redaction): never stored readable either way.
     assert f"<{REDACTED}>" in redacted or redacted == WITHHELD, ascii((value, around, redacted))
 
 

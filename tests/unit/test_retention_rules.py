@@ -1,4 +1,5 @@
-"""`retention_days` (SPEC §11) is validated at its JSON path like every other option."""
+"""`retention_days` (docs/contract.md#retention) is validated at its JSON path like every other
+option."""
 
 from __future__ import annotations
 

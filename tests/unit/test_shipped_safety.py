@@ -1,5 +1,5 @@
-"""SPEC §12: the shipped examples and deployment files are safe as written — what users
-copy must not undo the code's protections. Every example publishes (so no secret or
+"""docs/contract.md#safe-examples: the shipped examples and deployment files are safe as written —
+what users copy must not undo the code's protections. Every example publishes (so no secret or
 resume URL goes to a destination the input picks), every example that makes a decision
 through a wait step takes only signed webhooks, the nginx site keeps resume tokens out of
 its access log and denies /metrics, and no systemd file carries a secret in clear."""

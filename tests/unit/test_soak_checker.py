@@ -394,7 +394,7 @@ def test_an_event_lost_or_in_two_batches_is_reported() -> None:
     assert found.count("group_event") == 3 and "group_input" in found, found
 
 
-# ---- child workflows (SPEC §16) --------------------------------------------------------
+# ---- child workflows (docs/contract.md#child-workflows) ------------------------------------------
 
 PID = "01a23100-0000-7000-8000-0000000000aa"
 

@@ -1,5 +1,5 @@
-"""The operator console under /ui/ (SPEC §11): server-rendered pages over the same reads
-and actions as the API, signed in with an API key."""
+"""The operator console under /ui/ (docs/contract.md#console): server-rendered pages over the same
+reads and actions as the API, signed in with an API key."""
 
 from flowforge.api.console.views import bp
 

@@ -55,7 +55,7 @@ def fail_wait(conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id:
 
 
 def pause(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Pause an execution (SPEC §14)."""
+    """Pause an execution (docs/contract.md#pause)."""
     return actions.pause(conn, execution_id, actor=key.actor())
 
 

@@ -64,7 +64,7 @@ from flowforge.store import (
     timeline,
 )
 
-# Groups a workflow page lists (SPEC §15).
+# Groups a workflow page lists (docs/contract.md#debounce-batch).
 GROUPS_SHOWN = 50
 
 bp = Blueprint(
@@ -85,7 +85,8 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     # A paused execution is cancelled from its own page.
     "cancel": tuple(s.value for s in LIVE_EXECUTION if s != ExecutionStatus.PAUSED),
     "retry": tuple(sorted(s.value for s in actions.RETRIED_EXECUTION)),
-    # SPEC §14: replayed from the step the confirmation names, onto the version it names.
+    # docs/contract.md#replay: replayed from the step the confirmation names, onto the version it
+    # names.
     "replay": tuple(sorted(s.value for s in replay.REPLAYABLE)),
 }
 # The statuses of an execution that moves on by itself (the page refreshes for them).
@@ -317,7 +318,7 @@ def _retry_label(statuses: set[str]) -> str:
     return "Run the remaining steps"
 
 
-# Items of a map shown at a time on the execution page (SPEC §16).
+# Items of a map shown at a time on the execution page (docs/contract.md#map).
 ITEM_PAGE = 20
 
 
@@ -411,7 +412,8 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         },
         "resolutions": RESOLUTIONS,
         "csrf": _csrf(),
-        # SPEC §14: why it does not move (paused, or its workflow is) and what may be done.
+        # docs/contract.md#pause: why it does not move (paused, or its workflow is) and what may be
+        # done.
         "pause_state": detail["flow_control"],
         "can_pause": writable
         and detail["status"] != ExecutionStatus.PAUSED
@@ -424,7 +426,8 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         and actions.fail_paused_refusal(detail["status"], (s["status"] for s in detail["steps"]))
         is None,
         "replay": replay.links(conn, execution_id),
-        # SPEC §15: the debounce or batch group it was started from, with its events.
+        # docs/contract.md#debounce-batch: the debounce or batch group it was started from, with its
+        # events.
         "built_from": grouping.built_from(conn, execution_id),
         "can_replay": writable and detail["status"] in replay.REPLAYABLE,
         "latest_version": catalog.get_workflow(conn, detail["workflow"])["latest_version"],
@@ -492,7 +495,7 @@ def retry(execution_id: str) -> BaseResponse:
 @bp.post("/executions/<execution_id:execution_id>/pause")
 @signed_in
 def pause(execution_id: str) -> BaseResponse:
-    """Pause (SPEC §14), then back to the execution."""
+    """Pause (docs/contract.md#pause), then back to the execution."""
     key = _act_on(execution_id)
     with connection() as conn:
         operate.pause(conn, key, execution_id)
@@ -596,7 +599,7 @@ def attention() -> str:
     )
 
 
-# ---- the failed inbox (SPEC §14) -----------------------------------------------------
+# ---- the failed inbox (docs/contract.md#failed-inbox) --------------------------------------------
 
 FAILED_ACTIONS = ("replay", "retry")
 
@@ -811,7 +814,8 @@ def workflow(key: str) -> str:
         except schedules.NoSchedule:
             schedule = None
         paused = catalog.workflow_pause(conn, key)
-        # SPEC §15: open (and closed, due) groups first, then the last started ones.
+        # docs/contract.md#debounce-batch: open (and closed, due) groups first, then the last
+        # started ones.
         groups = sorted(
             grouping.groups(conn, key, None, limit=GROUPS_SHOWN),
             key=lambda g: (g["status"] not in ("open", "closed"), -g["id"]),
@@ -835,7 +839,7 @@ def workflow(key: str) -> str:
     )
 
 
-# ---- re-ingest (SPEC §14) ---------------------------------------------------------------
+# ---- re-ingest (docs/contract.md#reingest) -------------------------------------------------------
 
 
 def _reingest_request(form: Any, *, dry_run: bool) -> tuple[reingest.Request, dict[str, str]]:
@@ -893,7 +897,7 @@ def reingest_post(key: str) -> str:
 @bp.post("/workflows/<workflow_key:key>/pause")
 @signed_in
 def pause_workflow(key: str) -> BaseResponse:
-    """Pause a workflow (SPEC §14), then back to its page."""
+    """Pause a workflow (docs/contract.md#pause), then back to its page."""
     api_key = require(key, write=True)
     with connection() as conn:
         operate.pause_workflow(conn, api_key, key)
@@ -912,7 +916,7 @@ def resume_workflow(key: str) -> BaseResponse:
     return redirect(url_for("console.workflow", key=key), 303)
 
 
-# ---- schedules (SPEC §9), as the API's schedule endpoints --------------------------------
+# ---- schedules (docs/contract.md#schedules), as the API's schedule endpoints ---------------------
 
 
 def _back_to_workflow(key: str) -> BaseResponse:
@@ -990,7 +994,7 @@ def backfill_schedule(key: str) -> str:
     )
 
 
-# ---- open circuits (SPEC §13) ----------------------------------------------------------
+# ---- open circuits (docs/contract.md#circuits) ---------------------------------------------------
 
 
 @bp.get("/circuits")
