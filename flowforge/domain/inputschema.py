@@ -29,6 +29,7 @@ import functools
 import itertools
 import json
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import re2
@@ -311,6 +312,24 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
     _spend(walked[0] // _WALK_PER_EVALUATION)
 
 
+def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's, but an integer too large for a float is divided exactly: its own
+    divides it as a float, an OverflowError (a 500) past 309 digits, and any storable
+    integer may have 4 300 (flowforge.domain.jsonvalues). Below that, jsonschema's float
+    quotient is kept (`multipleOf: 0.01` takes 5, which exact arithmetic would not)."""
+    if isinstance(divisor, float) and validator.is_type(instance, "integer"):
+        try:
+            float(instance)
+        except OverflowError:
+            if (Fraction(instance) / Fraction(divisor)).denominator != 1:
+                yield ValidationError("is not a multiple")
+            return
+    yield from _MULTIPLE_OF(validator, divisor, instance, schema)
+
+
+_MULTIPLE_OF = Draft202012Validator.VALIDATORS["multipleOf"]
+
+
 # Values a hash walk (uniqueItems) visits for one keyword evaluation: a visit is a
 # fraction of a microsecond, an evaluation tens (tests/bench/schema_bounds.py).
 _WALK_PER_EVALUATION = 10
@@ -368,6 +387,7 @@ _KEYWORDS = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
     "uniqueItems": _unique_items,
+    "multipleOf": _multiple_of,
 }
 BoundedValidator = validators.extend(
     Draft202012Validator,

@@ -1,8 +1,10 @@
 """Keywords whose work is not one step per value, through a real bin/api
 (docs/reference/input-schema.md, security.md "Validating a body has a bound no schema can
 lift"): `uniqueItems` over an array whose items cannot be sorted together is jsonschema's
-pairwise comparison, quadratic in the items. An anonymous sender chooses the body; the
-ordinary schema below is what publishers write."""
+pairwise comparison, quadratic in the items; `multipleOf` with a fractional divisor
+divides the body's integer as a float, which overflows past 309 digits (a 500). An
+anonymous sender chooses both bodies; the ordinary schemas below are what publishers
+write."""
 
 from __future__ import annotations
 
@@ -58,3 +60,15 @@ def test_unique_items_over_unsortable_items_costs_linear_time(api: str, api_key:
     other = [[True, 1], [False, 0, None, ""], [{"a": 1}, {"a": True}], [[1], [1, 1]], ["1", 1]]
     for tags in other:
         assert hook(api, "tagged", {"tags": tags}).status_code == 202, tags
+
+
+def test_multiple_of_a_fraction_takes_any_storable_integer(api: str, api_key: str) -> None:
+    client = Api(api, api_key)
+    client.publish("quarters", definition({"properties": {"n": {"multipleOf": 0.75}}}))
+    huge = 10**400  # storable: integers may have up to 4,300 digits
+    r = hook(api, "quarters", {"n": huge})
+    assert r.status_code == 422, r.text  # 4 * 10^400 / 3 is no whole number
+    assert str(huge) not in r.text
+    assert hook(api, "quarters", {"n": 3 * huge}).status_code == 202
+    assert hook(api, "quarters", {"n": 1.5}).status_code == 202
+    assert hook(api, "quarters", {"n": 1}).status_code == 422
