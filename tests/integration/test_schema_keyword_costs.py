@@ -72,3 +72,28 @@ def test_multiple_of_a_fraction_takes_any_storable_integer(api: str, api_key: st
     assert hook(api, "quarters", {"n": 3 * huge}).status_code == 202
     assert hook(api, "quarters", {"n": 1.5}).status_code == 202
     assert hook(api, "quarters", {"n": 1}).status_code == 422
+
+
+def test_a_long_enum_is_looked_up_not_scanned(api: str, api_key: str) -> None:
+    # Whoever may publish one workflow (a key scoped to it) writes the longest enum a
+    # definition holds; each value checked against it was compared with every member in
+    # turn, about 30 ms a value for objects: a 60 KB body held a process for minutes.
+    members = [{"k": n} for n in range(18_000)]
+    client = Api(api, api_key)
+    client.publish("listed", definition({"items": {"enum": members}}))
+    last = [{"k": 17_999}] * 4_000
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        bodies = [pool.submit(hook, api, "listed", last) for _ in range(3)]
+        health = pool.submit(requests.get, f"{api}/healthz", timeout=120)
+        answers = [answer.result() for answer in bodies]
+    assert health.result().status_code == 200
+    for answer in answers:
+        assert answer.status_code == 202, answer.text
+    # The same values as jsonschema's equality: 1.0 is 1, true is not, order is free.
+    client.publish("listed", definition({"enum": [1, {"a": [1], "b": None}, "x"]}))
+    for body in (1.0, {"b": None, "a": [1.0]}, "x"):
+        assert hook(api, "listed", body).status_code == 202, body
+    for body in (True, {"a": [1]}, "X", None, [1]):
+        r = hook(api, "listed", body)
+        assert r.status_code == 422, body
+        assert r.json()["errors"][0]["path"] == "$"
