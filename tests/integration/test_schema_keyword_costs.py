@@ -97,3 +97,21 @@ def test_a_long_enum_is_looked_up_not_scanned(api: str, api_key: str) -> None:
         r = hook(api, "listed", body)
         assert r.status_code == 422, body
         assert r.json()["errors"][0]["path"] == "$"
+
+
+def test_errors_an_applicator_swallows_are_paid_for(api: str, api_key: str) -> None:
+    # `anyOf` collects every error of a branch before it tries the next: 18 000 required
+    # names each make one per value, 100 ms a value, while the budget counted one keyword.
+    names = [f"p{n}" for n in range(18_000)]
+    client = Api(api, api_key)
+    client.publish("swallowed", definition({"items": {"anyOf": [{"required": names}, True]}}))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        bodies = [pool.submit(hook, api, "swallowed", [{}] * 5_000) for _ in range(3)]
+        health = pool.submit(requests.get, f"{api}/healthz", timeout=120)
+        answers = [answer.result() for answer in bodies]
+    assert health.result().status_code == 200
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        assert "keyword evaluations" in answer.json()["detail"]
+    # A few values against the same schema are checked as before.
+    assert hook(api, "swallowed", [{}, {"p1": 1}]).status_code == 202
