@@ -86,6 +86,9 @@ class Client:
             headers=sent,
             data=data,
             timeout=self.timeout,
+            # A redirect is no FlowForge answer: followed, a 307/308 would re-send the
+            # body (a secret) to the Location's origin (docs/reference/security.md).
+            allow_redirects=False,
         )
         if response.status_code not in expected:
             try:

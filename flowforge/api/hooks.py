@@ -114,7 +114,19 @@ def _accept(
         try:
             body = parse_json(raw)  # validates: 400 for what jsonb would refuse
             if target.input_checker is not None:
-                inputschema.check(target.input_checker, body)  # 413/422, nothing written
+                try:
+                    inputschema.check(target.input_checker, body)  # 413/422, nothing written
+                except (inputschema.InputInvalid, inputschema.InputTooLarge):
+                    # The cached schema may be an older version's, which only the
+                    # publishing process forgets: re-read, within the same throttle as
+                    # forged signatures, before refusing (docs/reference/input-schema.md).
+                    fresher = (
+                        intake.TARGETS.recheck(conn, key, encryption_key) if attempt == 0 else None
+                    )
+                    if fresher is None or fresher.version_id == target.version_id:
+                        raise
+                    target = fresher
+                    continue
             identity = _idempotency_key(verified)
             secret_id = _secret_id(target.secrets, verified)
             if grouping.is_grouped(target.definition):

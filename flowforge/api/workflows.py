@@ -8,6 +8,7 @@ from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.errors import Forbidden
 from flowforge.store import catalog, grouping, intake, pausing, reingest
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
@@ -27,6 +28,14 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     definition = catalog.publishable(
         key, document, settings.secret_bindings, may_use_secrets=api_key.publish_secrets
     )
+    # A workflow step starts its child past the child's webhook signature, with input this
+    # publisher chooses: acting on that workflow, so the key must be one that may write it
+    # (docs/reference/security.md, "A scoped key acts only on its workflows").
+    called = [w for w in definition.child_workflows() if not api_key.allows(w, write=True)]
+    if called:
+        raise Forbidden(
+            f"this API key may not write workflow {called[0]!r}, which a workflow step would start"
+        )
     with connection() as conn:
         published = catalog.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"

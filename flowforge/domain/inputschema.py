@@ -28,7 +28,10 @@ import contextvars
 import functools
 import itertools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import re2
@@ -293,17 +296,122 @@ def _additional_properties(validator: Any, aP: Any, instance: Any, schema: Any) 
         yield ValidationError("additional properties are not allowed")
 
 
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's, in linear time: its own compares every pair of items that Python
+    cannot sort together (["x", 0, 1, ...]: 50 million comparisons in a 60 KB body).
+    Each item is hashed in a form equal for JSON-equal values, and the walk is paid for,
+    one evaluation per _WALK_PER_EVALUATION values (docs/reference/input-schema.md)."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    walked = [0]
+    seen = set()
+    for item in instance:
+        form = _json_form(item, walked)
+        if form in seen:
+            yield ValidationError("has non-unique elements")
+            break
+        seen.add(form)
+    _spend(walked[0] // _WALK_PER_EVALUATION)
+
+
+def _multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's, but an integer too large for a float is divided exactly: its own
+    divides it as a float, an OverflowError (a 500) past 309 digits, and any storable
+    integer may have 4 300 (flowforge.domain.jsonvalues). Below that, jsonschema's float
+    quotient is kept (`multipleOf: 0.01` takes 5, which exact arithmetic would not)."""
+    if isinstance(divisor, float) and validator.is_type(instance, "integer"):
+        try:
+            float(instance)
+        except OverflowError:
+            if (Fraction(instance) / Fraction(divisor)).denominator != 1:
+                yield ValidationError("is not a multiple")
+            return
+    yield from _MULTIPLE_OF(validator, divisor, instance, schema)
+
+
+_MULTIPLE_OF = Draft202012Validator.VALIDATORS["multipleOf"]
+
+
+def _enum(validator: Any, members: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's, looked up rather than scanned: its own compares the value with every
+    member in turn, and a definition holds 18 000 object members (30 ms a value, minutes a
+    body). The value's hash walk is paid for like uniqueItems'."""
+    walked = [0]
+    form = _json_form(instance, walked)
+    _spend(walked[0] // _WALK_PER_EVALUATION)
+    if form not in _member_forms(members):
+        yield ValidationError("is not one of the values")
+
+
+# The members of the enums checked lately, each by the identity of the schema's list; the
+# list is kept with its forms, so its id cannot be another list's while it is cached.
+_ENUMS: OrderedDict[int, tuple[list[Any], frozenset[Any]]] = OrderedDict()
+_ENUMS_LOCK = threading.Lock()
+_ENUMS_KEPT = 4096
+
+
+def _member_forms(members: list[Any]) -> frozenset[Any]:
+    """The forms of an enum's members, built once per process and paid for by the check
+    that builds them (a schema with more enums than are kept pays again, never more)."""
+    with _ENUMS_LOCK:
+        kept = _ENUMS.get(id(members))
+        if kept is not None and kept[0] is members:
+            _ENUMS.move_to_end(id(members))
+            return kept[1]
+    walked = [0]
+    forms = frozenset(_json_form(member, walked) for member in members)
+    _spend(walked[0] // _WALK_PER_EVALUATION)
+    with _ENUMS_LOCK:
+        _ENUMS[id(members)] = (members, forms)
+        while len(_ENUMS) > _ENUMS_KEPT:
+            _ENUMS.popitem(last=False)
+    return forms
+
+
+# Values a hash walk (uniqueItems) visits for one keyword evaluation: a visit is a
+# fraction of a microsecond, an evaluation tens (tests/bench/schema_bounds.py).
+_WALK_PER_EVALUATION = 10
+
+
+def _json_form(value: Any, walked: list[int]) -> Any:
+    """A hashable form of a JSON value, equal exactly when JSON Schema calls two values
+    equal: numbers by value (1 and 1.0 are one), booleans apart from numbers, objects
+    whatever their member order. Nesting is bounded by jsonvalues.MAX_DEPTH."""
+    walked[0] += 1
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, list):
+        return ("a", tuple(_json_form(item, walked) for item in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((name, _json_form(item, walked)) for name, item in value.items()))
+    return ("s", value)  # a string or null
+
+
 _budget: contextvars.ContextVar[list[int]] = contextvars.ContextVar("schema_budget")
 
 
 def _counted(keyword: Callable[..., Any], cost: int = 1) -> Callable[..., Any]:
-    """A keyword that spends `cost` evaluations of the current check's budget."""
+    """A keyword that spends `cost` evaluations of the current check's budget, one more
+    per _NAMES_PER_EVALUATION entries of its value it goes through (`required`'s names,
+    `properties`' members) and one per error it makes: an applicator (`anyOf`, `not`)
+    collects every error of a branch it then drops, so 18 000 required names would make
+    18 000 errors a value for the price of one evaluation (docs/reference/input-schema.md)."""
 
-    def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        _spend(cost)
-        return keyword(validator, value, instance, schema)
+    def evaluate(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        sized = isinstance(value, list | dict) and keyword is not _enum
+        _spend(cost + (len(value) // _NAMES_PER_EVALUATION if sized else 0))
+        for error in keyword(validator, value, instance, schema) or ():
+            _spend(1)
+            yield error
 
     return evaluate
+
+
+# Entries of a keyword's value (a name looked up in the body) one evaluation pays for: a
+# lookup is tens of nanoseconds, an evaluation tens of microseconds.
+_NAMES_PER_EVALUATION = 100
 
 
 # What a reference costs in evaluations: jsonschema resolves it and builds a validator for
@@ -328,6 +436,9 @@ _KEYWORDS = {
     "pattern": _pattern,
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
+    "multipleOf": _multiple_of,
+    "enum": _enum,
 }
 BoundedValidator = validators.extend(
     Draft202012Validator,

@@ -416,7 +416,14 @@ def route(
             # would match a subscriber whose schema refuses the body (422, nothing kept).
             for target in targets:
                 if target.input_checker is not None:
-                    inputschema.check(target.input_checker, body)
+                    try:
+                        inputschema.check(target.input_checker, body)
+                    except (inputschema.InputInvalid, inputschema.InputTooLarge):
+                        if fresh:
+                            raise
+                        # A cached schema may be an older version's (only the publishing
+                        # process forgets it): look again before refusing.
+                        raise StaleSource(source.name) from None
             if not chosen:
                 conn.execute(
                     RECORD_UNMATCHED,
