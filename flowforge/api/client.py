@@ -211,7 +211,6 @@ class Client:
     ) -> Any:
         """POST /api/v1/workflows/{key}/webhook-secrets: Create a signing secret (shown
         once; at most two active), or store a provider's secret sent as {"value": "..."}
-        (docs/contract.md#presets)
         """
         return self._call(
             "POST",
@@ -494,8 +493,7 @@ class Client:
 
     def get_circuits(self) -> Any:
         """GET /api/v1/circuits: Outbound limits with an open or half-open circuit or a
-        Retry-After hold in force (docs/contract.md#circuits); a key scoped to workflows sees only
-        theirs
+        Retry-After hold in force; a key scoped to workflows sees only theirs
         """
         return self._call(
             "GET",
@@ -736,8 +734,7 @@ class Client:
         body: Any,
     ) -> Any:
         """POST /api/v1/sources/{name}: Create or replace a source: one /hooks/{name}
-        routed to several workflows (docs/contract.md#sources); a name that is a workflow key is
-        refused (409)
+        routed to several workflows; a name that is a workflow key is refused (409)
         """
         return self._call(
             "POST",

@@ -1698,8 +1698,8 @@ PATHS: dict[str, Any] = {
     ),
     "/api/v1/circuits": {
         "get": _operation(
-            "Outbound limits with an open or half-open circuit or a Retry-After hold in force "
-            "; a key scoped to workflows sees only theirs",
+            "Outbound limits with an open or half-open circuit or a Retry-After hold in force; "
+            "a key scoped to workflows sees only theirs",
             {
                 "200": _json({"type": "object", "required": ["circuits"]}, "Open circuits, holds"),
                 **_problems(*AUTHENTICATED),
@@ -1867,8 +1867,8 @@ PATHS: dict[str, Any] = {
     },
     "/api/v1/sources/{name}": {
         "post": _operation(
-            "Create or replace a source: one /hooks/{name} routed to several workflows "
-            "; a name that is a workflow key is refused (409)",
+            "Create or replace a source: one /hooks/{name} routed to several workflows; "
+            "a name that is a workflow key is refused (409)",
             {
                 "200": _json(_ref("Source"), "Saved; its revision"),
                 **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
