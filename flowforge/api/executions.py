@@ -12,6 +12,7 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
+from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import definitions
@@ -147,13 +148,7 @@ def _instant(args: Mapping[str, str], name: str) -> datetime | None:
 def _values(action: Action, step_id: str | None) -> list[Any]:
     """The values of an action's params, in their order: the path's step, then the body's
     fields (only those, an object; a 422 names each field that is wrong)."""
-    values: list[Any] = []
-    step = action.step
-    if step is not None:
-        is_step = definitions.is_step_row if step.kind is Kind.STEP_ROW else definitions.is_step_id
-        if step_id is None or not is_step(step_id):
-            raise NotFound("no such step")
-        values.append(step_id)
+    values: list[Any] = action_step(action, step_id)
     if not action.fields:
         return values
     body = json_body()

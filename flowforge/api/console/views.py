@@ -38,6 +38,7 @@ from flowforge.api.console.session import (
     set_cookie,
     signed_in,
 )
+from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import defdiff, definitions, operations
@@ -454,14 +455,7 @@ def _step_id(step_id: str) -> str:
 def _form_values(action: operations.Action, step_id: str | None) -> list[Any]:
     """The values of an action's params from its form, in their order (a failed
     resolution's output is not read: the form's box may hold anything then)."""
-    values: list[Any] = []
-    step = action.step
-    if step is not None:
-        # A map item's step is resolved too.
-        is_step = definitions.is_step_row if step.kind is Kind.STEP_ROW else definitions.is_step_id
-        if step_id is None or not is_step(step_id):
-            raise NotFound("no such step")
-        values.append(step_id)
+    values: list[Any] = action_step(action, step_id)
     outcome = None
     for param in action.fields:
         if param.kind is Kind.OUTCOME:
