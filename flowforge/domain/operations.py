@@ -164,22 +164,31 @@ class Action:
     """One operator action on an execution."""
 
     name: str  # the route's endpoint, and (dashed) the CLI command
-    route: str  # the last path segment, after /executions/<id>/ (or .../steps/<step>/)
-    does: str  # its unit of work, a function of flowforge/store/actions.py
     summary: str  # the OpenAPI summary and the routes' docstring
     help: str  # the CLI command's --help
-    example: str  # the CLI command's example, shown at the end of its --help
-    said: str  # what the CLI prints, formatted with the command's arguments and `status`
     answers: dict[str, str]  # the success status(es) -> what it means
+    route: str = ""  # the last path segment (default: the name), after /executions/<id>/
+    does: str = ""  # its unit of work, a function of store/actions.py (default: the name)
+    example_args: str = ""  # what follows the execution id in the CLI command's example
+    said: str = "execution {id} is now {status}"  # the CLI's answer, with the arguments
     refusals: tuple[int, ...] = (404, 409)  # what the unit of work may answer instead
     params: tuple[Param, ...] = ()
     answer: Answer = Answer.STATUS
     body: str | None = None  # the OpenAPI schema of its body, when it takes one
     button: Button | None = None  # its button on the execution page (steps: the template)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "route", self.route or self.name)
+        object.__setattr__(self, "does", self.does or self.name)
+
     @property
     def command(self) -> str:
         return self.name.replace("_", "-")
+
+    @property
+    def example(self) -> str:
+        """The CLI command's example, shown at the end of its --help."""
+        return " ".join(filter(None, ("flowforge", self.command, EXAMPLE_ID, self.example_args)))
 
     @property
     def step(self) -> Param | None:
@@ -204,16 +213,14 @@ class Action:
 
 
 STEP_ARG = "the step's id in the definition"
+EXAMPLE_ID = "01a233ee-a3de-71f1-8ccd-4191093a47ad"
 
 ACTIONS = (
     Action(
         name="cancel",
-        route="cancel",
-        does="cancel",
         summary="Cancel: 202 while work is stopping, 200 once terminal",
         help="cancel an execution: queued and waiting work stops at once, a request in "
         "flight finishes and is recorded",
-        example="flowforge cancel 01a233ee-a3de-71f1-8ccd-4191093a47ad",
         said="",  # Answer.CANCEL says which of three things happened
         answers={"200": "Already finished", "202": "Cancelling"},
         refusals=(404,),
@@ -227,13 +234,9 @@ ACTIONS = (
     ),
     Action(
         name="retry",
-        route="retry",
-        does="retry",
         summary="Re-run failed and cancelled steps, reusing every checkpoint; unknown stays "
         "unknown",
         help="re-run failed and cancelled steps",
-        example="flowforge retry 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-        said="execution {id} is now {status}",
         answers={"202": "Queued again"},
         button=Button(
             "retry",
@@ -243,12 +246,8 @@ ACTIONS = (
     ),
     Action(
         name="pause",
-        route="pause",
-        does="pause",
         summary="Pause: nothing of it starts or continues; a request in flight finishes",
         help="pause an execution: nothing of it starts until resumed",
-        example="flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-        said="execution {id} is now {status}",
         answers={"200": "Paused"},
         button=Button(
             "pause",
@@ -261,23 +260,16 @@ ACTIONS = (
     ),
     Action(
         name="resume",
-        route="resume",
-        does="resume",
         summary="Resume a paused execution; a step whose tries ran out runs again",
         help="resume a paused execution (an exhausted step runs again)",
-        example="flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-        said="execution {id} is now {status}",
         answers={"200": "Resumed"},
         button=Button("resume", "Resume", lambda shown: shown.status == ExecutionStatus.PAUSED),
     ),
     Action(
         name="fail_paused",
         route="fail",
-        does="fail_paused",
         summary="Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)",
         help="fail an execution paused at an exhausted step",
-        example="flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-        said="execution {id} is now {status}",
         answers={"200": "Failed"},
         button=Button(
             "fail-paused",
@@ -288,12 +280,9 @@ ACTIONS = (
     ),
     Action(
         name="resolve",
-        route="resolve",
-        does="resolve",
         summary="Settle a step whose remote effect is unknown (a map item's step too)",
         help="settle a step whose outcome is unknown",
-        example="flowforge resolve 01a233ee-a3de-71f1-8ccd-4191093a47ad charge succeeded "
-        "'{\"status\": 201}'",
+        example_args="charge succeeded '{\"status\": 201}'",
         said="step {step} resolved as {outcome}; execution is now {status}",
         answers={"200": "Resolved"},
         params=(
@@ -305,12 +294,10 @@ ACTIONS = (
     ),
     Action(
         name="complete",
-        route="complete",
         does="complete_wait",
         summary="End a waiting wait step as a resume would, recorded with the API key",
         help="end a waiting wait step as a resume would",
-        example="flowforge complete 01a233ee-a3de-71f1-8ccd-4191093a47ad approval "
-        "'{\"approved\": true}'",
+        example_args="approval '{\"approved\": true}'",
         said="step {step} completed; execution is now {status}",
         answers={"200": "Completed"},
         params=(
@@ -321,11 +308,10 @@ ACTIONS = (
     ),
     Action(
         name="fail",
-        route="fail",
         does="fail_wait",
         summary="Fail a waiting wait step (and so its execution), recorded with the API key",
         help="fail a waiting wait step (the execution fails)",
-        example="flowforge fail 01a233ee-a3de-71f1-8ccd-4191093a47ad approval",
+        example_args="approval",
         said="step {step} failed; execution is now {status}",
         answers={"200": "Failed"},
         params=(Param(Kind.STEP, STEP_ARG),),
