@@ -475,22 +475,6 @@ class Client:
             (200,),
         )
 
-    def post_executions_by_id_cancel(
-        self,
-        id: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/cancel: Cancel: 202 while work is stopping, 200
-        once terminal
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/cancel",
-                id=id,
-            ),
-            (200, 202),
-        )
-
     def get_circuits(self) -> Any:
         """GET /api/v1/circuits: Outbound limits with an open or half-open circuit or a
         Retry-After hold in force; a key scoped to workflows sees only theirs
@@ -521,22 +505,6 @@ class Client:
             query={
                 "workflow": workflow,
             },
-        )
-
-    def post_executions_by_id_retry(
-        self,
-        id: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/retry: Re-run failed and cancelled steps, reusing
-        every checkpoint; unknown stays unknown
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/retry",
-                id=id,
-            ),
-            (202,),
         )
 
     def post_executions_by_id_replay(
@@ -571,54 +539,6 @@ class Client:
             body=body,
         )
 
-    def post_executions_by_id_pause(
-        self,
-        id: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/pause: Pause: nothing of it starts or continues; a
-        request in flight finishes
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/pause",
-                id=id,
-            ),
-            (200,),
-        )
-
-    def post_executions_by_id_resume(
-        self,
-        id: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/resume: Resume a paused execution; a step whose
-        tries ran out runs again
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/resume",
-                id=id,
-            ),
-            (200,),
-        )
-
-    def post_executions_by_id_fail(
-        self,
-        id: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/fail: Fail an execution paused at a step whose
-        tries ran out (retry.on_exhausted pause)
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/fail",
-                id=id,
-            ),
-            (200,),
-        )
-
     def get_executions_by_id_steps_by_step_items(
         self,
         id: str,
@@ -644,64 +564,6 @@ class Client:
                 "after": after,
                 "limit": limit,
             },
-        )
-
-    def post_executions_by_id_steps_by_step_resolve(
-        self,
-        id: str,
-        step: str,
-        body: Any,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/steps/{step}/resolve: Settle a step whose remote
-        effect is unknown (a map item's step too)
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/steps/{step}/resolve",
-                id=id,
-                step=step,
-            ),
-            (200,),
-            body=body,
-        )
-
-    def post_executions_by_id_steps_by_step_complete(
-        self,
-        id: str,
-        step: str,
-        body: Any,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/steps/{step}/complete: End a waiting wait step as a
-        resume would, recorded with the API key
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/steps/{step}/complete",
-                id=id,
-                step=step,
-            ),
-            (200,),
-            body=body,
-        )
-
-    def post_executions_by_id_steps_by_step_fail(
-        self,
-        id: str,
-        step: str,
-    ) -> Any:
-        """POST /api/v1/executions/{id}/steps/{step}/fail: Fail a waiting wait step (and so
-        its execution), recorded with the API key
-        """
-        return self._call(
-            "POST",
-            _path(
-                "/api/v1/executions/{id}/steps/{step}/fail",
-                id=id,
-                step=step,
-            ),
-            (200,),
         )
 
     def get_healthz(self) -> Any:
@@ -801,5 +663,143 @@ class Client:
         return self._call(
             "GET",
             "/openapi.json",
+            (200,),
+        )
+
+    def post_executions_by_id_cancel(
+        self,
+        id: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/cancel: Cancel: 202 while work is stopping, 200
+        once terminal
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/cancel",
+                id=id,
+            ),
+            (200, 202),
+        )
+
+    def post_executions_by_id_retry(
+        self,
+        id: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/retry: Re-run failed and cancelled steps, reusing
+        every checkpoint; unknown stays unknown
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/retry",
+                id=id,
+            ),
+            (202,),
+        )
+
+    def post_executions_by_id_pause(
+        self,
+        id: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/pause: Pause: nothing of it starts or continues; a
+        request in flight finishes
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/pause",
+                id=id,
+            ),
+            (200,),
+        )
+
+    def post_executions_by_id_resume(
+        self,
+        id: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/resume: Resume a paused execution; a step whose
+        tries ran out runs again
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/resume",
+                id=id,
+            ),
+            (200,),
+        )
+
+    def post_executions_by_id_fail(
+        self,
+        id: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/fail: Fail an execution paused at a step whose
+        tries ran out (retry.on_exhausted pause)
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/fail",
+                id=id,
+            ),
+            (200,),
+        )
+
+    def post_executions_by_id_steps_by_step_resolve(
+        self,
+        id: str,
+        step: str,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/steps/{step}/resolve: Settle a step whose remote
+        effect is unknown (a map item's step too)
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/steps/{step}/resolve",
+                id=id,
+                step=step,
+            ),
+            (200,),
+            body=body,
+        )
+
+    def post_executions_by_id_steps_by_step_complete(
+        self,
+        id: str,
+        step: str,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/steps/{step}/complete: End a waiting wait step as a
+        resume would, recorded with the API key
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/steps/{step}/complete",
+                id=id,
+                step=step,
+            ),
+            (200,),
+            body=body,
+        )
+
+    def post_executions_by_id_steps_by_step_fail(
+        self,
+        id: str,
+        step: str,
+    ) -> Any:
+        """POST /api/v1/executions/{id}/steps/{step}/fail: Fail a waiting wait step (and so
+        its execution), recorded with the API key
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/executions/{id}/steps/{step}/fail",
+                id=id,
+                step=step,
+            ),
             (200,),
         )

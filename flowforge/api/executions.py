@@ -12,6 +12,7 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
+from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import definitions
@@ -26,6 +27,7 @@ from flowforge.domain.model import (
     ItemStatus,
     is_key,
 )
+from flowforge.domain.operations import ACTIONS, Action, Kind
 from flowforge.errors import Forbidden, NotFound
 from flowforge.store import actions, grouping, outbound, replay, timeline
 from flowforge.store.apikeys import ApiKey
@@ -144,127 +146,56 @@ def _instant(args: Mapping[str, str], name: str) -> datetime | None:
     return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
-@bp.post("/<execution_id:execution_id>/cancel")
-@key_required
-def cancel(execution_id: str) -> tuple[Response, int]:
-    """Cancel: 202 while work is stopping, 200 once the execution is terminal."""
-    _authorize_execution(execution_id, write=True)
-    with connection() as conn:
-        status, was_terminal = actions.cancel(conn, execution_id, actor=_request_key().actor())
-    code = 200 if was_terminal else 202
-    return jsonify({"execution_id": execution_id, "status": status}), code
-
-
-@bp.post("/<execution_id:execution_id>/retry")
-@key_required
-def retry(execution_id: str) -> tuple[Response, int]:
-    """Re-run failed and cancelled steps, reusing every checkpoint; unknown ones stay unknown."""
-    _authorize_execution(execution_id, write=True)
-    with connection() as conn:
-        status = actions.retry(conn, execution_id, actor=_request_key().actor())
-    return jsonify({"execution_id": execution_id, "status": status}), 202
-
-
-@bp.post("/<execution_id:execution_id>/steps/<step_id>/resolve")
-@key_required
-def resolve(execution_id: str, step_id: str) -> tuple[Response, int]:
-    """Settle a step in `unknown`: {"outcome": "succeeded", "output": ...} or "failed"."""
-    _authorize_execution(execution_id, write=True)
-    if not definitions.is_step_row(step_id):
-        raise NotFound("no such step")
+def _values(action: Action, step_id: str | None) -> list[Any]:
+    """The values of an action's params, in their order: the path's step, then the body's
+    fields (only those, an object; a 422 names each field that is wrong)."""
+    values: list[Any] = action_step(action, step_id)
+    if not action.fields:
+        return values
     body = json_body()
-    # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422, not a 500.
-    if not isinstance(body, dict) or body.get("outcome") not in RESOLUTIONS:
+    fields = {p.field for p in action.fields}
+    title = f"Invalid {str(action.body).lower()}"
+    if not isinstance(body, dict):
         raise Problem(
             422,
-            "Invalid resolution",
-            "outcome must be 'succeeded' or 'failed'",
-            errors=[{"path": "$.outcome", "message": "must be succeeded or failed"}],
+            title,
+            f"send an object with {', '.join(sorted(fields))}",
+            errors=[{"path": "$", "message": "an object"}],
         )
-    unknown_keys = set(body) - {"outcome", "output"}
-    if unknown_keys:
-        raise Problem(
-            422,
-            "Invalid resolution",
-            "unexpected fields",
-            errors=[
-                {"path": f"$.{k}", "message": "unexpected field"} for k in sorted(unknown_keys)
-            ],
-        )
-    with connection() as conn:
-        status = actions.resolve(
-            conn,
-            execution_id,
-            step_id,
-            body["outcome"],
-            body.get("output"),
-            actor=_request_key().actor(),
-        )
-    return jsonify({"execution_id": execution_id, "status": status}), 200
+    errors = [{"path": f"$.{k}", "message": "unexpected field"} for k in sorted(set(body) - fields)]
+    for param in action.fields:
+        value = body.get(param.field)
+        # A tuple, not a set: a JSON object as outcome is unhashable and must be a 422.
+        if param.kind is Kind.OUTCOME and value not in RESOLUTIONS:
+            errors.append({"path": "$.outcome", "message": "must be succeeded or failed"})
+        values.append(value)
+    if errors:
+        raise Problem(422, title, "the body's fields", errors=errors)
+    return values
 
 
-@bp.post("/<execution_id:execution_id>/steps/<step_id>/complete")
-@key_required
-def complete(execution_id: str, step_id: str) -> tuple[Response, int]:
-    """End a waiting wait step as a resume would: {"output": ...} becomes its output."""
-    _authorize_execution(execution_id, write=True)
-    if not definitions.is_step_id(step_id):
-        raise NotFound("no such step")
-    body = json_body()
-    if not isinstance(body, dict) or set(body) - {"output"}:
-        raise Problem(
-            422,
-            "Invalid completion",
-            'send {"output": <any JSON>} (output may be left out: null)',
-            errors=[{"path": "$", "message": "an object with only output"}],
-        )
-    with connection() as conn:
-        status = actions.complete_wait(
-            conn, execution_id, step_id, body.get("output"), actor=_request_key().actor()
-        )
-    return jsonify({"execution_id": execution_id, "status": status}), 200
+def _route(action: Action) -> Callable[..., tuple[Response, int]]:
+    """The API's route of a declared action (flowforge/domain/operations.py): the key may
+    write the execution's workflow, the unit of work runs with it as the actor."""
+
+    def act(execution_id: str, step_id: str | None = None) -> tuple[Response, int]:
+        _authorize_execution(execution_id, write=True)
+        values = _values(action, step_id)
+        with connection() as conn:
+            done = actions.perform(conn, action, execution_id, values, actor=_request_key().actor())
+        return jsonify(done.body()), action.code(done)
+
+    act.__doc__ = action.summary
+    return key_required(act)
 
 
-@bp.post("/<execution_id:execution_id>/steps/<step_id>/fail")
-@key_required
-def fail(execution_id: str, step_id: str) -> tuple[Response, int]:
-    """Fail a waiting wait step: the answer is no, and the execution fails."""
-    _authorize_execution(execution_id, write=True)
-    if not definitions.is_step_id(step_id):
-        raise NotFound("no such step")
-    with connection() as conn:
-        status = actions.fail_wait(conn, execution_id, step_id, actor=_request_key().actor())
-    return jsonify({"execution_id": execution_id, "status": status}), 200
-
-
-@bp.post("/<execution_id:execution_id>/pause")
-@key_required
-def pause(execution_id: str) -> tuple[Response, int]:
-    """Pause (docs/contract.md#pause): nothing of it starts or continues; a request in flight
-    finishes."""
-    return _act(execution_id, actions.pause)
-
-
-@bp.post("/<execution_id:execution_id>/resume")
-@key_required
-def resume(execution_id: str) -> tuple[Response, int]:
-    """Resume a paused execution; a step whose tries ran out runs again."""
-    return _act(execution_id, actions.resume)
-
-
-@bp.post("/<execution_id:execution_id>/fail")
-@key_required
-def fail_paused(execution_id: str) -> tuple[Response, int]:
-    """Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)."""
-    return _act(execution_id, actions.fail_paused)
-
-
-def _act(execution_id: str, action: Callable[..., str]) -> tuple[Response, int]:
-    """One operator action on an execution the key may write, recorded with its actor."""
-    _authorize_execution(execution_id, write=True)
-    with connection() as conn:
-        status = action(conn, execution_id, actor=_request_key().actor())
-    return jsonify({"execution_id": execution_id, "status": status}), 200
+for _action in ACTIONS:
+    bp.add_url_rule(
+        "/" + _action.path("<execution_id:execution_id>", "<step_id>"),
+        endpoint=_action.name,
+        view_func=_route(_action),
+        methods=["POST"],
+    )
 
 
 def _replay_target(body: Any) -> tuple[str, int | None]:

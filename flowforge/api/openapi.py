@@ -23,6 +23,7 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
+from flowforge.domain.operations import ACTIONS, Action, Kind
 from flowforge.store import reingest, sources
 
 bp = Blueprint("openapi", __name__)
@@ -136,28 +137,43 @@ STEP_ROW_PARAM = _path_param(
 )
 
 
-def _action(
-    summary: str,
-    answers: dict[str, str],
-    refusals: tuple[int, ...],
-    *,
-    step: dict[str, Any] | None = None,
-    body: str | None = None,
-) -> dict[str, Any]:
-    """An operator action on one execution (or one of its steps): a POST answered with
-    an ActionResult (`answers`: status -> description) or one of `refusals`."""
+def _action(action: Action) -> dict[str, Any]:
+    """A declared operator action (flowforge/domain/operations.py) as its path's item: a
+    POST answered with an ActionResult or a refusal; a body with its fields as declared."""
+    step = action.step
+    parameters = [EXECUTION_ID]
+    if step is not None:
+        parameters.append(STEP_ROW_PARAM if step.kind is Kind.STEP_ROW else STEP_PARAM)
+    if action.body is not None:
+        SCHEMAS[action.body] = _body(action)
+    answers = {code: _json(_ref("ActionResult"), text) for code, text in action.answers.items()}
+    refusals = _problems(
+        *sorted({403, *action.refusals, *(() if action.body is None else (400, 413, 415, 422))}),
+        *AUTHENTICATED,
+    )
     return {
         "post": _operation(
-            summary,
-            {
-                **{code: _json(_ref("ActionResult"), text) for code, text in answers.items()},
-                **_problems(*refusals, *AUTHENTICATED),
-            },
+            action.summary,
+            {**answers, **refusals},
             tags=["executions"],
-            parameters=[EXECUTION_ID] if step is None else [EXECUTION_ID, step],
-            body=None if body is None else _ref(body),
+            parameters=parameters,
+            body=None if action.body is None else _ref(action.body),
         )
     }
+
+
+def _body(action: Action) -> dict[str, Any]:
+    """The schema of an action's body: its declared fields, no other."""
+    properties: dict[str, Any] = {}
+    for param in action.fields:
+        properties[param.field] = {"description": param.help}
+        if param.kind is Kind.OUTCOME:
+            properties[param.field] |= {"type": "string", "enum": list(RESOLUTIONS)}
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": False}
+    required = [p.field for p in action.fields if p.kind is Kind.OUTCOME]
+    if required:
+        schema["required"] = required
+    return schema | {"properties": properties}
 
 
 def _group_key(description: str) -> dict[str, Any]:
@@ -1260,20 +1276,6 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "Completion": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {"output": {"description": "the wait step's output (default null)"}},
-    },
-    "Resolution": {
-        "type": "object",
-        "required": ["outcome"],
-        "additionalProperties": False,
-        "properties": {
-            "outcome": {"type": "string", "enum": list(RESOLUTIONS)},
-            "output": {"description": "the step's output, with succeeded"},
-        },
-    },
 }
 
 WEBHOOK_HEADERS = [
@@ -1691,11 +1693,6 @@ PATHS: dict[str, Any] = {
             parameters=[EXECUTION_ID],
         )
     },
-    "/api/v1/executions/{id}/cancel": _action(
-        "Cancel: 202 while work is stopping, 200 once terminal",
-        {"200": "Already finished", "202": "Cancelling"},
-        (403, 404),
-    ),
     "/api/v1/circuits": {
         "get": _operation(
             "Outbound limits with an open or half-open circuit or a Retry-After hold in force; "
@@ -1730,11 +1727,6 @@ PATHS: dict[str, Any] = {
             ],
         )
     },
-    "/api/v1/executions/{id}/retry": _action(
-        "Re-run failed and cancelled steps, reusing every checkpoint; unknown stays unknown",
-        {"202": "Queued again"},
-        (403, 404, 409),
-    ),
     "/api/v1/executions/{id}/replay": {
         "post": _operation(
             "Replay / fork from a step onto a version: the steps upstream keep their "
@@ -1760,21 +1752,6 @@ PATHS: dict[str, Any] = {
             body=_ref("BulkReplayRequest"),
         )
     },
-    "/api/v1/executions/{id}/pause": _action(
-        "Pause: nothing of it starts or continues; a request in flight finishes",
-        {"200": "Paused"},
-        (403, 404, 409),
-    ),
-    "/api/v1/executions/{id}/resume": _action(
-        "Resume a paused execution; a step whose tries ran out runs again",
-        {"200": "Resumed"},
-        (403, 404, 409),
-    ),
-    "/api/v1/executions/{id}/fail": _action(
-        "Fail an execution paused at a step whose tries ran out (retry.on_exhausted pause)",
-        {"200": "Failed"},
-        (403, 404, 409),
-    ),
     "/api/v1/executions/{id}/steps/{step}/items": {
         "get": _operation(
             "A page of a map step's items: counts by status, then items in index order",
@@ -1815,26 +1792,6 @@ PATHS: dict[str, Any] = {
             ],
         )
     },
-    "/api/v1/executions/{id}/steps/{step}/resolve": _action(
-        "Settle a step whose remote effect is unknown (a map item's step too)",
-        {"200": "Resolved"},
-        (400, 403, 404, 409, 413, 415, 422),
-        step=STEP_ROW_PARAM,
-        body="Resolution",
-    ),
-    "/api/v1/executions/{id}/steps/{step}/complete": _action(
-        "End a waiting wait step as a resume would, recorded with the API key",
-        {"200": "Completed"},
-        (400, 403, 404, 409, 413, 415, 422),
-        step=STEP_PARAM,
-        body="Completion",
-    ),
-    "/api/v1/executions/{id}/steps/{step}/fail": _action(
-        "Fail a waiting wait step (and so its execution), recorded with the API key",
-        {"200": "Failed"},
-        (403, 404, 409),
-        step=STEP_PARAM,
-    ),
     "/healthz": {
         "get": _operation(
             "Liveness: the process answers",
@@ -1916,6 +1873,9 @@ PATHS: dict[str, Any] = {
     },
 }
 
+for _declared in ACTIONS:
+    PATHS["/api/v1/executions/" + _declared.path("{id}", "{step}")] = _action(_declared)
+
 
 def _link(path: str, method: str, description: str, **parameters: str) -> dict[str, Any]:
     """An OpenAPI link to the operation at `path`: what a client (and schemathesis's
@@ -1928,7 +1888,8 @@ def _link(path: str, method: str, description: str, **parameters: str) -> dict[s
     }
 
 
-_EXECUTION_ACTIONS = ("cancel", "retry", "pause", "resume", "fail")
+# The actions on a whole execution, by their path's last segment.
+_EXECUTION_ACTIONS = tuple(action.route for action in ACTIONS if action.step is None)
 
 
 def _execution_links(source: str) -> dict[str, Any]:

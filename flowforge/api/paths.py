@@ -18,11 +18,26 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter, Map, ValidationError
 
 from flowforge.api.problems import client_problem, problem_response
+from flowforge.domain import definitions
 from flowforge.domain.jsonvalues import storable_text
 from flowforge.domain.model import is_key
+from flowforge.domain.operations import Action, Kind
 from flowforge.errors import ClientError, NotFound
 
 _KEY_RULE = "workflow keys are 1-64 of a-z, 0-9, '-' and '_'"
+
+
+def action_step(action: Action, step_id: str | None) -> list[str]:
+    """The step a declared action acts on, as the first of its values (none for an action
+    on the whole execution); 404 when the path names no step of the kind it takes (a map
+    item's step only where it says so). Checked in the view, after authentication."""
+    step = action.step
+    if step is None:
+        return []
+    is_step = definitions.is_step_row if step.kind is Kind.STEP_ROW else definitions.is_step_id
+    if step_id is None or not is_step(step_id):
+        raise NotFound("no such step")
+    return [step_id]
 
 
 class KeyInvalid(ClientError):

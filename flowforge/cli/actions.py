@@ -1,5 +1,5 @@
-"""The operator actions on one execution: cancel, retry, resolve, complete, fail, pause,
-resume, fail-paused and replay."""
+"""The operator actions on one execution: each declared action (flowforge/domain/operations.py)
+through one handler, and replay."""
 
 from __future__ import annotations
 
@@ -7,61 +7,33 @@ import argparse
 
 from flowforge.cli.ops import Ops
 from flowforge.cli.output import emit
+from flowforge.cli.parser import dest
 from flowforge.domain.model import ExecutionStatus
+from flowforge.domain.operations import BY_NAME, Answer
 
 
-def cancel(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.cancel(args.id)
-    if done["already_finished"]:
-        said = f"execution {args.id} was already {done['status']}"
-    elif done["status"] == ExecutionStatus.CANCELLED:
-        said = f"execution {args.id} is now cancelled"
+def act(ops: Ops, args: argparse.Namespace) -> None:
+    """Any declared action: its params' values from the command line, in their order."""
+    action = BY_NAME[args.operation]
+    values = [getattr(args, dest(param)) for param in action.params]
+    done = ops.act(action, args.id, values)
+    if action.answer is Answer.CANCEL:
+        said = _cancelled(args.id, done)
     else:
-        # A request in flight is never taken back: the execution stops once it is recorded.
-        said = (
-            f"execution {args.id} cancel requested: a request in flight finishes and is "
-            "recorded, nothing after it starts"
-        )
+        said = action.said.format_map({**vars(args), "status": done["status"]})
     emit(args, done, said)
 
 
-def retry(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.retry(args.id)
-    emit(args, done, f"execution {args.id} is now {done['status']}")
-
-
-def resolve(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.resolve(args.id, args.step, args.outcome, args.step_output)
-    emit(
-        args,
-        done,
-        f"step {args.step} resolved as {args.outcome}; execution is now {done['status']}",
+def _cancelled(execution_id: str, done: dict[str, object]) -> str:
+    if done["already_finished"]:
+        return f"execution {execution_id} was already {done['status']}"
+    if done["status"] == ExecutionStatus.CANCELLED:
+        return f"execution {execution_id} is now cancelled"
+    # A request in flight is never taken back: the execution stops once it is recorded.
+    return (
+        f"execution {execution_id} cancel requested: a request in flight finishes and is "
+        "recorded, nothing after it starts"
     )
-
-
-def complete(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.complete(args.id, args.step, args.step_output)
-    emit(args, done, f"step {args.step} completed; execution is now {done['status']}")
-
-
-def fail(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.fail(args.id, args.step)
-    emit(args, done, f"step {args.step} failed; execution is now {done['status']}")
-
-
-def pause(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.pause(args.id)
-    emit(args, done, f"execution {args.id} is now {done['status']}")
-
-
-def resume(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.resume(args.id)
-    emit(args, done, f"execution {args.id} is now {done['status']}")
-
-
-def fail_paused(ops: Ops, args: argparse.Namespace) -> None:
-    done = ops.fail_paused(args.id)
-    emit(args, done, f"execution {args.id} is now {done['status']}")
 
 
 def replay(ops: Ops, args: argparse.Namespace) -> None:

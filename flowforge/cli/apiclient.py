@@ -9,12 +9,14 @@ JSON that is not an object); nothing from `requests` leaks past this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
 import requests
 
 from flowforge.domain.model import ExecutionQuery
+from flowforge.domain.operations import IN_PATH, Action, Answer
 from flowforge.errors import FlowForgeError
 
 EXECUTIONS = "/api/v1/executions"
@@ -160,48 +162,28 @@ class ApiClient:
         """One execution with its steps, attempts, history and flow-control state."""
         return dict(self._json("GET", f"{EXECUTIONS}/{execution_id}"))
 
-    def cancel(self, execution_id: str) -> dict[str, Any]:
-        """Cancel; `already_finished` tells a 200 (nothing to stop) from a 202."""
-        path = f"{EXECUTIONS}/{execution_id}/cancel"
-        response = self.call("POST", path)
-        body = self._object(path, response)
-        return {**body, "already_finished": response.status_code == 200}
-
-    def retry(self, execution_id: str) -> dict[str, Any]:
-        """Re-run the failed and cancelled steps."""
-        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/retry"))
-
-    def resolve(self, execution_id: str, step: str, outcome: str, output: Any) -> dict[str, Any]:
-        """Settle an unknown step as succeeded (with `output`) or failed."""
-        body: dict[str, Any] = {"outcome": outcome}
-        if output is not None:
-            body["output"] = output
-        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/resolve"
-        return dict(self._json("POST", path, body=body, send_body=True))
-
-    def complete(self, execution_id: str, step: str, output: Any) -> dict[str, Any]:
-        """End a waiting wait step with `output`."""
-        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/complete"
-        return dict(self._json("POST", path, body={"output": output}, send_body=True))
-
-    def fail(self, execution_id: str, step: str) -> dict[str, Any]:
-        """Fail a waiting wait step."""
-        path = f"{EXECUTIONS}/{execution_id}/steps/{quote(step, safe='')}/fail"
-        return dict(self._json("POST", path))
+    def act(self, action: Action, execution_id: str, values: Sequence[Any]) -> dict[str, Any]:
+        """A declared action (flowforge/domain/operations.py) as its POST; its values in
+        the order of its params (a step in the path, the rest in the body, left out when
+        None); a cancel says `already_finished` (a 200, not a 202)."""
+        step = ""
+        body: dict[str, Any] = {}
+        for param, value in zip(action.params, values, strict=True):
+            if param.kind in IN_PATH:
+                step = quote(value, safe="")
+            elif value is not None:
+                body[param.field] = value
+        path = f"{EXECUTIONS}/{action.path(execution_id, step)}"
+        if action.body is None:
+            response = self.call("POST", path)
+        else:
+            response = self.call("POST", path, body=body, send_body=True)
+        answer = self._object(path, response)
+        if action.answer is Answer.CANCEL:
+            answer["already_finished"] = response.status_code == 200
+        return answer
 
     # ---- workflows and their signing secrets -----------------------------------------
-
-    def pause(self, execution_id: str) -> dict[str, Any]:
-        """Pause an execution (docs/contract.md#pause)."""
-        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/pause"))
-
-    def resume(self, execution_id: str) -> dict[str, Any]:
-        """Resume a paused execution."""
-        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/resume"))
-
-    def fail_paused(self, execution_id: str) -> dict[str, Any]:
-        """Fail an execution paused at a step whose tries ran out."""
-        return dict(self._json("POST", f"{EXECUTIONS}/{execution_id}/fail"))
 
     def replay(self, execution_id: str, from_step: str, version: int | None) -> dict[str, Any]:
         """Replay / fork from a step onto a version (None: the newest)."""

@@ -12,6 +12,7 @@ from flowforge.cli.executions import query
 from flowforge.cli.ops import Ops
 from flowforge.cli.output import emit
 from flowforge.domain.model import MAX_PAGE
+from flowforge.domain.operations import BY_NAME
 from flowforge.errors import ClientError
 
 
@@ -110,11 +111,11 @@ def _bulk(ops: Ops, args: argparse.Namespace, action: str) -> None:
         hint = "" if not ids else " (confirm with --yes)"
         emit(args, {"dry_run": True, "count": len(ids), "ids": ids}, f"{said}{hint}")
         return
-    act = ops.cancel if action == "cancel" else ops.retry
+    declared = BY_NAME[action]
     done, skipped = 0, []
     for execution_id in ids:
         try:
-            act(execution_id)
+            ops.act(declared, execution_id, ())
             done += 1
         except ApiError as exc:
             if exc.status >= 500:

@@ -9,12 +9,14 @@ Only this side has the API keys: the API has no endpoint that makes them.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from flowforge.domain.definitions import parse_until
 from flowforge.domain.model import ExecutionQuery
+from flowforge.domain.operations import Action, Answer
 from flowforge.errors import NotFound
 from flowforge.store import (
     actions,
@@ -53,45 +55,13 @@ class Database:
         """One execution with its steps, attempts, history and flow-control state."""
         return timeline.execution_detail(self.conn, execution_id)
 
-    def cancel(self, execution_id: str) -> dict[str, Any]:
-        """Cancel; `already_finished` when there was nothing to stop."""
-        status, was_terminal = actions.cancel(self.conn, execution_id, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status, "already_finished": was_terminal}
-
-    def retry(self, execution_id: str) -> dict[str, Any]:
-        """Re-run the failed and cancelled steps."""
-        status = actions.retry(self.conn, execution_id, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def resolve(self, execution_id: str, step: str, outcome: str, output: Any) -> dict[str, Any]:
-        """Settle an unknown step."""
-        status = actions.resolve(self.conn, execution_id, step, outcome, output, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def complete(self, execution_id: str, step: str, output: Any) -> dict[str, Any]:
-        """End a waiting wait step with `output`."""
-        status = actions.complete_wait(self.conn, execution_id, step, output, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def fail(self, execution_id: str, step: str) -> dict[str, Any]:
-        """Fail a waiting wait step."""
-        status = actions.fail_wait(self.conn, execution_id, step, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def pause(self, execution_id: str) -> dict[str, Any]:
-        """Pause an execution (docs/contract.md#pause)."""
-        status = actions.pause(self.conn, execution_id, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def resume(self, execution_id: str) -> dict[str, Any]:
-        """Resume a paused execution."""
-        status = actions.resume(self.conn, execution_id, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
-
-    def fail_paused(self, execution_id: str) -> dict[str, Any]:
-        """Fail an execution paused at a step whose tries ran out."""
-        status = actions.fail_paused(self.conn, execution_id, actor=_cli_actor())
-        return {"execution_id": execution_id, "status": status}
+    def act(self, action: Action, execution_id: str, values: Sequence[Any]) -> dict[str, Any]:
+        """A declared action (flowforge/domain/operations.py), answered as the API does; a
+        cancel says `already_finished`."""
+        done = actions.perform(self.conn, action, execution_id, values, actor=_cli_actor())
+        if action.answer is Answer.CANCEL:
+            return {**done.body(), "already_finished": done.already_finished}
+        return done.body()
 
     def replay(self, execution_id: str, from_step: str, version: int | None) -> dict[str, Any]:
         """Replay / fork from a step onto a version (None: the newest)."""

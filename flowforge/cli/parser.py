@@ -25,6 +25,7 @@ from flowforge.cli.arguments import (
     workflow_key,
 )
 from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus
+from flowforge.domain.operations import ACTIONS, Kind, Param
 
 DESCRIPTION = """\
 Operate FlowForge: publish workflows, inspect executions, cancel, retry and resolve them.
@@ -55,13 +56,6 @@ EXAMPLES = {
     "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
     "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "cancel": "flowforge cancel 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "retry": "flowforge retry 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "resolve": "flowforge resolve 01a233ee-a3de-71f1-8ccd-4191093a47ad charge succeeded "
-    "'{\"status\": 201}'",
-    "complete": "flowforge complete 01a233ee-a3de-71f1-8ccd-4191093a47ad approval "
-    "'{\"approved\": true}'",
-    "fail": "flowforge fail 01a233ee-a3de-71f1-8ccd-4191093a47ad approval",
     "workflow groups": "flowforge workflow groups sync --status open",
     "workflow pause": "flowforge workflow pause orders",
     "workflow reingest": "flowforge workflow reingest orders --from 2026-12-01T09:00:00Z "
@@ -70,9 +64,6 @@ EXAMPLES = {
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
     "circuits close": "flowforge circuits close stripe --workflow billing",
-    "pause": "flowforge pause 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "resume": "flowforge resume 01a233ee-a3de-71f1-8ccd-4191093a47ad",
-    "fail-paused": "flowforge fail-paused 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "replay": "flowforge replay 01a233ee-a3de-71f1-8ccd-4191093a47ad --from-step notify "
     "--onto latest",
     "replay-bulk": "flowforge replay-bulk --workflow orders --of-version 3 --status failed "
@@ -87,6 +78,7 @@ EXAMPLES = {
     "schedule trigger": "flowforge schedule trigger sweep",
     "schedule backfill": "flowforge schedule backfill sweep --from 2026-11-24T00:00:00Z "
     "--to 2026-11-29T00:00:00Z --dry-run",
+    **{action.command: action.example for action in ACTIONS},
 }
 
 
@@ -94,6 +86,28 @@ def _example(path: str) -> str | None:
     """The epilog of a command's --help; a command without an example (a test fails for
     it, tests/unit/test_reference_docs.py) still works."""
     return f"example:\n  {EXAMPLES[path]}" if path in EXAMPLES else None
+
+
+def dest(param: Param) -> str:
+    """Where a declared action's param lands in the parsed arguments (`--output` is taken:
+    it says how to print)."""
+    return "step_output" if param.kind is Kind.OUTPUT else param.field
+
+
+def _param(parser: argparse.ArgumentParser, param: Param) -> None:
+    """A declared action's param (flowforge/domain/operations.py) as a positional argument."""
+    if param.kind is Kind.OUTCOME:
+        parser.add_argument(dest(param), choices=RESOLUTIONS, help=param.help)
+    elif param.kind is Kind.OUTPUT:
+        parser.add_argument(
+            dest(param),
+            nargs="?",
+            type=json_value,
+            metavar="OUTPUT",
+            help=f"{param.help}, as JSON",
+        )
+    else:  # a step, or a map item's step: the API tells which it takes
+        parser.add_argument(dest(param), type=step_row, help=param.help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,30 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     detail = command(executions, "show", "executions.show", "steps, attempts and who acted")
     detail.add_argument("id", type=execution_id, help="the execution's ID")
 
-    def on_step(name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        parsed = command(sub, name, handler, help_)
-        parsed.add_argument("id", type=execution_id, help="the execution's ID")
-        parsed.add_argument("step", type=step_row, help="the step's id in the definition")
-        return parsed
-
-    command(
-        sub,
-        "cancel",
-        "actions.cancel",
-        "cancel an execution: queued and waiting work stops at once, a request in flight "
-        "finishes and is recorded",
-    ).add_argument("id", type=execution_id, help="the execution's ID")
-    command(sub, "retry", "actions.retry", "re-run failed and cancelled steps").add_argument(
-        "id", type=execution_id, help="the execution's ID"
-    )
-    for name, handler, help_ in (
-        ("pause", "actions.pause", "pause an execution: nothing of it starts until resumed"),
-        ("resume", "actions.resume", "resume a paused execution (an exhausted step runs again)"),
-        ("fail-paused", "actions.fail_paused", "fail an execution paused at an exhausted step"),
-    ):
-        command(sub, name, handler, help_).add_argument(
-            "id", type=execution_id, help="the execution's ID"
-        )
+    for action in ACTIONS:
+        acting = command(sub, action.command, "actions.act", action.help)
+        acting.set_defaults(operation=action.name)
+        acting.add_argument("id", type=execution_id, help="the execution's ID")
+        for param in action.params:
+            _param(acting, param)
     replaying = command(
         sub, "replay", "actions.replay", "replay an execution from a step onto a version"
     )
@@ -333,25 +329,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="do it without asking (default: show the count and ask on a terminal; "
             "in a script, only show the count)",
         )
-    resolve = on_step("resolve", "actions.resolve", "settle a step whose outcome is unknown")
-    resolve.add_argument("outcome", choices=RESOLUTIONS, help="what the request did")
-    resolve.add_argument(
-        "step_output",
-        nargs="?",
-        type=json_value,
-        metavar="OUTPUT",
-        help="the step's output as JSON (with succeeded)",
-    )
-    complete = on_step("complete", "actions.complete", "end a waiting wait step as a resume would")
-    complete.add_argument(
-        "step_output",
-        nargs="?",
-        type=json_value,
-        metavar="OUTPUT",
-        help="the step's output as JSON (default null)",
-    )
-    on_step("fail", "actions.fail", "fail a waiting wait step (the execution fails)")
-
     schedule = group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
     shown = command(schedule, "show", "schedules.show", "next fire times and the tick ledger")
     shown.add_argument("key", type=workflow_key, help="the workflow's key")

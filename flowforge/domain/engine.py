@@ -62,6 +62,7 @@ from flowforge.domain.model import (
     DEFAULT_MAX_CHILD_DEPTH,
     DEFAULT_MAX_DESCENDANTS,
     FLOW_CONTROL_ACTOR,
+    RETRIED_STEP,
     TERMINAL_EXECUTION,
     WORKFLOW_PAUSE_ACTOR,
     AttemptOutcome,
@@ -88,8 +89,6 @@ FINAL_STEP = frozenset({S.SUCCEEDED, S.FAILED, S.SKIPPED, S.CANCELLED})
 ACTIVE_STEP = frozenset({S.READY, S.RUNNING, S.WAITING})
 # Cancel stops these at once; `running` steps stop at their next boundary.
 CANCELLABLE_STEP = frozenset({S.PENDING, S.READY, S.WAITING})
-# An operator retry re-runs these; `succeeded` and `unknown` are never reset.
-RETRIED_STEP = frozenset({S.FAILED, S.CANCELLED})
 # Steps the worker may run inside the checkpoint transaction: no remote effect, no lease.
 # A map (docs/contract.md#map) is one: it starts its items' steps and gathers their results, each of
 # them an ordinary step row of its own.

@@ -355,6 +355,8 @@ WORKER_DEAD_AFTER_S = 10.0
 TERMINAL_EXECUTION = frozenset(
     {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )
+# An operator retry re-runs these steps; `succeeded` and `unknown` are never reset.
+RETRIED_STEP = frozenset({StepStatus.FAILED, StepStatus.CANCELLED})
 # The statuses of an execution that is not over, in declaration order: the set the partial
 # live indexes, the slot holders and the gauges read (SQL spells it with sql_list).
 LIVE_EXECUTION = tuple(s for s in ExecutionStatus if s not in TERMINAL_EXECUTION)

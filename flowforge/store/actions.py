@@ -2,79 +2,35 @@
 pause, resume or fail a paused one —
 each one unit of work, recorded in the history with its actor (docs/contract.md#actors).
 
-Every public function takes `actor` (required, keyword): the API passes the key that
-authenticated the request (`{"kind": "api_key", "id": ..., "name": ...}`), the CLI on the
-box `{"kind": "cli", "name": "cli@<host>"}`, flow control `model.FLOW_CONTROL_ACTOR`."""
+Each is declared once in flowforge/domain/operations.py, and the API, the console and the
+CLI on the box run it through `perform`. Every public function takes `actor` (required,
+keyword): the API passes the key that authenticated the request (`{"kind": "api_key",
+"id": ..., "name": ...}`), the CLI on the box `{"kind": "cli", "name": "cli@<host>"}`, flow
+control `model.FLOW_CONTROL_ACTOR`."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.engine import RETRIED_STEP, Run
-from flowforge.domain.model import (
-    TERMINAL_EXECUTION,
-    ExecutionStatus,
-    PauseReason,
-    StepStatus,
-    StepType,
+from flowforge.domain.engine import Run
+from flowforge.domain.model import ExecutionStatus, PauseReason, StepStatus, StepType
+from flowforge.domain.operations import (
+    Action,
+    Answer,
+    Done,
+    fail_paused_refusal,
+    pause_refusal,
+    retry_refusal,
 )
 from flowforge.errors import Conflict, NotFound
 from flowforge.store import flowcontrol, waits
 from flowforge.store.runs import load_run, save_run, unit_of_work
-
-# An operator retry restarts these; a running or succeeded execution is left alone.
-RETRIED_EXECUTION = frozenset(
-    {ExecutionStatus.FAILED, ExecutionStatus.CANCELLED, ExecutionStatus.NEEDS_ATTENTION}
-)
-
-
-def retry_refusal(status: str, steps: Iterable[tuple[str, str]]) -> str | None:
-    """Why an execution in `status` with these (step id, status) cannot be retried, or None
-    when it can: the rule retry applies, which the console asks before offering it. With
-    an unknown step, only if something else can re-run."""
-    if status not in RETRIED_EXECUTION:
-        return (
-            f"execution is {status}; only failed, cancelled or needs_attention "
-            "executions can be retried"
-        )
-    steps = list(steps)
-    unknown = [step_id for step_id, step_status in steps if step_status == StepStatus.UNKNOWN]
-    if unknown and not any(step_status in RETRIED_STEP for _, step_status in steps):
-        return (
-            f"nothing to retry: the outcome of step {unknown[0]!r} is unknown; resolve it "
-            "(as failed, then retry, to send it again)"
-        )
-    return None
-
-
-def pause_refusal(status: str, *, cancel_requested: bool) -> str | None:
-    """Why an execution in `status` cannot be paused, or None when it can (pausing a
-    paused one is a no-op): the rule pause applies, which the console asks before
-    offering it."""
-    if status in TERMINAL_EXECUTION or cancel_requested:
-        return f"execution is {status}; only a live execution can be paused"
-    return None
-
-
-def fail_paused_refusal(
-    status: str, step_statuses: Iterable[str], *, paused: bool | None = None
-) -> str | None:
-    """Why an execution cannot be failed as paused at a step whose tries ran out, or None
-    when it can; `paused` defaults to the status (the engine reads it from the pause
-    reason). The rule fail_paused applies, which the console asks before offering it."""
-    paused = status == ExecutionStatus.PAUSED if paused is None else paused
-    if not paused or StepStatus.FAILED not in set(step_statuses):
-        return (
-            f"execution is {status}; only one paused at a step whose tries ran out "
-            "can be failed (cancel it otherwise)"
-        )
-    return None
 
 
 def _locked(conn: psycopg.Connection, execution_id: str) -> Run:
@@ -330,3 +286,20 @@ def fail_paused(conn: psycopg.Connection, execution_id: str, *, actor: dict[str,
         run.fail_paused(actor=actor)
         save_run(conn, run.take_changes())
     return run.status
+
+
+def perform(
+    conn: psycopg.Connection,
+    action: Action,
+    execution_id: str,
+    values: Sequence[Any],
+    *,
+    actor: dict[str, Any],
+) -> Done:
+    """Run a declared action's unit of work (its `does`, a function of this module) with
+    the values of its params in their declared order."""
+    result = globals()[action.does](conn, execution_id, *values, actor=actor)
+    if action.answer is Answer.CANCEL:
+        status, already_finished = result
+        return Done(execution_id, status, already_finished)
+    return Done(execution_id, result)

@@ -302,10 +302,8 @@ def test_the_threads_table_says_what_each_thread_hands_work_to() -> None:
 
 
 # "act only through api/console/operate, the one place it calls actions": elsewhere the
-# console may ask actions' rules, never act.
-ACTION_RULES = frozenset(
-    {"retry_refusal", "pause_refusal", "fail_paused_refusal", "RETRIED_EXECUTION"}
-)
+# console asks domain/operations its rules, and never names actions.
+ACTION_RULES: frozenset[str] = frozenset()
 
 
 @pytest.mark.parametrize("module", [m for m in MODULES if m.startswith("flowforge.api.console")])
@@ -355,10 +353,12 @@ OPERATE = "flowforge.api.console.operate"
 
 
 def test_the_console_reads_and_signs_in_through_the_modules_the_document_names() -> None:
-    reads = _console_sentence(r"its pages read through (.*?), and ask `actions` its rules")
+    reads = _console_sentence(
+        r"its pages read through (.*?), and ask `domain/operations.py` its rules"
+    )
     signs_in = _console_sentence(r"they sign in through (.*?); and they act")
     imported = set().union(*(_store_uses(m)[0] for m in CONSOLE if m != OPERATE))
-    assert imported == reads | signs_in | {"actions"}
+    assert imported == reads | signs_in
 
 
 def test_the_console_acts_through_operate_alone() -> None:

@@ -24,15 +24,13 @@ PATHS = openapi.DOCUMENT["paths"]
 
 
 def _status_codes(tree: ast.AST) -> set[int]:
-    """The ids of the constants that are HTTP status codes: the arguments of _problems and
-    the refusals of _action, AUTHENTICATED and PROBLEM_TEXT's keys."""
+    """The ids of the constants that are HTTP status codes: the arguments of _problems,
+    AUTHENTICATED and PROBLEM_TEXT's keys."""
     holders: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id == "_problems":
                 holders += node.args
-            elif node.func.id == "_action":
-                holders.append(node.args[2])
         elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id == "AUTHENTICATED":
                 holders.append(node.value)

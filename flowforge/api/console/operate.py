@@ -4,11 +4,13 @@ history with the signed-in key as its actor."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from flowforge.domain.operations import Action
 from flowforge.store import actions, outbound, pausing, schedules
 from flowforge.store import reingest as reingest_module
 from flowforge.store import replay as replay_module
@@ -19,54 +21,16 @@ from flowforge.store.apikeys import ApiKey
 _TICKER = schedules.Ticker()
 
 
-def cancel(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Cancel an execution (a finished one is left as it is)."""
-    status, _was_terminal = actions.cancel(conn, execution_id, actor=key.actor())
-    return status
-
-
-def retry(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Re-run the failed and cancelled steps of a finished execution."""
-    return actions.retry(conn, execution_id, actor=key.actor())
-
-
-def resolve(
+def act(
     conn: psycopg.Connection,
     key: ApiKey,
+    action: Action,
     execution_id: str,
-    step_id: str,
-    outcome: str,
-    output: Any,
+    values: Sequence[Any],
 ) -> str:
-    """Settle a step whose outcome is unknown as succeeded (with output) or failed."""
-    return actions.resolve(conn, execution_id, step_id, outcome, output, actor=key.actor())
-
-
-def complete_wait(
-    conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id: str, output: Any
-) -> str:
-    """End a waiting wait step with `output`, as a resume would."""
-    return actions.complete_wait(conn, execution_id, step_id, output, actor=key.actor())
-
-
-def fail_wait(conn: psycopg.Connection, key: ApiKey, execution_id: str, step_id: str) -> str:
-    """Fail a waiting wait step: the answer is no."""
-    return actions.fail_wait(conn, execution_id, step_id, actor=key.actor())
-
-
-def pause(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Pause an execution (docs/contract.md#pause)."""
-    return actions.pause(conn, execution_id, actor=key.actor())
-
-
-def resume(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Resume a paused execution."""
-    return actions.resume(conn, execution_id, actor=key.actor())
-
-
-def fail_paused(conn: psycopg.Connection, key: ApiKey, execution_id: str) -> str:
-    """Fail an execution paused at a step whose tries ran out."""
-    return actions.fail_paused(conn, execution_id, actor=key.actor())
+    """A declared action on an execution (flowforge/domain/operations.py); its status
+    after."""
+    return actions.perform(conn, action, execution_id, values, actor=key.actor()).status
 
 
 def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -37,21 +38,23 @@ from flowforge.api.console.session import (
     set_cookie,
     signed_in,
 )
+from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.domain import defdiff, definitions
+from flowforge.domain import defdiff, definitions, operations
 from flowforge.domain.model import (
     LIVE_EXECUTION,
     RESOLUTIONS,
     TERMINAL_EXECUTION,
+    AttemptOutcome,
     ExecutionStatus,
     ItemStatus,
     StepStatus,
     is_key,
 )
+from flowforge.domain.operations import Kind
 from flowforge.errors import ClientError, Forbidden, NotFound
 from flowforge.store import (
-    actions,
     apikeys,
     catalog,
     grouping,
@@ -84,7 +87,7 @@ BULK_COUNT_CAP = 10_000
 BULK_ACTIONS: dict[str, tuple[str, ...]] = {
     # A paused execution is cancelled from its own page.
     "cancel": tuple(s.value for s in LIVE_EXECUTION if s != ExecutionStatus.PAUSED),
-    "retry": tuple(sorted(s.value for s in actions.RETRIED_EXECUTION)),
+    "retry": tuple(sorted(s.value for s in operations.RETRIED_EXECUTION)),
     # docs/contract.md#replay: replayed from the step the confirmation names, onto the version it
     # names.
     "replay": tuple(sorted(s.value for s in replay.REPLAYABLE)),
@@ -305,19 +308,6 @@ def executions() -> str:
     )
 
 
-def _retry_label(statuses: set[str]) -> str:
-    """What the retry button does to this execution, in words: "Retry failed steps" on a
-    cancelled execution where nothing failed would promise what it does not do."""
-    failed, cancelled = StepStatus.FAILED in statuses, StepStatus.CANCELLED in statuses
-    if failed and cancelled:
-        return "Retry failed and cancelled steps"
-    if failed:
-        return "Retry failed steps"
-    if cancelled:
-        return "Re-run cancelled steps"
-    return "Run the remaining steps"
-
-
 # Items of a map shown at a time on the execution page (docs/contract.md#map).
 ITEM_PAGE = 20
 
@@ -386,6 +376,11 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         s["status"] in {StepStatus.READY, StepStatus.RUNNING} for s in detail["steps"]
     )
     writable = may(detail["workflow"], write=True)
+    shown = operations.Shown(
+        status=detail["status"],
+        steps=tuple((s["id"], s["status"]) for s in detail["steps"]),
+        cancel_requested=bool(detail["cancel_requested_at"]),
+    )
     return {
         "e": detail,
         "item_query": item_query,
@@ -397,13 +392,11 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "axis_w": graph.AXIS_W,
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
-        "can_cancel": writable and detail["status"] not in TERMINAL_EXECUTION,
-        "can_retry": writable
-        and actions.retry_refusal(
-            detail["status"], ((s["id"], s["status"]) for s in detail["steps"])
-        )
-        is None,
-        "retry_label": _retry_label({s["status"] for s in detail["steps"]}),
+        "buttons": [
+            (action, action.button.text(shown))
+            for action in operations.ACTIONS
+            if writable and action.button is not None and action.button.offered(shown)
+        ],
         "can_resolve": writable,
         "wait_open": {
             s["id"]
@@ -415,16 +408,6 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         # docs/contract.md#pause: why it does not move (paused, or its workflow is) and what may be
         # done.
         "pause_state": detail["flow_control"],
-        "can_pause": writable
-        and detail["status"] != ExecutionStatus.PAUSED
-        and actions.pause_refusal(
-            detail["status"], cancel_requested=bool(detail["cancel_requested_at"])
-        )
-        is None,
-        "can_resume": writable and detail["status"] == ExecutionStatus.PAUSED,
-        "can_fail_paused": writable
-        and actions.fail_paused_refusal(detail["status"], (s["status"] for s in detail["steps"]))
-        is None,
         "replay": replay.links(conn, execution_id),
         # docs/contract.md#debounce-batch: the debounce or batch group it was started from, with its
         # events.
@@ -472,54 +455,46 @@ def _step_id(step_id: str) -> str:
     return step_id
 
 
-@bp.post("/executions/<execution_id:execution_id>/cancel")
-@signed_in
-def cancel(execution_id: str) -> BaseResponse:
-    """Cancel, then back to the execution."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.cancel(conn, key, execution_id)
-    return _back(execution_id)
+def _form_values(action: operations.Action, step_id: str | None) -> list[Any]:
+    """The values of an action's params from its form, in their order (a failed
+    resolution's output is not read: the form's box may hold anything then)."""
+    values: list[Any] = action_step(action, step_id)
+    outcome = None
+    for param in action.fields:
+        if param.kind is Kind.OUTCOME:
+            outcome = request.form.get("outcome", "")
+            if outcome not in RESOLUTIONS:
+                raise Problem(422, "Invalid resolution", "outcome must be succeeded or failed")
+            values.append(outcome)
+        elif outcome != AttemptOutcome.FAILED:
+            values.append(forms.json_field(request.form, param.field))
+        else:
+            values.append(None)
+    return values
 
 
-@bp.post("/executions/<execution_id:execution_id>/retry")
-@signed_in
-def retry(execution_id: str) -> BaseResponse:
-    """Retry the failed and cancelled steps, then back to the execution."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.retry(conn, key, execution_id)
-    return _back(execution_id)
+def _action_route(action: operations.Action) -> Callable[..., BaseResponse]:
+    """The console's route of a declared action (flowforge/domain/operations.py): run it
+    with the signed-in key as the actor, then back to the execution."""
+
+    def act(execution_id: str, step_id: str | None = None) -> BaseResponse:
+        key = _act_on(execution_id)
+        values = _form_values(action, step_id)
+        with connection() as conn:
+            operate.act(conn, key, action, execution_id, values)
+        return _back(execution_id)
+
+    act.__doc__ = f"{action.summary}; then back to the execution."
+    return signed_in(act)
 
 
-@bp.post("/executions/<execution_id:execution_id>/pause")
-@signed_in
-def pause(execution_id: str) -> BaseResponse:
-    """Pause (docs/contract.md#pause), then back to the execution."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.pause(conn, key, execution_id)
-    return _back(execution_id)
-
-
-@bp.post("/executions/<execution_id:execution_id>/resume")
-@signed_in
-def resume(execution_id: str) -> BaseResponse:
-    """Resume a paused execution, then back to it."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.resume(conn, key, execution_id)
-    return _back(execution_id)
-
-
-@bp.post("/executions/<execution_id:execution_id>/fail")
-@signed_in
-def fail_paused(execution_id: str) -> BaseResponse:
-    """Fail an execution paused at an exhausted step, then back to it."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.fail_paused(conn, key, execution_id)
-    return _back(execution_id)
+for _action in operations.ACTIONS:
+    bp.add_url_rule(
+        "/executions/" + _action.path("<execution_id:execution_id>", "<step_id>"),
+        endpoint=_action.name,
+        view_func=_action_route(_action),
+        methods=["POST"],
+    )
 
 
 @bp.post("/executions/<execution_id:execution_id>/replay")
@@ -536,43 +511,6 @@ def replay_one(execution_id: str) -> BaseResponse:
     with connection() as conn:
         made = operate.replay(conn, key, execution_id, from_step, version)
     return redirect(url_for("console.execution", execution_id=made), 303)
-
-
-@bp.post("/executions/<execution_id:execution_id>/steps/<step_id>/resolve")
-@signed_in
-def resolve(execution_id: str, step_id: str) -> BaseResponse:
-    """Settle an unknown step: outcome succeeded (with the output typed) or failed."""
-    key = _act_on(execution_id)
-    outcome = request.form.get("outcome", "")
-    if outcome not in RESOLUTIONS:
-        raise Problem(422, "Invalid resolution", "outcome must be succeeded or failed")
-    output = forms.json_field(request.form, "output") if outcome == "succeeded" else None
-    with connection() as conn:
-        if not definitions.is_step_row(step_id):  # a map item's step is resolved too
-            raise NotFound("no such step")
-        operate.resolve(conn, key, execution_id, step_id, outcome, output)
-    return _back(execution_id)
-
-
-@bp.post("/executions/<execution_id:execution_id>/steps/<step_id>/complete")
-@signed_in
-def complete(execution_id: str, step_id: str) -> BaseResponse:
-    """End a waiting wait step with the output typed."""
-    key = _act_on(execution_id)
-    output = forms.json_field(request.form, "output")
-    with connection() as conn:
-        operate.complete_wait(conn, key, execution_id, _step_id(step_id), output)
-    return _back(execution_id)
-
-
-@bp.post("/executions/<execution_id:execution_id>/steps/<step_id>/fail")
-@signed_in
-def fail(execution_id: str, step_id: str) -> BaseResponse:
-    """Fail a waiting wait step."""
-    key = _act_on(execution_id)
-    with connection() as conn:
-        operate.fail_wait(conn, key, execution_id, _step_id(step_id))
-    return _back(execution_id)
 
 
 # ---- attention ---------------------------------------------------------------------
@@ -649,7 +587,7 @@ def failed_post() -> str:
                 if action == "replay":
                     operate.replay_onto_newest(conn, key, execution_id, step_id)
                 else:
-                    operate.retry(conn, key, execution_id)
+                    operate.act(conn, key, operations.BY_NAME["retry"], execution_id, ())
                 done += 1
             except ClientError:
                 skipped += 1
@@ -727,12 +665,10 @@ def bulk_post() -> str:
                 skipped += 1
                 continue
             try:
-                if action == "cancel":
-                    operate.cancel(conn, key, str(row["id"]))
-                elif target is not None:
+                if target is not None:
                     operate.replay(conn, key, str(row["id"]), *target)
                 else:
-                    operate.retry(conn, key, str(row["id"]))
+                    operate.act(conn, key, operations.BY_NAME[action], str(row["id"]), ())
                 done += 1
             except ClientError:
                 skipped += 1  # it moved on since the preview (finished, or nothing to retry)
