@@ -80,12 +80,12 @@ VALUES (%(e)s, 'shape', 1, %(token)s, %(outcome)s, %(identity)s)
 
 
 def test_a_reissued_token_and_a_lost_outcome_are_flagged_with_or_without_identities(
-    database_url: str, new_url: str, pg_admin_url: str
+    database_url: str, new_database_url: str, pg_admin_url: str
 ) -> None:
     """Issue 42: the new primary re-issues a fencing token whose claim it never got, and
     knows attempts without the outcome the old one recorded. Rows written before
     migration 0047 have no identity and are matched by token and start time instead."""
-    old_url = database_url
+    old_url, new_url = database_url, new_database_url
     with psycopg.connect(old_url, autocommit=True) as conn:
         publish(conn, "open", OPEN, parse_definition(OPEN), None)
         eid = _webhook(conn, "both")
