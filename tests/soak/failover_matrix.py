@@ -17,6 +17,7 @@ loopback proxies and signals, which need no privileges beyond those the tests ha
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -107,6 +108,7 @@ def run(row: Row) -> None:
         capture_output=True,
         text=True,
         timeout=1800,
+        env={**os.environ, "FLOWFORGE_TEST_PATRONI": "1"},  # tests/faults/test_patroni.py
     )
     row.rounds += 1
     if done.returncode == 0:
