@@ -44,12 +44,14 @@ def definition(schema: Any) -> dict[str, Any]:
     }
 
 
-def hook(api: str, key: str, body: Any) -> requests.Response:
+def hook(api: str, key: str, body: Any, timeout: float = 60) -> requests.Response:
+    """A webhook with a fresh key, its body serialised by hand (the attack bodies are
+    exact)."""
     return requests.post(
         f"{api}/hooks/{key}",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Idempotency-Key": str(time.time_ns())},
-        timeout=60,
+        timeout=timeout,
     )
 
 

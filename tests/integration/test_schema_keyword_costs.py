@@ -8,32 +8,12 @@ write."""
 
 from __future__ import annotations
 
-import json
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import requests
 
+from tests.integration.test_schema_bounds import definition, hook
 from tests.support.api import Api
-
-
-def definition(schema: Any) -> dict[str, Any]:
-    return {
-        "name": "checked",
-        "trigger": {"webhook": {"auth": "none"}},
-        "input_schema": schema,
-        "steps": [{"id": "keep", "type": "transform", "output": {"n": 1}}],
-    }
-
-
-def hook(api: str, key: str, body: Any) -> requests.Response:
-    return requests.post(
-        f"{api}/hooks/{key}",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Idempotency-Key": str(time.time_ns())},
-        timeout=120,
-    )
 
 
 def test_unique_items_over_unsortable_items_costs_linear_time(api: str, api_key: str) -> None:
@@ -56,22 +36,22 @@ def test_unique_items_over_unsortable_items_costs_linear_time(api: str, api_key:
     # objects with other members; member order does not matter.
     same = [[1, 1.0], [{"a": 1, "b": [2]}, {"b": [2.0], "a": 1}], [[1, "a"], [1, "a"]]]
     for tags in same:
-        assert hook(api, "tagged", {"tags": tags}).status_code == 422, tags
+        assert hook(api, "tagged", {"tags": tags}, timeout=120).status_code == 422, tags
     other = [[True, 1], [False, 0, None, ""], [{"a": 1}, {"a": True}], [[1], [1, 1]], ["1", 1]]
     for tags in other:
-        assert hook(api, "tagged", {"tags": tags}).status_code == 202, tags
+        assert hook(api, "tagged", {"tags": tags}, timeout=120).status_code == 202, tags
 
 
 def test_multiple_of_a_fraction_takes_any_storable_integer(api: str, api_key: str) -> None:
     client = Api(api, api_key)
     client.publish("quarters", definition({"properties": {"n": {"multipleOf": 0.75}}}))
     huge = 10**400  # storable: integers may have up to 4,300 digits
-    r = hook(api, "quarters", {"n": huge})
+    r = hook(api, "quarters", {"n": huge}, timeout=120)
     assert r.status_code == 422, r.text  # 4 * 10^400 / 3 is no whole number
     assert str(huge) not in r.text
-    assert hook(api, "quarters", {"n": 3 * huge}).status_code == 202
-    assert hook(api, "quarters", {"n": 1.5}).status_code == 202
-    assert hook(api, "quarters", {"n": 1}).status_code == 422
+    assert hook(api, "quarters", {"n": 3 * huge}, timeout=120).status_code == 202
+    assert hook(api, "quarters", {"n": 1.5}, timeout=120).status_code == 202
+    assert hook(api, "quarters", {"n": 1}, timeout=120).status_code == 422
 
 
 def test_a_long_enum_is_looked_up_not_scanned(api: str, api_key: str) -> None:
@@ -92,9 +72,9 @@ def test_a_long_enum_is_looked_up_not_scanned(api: str, api_key: str) -> None:
     # The same values as jsonschema's equality: 1.0 is 1, true is not, order is free.
     client.publish("listed", definition({"enum": [1, {"a": [1], "b": None}, "x"]}))
     for body in (1.0, {"b": None, "a": [1.0]}, "x"):
-        assert hook(api, "listed", body).status_code == 202, body
+        assert hook(api, "listed", body, timeout=120).status_code == 202, body
     for body in (True, {"a": [1]}, "X", None, [1]):
-        r = hook(api, "listed", body)
+        r = hook(api, "listed", body, timeout=120)
         assert r.status_code == 422, body
         assert r.json()["errors"][0]["path"] == "$"
 
@@ -114,4 +94,4 @@ def test_errors_an_applicator_swallows_are_paid_for(api: str, api_key: str) -> N
         assert answer.status_code == 422, answer.text
         assert "keyword evaluations" in answer.json()["detail"]
     # A few values against the same schema are checked as before.
-    assert hook(api, "swallowed", [{}, {"p1": 1}]).status_code == 202
+    assert hook(api, "swallowed", [{}, {"p1": 1}], timeout=120).status_code == 202
