@@ -1,6 +1,7 @@
-"""docs/contract.md#flow-control through real bin/api and bin/worker processes: concurrency slots
-per workflow and per key, on_full, max_queued across API processes, deadlines, queue expiry and
-retry budgets."""
+"""docs/contract.md#flow-control: concurrency slots per workflow and per key, on_full and
+max_queued across API processes through real bin/api and bin/worker processes (the point is
+steps running at once); deadlines, queue expiry and retry budgets in the test's process
+(`in_process`: the API app, the executor and the timer scan)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import requests
 
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
+from tests.support.inprocess import InProcess
 from tests.support.processes import Process, start_api, wait_for
 from tests.support.target import Received, Reply, Target
 
@@ -331,14 +333,13 @@ def test_max_queued_refuses_at_the_same_count_from_two_api_processes_creating_no
 
 
 def test_deadline_during_a_delay_fails_the_execution_with_reason_deadline(
-    client: Api, workers: Callable[..., Process]
+    in_process: InProcess,
 ) -> None:
-    client.publish(
+    in_process.publish(
         "late-delay",
         flow([{"id": "nap", "type": "delay", "duration_s": 60}], deadline_s=1),
     )
-    workers()
-    done = client.wait(client.start("late-delay", {}), timeout=15)
+    done = in_process.wait(in_process.start("late-delay", {}), timeout=15)
     assert done["status"] == "failed"
     assert done["flow_control"]["stop_reason"] == "deadline"
     assert events(done, "execution.deadline_passed")
@@ -346,11 +347,9 @@ def test_deadline_during_a_delay_fails_the_execution_with_reason_deadline(
     assert step(done, "nap")["status"] == "cancelled"
 
 
-def test_deadline_during_back_off_stops_the_retries(
-    client: Api, target: Target, workers: Callable[..., Process]
-) -> None:
+def test_deadline_during_back_off_stops_the_retries(in_process: InProcess, target: Target) -> None:
     target.script = lambda r: Reply(status=503)
-    client.publish(
+    in_process.publish(
         "late-retry",
         flow(
             [
@@ -362,8 +361,7 @@ def test_deadline_during_back_off_stops_the_retries(
             deadline_s=2,
         ),
     )
-    workers()
-    done = client.wait(client.start("late-retry", {}), timeout=15)
+    done = in_process.wait(in_process.start("late-retry", {}), timeout=15)
     assert done["status"] == "failed"
     assert events(done, "execution.failed")[0]["detail"]["reason"] == "deadline"
     assert step(done, "call")["status"] == "cancelled"
@@ -400,30 +398,29 @@ def test_deadline_during_an_unsafe_post_lets_it_finish_and_records_it(
 
 
 def test_start_within_expires_an_execution_queued_behind_a_limit(
-    client: Api, target: Target, workers: Callable[..., Process]
+    in_process: InProcess, target: Target
 ) -> None:
     gauge = Gauge(hold_s=4.0)
     target.script = gauge
-    client.publish(
+    in_process.publish(
         "expiring",
         flow([get(f"{target.url}/sync/x")], concurrency={"limit": 1}, start_within_s=1),
     )
-    workers()
-    first = client.start("expiring", {})
-    second = client.start("expiring", {})
-    expired = client.wait(second, timeout=15)
+    first = in_process.start("expiring", {})
+    second = in_process.start("expiring", {})
+    expired = in_process.wait(second, timeout=15)
     assert expired["status"] == "cancelled"
     assert expired["flow_control"]["stop_reason"] == "expired"
     assert events(expired, "execution.cancelled")[0]["detail"]["reason"] == "expired"
-    assert client.wait(first, timeout=15)["status"] == "succeeded"
+    assert in_process.wait(first, timeout=15)["status"] == "succeeded"
     assert len(target.received) == 1
 
 
 def test_budget_fails_at_once_on_a_retry_after_beyond_it(
-    client: Api, target: Target, workers: Callable[..., Process]
+    in_process: InProcess, target: Target
 ) -> None:
     target.script = lambda r: Reply(status=503, headers={"Retry-After": "3600"})
-    client.publish(
+    in_process.publish(
         "budgeted",
         flow(
             [
@@ -435,8 +432,7 @@ def test_budget_fails_at_once_on_a_retry_after_beyond_it(
             ]
         ),
     )
-    workers()
-    done = client.wait(client.start("budgeted", {}), timeout=15)
+    done = in_process.wait(in_process.start("budgeted", {}), timeout=15)
     assert done["status"] == "failed"
     error = step(done, "call")["error"]
     assert "Retry-After 3600" in error and "budget_s 60" in error, error
@@ -444,10 +440,10 @@ def test_budget_fails_at_once_on_a_retry_after_beyond_it(
 
 
 def test_budget_shrinks_the_timeout_of_the_last_attempt(
-    client: Api, target: Target, workers: Callable[..., Process]
+    in_process: InProcess, target: Target
 ) -> None:
     target.script = lambda r: Reply(json={}, delay_s=2.5)
-    client.publish(
+    in_process.publish(
         "shrinking",
         flow(
             [
@@ -461,8 +457,7 @@ def test_budget_shrinks_the_timeout_of_the_last_attempt(
             ]
         ),
     )
-    workers()
-    done = client.wait(client.start("shrinking", {}), timeout=20)
+    done = in_process.wait(in_process.start("shrinking", {}), timeout=20)
     assert done["status"] == "failed"
     attempts = step(done, "call")["attempts"]
     assert len(attempts) == 2, attempts

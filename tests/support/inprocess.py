@@ -5,6 +5,7 @@ and no bin/api or bin/worker."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -59,6 +60,20 @@ RETURNING id, execution_id, step_id
 """
 
 
+class Answer:
+    """The app's answer read as a `requests.Response` is (`status_code`, `headers`,
+    `text`, `json()`), so a test reads the same against `Api` and `InProcess`."""
+
+    def __init__(self, response: Any) -> None:
+        self.status_code: int = response.status_code
+        self.headers = response.headers
+        self.text: str = response.get_data(as_text=True)
+        self._json = response.get_json(silent=True)
+
+    def json(self) -> Any:
+        return self._json
+
+
 class InProcess:
     """What a behaviour test needs of FlowForge, in its own process (dramatiq's stub
     worker, Temporal's testing/): the API app (`app_client`, signed in) and the worker's
@@ -77,19 +92,40 @@ class InProcess:
         assert r.status_code == 201, r.get_data(as_text=True)
         return dict(r.get_json())
 
-    def start(self, workflow: str, payload: Any) -> str:
-        r = self.app.post(f"/hooks/{workflow}", json=payload)
-        assert r.status_code == 202, r.get_data(as_text=True)
-        return str(r.get_json()["execution_id"])
+    def hook(
+        self,
+        workflow: str,
+        payload: Any,
+        headers: dict[str, str] | None = None,
+        raw: bytes | None = None,
+    ) -> Answer:
+        """A webhook as `Api.hook` sends it (these bytes, or the payload as JSON)."""
+        body = raw if raw is not None else json.dumps(payload).encode()
+        return Answer(
+            self.app.post(
+                f"/hooks/{workflow}",
+                data=body,
+                headers={"Content-Type": "application/json", **(headers or {})},
+            )
+        )
+
+    def start(self, workflow: str, payload: Any, **kwargs: Any) -> str:
+        r = self.hook(workflow, payload, **kwargs)
+        assert r.status_code == 202, r.text
+        return str(r.json()["execution_id"])
 
     def execution(self, execution_id: str) -> dict[str, Any]:
         r = self.app.get(f"/api/v1/executions/{execution_id}")
         assert r.status_code == 200, r.get_data(as_text=True)
         return dict(r.get_json())
 
-    def post(self, path: str, body: Any = None) -> Any:
-        """The app's answer to a POST (`status_code`, `text`, `get_json()`)."""
-        return self.app.post(path, json=body)
+    def text(self, path: str) -> str:
+        """What a GET of `path` answers, as text (to search it, whatever its status)."""
+        return str(self.app.get(path).get_data(as_text=True))
+
+    def post(self, path: str, body: Any = None) -> Answer:
+        """The app's answer to a POST, read as `Api.post`'s is."""
+        return Answer(self.app.post(path, json=body))
 
     def wait(
         self,
