@@ -1,6 +1,6 @@
 """Every step type and the DAG rules: run in the test's process (`in_process`, the API app
 and the worker's executor), and through real bin/api and bin/worker processes where the
-point is concurrency, the timer thread or the broker."""
+point is concurrency or the broker (delays are woken by the timer scan `wait` runs)."""
 
 from __future__ import annotations
 
@@ -150,9 +150,11 @@ def test_false_conditions_skip_and_skips_propagate(in_process: InProcess) -> Non
     assert done["status"] == "succeeded"
 
 
-def test_delays_wait_in_the_database_then_continue(client: Api, db: psycopg.Connection) -> None:
+def test_delays_wait_in_the_database_then_continue(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
     until = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
-    client.publish(
+    in_process.publish(
         "delay",
         unsigned(
             [
@@ -167,11 +169,11 @@ def test_delays_wait_in_the_database_then_continue(client: Api, db: psycopg.Conn
             ]
         ),
     )
-    eid = client.start("delay", {"at": until})
-    waiting = client.wait(eid, "waiting", timeout=10)
+    eid = in_process.start("delay", {"at": until})
+    waiting = in_process.wait(eid, "waiting", timeout=10)
     assert step(waiting, "pause")["status"] == "waiting"
     assert step(waiting, "pause")["wake_at"] is not None
-    done = client.wait(eid)
+    done = in_process.wait(eid)
     assert done["status"] == "succeeded"
     assert step(done, "after")["output"] == "done"
     assert step(done, "until")["finished_at"] >= until
@@ -188,9 +190,9 @@ def test_delays_wait_in_the_database_then_continue(client: Api, db: psycopg.Conn
     ],
 )
 def test_a_delay_until_beyond_what_can_be_stored_fails_its_step_and_nothing_else(
-    at: str, client: Api, target: Target
+    at: str, in_process: InProcess, target: Target
 ) -> None:
-    client.publish(
+    in_process.publish(
         "far",
         unsigned(
             [
@@ -203,18 +205,18 @@ def test_a_delay_until_beyond_what_can_be_stored_fails_its_step_and_nothing_else
             ]
         ),
     )
-    eid = client.start("far", {"at": at})
-    done = client.wait(eid, timeout=30)
+    eid = in_process.start("far", {"at": at})
+    done = in_process.wait(eid, timeout=30)
     assert done["status"] == "failed", done
     sleep = step(done, "sleep")
     assert sleep["status"] == "failed"
     assert sleep["wake_at"] is None
     assert "until" in sleep["error"] and at in sleep["error"], sleep["error"]
-    r = client.post(f"/api/v1/executions/{eid}/cancel")
+    r = in_process.post(f"/api/v1/executions/{eid}/cancel")
     assert (r.status_code, r.json()["status"]) == (200, "failed"), r.text
     # The worker goes on with everything else.
-    fine = client.start("far", {"at": "2000-01-01T00:00:00Z"})
-    assert client.wait(fine, timeout=30)["status"] == "succeeded"
+    fine = in_process.start("far", {"at": "2000-01-01T00:00:00Z"})
+    assert in_process.wait(fine, timeout=30)["status"] == "succeeded"
 
 
 def test_retries_back_off_and_record_every_attempt(in_process: InProcess, target: Target) -> None:
