@@ -1,8 +1,9 @@
-"""The workflow step (docs/contract.md#child-workflows, child workflows) through real bin/api and
-bin/worker processes: the child's output flows back, a failed child fails the step (and a retry
-starts a new child), cancelling the parent cancels the child, a child that needs
-attention keeps its parent waiting visibly until it is resolved, cycles are refused at
-publish and depth is bounded at run time."""
+"""The workflow step (docs/contract.md#child-workflows, child workflows): the child's output
+flows back, a failed child fails the step (and a retry starts a new child), cancelling the
+parent cancels the child, a child that needs attention keeps its parent waiting visibly until
+it is resolved, cycles are refused at publish and depth is bounded at run time. In the test's
+process (`in_process`) where the point is the step's behaviour; through real bin/api and
+bin/worker where it is steps running at once, the reconciler or a worker's own setting."""
 
 from __future__ import annotations
 
@@ -102,16 +103,16 @@ def test_the_parent_starts_the_child_and_takes_its_output(
 
 
 def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
-    client: Api, target: Target, db: psycopg.Connection
+    in_process: InProcess, target: Target, db: psycopg.Connection
 ) -> None:
     target.script = lambda _r: Reply(status=400, json={"error": "no"})
-    client.publish(
+    in_process.publish(
         "invoicing",
         definition(http("post", "GET", f"{target.url}/invoice", retry={"max_attempts": 1})),
     )
-    client.publish("orders", parent())
-    eid = client.start("orders", {"order": "o-1", "lines": 1})
-    failed = client.wait(eid, timeout=30)
+    in_process.publish("orders", parent())
+    eid = in_process.start("orders", {"order": "o-1", "lines": 1})
+    failed = in_process.wait(eid, timeout=30)
     assert failed["status"] == "failed", failed
     error = step(failed, "invoice")["error"]
     [(first, _, status, _)] = children(db, eid)
@@ -120,21 +121,21 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     assert step(failed, "done")["status"] == "cancelled"
 
     target.script = lambda _r: Reply(json={"number": "inv-1", "total": 1})
-    client.publish(
+    in_process.publish(
         "invoicing",
         definition(
             http("post", "GET", f"{target.url}/invoice"),
             transform("shape", "{{ post.body }}", after=("post",)),
         ),
     )
-    assert client.post(f"/api/v1/executions/{eid}/retry").status_code == 202
-    done = client.wait(eid, timeout=30)
+    assert in_process.post(f"/api/v1/executions/{eid}/retry").status_code == 202
+    done = in_process.wait(eid, timeout=30)
     assert done["status"] == "succeeded", done
     assert step(done, "done")["output"] == {"invoice": "inv-1", "total": 1}
     # A new child for the new round, of the newest version; the failed one is kept.
     rows = children(db, eid)
     assert rows[0][0] == first and [r[2] for r in rows] == ["failed", "succeeded"]
-    assert client.execution(rows[1][0])["version"] == 2
+    assert in_process.execution(rows[1][0])["version"] == 2
 
 
 def test_cancelling_the_parent_cancels_the_child(
@@ -212,31 +213,26 @@ def test_a_child_that_needs_attention_keeps_the_parent_waiting_until_it_is_resol
     assert done["waiting_on_children"] == []
 
 
-def test_a_cycle_of_workflows_is_refused_at_publish_naming_its_path(client: Api) -> None:
-    itself = client.session.post(
-        f"{client.base}/api/v1/workflows/loop/versions",
-        json=definition(calls("loop", "again")),
-        timeout=10,
-    )
+def test_a_cycle_of_workflows_is_refused_at_publish_naming_its_path(in_process: InProcess) -> None:
+    itself = in_process.post("/api/v1/workflows/loop/versions", definition(calls("loop", "again")))
     assert itself.status_code == 422
     assert itself.headers["Content-Type"].startswith("application/problem+json")
     [error] = itself.json()["errors"]
     assert error["path"] == "$.steps[0].workflow"
     assert "loop -> loop" in error["message"]
 
-    client.publish("a", definition(calls("b", "to_b")))
-    client.publish("b", definition(calls("c", "to_c")))
-    closing = client.session.post(
-        f"{client.base}/api/v1/workflows/c/versions",
-        json=definition({"id": "x", "type": "transform", "output": {}}, calls("a", "to_a")),
-        timeout=10,
+    in_process.publish("a", definition(calls("b", "to_b")))
+    in_process.publish("b", definition(calls("c", "to_c")))
+    closing = in_process.post(
+        "/api/v1/workflows/c/versions",
+        definition({"id": "x", "type": "transform", "output": {}}, calls("a", "to_a")),
     )
     assert closing.status_code == 422, closing.text
     [error] = closing.json()["errors"]
     assert error["path"] == "$.steps[1].workflow"
     assert "c -> a -> b -> c" in error["message"]
     # Nothing was written: c has no version.
-    assert client.session.get(f"{client.base}/api/v1/workflows/c", timeout=10).status_code == 404
+    assert in_process.app.get("/api/v1/workflows/c").status_code == 404
 
 
 def test_depth_is_bounded_at_run_time(
@@ -314,7 +310,7 @@ def test_a_concurrency_limited_child_queues_behind_the_other_and_both_parents_su
     assert len(target.received) == 2
 
 
-def _second_order_on_a_full_child(client: Api, on_full: str) -> tuple[str, str, str]:
+def _second_order_on_a_full_child(client: Api | InProcess, on_full: str) -> tuple[str, str, str]:
     """Invoicing takes one child at a time (`on_full` past that); the first order's child
     waits, holding the slot, when the second order starts. Returns the first order, its
     child and the second order."""
@@ -333,10 +329,10 @@ def _second_order_on_a_full_child(client: Api, on_full: str) -> tuple[str, str, 
 
 
 def test_a_child_dropped_by_drop_new_fails_its_parents_step_saying_why(
-    client: Api, db: psycopg.Connection
+    in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    first, _holder, second = _second_order_on_a_full_child(client, "drop_new")
-    failed = client.wait(second, timeout=30)
+    first, _holder, second = _second_order_on_a_full_child(in_process, "drop_new")
+    failed = in_process.wait(second, timeout=30)
     assert failed["status"] == "failed", failed
     error = step(failed, "invoice")["error"]
     [(dropped, _, status, _)] = children(db, second)
@@ -345,47 +341,48 @@ def test_a_child_dropped_by_drop_new_fails_its_parents_step_saying_why(
     assert "concurrency limit reached (on_full drop_new)" in error, error
     assert step(failed, "done")["status"] == "cancelled"
     # The first parent's child holds its slot, untouched; no retry loop starts more.
-    assert client.execution(first)["status"] == "waiting"
+    assert in_process.execution(first)["status"] == "waiting"
     assert [c[2] for c in children(db, first)] == ["waiting"]
     assert len(children(db, second)) == 1
 
 
 def test_a_child_refused_by_max_queued_fails_its_parents_step_saying_why(
-    client: Api, db: psycopg.Connection
+    in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    client.publish(
+    in_process.publish(
         "invoicing",
         {
             **definition({"id": "approve", "type": "wait", "timeout_s": 3600}),
             "concurrency": {"limit": 1, "max_queued": 1},
         },
     )
-    client.publish("orders", parent())
-    first = client.start("orders", {"order": "o-1", "lines": 1})
-    client.wait(first, "waiting", timeout=30)
-    second = client.start("orders", {"order": "o-2", "lines": 1})
+    in_process.publish("orders", parent())
+    first = in_process.start("orders", {"order": "o-1", "lines": 1})
+    in_process.wait(first, "waiting", timeout=30)
+    second = in_process.start("orders", {"order": "o-2", "lines": 1})
     # The second's child waits in the queue (the one place max_queued allows).
-    wait_for(lambda: [c[2] for c in children(db, second)] == ["queued"] or None, timeout=30)
-    third = client.start("orders", {"order": "o-3", "lines": 1})
-    failed = client.wait(third, timeout=30)
+    in_process.wait(second, "waiting", timeout=30)
+    assert [c[2] for c in children(db, second)] == ["queued"]
+    third = in_process.start("orders", {"order": "o-3", "lines": 1})
+    failed = in_process.wait(third, timeout=30)
     assert failed["status"] == "failed", failed
     error = step(failed, "invoice")["error"]
     assert "concurrency.max_queued" in error, error
-    assert client.execution(second)["status"] == "waiting"
+    assert in_process.execution(second)["status"] == "waiting"
 
 
 def test_a_child_says_when_retention_deleted_its_parent(
-    client: Api, db: psycopg.Connection, database_url: str
+    in_process: InProcess, db: psycopg.Connection, database_url: str
 ) -> None:
-    client.publish(
+    in_process.publish(
         "invoicing",
         definition({"id": "issue", "type": "transform", "output": {"number": 9, "total": 1}}),
     )
-    client.publish("orders", {**parent(), "retention_days": 0.001})
-    eid = client.start("orders", {"order": "o-9", "lines": 1})
-    assert client.wait(eid, timeout=30)["status"] == "succeeded"
+    in_process.publish("orders", {**parent(), "retention_days": 0.001})
+    eid = in_process.start("orders", {"order": "o-9", "lines": 1})
+    assert in_process.wait(eid, timeout=30)["status"] == "succeeded"
     [(child_id, _, _, _)] = children(db, eid)
-    shown = client.execution(child_id)
+    shown = in_process.execution(child_id)
     assert shown["parent"] == {"execution_id": eid, "step_id": "invoice"}
     assert shown["parent_deleted"] is False
     # The parent's workflow keeps its executions for minutes, the child's for days.
@@ -395,11 +392,11 @@ def test_a_child_says_when_retention_deleted_its_parent(
     with inprocess.pool(database_url, "test-retention") as pool:
         Retention(pool, threading.Event()).expire()
     assert db.execute("SELECT 1 FROM executions WHERE id = %s", (eid,)).fetchone() is None
-    shown = client.execution(child_id)
+    shown = in_process.execution(child_id)
     # The link stays as recorded, and says its other end is gone.
     assert shown["parent"] == {"execution_id": eid, "step_id": "invoice"}
     assert shown["parent_deleted"] is True
-    assert client.execution(child_id)["status"] == "succeeded"
+    assert in_process.execution(child_id)["status"] == "succeeded"
 
 
 def test_a_child_under_cancel_oldest_replaces_the_older_child_whose_parent_fails(
