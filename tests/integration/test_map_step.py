@@ -1,6 +1,7 @@
-"""The map step (docs/contract.md#map) through real bin/api and bin/worker processes: items at most
-max_parallel at a time, results in order, fail_fast, collect, and a retry that re-runs
-only the items that did not succeed."""
+"""The map step (docs/contract.md#map): items at most max_parallel at a time and results in
+order, and a pause while items run, through real bin/api and bin/worker processes (steps run
+at once); fail_fast, collect, and a retry that re-runs only the items that did not succeed in
+the test's process (`in_process`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.support.api import Api, step
 from tests.support.definitions import http, transform, workflow
+from tests.support.inprocess import InProcess
 from tests.support.processes import Process, wait_for
 from tests.support.target import InFlight, Received, Reply, Target
 
@@ -90,13 +92,13 @@ def test_items_run_at_most_max_parallel_at_once_and_the_output_keeps_their_order
 
 
 def test_fail_fast_fails_the_map_at_the_first_failed_item_and_starts_no_more(
-    client: Api, target: Target
+    in_process: InProcess, target: Target
 ) -> None:
     script = holding(fail=lambda index: index == 2)
     target.script = script
-    client.publish("orders", orders(target, max_parallel=2))
-    eid = client.start("orders", payload(40))
-    done = client.wait(eid, timeout=60)
+    in_process.publish("orders", orders(target, max_parallel=2))
+    eid = in_process.start("orders", payload(40))
+    done = in_process.wait(eid, timeout=60)
     assert done["status"] == "failed", done
     lines = step(done, "lines")
     assert lines["status"] == "failed"
@@ -107,13 +109,13 @@ def test_fail_fast_fails_the_map_at_the_first_failed_item_and_starts_no_more(
 
 
 def test_collect_runs_every_item_then_a_retry_reruns_only_the_failed_ones(
-    client: Api, target: Target
+    in_process: InProcess, target: Target
 ) -> None:
     failing = {3, 7, 11}
     target.script = holding(hold_s=0.01, fail=lambda index: index in failing)
-    client.publish("orders", orders(target, max_parallel=4, on_item_failure="collect"))
-    eid = client.start("orders", payload(16))
-    done = client.wait(eid, timeout=60)
+    in_process.publish("orders", orders(target, max_parallel=4, on_item_failure="collect"))
+    eid = in_process.start("orders", payload(16))
+    done = in_process.wait(eid, timeout=60)
     assert done["status"] == "failed", done
     lines = step(done, "lines")
     assert "3 of 16 items did not succeed (first: item 3" in lines["error"]
@@ -126,17 +128,15 @@ def test_collect_runs_every_item_then_a_retry_reruns_only_the_failed_ones(
         "cancelled": 0,
     }
     assert len(target.requests_to("/reserve/")) == 16
-    failed_page = client.session.get(
-        f"{client.base}/api/v1/executions/{eid}/steps/lines/items",
-        params={"status": "failed"},
-        timeout=10,
-    ).json()
+    failed_page = in_process.app.get(
+        f"/api/v1/executions/{eid}/steps/lines/items", query_string={"status": "failed"}
+    ).get_json()
     assert [i["index"] for i in failed_page["items"]] == [3, 7, 11]
 
     failing.clear()
-    retried = client.post(f"/api/v1/executions/{eid}/retry")
+    retried = in_process.post(f"/api/v1/executions/{eid}/retry")
     assert retried.status_code == 202, retried.text
-    done = client.wait(eid, timeout=60)
+    done = in_process.wait(eid, timeout=60)
     assert done["status"] == "succeeded", done
     sent = [int(r.path.rsplit("/", 1)[1]) for r in target.requests_to("/reserve/")]
     assert sorted(sent[16:]) == [3, 7, 11]
