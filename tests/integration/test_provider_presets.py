@@ -1,4 +1,5 @@
-"""Provider signature presets (docs/contract.md#presets) through a real bin/api: Stripe, GitHub,
+"""Provider signature presets (docs/contract.md#presets), in the test's process (the API app,
+`in_process`) but for the per-process cache of targets, which a real bin/api shows: Stripe, GitHub,
 Shopify and Slack webhooks start a workflow only when signed as the provider documents, every
 tampering is a 401 that writes nothing, and the provider's delivery id is the identity.
 
@@ -28,6 +29,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from tests.support.api import Api
 from tests.support.definitions import transform, workflow
+from tests.support.inprocess import InProcess
 from tests.support.processes import start_api
 from tests.support.webhooks import (
     github_header,
@@ -175,12 +177,12 @@ def counts(db: psycopg.Connection) -> dict[str, int]:
     }
 
 
-def post(api: str, key: str, d: Delivery, **extra: str) -> requests.Response:
-    headers = {"Content-Type": "application/json", **d.headers, **extra}
-    return requests.post(f"{api}/hooks/{key}", data=d.body, headers=headers, timeout=10)
+def post(client: Api | InProcess, key: str, d: Delivery, **extra: str) -> Any:
+    """The delivery's exact bytes and headers to the workflow's webhook."""
+    return client.hook(key, None, headers={**d.headers, **extra}, raw=d.body)
 
 
-def add_secret(client: Api, key: str, value: str) -> int:
+def add_secret(client: Api | InProcess, key: str, value: str) -> int:
     r = client.post(f"/api/v1/workflows/{key}/webhook-secrets", {"value": value})
     assert r.status_code == 201, r.text
     assert value not in r.text  # sealed, and not echoed back
@@ -218,19 +220,18 @@ def tamperings(name: str, secret: str) -> dict[str, Delivery]:
 
 @pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_preset_verifies_as_the_provider_does_and_dedupes_by_its_delivery_id(
-    name: str, api: str, api_key: str, db: psycopg.Connection
+    name: str, in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    client = Api(api, api_key)
-    client.publish(name, definition(name))
+    in_process.publish(name, definition(name))
     secret = SECRETS[name]
     provider = PROVIDERS[name]
     # Before any secret exists, even a correctly signed delivery cannot pass.
-    assert post(api, name, provider.deliver([secret])).status_code == 401
-    add_secret(client, name, secret)
+    assert post(in_process, name, provider.deliver([secret])).status_code == 401
+    add_secret(in_process, name, secret)
 
     good = provider.deliver([secret])
     assert provider.reference(secret, good)  # the provider agrees it is genuine
-    first = post(api, name, good)
+    first = post(in_process, name, good)
     assert first.status_code == 202, first.text
     execution_id = first.json()["execution_id"]
     stored = db.execute(
@@ -240,7 +241,7 @@ def test_preset_verifies_as_the_provider_does_and_dedupes_by_its_delivery_id(
 
     before = counts(db)
     for what, bad in tamperings(name, secret).items():
-        r = post(api, name, bad)
+        r = post(in_process, name, bad)
         assert r.status_code == 401, (what, r.text)
         assert r.headers["Content-Type"] == "application/problem+json", what
         # Stripe's library checks only staleness; FlowForge also refuses a future stamp,
@@ -253,15 +254,17 @@ def test_preset_verifies_as_the_provider_does_and_dedupes_by_its_delivery_id(
         ):
             assert not provider.reference(secret, bad), f"the provider accepts {what}"
     assert counts(db) == before
-    check_delivery_id_is_the_identity(name, api, db)
+    check_delivery_id_is_the_identity(name, in_process, db)
 
 
-def check_delivery_id_is_the_identity(name: str, api: str, db: psycopg.Connection) -> None:
+def check_delivery_id_is_the_identity(
+    name: str, client: Api | InProcess, db: psycopg.Connection
+) -> None:
     """A redelivery (re-signed later, Slack's retry header added) is the same execution,
     and no Idempotency-Key header can turn a captured delivery into a new one."""
     provider = PROVIDERS[name]
     good = provider.deliver([SECRETS[name]])
-    first = post(api, name, good, **{"Idempotency-Key": "sender-1"})
+    first = post(client, name, good, **{"Idempotency-Key": "sender-1"})
     assert first.status_code == 202, first.text
     execution_id = first.json()["execution_id"]
     before = counts(db)
@@ -270,10 +273,13 @@ def check_delivery_id_is_the_identity(name: str, api: str, db: psycopg.Connectio
         {k: v for k, v in good.headers.items() if "Delivery" in k or "Webhook-Id" in k}
     )
     retries = [
-        post(api, name, good),
-        post(api, name, good, **{"Idempotency-Key": "another"}),
+        post(client, name, good),
+        post(client, name, good, **{"Idempotency-Key": "another"}),
         post(
-            api, name, again, **{"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+            client,
+            name,
+            again,
+            **{"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"},
         ),
     ]
     for r in retries:
@@ -283,41 +289,41 @@ def check_delivery_id_is_the_identity(name: str, api: str, db: psycopg.Connectio
     assert counts(db) == before
     assert good.identity in {k for (k,) in db.execute("SELECT key FROM idempotency_keys")}
     # A second, distinct delivery is a second execution.
-    assert post(api, name, provider.deliver([SECRETS[name]])).json()["execution_id"] != execution_id
+    assert (
+        post(client, name, provider.deliver([SECRETS[name]])).json()["execution_id"] != execution_id
+    )
 
 
 def test_stripe_rotation_several_v1_and_revocation(
-    api: str, api_key: str, db: psycopg.Connection
+    in_process: InProcess, db: psycopg.Connection
 ) -> None:
     """While a Stripe secret is rolled, deliveries carry one v1 per secret; either active
     secret verifies, and a revoked one no longer does."""
-    client = Api(api, api_key)
-    client.publish("stripe", definition("stripe"))
+    in_process.publish("stripe", definition("stripe"))
     old = SECRETS["stripe"]
     new = "whsec_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4"
-    old_id = add_secret(client, "stripe", old)
-    assert post(api, "stripe", stripe_delivery([new])).status_code == 401  # not known yet
+    old_id = add_secret(in_process, "stripe", old)
+    assert post(in_process, "stripe", stripe_delivery([new])).status_code == 401  # not known yet
     both = stripe_delivery([new, old])
     assert stripe_accepts(old, both) and stripe_accepts(new, both)
-    assert post(api, "stripe", both).status_code == 202  # the v1 made with `old` counts
-    add_secret(client, "stripe", new)
+    assert post(in_process, "stripe", both).status_code == 202  # the v1 made with `old` counts
+    add_secret(in_process, "stripe", new)
     for signers in ([new, old], [old], [new], [OTHER_SECRET, new]):
-        r = post(api, "stripe", stripe_delivery(signers))
+        r = post(in_process, "stripe", stripe_delivery(signers))
         assert r.status_code == 202, (signers, r.text)
-    r = client.session.delete(f"{api}/api/v1/workflows/stripe/webhook-secrets/{old_id}", timeout=10)
+    r = in_process.delete(f"/api/v1/workflows/stripe/webhook-secrets/{old_id}")
     assert r.status_code == 204
     before = counts(db)
-    assert post(api, "stripe", stripe_delivery([old])).status_code == 401
+    assert post(in_process, "stripe", stripe_delivery([old])).status_code == 401
     assert counts(db) == before
-    assert post(api, "stripe", stripe_delivery([new])).status_code == 202
+    assert post(in_process, "stripe", stripe_delivery([new])).status_code == 202
 
 
 def test_slack_url_verification_is_answered_and_starts_nothing(
-    api: str, api_key: str, db: psycopg.Connection
+    in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    client = Api(api, api_key)
-    client.publish("slack", definition("slack"))
-    add_secret(client, "slack", SECRETS["slack"])
+    in_process.publish("slack", definition("slack"))
+    add_secret(in_process, "slack", SECRETS["slack"])
     body = json.dumps(
         {
             "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
@@ -328,29 +334,28 @@ def test_slack_url_verification_is_answered_and_starts_nothing(
     before = counts(db)
     challenge = slack_delivery([SECRETS["slack"]], body)
     assert slack_accepts(SECRETS["slack"], challenge)
-    r = post(api, "slack", challenge)
+    r = post(in_process, "slack", challenge)
     assert r.status_code == 200, r.text
     assert r.json() == {"challenge": json.loads(body)["challenge"]}
     # Unsigned, the challenge is refused like any other request.
     forged = slack_delivery([OTHER_SECRET], body)
-    assert post(api, "slack", forged).status_code == 401
+    assert post(in_process, "slack", forged).status_code == 401
     assert counts(db) == before
 
 
-def test_github_published_vector(api: str, api_key: str, db: psycopg.Connection) -> None:
+def test_github_published_vector(in_process: InProcess, db: psycopg.Connection) -> None:
     """GitHub's documented example: secret "It's a Secret to Everybody", payload
     "Hello, World!". FlowForge checks the signature first: the vector verifies (and its
     payload, no JSON, is then a 400); one changed byte is a 401."""
     published = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
     assert github_header("It's a Secret to Everybody", b"Hello, World!") == published
-    client = Api(api, api_key)
-    client.publish("gh", definition("github"))
-    add_secret(client, "gh", "It's a Secret to Everybody")
+    in_process.publish("gh", definition("github"))
+    add_secret(in_process, "gh", "It's a Secret to Everybody")
     headers = {"X-Hub-Signature-256": published, "X-GitHub-Delivery": str(uuid.uuid4())}
     before = counts(db)
-    vector = post(api, "gh", Delivery(b"Hello, World!", headers, ""))
+    vector = post(in_process, "gh", Delivery(b"Hello, World!", headers, ""))
     assert vector.status_code == 400 and vector.json()["title"] == "Malformed JSON", vector.text
-    changed = post(api, "gh", Delivery(b"Hello, World?", headers, ""))
+    changed = post(in_process, "gh", Delivery(b"Hello, World?", headers, ""))
     assert changed.status_code == 401, changed.text
     assert counts(db) == before
 
@@ -373,35 +378,33 @@ def test_one_database_read_at_most_per_verification(
         client = Api(base, api_key)
         client.publish("gh", definition("github"))
         secret_id = add_secret(client, "gh", SECRETS["github"])
-        assert post(base, "gh", github_delivery([SECRETS["github"]])).status_code == 202
+        assert post(client, "gh", github_delivery([SECRETS["github"]])).status_code == 202
         start = reads(base)
         for _ in range(10):
-            assert post(base, "gh", github_delivery([SECRETS["github"]])).status_code == 202
+            assert post(client, "gh", github_delivery([SECRETS["github"]])).status_code == 202
         assert reads(base) == start  # from the cache
         for _ in range(10):
-            assert post(base, "gh", github_delivery([OTHER_SECRET])).status_code == 401
+            assert post(client, "gh", github_delivery([OTHER_SECRET])).status_code == 401
         assert reads(base) - start <= 10
         # A secret added after the cache was filled verifies on the first try.
         add_secret(client, "gh", OTHER_SECRET)
-        assert post(base, "gh", github_delivery([OTHER_SECRET])).status_code == 202
-        r = client.session.delete(
-            f"{base}/api/v1/workflows/gh/webhook-secrets/{secret_id}", timeout=10
-        )
+        assert post(client, "gh", github_delivery([OTHER_SECRET])).status_code == 202
+        r = client.delete(f"/api/v1/workflows/gh/webhook-secrets/{secret_id}")
         assert r.status_code == 204
-        assert post(base, "gh", github_delivery([SECRETS["github"]])).status_code == 401
+        assert post(client, "gh", github_delivery([SECRETS["github"]])).status_code == 401
     finally:
         proc.stop()
 
 
-def test_supplied_secrets_are_checked(api: str, api_key: str) -> None:
-    client = Api(api, api_key)
-    client.publish("std", {**definition("signature")})
+def test_supplied_secrets_are_checked(in_process: InProcess) -> None:
+    in_process.publish("std", {**definition("signature")})
     for bad in ({"value": "short"}, {"value": 5}, {"other": "x" * 20}, ["x" * 20]):
-        r = client.post("/api/v1/workflows/std/webhook-secrets", bad)
+        r = in_process.post("/api/v1/workflows/std/webhook-secrets", bad)
         assert r.status_code == 422, (bad, r.text)
     # A Standard Webhooks workflow needs whsec_ + base64; a generated one still comes back.
     assert (
-        client.post("/api/v1/workflows/std/webhook-secrets", {"value": "x" * 20}).status_code == 422
+        in_process.post("/api/v1/workflows/std/webhook-secrets", {"value": "x" * 20}).status_code
+        == 422
     )
-    made = client.post("/api/v1/workflows/std/webhook-secrets")
+    made = in_process.post("/api/v1/workflows/std/webhook-secrets")
     assert made.status_code == 201 and made.json()["secret"].startswith("whsec_")

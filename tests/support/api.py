@@ -65,6 +65,9 @@ class Api:
     def post(self, path: str, body: Any = None) -> requests.Response:
         return self.session.post(f"{self.base}{path}", json=body, timeout=10)
 
+    def delete(self, path: str) -> requests.Response:
+        return self.session.delete(f"{self.base}{path}", timeout=10)
+
     def wait(
         self,
         execution_id: str,

@@ -127,6 +127,9 @@ class InProcess:
         """The app's answer to a POST, read as `Api.post`'s is."""
         return Answer(self.app.post(path, json=body))
 
+    def delete(self, path: str) -> Answer:
+        return Answer(self.app.delete(path))
+
     def wait(
         self,
         execution_id: str,
