@@ -1,5 +1,6 @@
-"""Archive and re-ingest (docs/contract.md#reingest, docs/contract.md#system-keys) against a real
-bin/api, and bin/worker where the re-ingested executions run: what the archive keeps of a webhook
+"""Archive and re-ingest (docs/contract.md#reingest, docs/contract.md#system-keys) in the test's
+process (`in_process`: the API app, and the executor where the re-ingested executions run), and
+the remote CLI against a real bin/api: what the archive keeps of a webhook
 (never a credential nor the secret), re-ingest of a filtered range onto the newest version exactly
 once, a client key spelled like a re-ingest's, dry run, the cap, and the archive's retention."""
 
@@ -8,13 +9,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-import requests
 
 from flowforge.store import apikeys
 from flowforge.worker.retention import Retention
@@ -23,7 +22,7 @@ from tests.integration.test_cli_remote import ok, remote
 from tests.support import inprocess
 from tests.support.api import Api
 from tests.support.definitions import workflow
-from tests.support.processes import Process
+from tests.support.inprocess import InProcess
 from tests.support.webhooks import sign
 
 STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind }}"}}]
@@ -35,8 +34,10 @@ def definition(archive_days: float | None = 1, auth: str = "none", **extra: Any)
 
 
 @pytest.fixture
-def client(api: str, api_key: str) -> Api:
-    return Api(api, api_key)
+def client(in_process: InProcess) -> InProcess:
+    """The API app and the executor in the test's process: what these tests check is the
+    API's and the store's, not a process's."""
+    return in_process
 
 
 def window() -> dict[str, str]:
@@ -47,7 +48,7 @@ def window() -> dict[str, str]:
     }
 
 
-def reingest(client: Api, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+def reingest(client: Api | InProcess, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
     r = client.post("/api/v1/workflows/orders/reingest", body)
     assert r.status_code == status, r.text
     return r.json()
@@ -65,7 +66,7 @@ def count_executions(db: psycopg.Connection) -> int:
 
 
 def test_the_archive_keeps_the_body_and_what_verified_it_never_a_credential(
-    client: Api, db: psycopg.Connection
+    client: InProcess, db: psycopg.Connection
 ) -> None:
     client.publish("orders", definition(auth="signature"))
     created = client.post("/api/v1/workflows/orders/webhook-secrets").json()
@@ -79,6 +80,7 @@ def test_the_archive_keeps_the_body_and_what_verified_it_never_a_credential(
         "webhook-signature": sign(secret, "msg_1", timestamp, body),
         "Authorization": "Bearer sender-credential-xyz",
         "Cookie": "session=cookie-credential-xyz",
+        "User-Agent": "sender/1.0",
         "X-Hub-Signature-256": "sha256=deadbeef",
     }
     execution_id = client.start("orders", None, raw=body, headers=headers)
@@ -86,7 +88,7 @@ def test_the_archive_keeps_the_body_and_what_verified_it_never_a_credential(
     assert bytes(kept) == body and linked == execution_id
     assert kept_headers == {
         "content-type": "application/json",
-        "user-agent": requests.utils.default_user_agent(),
+        "user-agent": "sender/1.0",
         "webhook-id": "msg_1",
         "webhook-timestamp": str(timestamp),
     }
@@ -100,18 +102,16 @@ def test_the_archive_keeps_the_body_and_what_verified_it_never_a_credential(
     assert delivery == delivery_id
 
 
-def test_no_archive_unless_the_definition_asks(client: Api, db: psycopg.Connection) -> None:
+def test_no_archive_unless_the_definition_asks(client: InProcess, db: psycopg.Connection) -> None:
     client.publish("orders", definition(archive_days=None))
     client.start("orders", {"kind": "a"})
     assert deliveries(db) == []
-    r = client.session.post(
-        f"{client.base}/api/v1/workflows/orders/versions", json=definition(archive_days=-1)
-    )
+    r = client.post("/api/v1/workflows/orders/versions", definition(archive_days=-1))
     assert r.status_code == 422 and r.json()["errors"][0]["path"] == "$.archive_days"
 
 
 def test_reingest_a_filtered_range_onto_the_newest_version_once(
-    client: Api, db: psycopg.Connection, workers: Callable[..., Process]
+    client: InProcess, db: psycopg.Connection
 ) -> None:
     client.publish("orders", definition())
     originals = [client.start("orders", {"kind": kind, "n": n}) for n, kind in enumerate("abab")]
@@ -155,14 +155,13 @@ def test_reingest_a_filtered_range_onto_the_newest_version_once(
     assert again["created"] == [] and again["existing"] == done["created"]
     assert count_executions(db) == before + 2
 
-    workers()
     for created in done["created"]:
         finished = client.wait(created["execution_id"])
         assert finished["status"] == "succeeded", finished
 
 
 def test_a_client_key_spelled_like_a_reingest_neither_blocks_nor_claims_it(
-    client: Api, db: psycopg.Connection
+    client: InProcess, db: psycopg.Connection
 ) -> None:
     client.publish("orders", definition())
     original = client.start("orders", {"kind": "a"})
@@ -179,7 +178,7 @@ def test_a_client_key_spelled_like_a_reingest_neither_blocks_nor_claims_it(
     assert done["existing"] == []
 
 
-def test_the_cap_is_honoured_and_next_continues(client: Api, db: psycopg.Connection) -> None:
+def test_the_cap_is_honoured_and_next_continues(client: InProcess, db: psycopg.Connection) -> None:
     client.publish("orders", definition())
     for n in range(5):
         client.start("orders", {"kind": "a", "n": n})
@@ -193,7 +192,9 @@ def test_the_cap_is_honoured_and_next_continues(client: Api, db: psycopg.Connect
     assert bad["errors"][0]["path"] == "$.limit"
 
 
-def test_bad_requests_and_read_only_keys_are_refused(client: Api, db: psycopg.Connection) -> None:
+def test_bad_requests_and_read_only_keys_are_refused(
+    client: InProcess, db: psycopg.Connection
+) -> None:
     client.publish("orders", definition())
     client.start("orders", {"kind": "a"})
     before = count_executions(db)
@@ -202,13 +203,17 @@ def test_bad_requests_and_read_only_keys_are_refused(client: Api, db: psycopg.Co
     )
     assert {e["path"] for e in problem["errors"]} >= {"$.from", "$.filter.path"}
     _, viewer = apikeys.create(db, "viewer", read_only=True)
-    r = Api(client.base, viewer).post("/api/v1/workflows/orders/reingest", window())
+    r = client.app.post(
+        "/api/v1/workflows/orders/reingest",
+        json=window(),
+        headers={"Authorization": f"Bearer {viewer}"},
+    )
     assert r.status_code == 403, r.text
     assert count_executions(db) == before
 
 
 def test_archived_webhooks_are_deleted_after_archive_days(
-    client: Api, db: psycopg.Connection, database_url: str
+    client: InProcess, db: psycopg.Connection, database_url: str
 ) -> None:
     client.publish("orders", definition(archive_days=2))
     executions = [client.start("orders", {"kind": "a", "n": n}) for n in range(3)]
@@ -230,8 +235,9 @@ def test_archived_webhooks_are_deleted_after_archive_days(
 
 
 def test_reingest_from_the_cli_remote_and_on_the_box(
-    client: Api, api_key: str, database_url: str, db: psycopg.Connection
+    api: str, api_key: str, database_url: str, db: psycopg.Connection
 ) -> None:
+    client = Api(api, api_key)  # the remote CLI talks HTTP to a real bin/api
     client.publish("orders", definition())
     for kind in "abc":
         client.start("orders", {"kind": kind})
@@ -256,7 +262,7 @@ def test_reingest_from_the_cli_remote_and_on_the_box(
 
 
 def test_a_workflow_with_flow_control_archives_and_reingests_through_its_gate(
-    client: Api, db: psycopg.Connection
+    client: InProcess, db: psycopg.Connection
 ) -> None:
     client.publish("orders", definition(concurrency={"limit": 1}))
     made = [client.start("orders", {"kind": "a", "n": n}) for n in range(2)]
