@@ -70,6 +70,46 @@ def post(url: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def gated(
+    client: Api | InProcess,
+    target: Target,
+    workflow: str,
+    hold_s: float,
+    method: str = "GET",
+    start_within_s: float | None = None,
+    **concurrency: Any,
+) -> Gauge:
+    """Publish `workflow`: one call (GET, or POST with input.n) to the target's
+    /sync/<the concurrency key, or x> under these concurrency settings; the target holds
+    each request `hold_s` in the gauge returned."""
+    gauge = Gauge(hold_s)
+    target.script = gauge
+    url = f"{target.url}/sync/{concurrency.get('key', 'x')}"
+    expiry = {} if start_within_s is None else {"start_within_s": start_within_s}
+    call = post(url) if method == "POST" else get(url)
+    client.publish(workflow, flow([call], concurrency=concurrency, **expiry))
+    return gauge
+
+
+def one_post_in_flight(
+    client: Api, target: Target, workers: Callable[..., Process], workflow: str, on_full: str
+) -> tuple[Gauge, str]:
+    """`workflow` (one POST, limit 1, `on_full`) published, a worker started and one
+    execution (n 1) started: the gauge and the execution's id once its POST is held (until
+    the test sets gauge.release)."""
+    gauge = gated(client, target, workflow, 30.0, method="POST", limit=1, on_full=on_full)
+    workers()
+    execution_id = client.start(workflow, {"n": 1})
+    wait_for(lambda: target.received, message="the first POST")
+    return gauge, execution_id
+
+
+def counted(db: psycopg.Connection, condition: str) -> int:
+    """How many executions meet `condition` (one of this file's constant SQL conditions)."""
+    (count,) = db.execute(f"SELECT count(*) FROM executions WHERE {condition}").fetchone()
+    return int(count)
+
+
 def events(execution: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [e for e in execution["events"] if e["kind"] == kind]
 
@@ -82,9 +122,7 @@ def client(api: str, api_key: str) -> Api:
 def test_a_limit_holds_at_the_target_through_a_worker_sigkill_and_nothing_is_stranded(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=0.4)
-    target.script = gauge
-    client.publish("limited", flow([get(f"{target.url}/sync/all")], concurrency={"limit": 2}))
+    gauge = gated(client, target, "limited", 0.4, limit=2)
     ids = [client.start("limited", {"n": n}) for n in range(12)]
     queued = client.execution(ids[-1])
     assert queued["status"] == "queued"
@@ -106,15 +144,7 @@ def test_a_limit_holds_at_the_target_through_a_worker_sigkill_and_nothing_is_str
 def test_per_key_limits_serialise_each_key_while_keys_run_in_parallel(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=0.3)
-    target.script = gauge
-    client.publish(
-        "per-key",
-        flow(
-            [get(f"{target.url}/sync/{{{{ input.customer }}}}")],
-            concurrency={"limit": 1, "key": "{{ input.customer }}"},
-        ),
-    )
+    gauge = gated(client, target, "per-key", 0.3, limit=1, key="{{ input.customer }}")
     # A body the key cannot be rendered from is refused, creating nothing.
     refused = client.hook("per-key", {"name": "no customer"})
     assert refused.status_code == 422, refused.text
@@ -132,15 +162,7 @@ def test_per_key_limits_serialise_each_key_while_keys_run_in_parallel(
 def test_a_quiet_key_is_not_starved_by_a_busy_one(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=0.2)
-    target.script = gauge
-    client.publish(
-        "fair",
-        flow(
-            [get(f"{target.url}/sync/{{{{ input.customer }}}}")],
-            concurrency={"limit": 1, "key": "{{ input.customer }}"},
-        ),
-    )
+    gated(client, target, "fair", 0.2, limit=1, key="{{ input.customer }}")
     workers()
     busy = [client.start("fair", {"customer": "busy"}) for _ in range(15)]
     quiet = client.start("fair", {"customer": "quiet"})
@@ -156,15 +178,7 @@ def test_a_quiet_key_is_not_starved_by_a_busy_one(
 def test_drop_new_records_the_new_execution_cancelled_with_reason_concurrency(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=2.0)
-    target.script = gauge
-    client.publish(
-        "drop",
-        flow([post(f"{target.url}/sync/x")], concurrency={"limit": 1, "on_full": "drop_new"}),
-    )
-    workers()
-    first = client.start("drop", {"n": 1})
-    wait_for(lambda: target.received, message="the first POST")
+    gauge, first = one_post_in_flight(client, target, workers, "drop", "drop_new")
     r = client.hook("drop", {"n": 2})
     assert r.status_code == 202
     dropped = client.execution(r.json()["execution_id"])
@@ -186,15 +200,7 @@ def test_drop_new_records_the_new_execution_cancelled_with_reason_concurrency(
 def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_before_the_new_one_starts(
     client: Api, target: Target, workers: Callable[..., Process]
 ) -> None:
-    gauge = Gauge(hold_s=30.0)
-    target.script = gauge
-    client.publish(
-        "newest",
-        flow([post(f"{target.url}/sync/x")], concurrency={"limit": 1, "on_full": "cancel_oldest"}),
-    )
-    workers()
-    oldest = client.start("newest", {"n": 1})
-    wait_for(lambda: target.received, message="the first POST")
+    gauge, oldest = one_post_in_flight(client, target, workers, "newest", "cancel_oldest")
     newest = client.start("newest", {"n": 2})
     # The slot is held until the oldest is terminal (docs/contract.md#slots): the new one waits
     # queued while the old POST is still in flight at the target, then starts.
@@ -215,9 +221,7 @@ def test_cancel_oldest_lets_the_unsafe_post_in_flight_finish_before_the_new_one_
 def test_a_cancelled_execution_holds_its_slot_until_its_request_in_flight_ends(
     client: Api, target: Target, workers: Callable[..., Process], db: psycopg.Connection
 ) -> None:
-    gauge = Gauge(hold_s=30.0)
-    target.script = gauge
-    client.publish("two", flow([post(f"{target.url}/sync/x")], concurrency={"limit": 2}))
+    gauge = gated(client, target, "two", 30.0, method="POST", limit=2)
     workers()
     first, second, third = (client.start("two", {"n": n}) for n in range(3))
     wait_for(lambda: len(target.received) == 2, message="two POSTs in flight")
@@ -263,22 +267,13 @@ def test_cancel_other_never_has_two_posts_of_one_schedule_in_flight(
     )
     workers()
 
-    def stopped() -> int:
-        (count,) = db.execute(
-            "SELECT count(*) FROM executions WHERE stop_reason = 'concurrency'"
-        ).fetchone()
-        return int(count)
-
-    wait_for(lambda: stopped() >= 3 and len(target.received) >= 2, timeout=30, message="ticks")
-    assert client.post("/api/v1/workflows/ticking/schedule/pause").status_code == 200
     wait_for(
-        lambda: (
-            db.execute("SELECT count(*) FROM executions WHERE finished_at IS NULL").fetchone()[0]
-            == 0
-        ),
+        lambda: counted(db, "stop_reason = 'concurrency'") >= 3 and len(target.received) >= 2,
         timeout=30,
-        message="every execution to end",
+        message="ticks",
     )
+    assert client.post("/api/v1/workflows/ticking/schedule/pause").status_code == 200
+    wait_for(lambda: counted(db, "finished_at IS NULL") == 0, timeout=30, message="all ended")
     # Each tick cancelled the one before; a POST in flight finished before the next left.
     assert gauge.overall_peak == 1
 
@@ -291,12 +286,7 @@ def test_max_queued_refuses_at_the_same_count_from_two_api_processes_creating_no
     tmp_path: Path,
     db: psycopg.Connection,
 ) -> None:
-    gauge = Gauge(hold_s=20.0)
-    target.script = gauge
-    client.publish(
-        "bounded",
-        flow([get(f"{target.url}/sync/x")], concurrency={"limit": 1, "max_queued": 3}),
-    )
+    gauge = gated(client, target, "bounded", 20.0, limit=1, max_queued=3)
     second, base2 = start_api(env, tmp_path / "api2.log")
     try:
         apis = [client.base, base2]
@@ -400,12 +390,7 @@ def test_deadline_during_an_unsafe_post_lets_it_finish_and_records_it(
 def test_start_within_expires_an_execution_queued_behind_a_limit(
     in_process: InProcess, target: Target
 ) -> None:
-    gauge = Gauge(hold_s=4.0)
-    target.script = gauge
-    in_process.publish(
-        "expiring",
-        flow([get(f"{target.url}/sync/x")], concurrency={"limit": 1}, start_within_s=1),
-    )
+    gated(in_process, target, "expiring", 4.0, start_within_s=1, limit=1)
     first = in_process.start("expiring", {})
     second = in_process.start("expiring", {})
     expired = in_process.wait(second, timeout=15)
@@ -472,12 +457,7 @@ def test_budget_shrinks_the_timeout_of_the_last_attempt(
 def test_racing_cancel_oldest_webhooks_end_with_the_key_at_its_limit(
     client: Api, target: Target, workers: Callable[..., Process], db: psycopg.Connection
 ) -> None:
-    gauge = Gauge(hold_s=20.0)
-    target.script = gauge
-    client.publish(
-        "racing",
-        flow([get(f"{target.url}/sync/x")], concurrency={"limit": 2, "on_full": "cancel_oldest"}),
-    )
+    gauge = gated(client, target, "racing", 20.0, limit=2, on_full="cancel_oldest")
     answers: list[int] = []
     threads = [
         threading.Thread(target=lambda: answers.append(client.hook("racing", {}).status_code))
@@ -499,12 +479,5 @@ def test_racing_cancel_oldest_webhooks_end_with_the_key_at_its_limit(
     assert replaced == 8
     workers()
     gauge.release.set()
-    wait_for(
-        lambda: (
-            db.execute("SELECT count(*) FROM executions WHERE status = 'succeeded'").fetchone()[0]
-            == 2
-        ),
-        timeout=20,
-        message="the two holders to succeed",
-    )
+    wait_for(lambda: counted(db, "status = 'succeeded'") == 2, timeout=20, message="2 succeeded")
     assert len(target.received) == 2

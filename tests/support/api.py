@@ -18,6 +18,15 @@ TERMINAL = frozenset(
 )
 
 
+def webhook(
+    payload: Any, headers: dict[str, str] | None = None, raw: bytes | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a webhook as the tests send it: these exact bytes (`raw`),
+    or the payload as JSON, as application/json unless `headers` say otherwise."""
+    body = raw if raw is not None else json.dumps(payload).encode()
+    return body, {"Content-Type": "application/json", **(headers or {})}
+
+
 class Api:
     """Talks to a running bin/api with one API key."""
 
@@ -33,19 +42,11 @@ class Api:
         assert r.status_code == 201, r.text
         return r.json()
 
-    def hook(
-        self,
-        workflow: str,
-        payload: Any,
-        headers: dict[str, str] | None = None,
-        raw: bytes | None = None,
-    ) -> requests.Response:
-        body = raw if raw is not None else json.dumps(payload).encode()
+    def hook(self, workflow: str, payload: Any, **sent: Any) -> requests.Response:
+        """A webhook to `workflow` (`headers`, `raw` as in `webhook`), with no API key."""
+        body, headers = webhook(payload, **sent)
         return requests.post(
-            f"{self.base}/hooks/{workflow}",
-            data=body,
-            timeout=10,
-            headers={"Content-Type": "application/json", **(headers or {})},
+            f"{self.base}/hooks/{workflow}", data=body, timeout=10, headers=headers
         )
 
     def start(self, workflow: str, payload: Any, **kwargs: Any) -> str:

@@ -5,7 +5,6 @@ and no bin/api or bin/worker."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -19,7 +18,7 @@ from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.timers import TimerScanner
-from tests.support.api import TERMINAL
+from tests.support.api import TERMINAL, webhook
 
 
 @contextmanager
@@ -92,22 +91,10 @@ class InProcess:
         assert r.status_code == 201, r.get_data(as_text=True)
         return dict(r.get_json())
 
-    def hook(
-        self,
-        workflow: str,
-        payload: Any,
-        headers: dict[str, str] | None = None,
-        raw: bytes | None = None,
-    ) -> Answer:
-        """A webhook as `Api.hook` sends it (these bytes, or the payload as JSON)."""
-        body = raw if raw is not None else json.dumps(payload).encode()
-        return Answer(
-            self.app.post(
-                f"/hooks/{workflow}",
-                data=body,
-                headers={"Content-Type": "application/json", **(headers or {})},
-            )
-        )
+    def hook(self, workflow: str, payload: Any, **sent: Any) -> Answer:
+        """A webhook as `Api.hook` sends it (`headers`, `raw` as in `api.webhook`)."""
+        body, headers = webhook(payload, **sent)
+        return Answer(self.app.post(f"/hooks/{workflow}", data=body, headers=headers))
 
     def start(self, workflow: str, payload: Any, **kwargs: Any) -> str:
         r = self.hook(workflow, payload, **kwargs)
