@@ -4,7 +4,6 @@ recording HTTP target on 127.0.0.1."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
     TEST_RESUME_KEY,
     Process,
+    process_env,
     start_api,
     start_worker,
 )
@@ -126,24 +126,21 @@ def amqp_prefix(amqp_url: str) -> Iterator[str]:
 @pytest.fixture
 def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
     """Environment of the processes under test: short leases, loopback allowed."""
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-        "FLOWFORGE_DATABASE_URL": database_url,
-        "FLOWFORGE_AMQP_URL": amqp_url,
-        "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
-        "FLOWFORGE_LEASE_SECONDS": "2",
-        "FLOWFORGE_RECONCILE_SECONDS": "2",
-        "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
-        "FLOWFORGE_WORKER_CONCURRENCY": "4",
-        "FLOWFORGE_LOG_LEVEL": "INFO",
-        "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-        "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+    return process_env(
+        database_url,
+        amqp_url,
+        amqp_prefix,
+        LEASE_SECONDS="2",
+        RECONCILE_SECONDS="2",
+        HTTP_ALLOW="127.0.0.1",
+        WORKER_CONCURRENCY="4",
+        LOG_LEVEL="INFO",
         # Load tests send far more than the default 100 webhooks/s per workflow; the
         # limit's own tests (test_intake_floods.py) take this out.
-        "FLOWFORGE_WEBHOOK_RATE": "0",
+        WEBHOOK_RATE="0",
         # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
-        "FLOWFORGE_TEST_MODE": "1",
-    }
+        TEST_MODE="1",
+    )
 
 
 @pytest.fixture

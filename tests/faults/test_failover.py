@@ -7,7 +7,6 @@ contract in docs/howto/several-hosts.md). Runtime: about 40 s per mode."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -16,17 +15,14 @@ import psycopg
 import pytest
 import requests
 
-from flowforge.store import apikeys
-from flowforge.store.migrate import migrate
 from tests.support.api import Api
 from tests.support.processes import (
-    TEST_ENCRYPTION_KEY,
-    TEST_RESUME_KEY,
+    process_env,
     start_api,
     start_worker,
     wait_for,
 )
-from tests.support.replication import Replicated
+from tests.support.replication import Replicated, migrated_database
 
 DB = "ff_failover"
 
@@ -66,22 +62,10 @@ def test_intake_and_work_come_back_after_a_promotion(
 ) -> None:
     pair = Replicated(synchronous)
     try:
-        with psycopg.connect(pair.primary.url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DB}")
-        primary_db = psycopg.conninfo.make_conninfo(pair.primary.url, dbname=DB)
-        migrate(primary_db)
-        with psycopg.connect(primary_db, autocommit=True) as conn:
-            key = apikeys.create(conn, "failover")[1]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-            "FLOWFORGE_DATABASE_URL": pair.url(DB),
-            "FLOWFORGE_AMQP_URL": amqp_url,
-            "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
-            "FLOWFORGE_LEASE_SECONDS": "2",
-            "FLOWFORGE_RECONCILE_SECONDS": "2",
-            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
-        }
+        _, key = migrated_database(pair.primary.url, DB, "failover")
+        env = process_env(
+            pair.url(DB), amqp_url, amqp_prefix, LEASE_SECONDS="2", RECONCILE_SECONDS="2"
+        )
         api_proc, base = start_api(env, tmp_path / "api.log")
         worker = start_worker(env, tmp_path / "worker.log")
         try:

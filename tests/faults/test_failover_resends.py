@@ -18,25 +18,21 @@ be recovered without waiting out its lease (the test gives it 60 s of a 120 s le
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import psycopg
 import requests
 
-from flowforge.store import apikeys
 from flowforge.store.failover import report
-from flowforge.store.migrate import migrate
 from tests.faults.helpers import http, workflow
 from tests.support.api import Api
 from tests.support.processes import (
-    TEST_ENCRYPTION_KEY,
-    TEST_RESUME_KEY,
+    process_env,
     start_api,
     start_worker,
     wait_for,
 )
-from tests.support.replication import Replicated
+from tests.support.replication import Replicated, migrated_database
 from tests.support.target import Reply, Target
 
 DB = "ff_resends"
@@ -56,26 +52,18 @@ def test_the_report_flags_every_request_sent_again_after_a_failover(
     target = Target()
     target.script = lambda _r: Reply(json={"ok": True}, delay_s=3.0)
     try:
-        with psycopg.connect(pair.primary.url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DB}")
-        old_db = psycopg.conninfo.make_conninfo(pair.primary.url, dbname=DB)
+        old_db, key = migrated_database(pair.primary.url, DB, "resends")
         new_db = psycopg.conninfo.make_conninfo(pair.standby.url, dbname=DB)
-        migrate(old_db)
-        with psycopg.connect(old_db, autocommit=True) as conn:
-            key = apikeys.create(conn, "resends")[1]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-            "FLOWFORGE_DATABASE_URL": pair.url(DB),
-            "FLOWFORGE_AMQP_URL": amqp_url,
-            "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
-            "FLOWFORGE_LEASE_SECONDS": "120",
-            "FLOWFORGE_RECONCILE_SECONDS": "2",
-            "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
-            "FLOWFORGE_WORKER_CONCURRENCY": str(2 * BATCH),
-            "FLOWFORGE_WEBHOOK_RATE": "0",
-            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
-        }
+        env = process_env(
+            pair.url(DB),
+            amqp_url,
+            amqp_prefix,
+            LEASE_SECONDS="120",
+            RECONCILE_SECONDS="2",
+            HTTP_ALLOW="127.0.0.1",
+            WORKER_CONCURRENCY=str(2 * BATCH),
+            WEBHOOK_RATE="0",
+        )
         api_proc, base = start_api(env, tmp_path / "api.log")
         worker = start_worker(env, tmp_path / "worker.log")
         try:

@@ -26,18 +26,16 @@ import psycopg
 import pytest
 import requests
 
-from flowforge.store import apikeys
-from flowforge.store.migrate import migrate
 from tests.support.api import Api
 from tests.support.patroni import PatroniCluster
 from tests.support.processes import (
-    TEST_ENCRYPTION_KEY,
-    TEST_RESUME_KEY,
     Process,
+    process_env,
     start_api,
     start_worker,
     wait_for,
 )
+from tests.support.replication import migrated_database
 
 # Long form, outside CI: in one of two full CI runs of this round the leader-loss case
 # timed out waiting 90 s for a 202 after the kill (10.6 s in the other), a cause not found
@@ -97,23 +95,16 @@ class Running:
     """A Patroni cluster with FlowForge's schema, one bin/api and one bin/worker on it."""
 
     def __init__(self, cluster: PatroniCluster, amqp_url: str, prefix: str, logs: Path) -> None:
-        with psycopg.connect(cluster.url("postgres"), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DB}")
+        _, key = migrated_database(cluster.url("postgres"), DB, "patroni")
         self.url = cluster.url(DB)
-        migrate(self.url)
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            key = apikeys.create(conn, "patroni")[1]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-            "FLOWFORGE_DATABASE_URL": self.url,
-            "FLOWFORGE_AMQP_URL": amqp_url,
-            "FLOWFORGE_AMQP_PREFIX": prefix,
-            "FLOWFORGE_LEASE_SECONDS": "2",
-            "FLOWFORGE_RECONCILE_SECONDS": "2",
-            "FLOWFORGE_WEBHOOK_RATE": "0",
-            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
-        }
+        env = process_env(
+            self.url,
+            amqp_url,
+            prefix,
+            LEASE_SECONDS="2",
+            RECONCILE_SECONDS="2",
+            WEBHOOK_RATE="0",
+        )
         self.processes: list[Process] = []
         api, self.base = start_api(env, logs / "api.log")
         self.processes.append(api)

@@ -17,7 +17,6 @@ killed and the standby promoted. Then:
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -25,18 +24,15 @@ from pathlib import Path
 import psycopg
 import requests
 
-from flowforge.store import apikeys
-from flowforge.store.migrate import migrate
 from tests.faults.helpers import http, workflow
 from tests.support.api import Api
 from tests.support.processes import (
-    TEST_ENCRYPTION_KEY,
-    TEST_RESUME_KEY,
+    process_env,
     start_api,
     start_worker,
     wait_for,
 )
-from tests.support.replication import Replicated
+from tests.support.replication import Replicated, migrated_database
 from tests.support.target import Target
 
 DB = "ff_sync_unsafe"
@@ -87,27 +83,20 @@ def test_unsafe_claims_and_acknowledgements_wait_for_the_standby_and_nothing_els
         with psycopg.connect(pair.primary.url, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
             conn.execute("SELECT pg_reload_conf()")
-            conn.execute(f"CREATE DATABASE {DB}")
-        old_db = psycopg.conninfo.make_conninfo(pair.primary.url, dbname=DB)
+        _, key = migrated_database(pair.primary.url, DB, "sync")
         new_db = psycopg.conninfo.make_conninfo(pair.standby.url, dbname=DB)
-        migrate(old_db)
-        with psycopg.connect(old_db, autocommit=True) as conn:
-            key = apikeys.create(conn, "sync")[1]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
-            "FLOWFORGE_DATABASE_URL": pair.url(DB),
-            "FLOWFORGE_AMQP_URL": amqp_url,
-            "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
-            "FLOWFORGE_LEASE_SECONDS": "5",
+        env = process_env(
+            pair.url(DB),
+            amqp_url,
+            amqp_prefix,
+            LEASE_SECONDS="5",
             # Shorter than the cut: a statement timeout must not end a wait for the standby
             # (a cancelled wait commits locally, with only a warning).
-            "FLOWFORGE_DB_TIMEOUT_SECONDS": "2",
-            "FLOWFORGE_RECONCILE_SECONDS": "2",
-            "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
-            "FLOWFORGE_WEBHOOK_RATE": "0",
-            "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
-            "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
-        }
+            DB_TIMEOUT_SECONDS="2",
+            RECONCILE_SECONDS="2",
+            HTTP_ALLOW="127.0.0.1",
+            WEBHOOK_RATE="0",
+        )
         sync_api, sync_base = start_api({**env, "FLOWFORGE_SYNC_INTAKE": "on"}, tmp_path / "a.log")
         async_api, async_base = start_api(env, tmp_path / "b.log")
         worker = start_worker({**env, "FLOWFORGE_SYNC_UNSAFE_CLAIMS": "on"}, tmp_path / "w.log")

@@ -25,6 +25,23 @@ TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWVuY3J5cHRpb24ta2V5LTMyYnl0ZXM"
 TEST_RESUME_KEY = "cmVzdW1lLWtleS1mb3ItdGVzdHMtb25seS0zMmJ5dGU"
 
 
+def process_env(
+    database_url: str, amqp_url: str, amqp_prefix: str, **settings: str
+) -> dict[str, str]:
+    """The environment of a bin/api or bin/worker under test: this machine's, without its
+    FLOWFORGE_ settings, plus these URLs, the tests' keys and `settings` (LEASE_SECONDS="2"
+    is FLOWFORGE_LEASE_SECONDS=2)."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
+        "FLOWFORGE_DATABASE_URL": database_url,
+        "FLOWFORGE_AMQP_URL": amqp_url,
+        "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
+        "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
+        "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        **{f"FLOWFORGE_{name}": value for name, value in settings.items()},
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

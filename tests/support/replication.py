@@ -12,10 +12,23 @@ from pathlib import Path
 
 import psycopg
 
+from flowforge.store import apikeys
+from flowforge.store.migrate import migrate
 from tests.bench.infra import _as_user, _pg_bindir, _postgres_owner
 from tests.support.delayproxy import DelayProxy
 from tests.support.faultproxy import FaultProxy
 from tests.support.processes import free_port, kill_session, wait_for
+
+
+def migrated_database(server_url: str, name: str, key_name: str) -> tuple[str, str]:
+    """Database `name` made on the server (`server_url`'s) and migrated: its URL and a new
+    API key with every permission, named `key_name`."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = psycopg.conninfo.make_conninfo(server_url, dbname=name)
+    migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        return url, apikeys.create(conn, key_name)[1]
 
 
 class Server:
