@@ -51,6 +51,13 @@ def parent(child: str = "invoicing") -> dict[str, Any]:
     )
 
 
+def ended(client: Api | InProcess, execution_id: str, status: str) -> dict[str, Any]:
+    """The execution once it has ended, which it did with `status`."""
+    execution = client.wait(execution_id, timeout=30)
+    assert execution["status"] == status, execution
+    return execution
+
+
 def children(db: psycopg.Connection, parent_id: str) -> list[tuple[str, str, str, int]]:
     return [
         (str(r[0]), r[1], r[2], r[3])
@@ -79,8 +86,7 @@ def test_the_parent_starts_the_child_and_takes_its_output(
     )
     in_process.publish("orders", parent())
     eid = in_process.start("orders", {"order": "o-7", "lines": 3})
-    done = in_process.wait(eid, timeout=30)
-    assert done["status"] == "succeeded", done
+    done = ended(in_process, eid, "succeeded")
     # The child's output is its last step's output; the parent's next step reads it.
     assert step(done, "invoice")["output"] == {"number": "inv-o-7", "total": 3}
     assert step(done, "done")["output"] == {"invoice": "inv-o-7", "total": 3}
@@ -112,8 +118,7 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
     )
     in_process.publish("orders", parent())
     eid = in_process.start("orders", {"order": "o-1", "lines": 1})
-    failed = in_process.wait(eid, timeout=30)
-    assert failed["status"] == "failed", failed
+    failed = ended(in_process, eid, "failed")
     error = step(failed, "invoice")["error"]
     [(first, _, status, _)] = children(db, eid)
     assert status == "failed"
@@ -129,8 +134,7 @@ def test_a_failed_child_fails_the_step_and_a_retry_starts_a_new_child(
         ),
     )
     assert in_process.post(f"/api/v1/executions/{eid}/retry").status_code == 202
-    done = in_process.wait(eid, timeout=30)
-    assert done["status"] == "succeeded", done
+    done = ended(in_process, eid, "succeeded")
     assert step(done, "done")["output"] == {"invoice": "inv-1", "total": 1}
     # A new child for the new round, of the newest version; the failed one is kept.
     rows = children(db, eid)
@@ -151,8 +155,7 @@ def test_cancelling_the_parent_cancels_the_child(
     in_process.wait(child_id, "waiting", timeout=30)
     assert in_process.post(f"/api/v1/executions/{eid}/cancel").status_code == 202
     assert in_process.wait(eid, timeout=30)["status"] == "cancelled"
-    child = in_process.wait(child_id, timeout=30)
-    assert child["status"] == "cancelled", child
+    child = ended(in_process, child_id, "cancelled")
     assert step(child, "approve")["status"] == "cancelled"
     asked = [e for e in child["events"] if e["kind"] == "execution.cancel_requested"]
     assert asked[0]["detail"]["actor"]["name"] == "parent execution"
@@ -244,8 +247,7 @@ def test_depth_is_bounded_at_run_time(
     client.publish("w2", definition(calls("w3", "deeper")))
     client.publish("w1", definition(calls("w2", "deeper")))
     eid = client.start("w1", {})
-    done = client.wait(eid, timeout=30)
-    assert done["status"] == "failed", done
+    done = ended(client, eid, "failed")
     w2 = client.execution(done["children"][0]["execution_id"])
     w3 = client.execution(w2["children"][0]["execution_id"])
     assert (w2["depth"], w3["depth"]) == (1, 2)
@@ -332,8 +334,7 @@ def test_a_child_dropped_by_drop_new_fails_its_parents_step_saying_why(
     in_process: InProcess, db: psycopg.Connection
 ) -> None:
     first, _holder, second = _second_order_on_a_full_child(in_process, "drop_new")
-    failed = in_process.wait(second, timeout=30)
-    assert failed["status"] == "failed", failed
+    failed = ended(in_process, second, "failed")
     error = step(failed, "invoice")["error"]
     [(dropped, _, status, _)] = children(db, second)
     assert status == "cancelled"
@@ -364,8 +365,7 @@ def test_a_child_refused_by_max_queued_fails_its_parents_step_saying_why(
     in_process.wait(second, "waiting", timeout=30)
     assert [c[2] for c in children(db, second)] == ["queued"]
     third = in_process.start("orders", {"order": "o-3", "lines": 1})
-    failed = in_process.wait(third, timeout=30)
-    assert failed["status"] == "failed", failed
+    failed = ended(in_process, third, "failed")
     error = step(failed, "invoice")["error"]
     assert "concurrency.max_queued" in error, error
     assert in_process.execution(second)["status"] == "waiting"
@@ -404,8 +404,7 @@ def test_a_child_under_cancel_oldest_replaces_the_older_child_whose_parent_fails
 ) -> None:
     first, older, second = _second_order_on_a_full_child(client, "cancel_oldest")
     # The older child is stopped (the reconciler stops surplus holders): its parent fails.
-    failed = client.wait(first, timeout=30)
-    assert failed["status"] == "failed", failed
+    failed = ended(client, first, "failed")
     assert f"child execution {older} of invoicing cancelled" in step(failed, "invoice")["error"]
     # The newer child takes the slot and runs; its parent waits on it.
     [(newer, _, _, _)] = children(db, second)

@@ -66,54 +66,45 @@ class Delivery:
 def stripe_delivery(
     secrets: list[str], body: bytes | None = None, ts: int | None = None
 ) -> Delivery:
-    event_id = f"evt_{uuid.uuid4().hex[:24]}"
-    body = (
-        body
-        or json.dumps(
-            {"id": event_id, "object": "event", "type": "charge.succeeded", "data": {"amount": 42}}
-        ).encode()
-    )
+    event = {"object": "event", "type": "charge.succeeded", "data": {"amount": 42}}
+    body = body or json.dumps({"id": f"evt_{uuid.uuid4().hex[:24]}", **event}).encode()
     ts = int(time.time()) if ts is None else ts
     headers = {"Stripe-Signature": stripe_header(secrets, ts, body)}
     return Delivery(body, headers, json.loads(body)["id"])
+
+
+def identified(
+    body: bytes, signature: tuple[str, str], id_header: str, topic: tuple[str, str]
+) -> Delivery:
+    """A delivery whose signature header and value are given, with a new delivery id in
+    `id_header` (GitHub's and Shopify's way) and its topic header."""
+    delivery = str(uuid.uuid4())
+    return Delivery(
+        body, {signature[0]: signature[1], id_header: delivery, topic[0]: topic[1]}, delivery
+    )
 
 
 def github_delivery(
     secrets: list[str], body: bytes | None = None, ts: int | None = None
 ) -> Delivery:
     body = body or json.dumps({"action": "opened", "number": uuid.uuid4().int % 1000}).encode()
-    delivery = str(uuid.uuid4())
-    headers = {
-        "X-Hub-Signature-256": github_header(secrets[0], body),
-        "X-GitHub-Delivery": delivery,
-        "X-GitHub-Event": "pull_request",
-    }
-    return Delivery(body, headers, delivery)
+    signature = ("X-Hub-Signature-256", github_header(secrets[0], body))
+    return identified(body, signature, "X-GitHub-Delivery", ("X-GitHub-Event", "pull_request"))
 
 
 def shopify_delivery(
     secrets: list[str], body: bytes | None = None, ts: int | None = None
 ) -> Delivery:
     body = body or json.dumps({"id": uuid.uuid4().int % 10**9, "email": "a@b.c"}).encode()
-    delivery = str(uuid.uuid4())
-    headers = {
-        "X-Shopify-Hmac-Sha256": shopify_header(secrets[0], body),
-        "X-Shopify-Webhook-Id": delivery,
-        "X-Shopify-Topic": "orders/create",
-    }
-    return Delivery(body, headers, delivery)
+    signature = ("X-Shopify-Hmac-Sha256", shopify_header(secrets[0], body))
+    return identified(body, signature, "X-Shopify-Webhook-Id", ("X-Shopify-Topic", "orders/create"))
 
 
 def slack_delivery(
     secrets: list[str], body: bytes | None = None, ts: int | None = None
 ) -> Delivery:
-    event_id = f"Ev{uuid.uuid4().hex[:10].upper()}"
-    body = (
-        body
-        or json.dumps(
-            {"type": "event_callback", "event_id": event_id, "event": {"type": "app_mention"}}
-        ).encode()
-    )
+    event = {"type": "event_callback", "event": {"type": "app_mention"}}
+    body = body or json.dumps({"event_id": f"Ev{uuid.uuid4().hex[:10].upper()}", **event}).encode()
     ts = int(time.time()) if ts is None else ts
     headers = {
         "X-Slack-Request-Timestamp": str(ts),
