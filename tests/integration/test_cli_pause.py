@@ -14,6 +14,16 @@ from tests.integration.test_api_keys import cli
 from tests.integration.test_cli_remote import ok, refused, remote, start
 from tests.support.definitions import OPEN
 
+# Each event an actor caused in one execution's history: its kind and the actor's kind.
+ACTORS = """
+SELECT kind, detail->'actor'->>'kind' FROM execution_events
+WHERE execution_id = %s AND detail ? 'actor' ORDER BY id
+"""
+
+
+def actors(db: psycopg.Connection, execution_id: str) -> list[tuple[str, str]]:
+    return db.execute(ACTORS, (execution_id,)).fetchall()
+
 
 def test_remote_and_on_the_box_pause_and_resume_name_their_actor(
     api: str, api_key: str, database_url: str, db: psycopg.Connection
@@ -47,16 +57,6 @@ def test_remote_and_on_the_box_pause_and_resume_name_their_actor(
     ).fetchone()
     assert "is now paused" in ok(cli(database_url, "pause", later))
     assert "is now" in ok(cli(database_url, "resume", later))
-    actors = db.execute(
-        "SELECT kind, detail->'actor'->>'kind' FROM execution_events "
-        "WHERE execution_id = %s AND detail ? 'actor' ORDER BY id",
-        (later,),
-    ).fetchall()
-    assert actors == [("execution.paused", "cli"), ("execution.resumed", "cli")]
-    first = db.execute(
-        "SELECT kind, detail->'actor'->>'kind' FROM execution_events "
-        "WHERE execution_id = %s AND detail ? 'actor' ORDER BY id",
-        (eid,),
-    ).fetchall()
-    assert first == [("execution.paused", "api_key"), ("execution.resumed", "api_key")]
+    assert actors(db, later) == [("execution.paused", "cli"), ("execution.resumed", "cli")]
+    assert actors(db, eid) == [("execution.paused", "api_key"), ("execution.resumed", "api_key")]
     refused(cli(database_url, "fail-paused", later), 1, "error: Conflict")
