@@ -18,13 +18,14 @@ def test_changes_are_listed_in_the_authors_order_with_their_paths() -> None:
             {"id": "receipt", "type": "transform", "output": {}},
         ],
     }
+    charge, receipt = old["steps"]
     new = {
-        "name": "Charge",
+        **old,
         "trigger": {"webhook": {"auth": "signature"}},
         "steps": [
-            {"id": "charge", "type": "http_request", "request": {"timeout_s": 5}},
+            {**charge, "request": {"timeout_s": 5}},
             {"id": "notify", "type": "transform", "output": {}},
-            {"id": "receipt", "type": "transform", "output": {}},
+            receipt,
         ],
         "retention_days": 7,
     }
