@@ -469,15 +469,21 @@ def _child_run(
     )
 
 
-def test_a_parent_that_took_its_one_childs_output_is_clean() -> None:
-    out = {"sku": "sku-1", "booking": "book_1_0"}
-    checker = _child_run(
+def _one_child_succeeded(output: dict[str, Any], shape: dict[str, Any]) -> Any:
+    """A succeeded parent whose step took `output` from its one succeeded child, which
+    shaped `shape` from the target's answer."""
+    return _child_run(
         "succeeded",
         [_child("c1", 0, "succeeded")],
-        ("succeeded", 0, out),
+        ("succeeded", 0, output),
         [(0, "succeeded")],
-        shape=out,
+        shape=shape,
     )
+
+
+def test_a_parent_that_took_its_one_childs_output_is_clean() -> None:
+    out = {"sku": "sku-1", "booking": "book_1_0"}
+    checker = _one_child_succeeded(out, shape=out)
     checker.check_children()
     assert checker.violations == []
     assert checker.figures_extra["children"] == {
@@ -517,24 +523,12 @@ def test_a_round_with_two_children_or_none_is_reported() -> None:
 
 def test_an_output_that_is_not_the_childs_is_reported() -> None:
     mine = {"sku": "sku-1", "booking": "book_1_0"}
-    other = _child_run(
-        "succeeded",
-        [_child("c1", 0, "succeeded")],
-        ("succeeded", 0, {"sku": "sku-1", "booking": "book_1_7"}),
-        [(0, "succeeded")],
-        shape=mine,
-    )
+    other = _one_child_succeeded({"sku": "sku-1", "booking": "book_1_7"}, shape=mine)
     other.check_children()
     assert [v.category for v in other.violations] == ["child_output"]
     # The child's own output, but no answer the target gave it.
     made_up = {"sku": "sku-1", "booking": "book_1_7"}
-    invented = _child_run(
-        "succeeded",
-        [_child("c1", 0, "succeeded")],
-        ("succeeded", 0, made_up),
-        [(0, "succeeded")],
-        shape=made_up,
-    )
+    invented = _one_child_succeeded(made_up, shape=made_up)
     invented.check_children()
     assert [v.category for v in invented.violations] == ["child_output"]
 
