@@ -18,7 +18,7 @@ from flowforge.store.migrate import migrate
 from flowforge.trust.sealing import parse_key
 from tests.support import inprocess
 from tests.support.api import Api
-from tests.support.inprocess import InProcess
+from tests.support.inprocess import InProcess, Runner
 from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
@@ -211,6 +211,14 @@ def in_process(app_client: Any, api_key: str, database_url: str) -> Iterator[InP
     app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
     with inprocess.executor(database_url, "test-in-process", "worker-in-process") as executor:
         yield InProcess(app_client, executor)
+
+
+@pytest.fixture
+def worker_in_process(database_url: str) -> Iterator[Runner]:
+    """The worker's executor and timer scan in the test's process, run by hand
+    (`until(condition)`), for tests that drive the API their own way (the console's)."""
+    with inprocess.executor(database_url, "test-in-process", "worker-in-process") as executor:
+        yield Runner(executor)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The console's list, timeline and schedule forms, in-process against a real database:
+"""The console's list, timeline and schedule forms, in-process against a real database (the
+worker's executor too, run by hand: `worker_in_process`):
 the list tells each execution's trigger, age (the absolute time in its title), duration
 and first error, and finds one by its id or a prefix; a delay step is drawn on the
 timeline; a schedule is paused, resumed, triggered and backfilled (a dry run first)
@@ -8,7 +9,6 @@ key gets no button and a refused POST."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from flowforge.store import apikeys
 from tests.integration.test_api_keys import cli
 from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
 from tests.support.definitions import unsigned
-from tests.support.processes import Process, wait_for
+from tests.support.inprocess import Runner
 from tests.support.target import Reply, Target
 
 # A row of the executions list: its status cell first (on a phone too, docs/reference/console.md).
@@ -35,16 +35,15 @@ def test_the_list_tells_trigger_age_duration_and_error_and_finds_an_id_by_prefix
     published: Any,  # noqa: F811
     api_key: str,
     db: psycopg.Connection,
-    workers: Callable[..., Process],
+    worker_in_process: Runner,
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     broken = unsigned([{"id": "shape", "type": "transform", "output": "{{ input.a.b }}"}])
     r = published.post("/api/v1/workflows/broken/versions", json=broken, headers=auth)
     assert r.status_code == 201, r.get_data(as_text=True)
     assert published.post("/hooks/broken", json={"a": 1}).status_code == 202
-    workers()
     finished = "SELECT count(*) FROM executions WHERE finished_at IS NOT NULL"
-    wait_for(lambda: db.execute(finished).fetchone() == (4,), 60, 0.2, "four finished")
+    worker_in_process.until(lambda: db.execute(finished).fetchone() == (4,), 60, "four finished")
     (failed, error) = db.execute(
         "SELECT e.id::text, s.error FROM executions e JOIN steps s ON s.execution_id = e.id "
         "WHERE e.status = 'failed'"
@@ -80,7 +79,7 @@ def test_a_delay_is_drawn_on_the_timeline(
     published: Any,  # noqa: F811
     api_key: str,
     db: psycopg.Connection,
-    workers: Callable[..., Process],
+    worker_in_process: Runner,
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     nap = unsigned([{"id": "nap", "type": "delay", "duration_s": 3600}])
@@ -88,9 +87,10 @@ def test_a_delay_is_drawn_on_the_timeline(
         published.post("/api/v1/workflows/nap/versions", json=nap, headers=auth).status_code == 201
     )
     assert published.post("/hooks/nap", json={}).status_code == 202
-    workers()
     napping = "SELECT execution_id::text FROM steps WHERE step_id = 'nap' AND status = 'waiting'"
-    (eid,) = wait_for(lambda: db.execute(napping).fetchone(), 60, 0.2, "the delay waiting")
+    (eid,) = worker_in_process.until(
+        lambda: db.execute(napping).fetchone(), 60, "the delay waiting"
+    )
     _sign_in(published, api_key)
     page = published.get(f"/ui/executions/{eid}").get_data(as_text=True)
     bar = re.search(
@@ -209,7 +209,7 @@ def test_a_step_that_succeeded_on_a_later_try_shows_no_error_as_its_own(
     api_key: str,
     database_url: str,
     db: psycopg.Connection,
-    workers: Callable[..., Process],
+    worker_in_process: Runner,
     target: Target,
 ) -> None:
     """The step keeps the error of the try before its success: the list's error column
@@ -229,9 +229,8 @@ def test_a_step_that_succeeded_on_a_later_try_shows_no_error_as_its_own(
     r = published.post("/api/v1/workflows/ticket/versions", json=unsigned([step]), headers=auth)
     assert r.status_code == 201, r.get_data(as_text=True)
     eid = published.post("/hooks/ticket", json={}).get_json()["execution_id"]
-    workers()
     done = "SELECT status FROM executions WHERE id = %s AND finished_at IS NOT NULL"
-    assert wait_for(lambda: db.execute(done, (eid,)).fetchone(), 60, 0.2, "the end") == (
+    assert worker_in_process.until(lambda: db.execute(done, (eid,)).fetchone(), 60, "the end") == (
         "succeeded",
     )
     assert db.execute("SELECT error FROM steps WHERE execution_id = %s", (eid,)).fetchone()[0]

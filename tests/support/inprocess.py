@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg_pool
 
@@ -19,6 +19,8 @@ from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.timers import TimerScanner
 from tests.support.api import TERMINAL, webhook
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -59,6 +61,32 @@ RETURNING id, execution_id, step_id
 """
 
 
+class Runner:
+    """The worker's executor and timer scan, driven by hand: `until` hands the executor the
+    outbox's wake-ups, oldest first, as the relay and the consumer would, and wakes due
+    delays, back-offs, deadlines and expiries as the timer scanner does, one step at a
+    time, until a condition holds."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.timers = TimerScanner(executor.pool, threading.Event())
+
+    def until(self, done: Callable[[], T | None], timeout: float = 30.0, what: str = "") -> T:
+        """Run what is woken until done() is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        while not (value := done()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never reached: {what or done}")
+            with self.executor.pool.connection() as conn:
+                wakeups = sorted(conn.execute(TAKE_WAKEUPS).fetchall())
+            for _id, woken, step_id in wakeups:
+                self.executor.handle(Wakeup(str(woken), step_id))
+            if not wakeups:
+                self.timers.scan()
+                time.sleep(0.05)
+        return value
+
+
 class Answer:
     """The app's answer read as a `requests.Response` is (`status_code`, `headers`,
     `text`, `json()`), so a test reads the same against `Api` and `InProcess`."""
@@ -83,8 +111,7 @@ class InProcess:
 
     def __init__(self, app_client: Any, executor: Executor) -> None:
         self.app = app_client
-        self.executor = executor
-        self.timers = TimerScanner(executor.pool, threading.Event())
+        self.runner = Runner(executor)
 
     def publish(self, workflow: str, definition: dict[str, Any]) -> dict[str, Any]:
         r = self.app.post(f"/api/v1/workflows/{workflow}/versions", json=definition)
@@ -125,15 +152,9 @@ class InProcess:
     ) -> dict[str, Any]:
         """Run what is woken until the execution reaches one of `statuses`; return it."""
         wanted = {statuses} if isinstance(statuses, str) else set(statuses)
-        deadline = time.monotonic() + timeout
-        while (execution := self.execution(execution_id))["status"] not in wanted:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"execution {execution_id} never reached {wanted}")
-            with self.executor.pool.connection() as conn:
-                wakeups = sorted(conn.execute(TAKE_WAKEUPS).fetchall())
-            for _id, woken, step_id in wakeups:
-                self.executor.handle(Wakeup(str(woken), step_id))
-            if not wakeups:
-                self.timers.scan()
-                time.sleep(0.05)
-        return execution
+
+        def reached() -> dict[str, Any] | None:
+            execution = self.execution(execution_id)
+            return execution if execution["status"] in wanted else None
+
+        return self.runner.until(reached, timeout, f"execution {execution_id} in {wanted}")
