@@ -230,3 +230,14 @@ def open_client(app_client: Any, api_key: str) -> Any:
     app_client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {api_key}"
     assert app_client.post("/api/v1/workflows/open/versions", json=OPEN).status_code == 201
     return app_client
+
+
+@pytest.fixture
+def published(open_client: Any) -> Any:
+    """The in-process app with workflow `open` and three executions of it, signed out (the
+    console's tests sign in as they need)."""
+    for x in ("a", "b", "c"):
+        r = open_client.post("/hooks/open", json={"x": x, "customer": {"id": 7 if x == "a" else 8}})
+        assert r.status_code == 202, r.get_data(as_text=True)
+    open_client.environ_base.pop("HTTP_AUTHORIZATION")
+    return open_client

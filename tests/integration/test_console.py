@@ -34,16 +34,6 @@ def _sign_in(client: Any, key: str) -> str:
     return CSRF.search(listing.get_data(as_text=True)).group(1)
 
 
-@pytest.fixture
-def published(open_client: Any) -> Any:
-    """The in-process app with workflow `open` and three executions of it."""
-    for x in ("a", "b", "c"):
-        r = open_client.post("/hooks/open", json={"x": x, "customer": {"id": 7 if x == "a" else 8}})
-        assert r.status_code == 202, r.get_data(as_text=True)
-    open_client.environ_base.pop("HTTP_AUTHORIZATION")
-    return open_client
-
-
 def test_sign_in_sets_a_hardened_cookie_and_sign_out_ends_the_session(
     published: Any, api_key: str, db: psycopg.Connection
 ) -> None:

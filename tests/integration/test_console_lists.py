@@ -16,7 +16,7 @@ import psycopg
 
 from flowforge.store import apikeys
 from tests.integration.test_api_keys import cli
-from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
+from tests.integration.test_console import _sign_in
 from tests.support.definitions import unsigned
 from tests.support.inprocess import Runner
 from tests.support.target import Reply, Target
@@ -32,10 +32,7 @@ def _rows(page: str) -> dict[str, str]:
 
 
 def test_the_list_tells_trigger_age_duration_and_error_and_finds_an_id_by_prefix(
-    published: Any,  # noqa: F811
-    api_key: str,
-    db: psycopg.Connection,
-    worker_in_process: Runner,
+    published: Any, api_key: str, db: psycopg.Connection, worker_in_process: Runner
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     broken = unsigned([{"id": "shape", "type": "transform", "output": "{{ input.a.b }}"}])
@@ -76,10 +73,7 @@ def test_the_list_tells_trigger_age_duration_and_error_and_finds_an_id_by_prefix
 
 
 def test_a_delay_is_drawn_on_the_timeline(
-    published: Any,  # noqa: F811
-    api_key: str,
-    db: psycopg.Connection,
-    worker_in_process: Runner,
+    published: Any, api_key: str, db: psycopg.Connection, worker_in_process: Runner
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     nap = unsigned([{"id": "nap", "type": "delay", "duration_s": 3600}])
@@ -118,9 +112,7 @@ def _ledger(db: psycopg.Connection, *, operator: bool = False) -> list[tuple[str
 
 
 def test_a_schedule_is_paused_resumed_triggered_and_backfilled_from_its_page(
-    published: Any,  # noqa: F811
-    api_key: str,
-    db: psycopg.Connection,
+    published: Any, api_key: str, db: psycopg.Connection
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     r = published.post("/api/v1/workflows/sweep/versions", json=SWEEP, headers=auth)
@@ -181,9 +173,7 @@ def test_a_schedule_is_paused_resumed_triggered_and_backfilled_from_its_page(
 
 
 def test_a_read_only_key_gets_no_schedule_button_and_its_post_is_refused(
-    published: Any,  # noqa: F811
-    api_key: str,
-    db: psycopg.Connection,
+    published: Any, api_key: str, db: psycopg.Connection
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
     assert (
@@ -205,7 +195,7 @@ def test_a_read_only_key_gets_no_schedule_button_and_its_post_is_refused(
 
 
 def test_a_step_that_succeeded_on_a_later_try_shows_no_error_as_its_own(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
     database_url: str,
     db: psycopg.Connection,

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 
 from flowforge.store import apikeys
-from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
+from tests.integration.test_console import _sign_in
 from tests.support.definitions import OPEN
 
 
 @pytest.fixture
-def csrf(published: Any, api_key: str) -> str:  # noqa: F811
+def csrf(published: Any, api_key: str) -> str:
     """The console signed in with the tests' key; its session's CSRF token."""
     return _sign_in(published, api_key)
 
@@ -32,7 +32,7 @@ def status_of(db: psycopg.Connection, eid: str) -> str:
 
 
 def test_an_execution_is_paused_and_resumed_from_its_page_with_the_actor(
-    published: Any,  # noqa: F811
+    published: Any,
     csrf: str,
     db: psycopg.Connection,
 ) -> None:
@@ -54,7 +54,7 @@ def test_an_execution_is_paused_and_resumed_from_its_page_with_the_actor(
 
 
 def test_a_workflow_is_paused_and_resumed_from_its_page(
-    published: Any,  # noqa: F811
+    published: Any,
     csrf: str,
     db: psycopg.Connection,
 ) -> None:
@@ -79,7 +79,7 @@ def test_a_workflow_is_paused_and_resumed_from_its_page(
 
 
 def test_a_read_only_key_sees_no_pause_button_and_a_forged_post_is_refused(
-    published: Any,  # noqa: F811
+    published: Any,
     db: psycopg.Connection,
 ) -> None:
     _, key = apikeys.create(db, "viewer", read_only=True)
@@ -95,7 +95,7 @@ def test_a_read_only_key_sees_no_pause_button_and_a_forged_post_is_refused(
 
 
 def test_a_paused_workflow_is_resumed_onto_its_newest_version_from_its_page(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
     db: psycopg.Connection,
 ) -> None:

@@ -10,11 +10,11 @@ from typing import Any
 
 import psycopg
 
-from tests.integration.test_console import CSRF, _sign_in, published  # noqa: F401
+from tests.integration.test_console import CSRF, _sign_in
 
 
 def test_a_wrong_key_at_sign_in_shows_the_form_again_with_the_error(
-    published: Any,  # noqa: F811
+    published: Any,
 ) -> None:
     page = published.get("/ui/signin").get_data(as_text=True)
     token = CSRF.search(page).group(1)
@@ -27,7 +27,7 @@ def test_a_wrong_key_at_sign_in_shows_the_form_again_with_the_error(
 
 
 def test_the_workflow_pages_tell_the_trigger_and_diff_in_the_authors_order(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
 ) -> None:
     auth = {"Authorization": f"Bearer {api_key}"}
@@ -68,7 +68,7 @@ def test_the_workflow_pages_tell_the_trigger_and_diff_in_the_authors_order(
 
 
 def test_retry_says_what_it_re_runs_and_the_pages_have_a_favicon(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
     db: psycopg.Connection,
 ) -> None:

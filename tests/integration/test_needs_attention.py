@@ -11,7 +11,7 @@ import psycopg
 import yaml
 
 from flowforge.store.gauges import DatabaseGauges
-from tests.integration.test_console import _ids, _sign_in, published  # noqa: F401
+from tests.integration.test_console import _ids, _sign_in
 from tests.unit.test_alert_rules import RULES
 
 
@@ -23,7 +23,7 @@ def _leave(db: psycopg.Connection, execution_id: str, status: str, unknown: bool
 
 
 def test_api_console_and_gauge_count_the_same_executions(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
     db: psycopg.Connection,
 ) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import requests
 
@@ -17,6 +18,8 @@ TERMINAL = frozenset(
     status.value for status in (*TERMINAL_EXECUTION, ExecutionStatus.NEEDS_ATTENTION)
 )
 
+T = TypeVar("T")
+
 
 def webhook(
     payload: Any, headers: dict[str, str] | None = None, raw: bytes | None = None
@@ -27,7 +30,42 @@ def webhook(
     return body, {"Content-Type": "application/json", **(headers or {})}
 
 
-class Api:
+class Driver:
+    """What a test does with FlowForge, whether it runs as processes (`Api`) or in the
+    test's process (`inprocess.InProcess`): start an execution and wait for it. A driver
+    says how it sends a webhook, reads an execution and waits on a condition."""
+
+    def hook(self, workflow: str, payload: Any, **sent: Any) -> Any:
+        raise NotImplementedError
+
+    def execution(self, execution_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def until(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
+        raise NotImplementedError
+
+    def start(self, workflow: str, payload: Any, **sent: Any) -> str:
+        r = self.hook(workflow, payload, **sent)
+        assert r.status_code == 202, r.text
+        return str(r.json()["execution_id"])
+
+    def wait(
+        self,
+        execution_id: str,
+        statuses: Collection[str] | str = TERMINAL,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Until the execution reaches one of `statuses` (settled, by default); return it."""
+        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
+
+        def reached() -> dict[str, Any] | None:
+            execution = self.execution(execution_id)
+            return execution if execution["status"] in wanted else None
+
+        return self.until(reached, timeout, f"execution {execution_id} to reach {sorted(wanted)}")
+
+
+class Api(Driver):
     """Talks to a running bin/api with one API key."""
 
     def __init__(self, base: str, key: str) -> None:
@@ -69,25 +107,9 @@ class Api:
     def delete(self, path: str) -> requests.Response:
         return self.session.delete(f"{self.base}{path}", timeout=10)
 
-    def wait(
-        self,
-        execution_id: str,
-        statuses: set[str] | str = frozenset(TERMINAL),
-        timeout: float = 30.0,
-    ) -> dict[str, Any]:
-        """Poll until the execution reaches one of `statuses`; return it."""
-        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
-
-        def reached() -> dict[str, Any] | None:
-            execution = self.execution(execution_id)
-            return execution if execution["status"] in wanted else None
-
-        return wait_for(
-            reached,
-            timeout=timeout,
-            interval=0.1,
-            message=f"execution {execution_id} to reach {sorted(wanted)}",
-        )
+    def until(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
+        """Poll the running processes' answers until `condition` holds."""
+        return wait_for(condition, timeout=timeout, interval=0.1, message=what)
 
 
 def step(execution: dict[str, Any], step_id: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ from flowforge.store.db import create_pool
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from flowforge.worker.timers import TimerScanner
-from tests.support.api import TERMINAL, webhook
+from tests.support.api import Driver, webhook
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ class Answer:
         return self._json
 
 
-class InProcess:
+class InProcess(Driver):
     """What a behaviour test needs of FlowForge, in its own process (dramatiq's stub
     worker, Temporal's testing/): the API app (`app_client`, signed in) and the worker's
     executor. `wait` hands the executor the outbox's wake-ups (the execution's, its
@@ -123,11 +123,6 @@ class InProcess:
         body, headers = webhook(payload, **sent)
         return Answer(self.app.post(f"/hooks/{workflow}", data=body, headers=headers))
 
-    def start(self, workflow: str, payload: Any, **kwargs: Any) -> str:
-        r = self.hook(workflow, payload, **kwargs)
-        assert r.status_code == 202, r.text
-        return str(r.json()["execution_id"])
-
     def execution(self, execution_id: str) -> dict[str, Any]:
         r = self.app.get(f"/api/v1/executions/{execution_id}")
         assert r.status_code == 200, r.get_data(as_text=True)
@@ -144,17 +139,6 @@ class InProcess:
     def delete(self, path: str) -> Answer:
         return Answer(self.app.delete(path))
 
-    def wait(
-        self,
-        execution_id: str,
-        statuses: Collection[str] | str = TERMINAL,
-        timeout: float = 30.0,
-    ) -> dict[str, Any]:
-        """Run what is woken until the execution reaches one of `statuses`; return it."""
-        wanted = {statuses} if isinstance(statuses, str) else set(statuses)
-
-        def reached() -> dict[str, Any] | None:
-            execution = self.execution(execution_id)
-            return execution if execution["status"] in wanted else None
-
-        return self.runner.until(reached, timeout, f"execution {execution_id} in {wanted}")
+    def until(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
+        """Run what is woken until `condition` holds."""
+        return self.runner.until(condition, timeout, what)
