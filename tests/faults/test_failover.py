@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.support.api import Api
+from tests.support.definitions import NUMBERED
 from tests.support.processes import (
     process_env,
     start_api,
@@ -69,14 +70,7 @@ def test_intake_and_work_come_back_after_a_promotion(
         api_proc, base = start_api(env, tmp_path / "api.log")
         worker = start_worker(env, tmp_path / "worker.log")
         try:
-            Api(base, key).publish(
-                "t",
-                {
-                    "name": "t",
-                    "trigger": {"webhook": {"auth": "none"}},
-                    "steps": [{"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}}],
-                },
-            )
+            Api(base, key).publish("t", NUMBERED)
             load = Load(base)
             wait_for(lambda: len(load.acked) >= 30, timeout=60, message="webhooks before")
             killed_at = pair.fail_over()

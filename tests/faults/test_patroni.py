@@ -27,6 +27,7 @@ import pytest
 import requests
 
 from tests.support.api import Api
+from tests.support.definitions import NUMBERED
 from tests.support.patroni import PatroniCluster
 from tests.support.processes import (
     Process,
@@ -109,14 +110,7 @@ class Running:
         api, self.base = start_api(env, logs / "api.log")
         self.processes.append(api)
         self.processes.append(start_worker(env, logs / "worker.log"))
-        Api(self.base, key).publish(
-            "t",
-            {
-                "name": "t",
-                "trigger": {"webhook": {"auth": "none"}},
-                "steps": [{"id": "a", "type": "transform", "output": {"n": "{{ input.n }}"}}],
-            },
-        )
+        Api(self.base, key).publish("t", NUMBERED)
 
     def rows(self, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
         with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:

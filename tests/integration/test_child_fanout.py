@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 
 from tests.support.api import Api
+from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
 
 FAN = 5
@@ -20,7 +21,7 @@ CAP = 12
 
 
 def definition(*steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"name": "t", "trigger": {"webhook": {"auth": "none"}}, "steps": list(steps), **extra}
+    return unsigned(list(steps), **extra)
 
 
 def fan(workflow: str) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from typing import Any
 import psycopg
 import requests
 
+from tests.support import definitions
 from tests.support.api import Api
+from tests.support.definitions import github_event, github_source, subscription, transform
 from tests.support.processes import Process, wait_for
 from tests.support.webhooks import github_header
 
@@ -21,22 +23,13 @@ SECRET = "identity-secret-for-github-1234"
 
 
 def workflow(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [{"id": "keep", "type": "transform", "output": {"n": "{{ input.n }}"}}],
-    }
+    return definitions.workflow(transform("keep", {"n": "{{ input.n }}"}), name=name)
 
 
-SOURCE = {
-    "auth": "github",
-    "subscriptions": [
-        {"workflow": "on-push", "filter": {"all": [
-            {"path": "headers.x-github-event", "op": "eq", "value": "push"}]}},
-        {"workflow": "on-release", "filter": {"all": [
-            {"path": "headers.x-github-event", "op": "eq", "value": "release"}]}},
-    ],
-}  # fmt: skip
+SOURCE = github_source(
+    subscription("on-push", github_event("push")),
+    subscription("on-release", github_event("release")),
+)
 
 
 def setup(client: Api) -> None:

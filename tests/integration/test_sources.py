@@ -17,7 +17,9 @@ from typing import Any
 import psycopg
 import requests
 
+from tests.support import definitions
 from tests.support.api import Api
+from tests.support.definitions import github_event, github_source, subscription, transform
 from tests.support.processes import start_api
 from tests.support.webhooks import github_header
 
@@ -26,30 +28,26 @@ WORKFLOWS = ("on-push", "on-main", "on-pr-opened", "on-any", "on-big")
 
 
 def workflow(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [{"id": "keep", "type": "transform", "output": {"ref": "{{ input.ref }}"}}],
-    }
+    return definitions.workflow(transform("keep", {"ref": "{{ input.ref }}"}), name=name)
 
 
-SOURCE = {
-    "auth": "github",
-    "subscriptions": [
-        {"workflow": "on-push", "filter": {"all": [
-            {"path": "headers.x-github-event", "op": "eq", "value": "push"}]}},
-        {"workflow": "on-main", "filter": {"all": [
-            {"path": "headers.x-github-event", "op": "eq", "value": "push"},
-            {"path": "input.ref", "op": "eq", "value": "refs/heads/main"}]}},
-        {"workflow": "on-pr-opened", "filter": {"all": [
-            {"path": "headers.x-github-event", "op": "eq", "value": "pull_request"},
-            {"path": "input.action", "op": "in", "value": ["opened", "reopened"]}]}},
-        {"name": "everything", "workflow": "on-any"},
-        {"workflow": "on-big", "filter": {"any": [
-            {"path": "input.size", "op": "gte", "value": 100},
-            {"path": "input.forced", "op": "eq", "value": True}]}},
-    ],
-}  # fmt: skip
+SOURCE = github_source(
+    subscription("on-push", github_event("push")),
+    subscription(
+        "on-main",
+        github_event("push"),
+        {"path": "input.ref", "op": "eq", "value": "refs/heads/main"},
+    ),
+    subscription(
+        "on-pr-opened",
+        github_event("pull_request"),
+        {"path": "input.action", "op": "in", "value": ["opened", "reopened"]},
+    ),
+    {"name": "everything", "workflow": "on-any"},
+    {"workflow": "on-big", "filter": {"any": [
+        {"path": "input.size", "op": "gte", "value": 100},
+        {"path": "input.forced", "op": "eq", "value": True}]}},
+)  # fmt: skip
 
 
 def setup(client: Api) -> None:

@@ -48,6 +48,22 @@ def wait(
     return _step(step_id, "wait", after, timeout_s=timeout_s, **fields)
 
 
+def github_source(*subscriptions: dict[str, Any]) -> dict[str, Any]:
+    """A source verified as GitHub signs (auth "github") with these subscriptions."""
+    return {"auth": "github", "subscriptions": list(subscriptions)}
+
+
+def subscription(workflow: str, *conditions: dict[str, Any]) -> dict[str, Any]:
+    """A source's subscription: `workflow` starts when every condition holds (each one
+    `{"path", "op", "value"}`)."""
+    return {"workflow": workflow, "filter": {"all": list(conditions)}}
+
+
+def github_event(event: str) -> dict[str, Any]:
+    """The condition that a GitHub delivery's X-GitHub-Event is `event`."""
+    return {"path": "headers.x-github-event", "op": "eq", "value": event}
+
+
 def _step(step_id: str, kind: str, after: tuple[str, ...], **fields: Any) -> dict[str, Any]:
     step: dict[str, Any] = {"id": step_id, "type": kind, **fields}
     if after:
@@ -57,6 +73,9 @@ def _step(step_id: str, kind: str, after: tuple[str, ...], **fields: Any) -> dic
 
 # One transform behind an unsigned webhook: the smallest workflow that makes executions.
 OPEN = workflow(transform("shape", {"x": "{{ input.x }}"}), name="Open intake")
+
+# One transform of input.n, workflow "t": what the failover tests' steady load starts.
+NUMBERED = workflow(transform("a", {"n": "{{ input.n }}"}), name="t")
 
 # Two http_request steps, a GET then a POST, to port 9 of the loopback (nothing listens):
 # the worker components' tests and the relay's drive them by hand.
