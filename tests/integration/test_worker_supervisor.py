@@ -19,14 +19,18 @@ from flowforge.worker.supervisor import THREAD_DIED, Worker
 from tests.support.processes import wait_for
 
 
-class Exits(Loop):
-    """A service whose second pass ends its thread the way no error policy can catch."""
+class Counted(Loop):
+    """A service that counts its passes, every 50 ms."""
 
     interval = 0.05
 
     def __init__(self, stop: threading.Event) -> None:
-        super().__init__("exits", stop)
+        super().__init__(type(self).__name__.lower(), stop)
         self.passes = 0
+
+
+class Exits(Counted):
+    """A service whose second pass ends its thread the way no error policy can catch."""
 
     def step(self) -> float:
         self.passes += 1
@@ -35,14 +39,8 @@ class Exits(Loop):
         return self.interval
 
 
-class Crashes(Loop):
+class Crashes(Counted):
     """A service whose every pass raises: logged and retried, the thread lives on."""
-
-    interval = 0.05
-
-    def __init__(self, stop: threading.Event) -> None:
-        super().__init__("crashes", stop)
-        self.passes = 0
 
     def step(self) -> float:
         self.passes += 1
