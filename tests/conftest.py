@@ -131,13 +131,8 @@ def env(database_url: str, amqp_url: str, amqp_prefix: str) -> dict[str, str]:
         amqp_url,
         amqp_prefix,
         LEASE_SECONDS="2",
-        RECONCILE_SECONDS="2",
-        HTTP_ALLOW="127.0.0.1",
         WORKER_CONCURRENCY="4",
         LOG_LEVEL="INFO",
-        # Load tests send far more than the default 100 webhooks/s per workflow; the
-        # limit's own tests (test_intake_floods.py) take this out.
-        WEBHOOK_RATE="0",
         # Lets tests arm FLOWFORGE_FAULTS, which production configuration refuses.
         TEST_MODE="1",
     )

@@ -64,9 +64,7 @@ def test_intake_and_work_come_back_after_a_promotion(
     pair = Replicated(synchronous)
     try:
         _, key = migrated_database(pair.primary.url, DB, "failover")
-        env = process_env(
-            pair.url(DB), amqp_url, amqp_prefix, LEASE_SECONDS="2", RECONCILE_SECONDS="2"
-        )
+        env = process_env(pair.url(DB), amqp_url, amqp_prefix, LEASE_SECONDS="2")
         api_proc, base = start_api(env, tmp_path / "api.log")
         worker = start_worker(env, tmp_path / "worker.log")
         try:

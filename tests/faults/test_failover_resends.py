@@ -59,10 +59,7 @@ def test_the_report_flags_every_request_sent_again_after_a_failover(
             amqp_url,
             amqp_prefix,
             LEASE_SECONDS="120",
-            RECONCILE_SECONDS="2",
-            HTTP_ALLOW="127.0.0.1",
             WORKER_CONCURRENCY=str(2 * BATCH),
-            WEBHOOK_RATE="0",
         )
         api_proc, base = start_api(env, tmp_path / "api.log")
         worker = start_worker(env, tmp_path / "worker.log")

@@ -98,14 +98,7 @@ class Running:
     def __init__(self, cluster: PatroniCluster, amqp_url: str, prefix: str, logs: Path) -> None:
         _, key = migrated_database(cluster.url("postgres"), DB, "patroni")
         self.url = cluster.url(DB)
-        env = process_env(
-            self.url,
-            amqp_url,
-            prefix,
-            LEASE_SECONDS="2",
-            RECONCILE_SECONDS="2",
-            WEBHOOK_RATE="0",
-        )
+        env = process_env(self.url, amqp_url, prefix, LEASE_SECONDS="2")
         self.processes: list[Process] = []
         api, self.base = start_api(env, logs / "api.log")
         self.processes.append(api)

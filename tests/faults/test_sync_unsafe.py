@@ -93,9 +93,6 @@ def test_unsafe_claims_and_acknowledgements_wait_for_the_standby_and_nothing_els
             # Shorter than the cut: a statement timeout must not end a wait for the standby
             # (a cancelled wait commits locally, with only a warning).
             DB_TIMEOUT_SECONDS="2",
-            RECONCILE_SECONDS="2",
-            HTTP_ALLOW="127.0.0.1",
-            WEBHOOK_RATE="0",
         )
         sync_api, sync_base = start_api({**env, "FLOWFORGE_SYNC_INTAKE": "on"}, tmp_path / "a.log")
         async_api, async_base = start_api(env, tmp_path / "b.log")

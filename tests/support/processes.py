@@ -29,8 +29,9 @@ def process_env(
     database_url: str, amqp_url: str, amqp_prefix: str, **settings: str
 ) -> dict[str, str]:
     """The environment of a bin/api or bin/worker under test: this machine's, without its
-    FLOWFORGE_ settings, plus these URLs, the tests' keys and `settings` (LEASE_SECONDS="2"
-    is FLOWFORGE_LEASE_SECONDS=2)."""
+    FLOWFORGE_ settings, plus these URLs, the tests' keys, what every test wants (a
+    reconciler every 2 s, the loopback allowed, no webhook rate limit) and `settings`
+    (LEASE_SECONDS="2" is FLOWFORGE_LEASE_SECONDS=2), which win."""
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")},
         "FLOWFORGE_DATABASE_URL": database_url,
@@ -38,6 +39,11 @@ def process_env(
         "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
         "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        "FLOWFORGE_RECONCILE_SECONDS": "2",
+        "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
+        # Load tests send far more than the default 100 webhooks/s per workflow; the
+        # limit's own tests (test_intake_floods.py) take this out.
+        "FLOWFORGE_WEBHOOK_RATE": "0",
         **{f"FLOWFORGE_{name}": value for name, value in settings.items()},
     }
 
