@@ -366,15 +366,19 @@ class Executor:
         eid, sid = wakeup.execution_id, wakeup.step_id
         prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
         claimed: StepState | None = None
+        # Whether the relays must hear of this commit: unknown (yes) but for a pure step
+        # whose save wrote no wake-up, with no displaced step dispatched again.
+        woke = [True]
         try:
-            with wrap_exceptions(), unit_of_work(conn):
+            with wrap_exceptions(), unit_of_work(conn, woke=lambda: woke[0]):
                 run = _take_up(conn, wakeup, skip_locked=displaced is not None)
                 if run is None:
                     return None
                 step = run.definition.step(sid)
                 wait = None
                 limits: list[tuple[outbound.LimitKey, LimitSpec]] = []
-                if step.type in PURE_TYPES:
+                pure = step.type in PURE_TYPES
+                if pure:
                     run.advance()
                 elif run.when_allows(sid):
                     # Rendered before the claim commits, so that its attempt row holds
@@ -400,8 +404,9 @@ class Executor:
                                 {**detail, "until": wait.until.isoformat()},
                             )
                         )
-                save_run(conn, run.take_changes())
+                woke[0] = save_run(conn, run.take_changes()) or not pure
                 if displaced is not None:
+                    woke[0] = True
                     conn.execute(
                         REDISPATCH,
                         {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
@@ -424,7 +429,7 @@ class Executor:
             raise _ClaimUnconfirmed(_Taken(run, claimed, None, limits, prepared)) from exc
         return _Taken(run, claimed, wait, limits, prepared)
 
-    def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
+    def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> bool:
         """Handle the wake-up of a pure step in the caller's open pipelined transaction
         (db.pipelined_transaction): its reads travel in one round trip, its writes with
         the caller's COMMIT.
@@ -434,17 +439,18 @@ class Executor:
         a crash before the commit leaves the row for the next relay
         (docs/contract.md#lost-messages), and no message, delivery or ack is needed. The step must
         be pure (the relay checks); an http_request needs its claim committed before the request
-        leaves.
+        leaves. Returns whether it may have written a wake-up (runs.save_run), which the
+        relays then hear of after the commit.
         """
         # The relay's claim skipped the WAL flush; load_run's lock turns it back on.
         run = _take_up(conn, wakeup)
         if run is None:
-            return
+            return True  # what _take_up saved (a time limit, a hold) may have woken others
         step = run.definition.step(wakeup.step_id)
         if step.type not in PURE_TYPES:
             raise ValueError(f"a {step.type} step cannot run inside the relay")
         run.advance()
-        save_run(conn, run.take_changes())
+        return save_run(conn, run.take_changes())
 
     def wakeup_failed(self, wakeup: Wakeup) -> None:
         """Count a dead-lettered wake-up against its step, so the reconciler backs off."""
