@@ -184,7 +184,9 @@ DEFAULT_AGEING_S = 10.0
 # While every ready step has the same priority none can be better than another, and a
 # wake-up need not ask (BETTER_READY is a round trip per step). A worker looks at the
 # spread of the ready steps' priorities (both ends of steps_ready_priority) at most this
-# often: a high priority arriving is noticed within this long.
+# often, in the first round trip of a unit of work that takes a step up (no round trip
+# or commit of its own, issue 41): a high priority arriving is noticed by the first
+# wake-up taken up this long after the last look.
 SPREAD_EVERY_S = 0.1
 READY_PRIORITY_SPREAD = "SELECT min(priority) <> max(priority) FROM steps WHERE status = 'ready'"
 
@@ -281,17 +283,27 @@ class Executor:
         self._handle(wakeup)
 
     def _priorities_differ(self) -> bool:
-        """Whether ready steps of more than one priority exist, as last seen at most
-        SPREAD_EVERY_S ago (one thread asks; the others use what it saw)."""
+        """Whether ready steps of more than one priority exist, as last seen by a unit
+        of work (_ask_spread)."""
+        return self._spread
+
+    def _ask_spread(self, conn: psycopg.Connection) -> psycopg.Cursor | None:
+        """READY_PRIORITY_SPREAD queued in the unit of work's first round trip, when the
+        last look is SPREAD_EVERY_S old (one thread asks; the others use what it saw);
+        _saw_spread reads its answer."""
+        if self.ageing_s <= 0:
+            return None
         now = time.monotonic()
         with self._spread_lock:
             if now - self._spread_at < SPREAD_EVERY_S:
-                return self._spread
+                return None
             self._spread_at = now
-        with wrap_exceptions(), self.pool.connection() as conn:
-            row = conn.execute(READY_PRIORITY_SPREAD).fetchone()
-        self._spread = bool(row and row[0])
-        return self._spread
+        return conn.cursor().execute(READY_PRIORITY_SPREAD)
+
+    def _saw_spread(self, asked: psycopg.Cursor | None) -> None:
+        if asked is not None:
+            row = asked.fetchone()
+            self._spread = bool(row and row[0])
 
     def _better(self, wakeup: Wakeup) -> list[Wakeup]:
         """Ready steps that rank before the one the wake-up names, best first (none when
@@ -371,7 +383,9 @@ class Executor:
         woke = [True]
         try:
             with wrap_exceptions(), unit_of_work(conn, woke=lambda: woke[0]):
+                spread = self._ask_spread(conn)
                 run = _take_up(conn, wakeup, skip_locked=displaced is not None)
+                self._saw_spread(spread)
                 if run is None:
                     return None
                 step = run.definition.step(sid)

@@ -47,7 +47,8 @@ BODY = '{{"order_id": "{i}", "total": 12.5, "customer": "c-{i}", "items": ["sku-
 # By queryid (one text may have several: parameter types differ between processes);
 # the bench's own statements are its role's, left out.
 STATEMENTS = """
-SELECT queryid, regexp_replace(query, '\\s+', ' ', 'g'), calls FROM pg_stat_statements
+SELECT queryid, regexp_replace(query, '\\s+', ' ', 'g'), calls, total_exec_time
+FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
 """
@@ -134,6 +135,7 @@ class Counted:
     bytes_down: float = 0.0
     cpu_ms: dict[str, float] = field(default_factory=dict)
     per_s: float = 0.0
+    exec_ms: float = 0.0  # the statements' time in PostgreSQL (pg_stat_statements)
 
     def per_unit(self) -> dict[str, Any]:
         n = max(self.units, 1)
@@ -141,6 +143,7 @@ class Counted:
         return {
             "units": self.units,
             "statements": sum(self.statements.values()) / n,
+            "pg_exec_ms": self.exec_ms / n,
             "commits": self.commits / n,
             "round_trips": self.round_trips / n,
             "notifies": notifies / n,
@@ -166,6 +169,7 @@ class Counter:
         )
         session.stack.callback(self.observer.close)
         self.queries = 0
+        self.exec_ms = 0.0
 
     def scalar_row(self, sql: str, params: Any = None) -> Any:
         self.queries += 1
@@ -182,7 +186,8 @@ class Counter:
 
     def _statements(self) -> dict[str, float]:
         rows = self.observer.execute(STATEMENTS).fetchall()
-        return {f"{queryid} {q}": float(c) for queryid, q, c in rows}
+        self.exec_ms = sum(float(ms) for *_, ms in rows)
+        return {f"{queryid} {q}": float(c) for queryid, q, c, _ in rows}
 
     @contextmanager
     def count(self, name: str, units: int) -> Iterator[Counted]:
@@ -198,6 +203,7 @@ class Counter:
         t2, u2, d2 = self.relay.snapshot()
         result.round_trips, result.bytes_up, result.bytes_down = t2 - trips, u2 - up, d2 - down
         result.statements = self._statements()
+        result.exec_ms = self.exec_ms
         polls = self.queries
         # Our own since the first reading: the polls, the reset, the statements, the
         # flush requests (each autocommitted, each a commit).
@@ -267,6 +273,7 @@ def _subtract(work: Counted, idle: Counted) -> Counted:
         work.bytes_down - idle.bytes_down * scale,
         work.cpu_ms,
         work.per_s,
+        work.exec_ms - idle.exec_ms * scale,
     )
 
 
@@ -317,7 +324,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         chain = report["phases"][f"chain3 x{senders}"]
         report["phases"][f"per step x{senders}"] = {
             k: (chain[k] - per_webhook[k]) / 3
-            for k in ("statements", "commits", "round_trips", "notifies", "bytes_up", "bytes_down")
+            for k in (
+                "statements",
+                "commits",
+                "round_trips",
+                "notifies",
+                "bytes_up",
+                "bytes_down",
+                "pg_exec_ms",
+            )
         }
     return report
 
@@ -325,6 +340,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
 def table(report: dict[str, Any]) -> str:
     """The readable summary: one row per phase, then each phase's statements."""
     keys = ("statements", "round_trips", "commits", "notifies", "bytes_up", "bytes_down")
+    keys += ("pg_exec_ms",)
     lines = [f"\n[counts] N={report['n']} per unit (webhook, chain3 execution or step)"]
     lines.append(f"  {'phase':<16}" + "".join(f"{k:>12}" for k in keys) + "  CPU ms, per_s")
     for name, p in report["phases"].items():
