@@ -53,6 +53,7 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
 """
 OBSERVER = "ff_bench_observer"
+TEXTS: dict[str, str] = {}  # queryid -> a text of it, for the printed table
 
 
 class CountingRelay:
@@ -187,7 +188,11 @@ class Counter:
     def _statements(self) -> dict[str, float]:
         rows = self.observer.execute(STATEMENTS).fetchall()
         self.exec_ms = sum(float(ms) for *_, ms in rows)
-        return {f"{queryid} {q}": float(c) for queryid, q, c, _ in rows}
+        # Keyed by queryid alone: its text is whichever the server saw first after a
+        # reset (literals or $n), and the idle span's must cancel the phase's.
+        for queryid, q, _, _ in rows:
+            TEXTS.setdefault(str(queryid), q)
+        return {str(queryid): float(c) for queryid, _, c, _ in rows}
 
     @contextmanager
     def count(self, name: str, units: int) -> Iterator[Counted]:
@@ -315,9 +320,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
             s.reset()
     report["phases"] = {name: c.per_unit() for name, c in phases.items()}
     report["statements"] = {
-        name: {q: c / max(c_units, 1) for q, c in sorted(c.statements.items(), key=lambda x: -x[1])}
-        for name, c in phases.items()
-        for c_units in [c.units or 1]
+        name: {
+            f"{q} {TEXTS.get(q, '')}": calls / max(counted.units, 1)
+            for q, calls in sorted(counted.statements.items(), key=lambda x: -x[1])
+        }
+        for name, counted in phases.items()
     }
     per_webhook = report["phases"]["intake"]
     for senders in (1, 8):
