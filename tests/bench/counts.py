@@ -140,7 +140,7 @@ class Counted:
 
     def per_unit(self) -> dict[str, Any]:
         n = max(self.units, 1)
-        notifies = sum(c for q, c in self.statements.items() if "pg_notify" in q)
+        notifies = sum(c for q, c in self.statements.items() if "pg_notify" in TEXTS.get(q, ""))
         return {
             "units": self.units,
             "statements": sum(self.statements.values()) / n,
