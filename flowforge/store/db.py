@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -336,7 +336,7 @@ COMMIT = "COMMIT"
 
 @contextmanager
 def pipelined_transaction(
-    conn: psycopg.Connection[Any], then: str | None = None
+    conn: psycopg.Connection[Any], then: str | Callable[[], str | None] | None = None
 ) -> Iterator[psycopg.Pipeline]:
     """A transaction on an autocommit connection in which BEGIN travels with the first
     statements and COMMIT with the last ones: a unit of work that reads, then writes,
@@ -358,7 +358,9 @@ def pipelined_transaction(
 
     `then`, a statement without parameters, travels right after the COMMIT: it runs in a
     transaction of its own (the relay's NOTIFY, outbox.NOTIFY_IF_PENDING, out of the
-    commit that holds row locks and waits for the disk), and not at all if COMMIT failed."""
+    commit that holds row locks and waits for the disk), and not at all if COMMIT failed.
+    A callable is asked at the end of the block: None sends nothing (a unit of work that
+    knows it wrote no wake-up pays no transaction for a NOTIFY, issue 41)."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise psycopg.ProgrammingError("pipelined_transaction() needs an idle connection")
     try:
@@ -367,8 +369,9 @@ def pipelined_transaction(
             set_local_timeouts(conn)
             yield pipeline
             conn.execute(COMMIT)
-            if then is not None:
-                conn.execute(then)
+            last = then() if callable(then) else then
+            if last is not None:
+                conn.execute(last)
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()

@@ -287,15 +287,23 @@ def _tell(changes: Changes) -> None:
 
 
 @contextmanager
-def unit_of_work(conn: psycopg.Connection) -> Iterator[None]:
+def unit_of_work(
+    conn: psycopg.Connection, woke: Callable[[], bool] | None = None
+) -> Iterator[None]:
     """One pipelined transaction: BEGIN, the lock and the reads travel in one round trip,
     the writes and the COMMIT in another (save_run adds no sync of its own). What it saved
     is told to the listeners after the COMMIT, and after FLUSH_BARRIER when it committed
-    without waiting for the disk (_commit_without_flush)."""
+    without waiting for the disk (_commit_without_flush). The relays' NOTIFY_IF_PENDING
+    follows the COMMIT unless `woke`, asked at the end, says no wake-up was written: a
+    workflow that dispatches nothing pays no transaction for it (issue 41)."""
+
+    def then() -> str | None:
+        return NOTIFY_IF_PENDING if woke is None or woke() else None
+
     with after_commit():
         _pending.unflushed = False
         try:
-            with pipelined_transaction(conn, then=NOTIFY_IF_PENDING):
+            with pipelined_transaction(conn, then=then):
                 yield
             unflushed = _pending.unflushed
         finally:
@@ -430,8 +438,11 @@ def _map_rows(conn: psycopg.Connection, execution_id: str, map_id: str) -> list[
         return [StepState(**row) for row in cur.fetchall()]
 
 
-def save_run(conn: psycopg.Connection, changes: Changes) -> None:
-    """Write what a unit of work changed (Run.take_changes), in the caller's transaction."""
+def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
+    """Write what a unit of work changed (Run.take_changes), in the caller's transaction.
+    Returns whether it may have written a wake-up (a dispatched step, a slot handed on, a
+    child started, cancelled or its parent woken): only then need the relays hear of the
+    commit (outbox.NOTIFY_IF_PENDING)."""
     eid = changes.execution_id
     if _listeners:
         on_commit(functools.partial(_tell, changes))
@@ -480,6 +491,13 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> None:
         flowcontrol.hand_on(conn, *changes.released_slot)
         _commit_without_flush(conn)
     _save_children(conn, changes)
+    return bool(
+        dispatch
+        or changes.released_slot is not None
+        or changes.child_starts
+        or changes.child_cancels
+        or changes.wake_parent is not None
+    )
 
 
 def _commit_without_flush(conn: psycopg.Connection) -> None:

@@ -184,7 +184,9 @@ DEFAULT_AGEING_S = 10.0
 # While every ready step has the same priority none can be better than another, and a
 # wake-up need not ask (BETTER_READY is a round trip per step). A worker looks at the
 # spread of the ready steps' priorities (both ends of steps_ready_priority) at most this
-# often: a high priority arriving is noticed within this long.
+# often, in the first round trip of a unit of work that takes a step up (no round trip
+# or commit of its own, issue 41): a high priority arriving is noticed by the first
+# wake-up taken up this long after the last look.
 SPREAD_EVERY_S = 0.1
 READY_PRIORITY_SPREAD = "SELECT min(priority) <> max(priority) FROM steps WHERE status = 'ready'"
 
@@ -281,17 +283,27 @@ class Executor:
         self._handle(wakeup)
 
     def _priorities_differ(self) -> bool:
-        """Whether ready steps of more than one priority exist, as last seen at most
-        SPREAD_EVERY_S ago (one thread asks; the others use what it saw)."""
+        """Whether ready steps of more than one priority exist, as last seen by a unit
+        of work (_ask_spread)."""
+        return self._spread
+
+    def _ask_spread(self, conn: psycopg.Connection) -> psycopg.Cursor | None:
+        """READY_PRIORITY_SPREAD queued in the unit of work's first round trip, when the
+        last look is SPREAD_EVERY_S old (one thread asks; the others use what it saw);
+        _saw_spread reads its answer."""
+        if self.ageing_s <= 0:
+            return None
         now = time.monotonic()
         with self._spread_lock:
             if now - self._spread_at < SPREAD_EVERY_S:
-                return self._spread
+                return None
             self._spread_at = now
-        with wrap_exceptions(), self.pool.connection() as conn:
-            row = conn.execute(READY_PRIORITY_SPREAD).fetchone()
-        self._spread = bool(row and row[0])
-        return self._spread
+        return conn.cursor().execute(READY_PRIORITY_SPREAD)
+
+    def _saw_spread(self, asked: psycopg.Cursor | None) -> None:
+        if asked is not None:
+            row = asked.fetchone()
+            self._spread = bool(row and row[0])
 
     def _better(self, wakeup: Wakeup) -> list[Wakeup]:
         """Ready steps that rank before the one the wake-up names, best first (none when
@@ -366,15 +378,21 @@ class Executor:
         eid, sid = wakeup.execution_id, wakeup.step_id
         prepared: Rendered | Outcome = Outcome(OutcomeKind.FAILED, error="not prepared")
         claimed: StepState | None = None
+        # Whether the relays must hear of this commit: unknown (yes) but for a pure step
+        # whose save wrote no wake-up, with no displaced step dispatched again.
+        woke = [True]
         try:
-            with wrap_exceptions(), unit_of_work(conn):
+            with wrap_exceptions(), unit_of_work(conn, woke=lambda: woke[0]):
+                spread = self._ask_spread(conn)
                 run = _take_up(conn, wakeup, skip_locked=displaced is not None)
+                self._saw_spread(spread)
                 if run is None:
                     return None
                 step = run.definition.step(sid)
                 wait = None
                 limits: list[tuple[outbound.LimitKey, LimitSpec]] = []
-                if step.type in PURE_TYPES:
+                pure = step.type in PURE_TYPES
+                if pure:
                     run.advance()
                 elif run.when_allows(sid):
                     # Rendered before the claim commits, so that its attempt row holds
@@ -400,8 +418,9 @@ class Executor:
                                 {**detail, "until": wait.until.isoformat()},
                             )
                         )
-                save_run(conn, run.take_changes())
+                woke[0] = save_run(conn, run.take_changes()) or not pure
                 if displaced is not None:
+                    woke[0] = True
                     conn.execute(
                         REDISPATCH,
                         {"execution_id": displaced.execution_id, "step_id": displaced.step_id},
@@ -424,7 +443,7 @@ class Executor:
             raise _ClaimUnconfirmed(_Taken(run, claimed, None, limits, prepared)) from exc
         return _Taken(run, claimed, wait, limits, prepared)
 
-    def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> None:
+    def run_pure(self, conn: psycopg.Connection, wakeup: Wakeup) -> bool:
         """Handle the wake-up of a pure step in the caller's open pipelined transaction
         (db.pipelined_transaction): its reads travel in one round trip, its writes with
         the caller's COMMIT.
@@ -434,17 +453,18 @@ class Executor:
         a crash before the commit leaves the row for the next relay
         (docs/contract.md#lost-messages), and no message, delivery or ack is needed. The step must
         be pure (the relay checks); an http_request needs its claim committed before the request
-        leaves.
+        leaves. Returns whether it may have written a wake-up (runs.save_run), which the
+        relays then hear of after the commit.
         """
         # The relay's claim skipped the WAL flush; load_run's lock turns it back on.
         run = _take_up(conn, wakeup)
         if run is None:
-            return
+            return True  # what _take_up saved (a time limit, a hold) may have woken others
         step = run.definition.step(wakeup.step_id)
         if step.type not in PURE_TYPES:
             raise ValueError(f"a {step.type} step cannot run inside the relay")
         run.advance()
-        save_run(conn, run.take_changes())
+        return save_run(conn, run.take_changes())
 
     def wakeup_failed(self, wakeup: Wakeup) -> None:
         """Count a dead-lettered wake-up against its step, so the reconciler backs off."""

@@ -67,7 +67,7 @@ class Relay(BrokerLoop):
         stop: threading.Event,
         heartbeat_s: int = MAX_HEARTBEAT_S,
         *,
-        run_pure: Callable[[psycopg.Connection, Wakeup], None] | None = None,
+        run_pure: Callable[[psycopg.Connection, Wakeup], bool] | None = None,
         taking_work: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__("relay", stop)
@@ -162,19 +162,23 @@ class Relay(BrokerLoop):
         # Pipelined: BEGIN travels with the claim and COMMIT with the last write, so a
         # lone pure step run here costs three round trips, a published batch three (its
         # claim is settled before the broker is waited on).
+        # A pure step run here may have dispatched the next: the relays hear of it after
+        # the commit (NOTIFY_IF_PENDING), as after any unit of work; a published batch or
+        # a run that wrote no wake-up (a chain's last step) sends nothing (issue 41).
+        woke = [False]
         with (
             after_commit(),
             wrap_exceptions(),
             self._connection() as conn,
-            # A pure step run here may have dispatched the next: the relays hear of it
-            # after the commit (NOTIFY_IF_PENDING), as after any unit of work.
-            pipelined_transaction(conn, then=NOTIFY_IF_PENDING) as pipeline,
+            pipelined_transaction(
+                conn, then=lambda: NOTIFY_IF_PENDING if woke[0] else None
+            ) as pipeline,
         ):
             rows = sorted(conn.execute(TAKE_BATCH, {"limit": BATCH}).fetchall())
             if not rows:
                 return 0
             if self._runs_here(rows):
-                self._run_here(conn, rows[0])
+                woke[0] = self._run_here(conn, rows[0])
                 return 1
             # Idle in transaction from here, not active: while the broker takes its time
             # the server's idle-in-transaction timeout still bounds how long the claimed
@@ -216,6 +220,7 @@ class Relay(BrokerLoop):
                     extra={"count": len(refused)},
                 )
             if kept_ids := returned | refused:
+                woke[0] = True  # back in the outbox: another relay may take them sooner
                 kept = [row for row in rows if row[0] in kept_ids]
                 conn.execute(
                     PUT_BACK,
@@ -240,12 +245,13 @@ class Relay(BrokerLoop):
         outbox_id, _eid, _sid, _created_at, step_type = rows[0]
         return step_type in PURE_TYPES and outbox_id != self._publish_only
 
-    def _run_here(self, conn: psycopg.Connection, row: Any) -> None:
+    def _run_here(self, conn: psycopg.Connection, row: Any) -> bool:
+        """Run a lone pure wake-up; whether it may have written another."""
         assert self.run_pure is not None
         outbox_id, execution_id, step_id = row[:3]
         try:
             with wrap_exceptions():
-                self.run_pure(conn, Wakeup(str(execution_id), step_id))
+                woke = self.run_pure(conn, Wakeup(str(execution_id), step_id))
         except DatabaseUnavailable:
             raise
         except Exception:
@@ -253,6 +259,7 @@ class Relay(BrokerLoop):
             self._publish_only = outbox_id
             raise
         self.ran_inline += 1
+        return woke
 
     def _on_return(self, _channel: Any, _method: Any, props: Any, _body: bytes) -> None:
         self._returned.append(int(props.message_id))

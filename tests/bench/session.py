@@ -100,6 +100,7 @@ class Session:
         self.admin_url = admin_url
         self.own_postgres = own_postgres
         self.own_postgres_settings: dict[str, str] = {}
+        self.own_server: OwnPostgres | None = None
         self.api_workers = api_workers
         self.worker_concurrency = worker_concurrency
         self.keep_logs = keep_logs
@@ -170,6 +171,7 @@ class Session:
             self.stack.callback(self._quietly, "stop own PostgreSQL", server.stop)
             self.admin_url = server.url
             self.own_postgres_settings = server.settings
+            self.own_server = server
         self.db = PrivateDatabase.create(self.admin_url)
         self.stack.callback(self._quietly, "drop database", self.db.drop)
         migrate(self.db.url)

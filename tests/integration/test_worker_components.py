@@ -7,7 +7,9 @@ signals (crashes, SIGTERM drains, frozen workers).
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ import pytest
 from flowforge.steps import netguard
 from flowforge.store.db import conninfo, create_pool
 from flowforge.worker.broker import Topology, Wakeup
-from flowforge.worker.executor import Executor
+from flowforge.worker.executor import SPREAD_EVERY_S, Executor
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
@@ -339,3 +341,106 @@ def test_while_the_relay_waits_on_the_broker_its_claim_is_idle_in_transaction(
     channel.basic_publish = observed
     assert worker.relay.publish_batch() == 2
     assert seen and {state for state, _ in seen} == {"idle in transaction"}, seen
+
+
+PURE3 = workflow(
+    transform("a", {"n": "{{ input.n }}"}),
+    transform("b", {"m": "{{ a.n }}"}, after=("a",)),
+    transform("c", {"k": "{{ b.m }}"}, after=("b",)),
+    name="pure3",
+)
+
+
+def test_the_relay_sends_a_notify_only_after_a_run_that_left_a_wake_up(
+    worker: InProcessWorker,
+    app_client: Any,
+    api_key: str,
+    db: psycopg.Connection,
+    database_url: str,
+    amqp_url: str,
+    tmp_path: Any,
+) -> None:
+    """Issue 41: a chain of pure steps the relay runs to its end wrote no wake-up, so no
+    NOTIFY_IF_PENDING follows its commit (a transaction, a commit, less per execution);
+    a run that dispatched a step still wakes the relays after its commit."""
+    publish(app_client, api_key, PURE3)
+    publish(app_client, api_key, CHAIN)
+    traced = create_pool(database_url, max_size=1, name="test-relay-traced")
+    traced.open(wait=True, timeout=10)
+    relay = Relay(
+        traced,
+        conninfo(database_url),
+        amqp_url,
+        worker.topology,
+        threading.Event(),
+        run_pure=worker.executor.run_pure,
+    )
+    trace = tmp_path / "trace"
+
+    def sent_by_relay() -> str:
+        """What the relay's one connection sends during one pass (libpq's trace)."""
+        with open(trace, "w") as out:
+            with traced.connection() as conn:
+                conn.pgconn.trace(out.fileno())
+            try:
+                assert relay.publish_batch() == 1
+            finally:
+                with traced.connection() as conn:
+                    conn.pgconn.untrace()
+        return "\n".join(line for line in trace.read_text().splitlines() if "\tF\t" in line)
+
+    try:
+        relay.step()  # connected and declared, nothing to publish yet
+        plain = start(app_client, "pure3", {"n": 1})
+        sent = sent_by_relay()
+        assert status(db, plain) == "succeeded"
+        assert "pg_notify" not in sent, sent
+        dispatching = start(app_client, "chain", {"n": 2})
+        sent = sent_by_relay()
+        assert {k: s[0] for k, s in steps(db, dispatching).items()}["c"] == "ready"
+        assert "pg_notify" in sent
+        assert relay.ran_inline == 2
+    finally:
+        relay.close()
+        traced.close()
+
+
+def test_an_executor_takes_up_a_pure_wakeup_in_two_round_trips(
+    app_client: Any, api_key: str, db: psycopg.Connection, database_url: str, tmp_path: Any
+) -> None:
+    """Issue 41: the ready steps' priority spread travels with the unit of work's reads
+    (no round trip or transaction of its own), and the chain's end sends no NOTIFY: the
+    reads, then the writes with COMMIT."""
+    publish(app_client, api_key, PURE3)
+    eid = start(app_client, "pure3", {"n": 3})
+    traced = create_pool(database_url, max_size=1, name="test-executor-traced")
+    traced.open(wait=True, timeout=10)
+    executor = Executor(
+        traced,
+        worker_id="traced",
+        lease_s=2.0,
+        allow=netguard.Allowlist.parse("127.0.0.1"),
+        secret_bindings={},
+    )
+    trace = tmp_path / "trace"
+    try:
+        # A first wake-up sees the spread (none: one priority); the next one past
+        # SPREAD_EVERY_S asks again.
+        executor.handle(Wakeup(start(app_client, "pure3", {"n": 2}), "a"))
+        time.sleep(SPREAD_EVERY_S * 1.5)
+        with open(trace, "w") as out:
+            with traced.connection() as conn:
+                conn.pgconn.trace(out.fileno())
+            try:
+                executor.handle(Wakeup(eid, "a"))
+            finally:
+                with traced.connection() as conn:
+                    conn.pgconn.untrace()
+    finally:
+        traced.close()
+    lines = trace.read_text().splitlines()
+    directions = "".join(line.split("\t")[1] for line in lines if line.count("\t") >= 2)
+    assert len(re.findall("F+", directions)) == 2, "\n".join(lines)
+    assert any("min(priority)" in line for line in lines)
+    assert not any("pg_notify" in line for line in lines)
+    assert status(db, eid) == "succeeded"
