@@ -16,8 +16,6 @@ from flowforge.store import notifications
 
 bp = Blueprint("notifications", __name__, url_prefix="/api/v1/notifications")
 
-HISTORY = 50
-
 
 def _admin(write: bool) -> None:
     """A key for every workflow: what a notification reports crosses workflows."""
@@ -65,7 +63,7 @@ def show(name: str) -> Response:
     """One endpoint and its newest deliveries."""
     _admin(write=False)
     with connection() as conn:
-        return jsonify(notifications.get(conn, name, deliveries=HISTORY))
+        return jsonify(notifications.get(conn, name, deliveries=notifications.HISTORY))
 
 
 @bp.post("/<name>/enable")

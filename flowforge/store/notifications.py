@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge.domain.model import NotifyKind
 from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.store.db import one
 from flowforge.trust import signatures
@@ -34,10 +35,12 @@ class EndpointInvalid(ClientError):
 
 
 # The event kinds an endpoint may subscribe to, each recorded by a trigger of sql/0060.
-KINDS = ("execution.failed", "outcome.unknown", "execution.paused", "circuit.opened")
+KINDS = tuple(kind.value for kind in NotifyKind)
 SHAPES = ("standard", "slack")
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_URL = 2048
+# The newest messages an endpoint's page shows (its delivery history).
+HISTORY = 50
 # What one message shows of its events; the rest are counted only.
 SAMPLES = 20
 # Retries after a failed attempt, in seconds (Standard Webhooks' schedule: 5 s, 5 min,
