@@ -52,6 +52,8 @@ CREATE TABLE notify_deliveries (
 );
 CREATE INDEX notify_deliveries_due ON notify_deliveries (next_at) WHERE status = 'pending';
 CREATE INDEX notify_deliveries_by_endpoint ON notify_deliveries (endpoint_id, created_at DESC);
+-- What the notifier forgets after HISTORY_DAYS (store/notifications.FORGET).
+CREATE INDEX notify_deliveries_finished ON notify_deliveries (created_at) WHERE status <> 'pending';
 
 -- One event for every enabled endpoint subscribed to its kind (and its workflow, if any).
 CREATE FUNCTION notify_record(p_kind text, p_workflow bigint, p_execution uuid, p_detail jsonb)

@@ -163,6 +163,15 @@ UPDATE notify_deliveries SET
 WHERE id = %(id)s
 RETURNING (SELECT too_long FROM endpoint)
 """
+# Finished messages are kept HISTORY_DAYS, then forgotten in batches (the notifier, hourly).
+HISTORY_DAYS = 30
+FORGET = """
+DELETE FROM notify_deliveries
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM notify_deliveries
+    WHERE status <> 'pending' AND created_at < now() - %(days)s * interval '1 day'
+    LIMIT 1000))
+"""
 
 
 @dataclass(frozen=True)
@@ -312,6 +321,11 @@ def coalesce(conn: psycopg.Connection, window_s: float) -> int:
             conn.execute(INSERT_DELIVERY, params)
             made += 1
     return made
+
+
+def forget(conn: psycopg.Connection) -> int:
+    """Delete one batch of finished messages older than HISTORY_DAYS; return how many."""
+    return conn.execute(FORGET, {"days": HISTORY_DAYS}).rowcount
 
 
 def batch_payload(endpoint: str, events: list[tuple[Any, ...]]) -> dict[str, Any]:

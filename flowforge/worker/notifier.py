@@ -31,6 +31,8 @@ BATCH = 20
 SEND_TIMEOUT_S = 10.0
 CLAIM_S = 3 * SEND_TIMEOUT_S
 MAX_RESPONSE_BYTES = 4096
+# How often old messages are forgotten (notifications.forget).
+FORGET_EVERY_S = 3600.0
 
 
 class Notifier(Loop):
@@ -52,9 +54,13 @@ class Notifier(Loop):
         self.allow = allow
         self.window_s = window_s
         self.disable_after_s = disable_after_s
+        self.forgotten_at = 0.0
 
     def step(self) -> float:
         with wrap_exceptions(), self.pool.connection() as conn:
+            if time.monotonic() - self.forgotten_at > FORGET_EVERY_S:
+                notifications.forget(conn)
+                self.forgotten_at = time.monotonic()
             notifications.coalesce(conn, self.window_s)
             due = notifications.claim_due(conn, BATCH, CLAIM_S)
         for message in due:

@@ -66,3 +66,45 @@ def test_cli_console_and_the_trigger_switch(
     assert db.execute(enabled).fetchall() == [("O",)]
     assert cli(database_url, "notifications", "delete", "oncall").returncode == 0
     assert db.execute(enabled).fetchall() == [("D",)]
+
+
+def test_each_kind_is_recorded_by_its_trigger(
+    published: Any,  # noqa: F811
+    db: psycopg.Connection,
+) -> None:
+    """The state changes of each kind, as their writers make them, and one that is not news
+    (an operator's pause)."""
+    kinds = ["execution.failed", "execution.paused", "outcome.unknown", "circuit.opened"]
+    notifications.create(
+        db, name="all", url="http://127.0.0.1:9/n", shape="slack", kinds=kinds, workflow=None
+    )
+    ids = [row[0] for row in db.execute("SELECT id FROM executions ORDER BY id").fetchall()]
+    pause = "UPDATE executions SET status = 'paused', paused_from = 'running', pause_reason = %s"
+    db.execute(pause + " WHERE id = %s", ("operator", ids[0]))
+    db.execute(pause + " WHERE id = %s", ("exhausted", ids[1]))
+    db.execute(
+        "UPDATE steps SET status = 'unknown' WHERE (execution_id, step_id) ="
+        " (SELECT execution_id, step_id FROM steps WHERE execution_id = %s LIMIT 1)",
+        (ids[2],),
+    )
+    db.execute("UPDATE steps SET status = 'unknown' WHERE status = 'unknown'")  # no change
+    db.execute("INSERT INTO outbound_limits (owner, key) VALUES ('host', 'api.example.com')")
+    db.execute("UPDATE outbound_limits SET circuit = 'open'")
+    db.execute("UPDATE executions SET status = 'failed' WHERE id = %s", (ids[2],))
+    recorded = db.execute(
+        "SELECT kind, execution_id, detail FROM notify_pending ORDER BY id"
+    ).fetchall()
+    assert [(kind, execution) for kind, execution, _ in recorded] == [
+        ("execution.paused", ids[1]),
+        ("outcome.unknown", ids[2]),
+        ("circuit.opened", None),
+        ("execution.failed", ids[2]),
+    ]
+    assert recorded[2][2] == {"owner": "host", "key": "api.example.com"}
+    assert notifications.coalesce(db, window_s=0) == 1
+    (payload,) = db.execute("SELECT payload FROM notify_deliveries").fetchone()
+    assert payload["type"] == "notification.batch" and payload["data"]["count"] == 4
+    assert notifications.forget(db) == 0  # pending, and new
+    old = "UPDATE notify_deliveries SET status = 'delivered', created_at = now() - interval '31 d'"
+    db.execute(old)
+    assert notifications.forget(db) == 1
