@@ -298,11 +298,14 @@ def disable(conn: psycopg.Connection, name: str, reason: str = "operator") -> di
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:
-    """Remove an endpoint with its history."""
+    """Remove an endpoint with its history. It is disabled first, in a transaction of its
+    own: deleting the row while switching the triggers off would hold its row lock while
+    waiting for the writers of executions, one of which may be recording an event for it
+    (a KEY SHARE on that row): a deadlock."""
+    disable(conn, name, reason="deleted")
     with conn.transaction():
         if conn.execute(DELETE_ENDPOINT, {"name": name}).fetchone() is None:
             raise NotFound(f"no notification endpoint is named {name!r}")
-        sync_triggers(conn)
 
 
 def coalesce(conn: psycopg.Connection, window_s: float) -> int:
