@@ -8,7 +8,7 @@ from typing import Any
 
 from flowforge.store import notifications
 
-NAME_PATTERN = notifications.NAME.pattern
+NAME_PATTERN = f"^{notifications.NAME.pattern}$"
 ENDPOINT = {
     "type": "object",
     "required": ["name", "url", "shape", "kinds", "enabled"],
@@ -28,14 +28,21 @@ NEW_ENDPOINT = {
     "additionalProperties": False,
     "properties": {
         "name": {"type": "string", "pattern": NAME_PATTERN},
-        "url": {"type": "string", "pattern": "^https?://", "maxLength": notifications.MAX_URL},
+        "url": {
+            "type": "string",
+            "pattern": notifications.URL.pattern,
+            "maxLength": notifications.MAX_URL,
+        },
         "shape": {"type": "string", "enum": list(notifications.SHAPES), "default": "standard"},
         "kinds": {
             "type": "array",
             "minItems": 1,
             "items": {"type": "string", "enum": list(notifications.KINDS)},
         },
-        "workflow": {"type": "string", "description": "only this workflow's events"},
+        "workflow": {
+            "type": "string",
+            "description": "only this workflow's events; it must exist (else 422)",
+        },
     },
 }
 

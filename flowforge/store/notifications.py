@@ -37,7 +37,8 @@ class EndpointInvalid(ClientError):
 # The event kinds an endpoint may subscribe to, each recorded by a trigger of sql/0060.
 KINDS = tuple(kind.value for kind in NotifyKind)
 SHAPES = ("standard", "slack")
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # whole (fullmatch: no newline after it)
+URL = re.compile(r"^https?://[^\s/]+")
 MAX_URL = 2048
 # The newest messages an endpoint's page shows (its delivery history).
 HISTORY = 50
@@ -222,9 +223,9 @@ def create(
 
 
 def _check(name: str, url: str, shape: str, kinds: list[str]) -> None:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise EndpointInvalid("name: lowercase letters, digits, - and _, at most 64")
-    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url) or len(url) > MAX_URL:
+    if not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL:
         raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
     if shape not in SHAPES:
         raise EndpointInvalid(f"shape: one of {', '.join(SHAPES)}")
