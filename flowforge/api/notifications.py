@@ -35,7 +35,7 @@ def create() -> tuple[Response, int]:
     if unknown:
         raise notifications.EndpointInvalid(f"unknown fields: {', '.join(sorted(unknown))}")
     workflow = body.get("workflow")
-    if workflow is not None and not isinstance(workflow, str):
+    if "workflow" in body and not isinstance(workflow, str):
         raise notifications.EndpointInvalid("workflow: a workflow's name")
     with connection() as conn:
         endpoint = notifications.create(

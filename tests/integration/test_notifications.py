@@ -67,6 +67,8 @@ def test_messages_verify_retry_after_and_bad_input(
     assert bad.status_code == 422 and bad.headers["Content-Type"] == "application/problem+json"
     unknown = {"name": "x", "url": f"{target.url}/n", "kinds": ["execution.exploded"]}
     assert client.post("/api/v1/notifications", unknown).status_code == 422
+    untyped = {"name": "x", "url": f"{target.url}/n", "kinds": ["execution.failed"]}
+    assert client.post("/api/v1/notifications", {**untyped, "workflow": None}).status_code == 422
     assert db.execute("SELECT count(*) FROM notify_endpoints").fetchone() == (0,)
     scoped = apikeys.create(db, "scoped", workflows=["failing"])[1]
     r = requests.get(
