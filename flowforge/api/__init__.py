@@ -15,6 +15,7 @@ from flowforge.api import (
     executions,
     health,
     hooks,
+    notifications,
     openapi,
     paths,
     pool,
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         health.bp,
         openapi.bp,
         sources.bp,
+        notifications.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

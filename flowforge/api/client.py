@@ -803,3 +803,87 @@ class Client:
             ),
             (200,),
         )
+
+    def get_notifications(self) -> Any:
+        """GET /api/v1/notifications: Notification endpoints (a key for every workflow)"""
+        return self._call(
+            "GET",
+            "/api/v1/notifications",
+            (200,),
+        )
+
+    def post_notifications(
+        self,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/notifications: Subscribe an endpoint to event kinds; the answer
+        shows its whsec_ signing secret once
+        """
+        return self._call(
+            "POST",
+            "/api/v1/notifications",
+            (201,),
+            body=body,
+        )
+
+    def get_notifications_by_name(
+        self,
+        name: str,
+    ) -> Any:
+        """GET /api/v1/notifications/{name}: One endpoint and its newest 50 messages
+        (delivery history)
+        """
+        return self._call(
+            "GET",
+            _path(
+                "/api/v1/notifications/{name}",
+                name=name,
+            ),
+            (200,),
+        )
+
+    def delete_notifications_by_name(
+        self,
+        name: str,
+    ) -> Any:
+        """DELETE /api/v1/notifications/{name}: Remove an endpoint and its history"""
+        return self._call(
+            "DELETE",
+            _path(
+                "/api/v1/notifications/{name}",
+                name=name,
+            ),
+            (204,),
+        )
+
+    def post_notifications_by_name_enable(
+        self,
+        name: str,
+    ) -> Any:
+        """POST /api/v1/notifications/{name}/enable: Enable an endpoint again (a 410 or
+        long failure disabled it)
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/notifications/{name}/enable",
+                name=name,
+            ),
+            (200,),
+        )
+
+    def post_notifications_by_name_disable(
+        self,
+        name: str,
+    ) -> Any:
+        """POST /api/v1/notifications/{name}/disable: Disable an endpoint; what waited for
+        it is dropped
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/notifications/{name}/disable",
+                name=name,
+            ),
+            (200,),
+        )

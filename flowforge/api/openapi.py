@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from flowforge.api import notifications_openapi
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.domain import definitions, model
 from flowforge.domain.model import (
@@ -2058,6 +2059,7 @@ def operation_id(method: str, path: str) -> str:
     return "_".join(words)
 
 
+PATHS.update(notifications_openapi.paths(_operation, _json, _problems, AUTHENTICATED))
 for _path, _item in PATHS.items():
     for _method, _described in _item.items():
         _described["operationId"] = operation_id(_method, _path)

@@ -22,6 +22,7 @@ from flowforge.errors import FlowForgeError
 EXECUTIONS = "/api/v1/executions"
 WORKFLOWS = "/api/v1/workflows"
 CIRCUITS = "/api/v1/circuits"
+NOTIFICATIONS = "/api/v1/notifications"
 # Long enough for a busy API (its own database wait is at most 5 s), short enough that a
 # blackholed address is reported before an operator gives up on the command.
 TIMEOUT_S = 15.0
@@ -226,6 +227,28 @@ class ApiClient:
         if workflow is not None:
             path += f"?workflow={quote(workflow, safe='')}"
         return dict(self._json("POST", path))
+
+    # ---- notifications (docs/contract.md#notifications) --------------------------------
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """Every notification endpoint."""
+        return self._items(NOTIFICATIONS, "endpoints")
+
+    def notification(self, name: str) -> dict[str, Any]:
+        """One endpoint and its delivery history."""
+        return self._json("GET", f"{NOTIFICATIONS}/{quote(name, safe='')}")
+
+    def subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A new endpoint, its signing secret in this answer only."""
+        return self._json("POST", NOTIFICATIONS, body=body, send_body=True)
+
+    def switch_notification(self, name: str, verb: str) -> dict[str, Any]:
+        """Enable or disable an endpoint."""
+        return self._json("POST", f"{NOTIFICATIONS}/{quote(name, safe='')}/{verb}")
+
+    def unsubscribe(self, name: str) -> None:
+        """Remove an endpoint."""
+        self.call("DELETE", f"{NOTIFICATIONS}/{quote(name, safe='')}")
 
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""

@@ -23,6 +23,7 @@ from flowforge.store import (
     apikeys,
     catalog,
     grouping,
+    notifications,
     outbound,
     pausing,
     reingest,
@@ -119,6 +120,27 @@ class Database:
         if found is None or not outbound.clear(self.conn, found):
             raise NotFound(f"no open circuit or hold has key {key!r}")
         return {"key": key, "workflow": workflow, "state": "closed", "held_until": None}
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """Every notification endpoint (docs/contract.md#notifications)."""
+        return notifications.list_endpoints(self.conn)
+
+    def notification(self, name: str) -> dict[str, Any]:
+        """One endpoint and its delivery history."""
+        return notifications.get(self.conn, name, deliveries=notifications.HISTORY)
+
+    def subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A new endpoint, its signing secret in this answer only."""
+        return notifications.create(self.conn, workflow=body.pop("workflow", None), **body)
+
+    def switch_notification(self, name: str, verb: str) -> dict[str, Any]:
+        """Enable or disable an endpoint."""
+        switch = notifications.enable if verb == "enable" else notifications.disable
+        return switch(self.conn, name)
+
+    def unsubscribe(self, name: str) -> None:
+        """Remove an endpoint."""
+        notifications.delete(self.conn, name)
 
     def workflows(self) -> list[dict[str, Any]]:
         """Every workflow."""

@@ -24,7 +24,7 @@ from flowforge.cli.arguments import (
     version_or_latest,
     workflow_key,
 )
-from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus
+from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus, NotifyKind
 from flowforge.domain.operations import ACTIONS, Kind, Param
 
 DESCRIPTION = """\
@@ -64,6 +64,14 @@ EXAMPLES = {
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
     "circuits close": "flowforge circuits close stripe --workflow billing",
+    "notifications": "flowforge notifications list",
+    "notifications list": "flowforge notifications list --output json",
+    "notifications show": "flowforge notifications show oncall",
+    "notifications create": "flowforge notifications create oncall https://hooks.example.com/ff "
+    "--kind execution.failed --kind outcome.unknown",
+    "notifications enable": "flowforge notifications enable oncall",
+    "notifications disable": "flowforge notifications disable oncall",
+    "notifications delete": "flowforge notifications delete oncall",
     "replay": "flowforge replay 01a233ee-a3de-71f1-8ccd-4191093a47ad --from-step notify "
     "--onto latest",
     "replay-bulk": "flowforge replay-bulk --workflow orders --of-version 3 --status failed "
@@ -240,6 +248,35 @@ def build_parser() -> argparse.ArgumentParser:
         "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
     )
     close.add_argument("--workflow", type=workflow_key, help="the workflow whose own limit it is")
+
+    notify = group("notifications", "endpoints told of failures, unknown outcomes, open circuits")
+    command(notify, "list", "notifications.list_endpoints", "every notification endpoint")
+    for verb, handler, help_ in (
+        ("show", "show", "one endpoint and its delivery history"),
+        ("enable", "enable", "enable an endpoint again"),
+        ("disable", "disable", "disable an endpoint; what waited for it is dropped"),
+        ("delete", "delete", "remove an endpoint and its history"),
+    ):
+        command(notify, verb, f"notifications.{handler}", help_).add_argument(
+            "name", help="the endpoint's name"
+        )
+    subscribe = command(notify, "create", "notifications.create", "subscribe an endpoint")
+    subscribe.add_argument("name", help="a name: lowercase letters, digits, - and _")
+    subscribe.add_argument("url", help="where to POST each message")
+    subscribe.add_argument(
+        "--kind",
+        action="append",
+        required=True,
+        choices=[kind.value for kind in NotifyKind],
+        help="an event kind to be told of (repeat for more)",
+    )
+    subscribe.add_argument(
+        "--shape",
+        choices=["standard", "slack"],
+        default="standard",
+        help="standard: Standard Webhooks-signed JSON; slack: an incoming webhook's text",
+    )
+    subscribe.add_argument("--workflow", type=workflow_key, help="only this workflow's events")
 
     executions = group("executions", "inspect executions")
     listing = command(

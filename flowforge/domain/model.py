@@ -415,3 +415,13 @@ class ExecutionQuery:
     since: datetime | None = None
     until: datetime | None = None
     workflows: tuple[str, ...] | None = None
+
+
+class NotifyKind(StrEnum):
+    """What a notification endpoint may subscribe to (docs/contract.md#notifications),
+    each recorded by a trigger of sql/0060."""
+
+    EXECUTION_FAILED = "execution.failed"
+    OUTCOME_UNKNOWN = "outcome.unknown"
+    EXECUTION_PAUSED = "execution.paused"  # paused on exhausted retries
+    CIRCUIT_OPENED = "circuit.opened"

@@ -354,6 +354,19 @@ VARIABLES = (
         read_by="worker",
     ),
     Variable(
+        "FLOWFORGE_NOTIFY_WINDOW_S",
+        "a notification endpoint gets at most one message per this many seconds; the events "
+        "of a window are counted in one message (docs/contract.md#notifications)",
+        "notify_window_s",
+        read_by="worker",
+    ),
+    Variable(
+        "FLOWFORGE_NOTIFY_DISABLE_AFTER_S",
+        "a notification endpoint failing for this long is disabled (a `410 Gone` at once)",
+        "notify_disable_after_s",
+        read_by="worker",
+    ),
+    Variable(
         "FLOWFORGE_RECONCILE_SECONDS",
         "a `ready` step with no wake-up for this long is re-dispatched; under a backlog "
         "counted from the newest wake-up the consumer received, not from now",
@@ -512,6 +525,8 @@ class Settings:
     http_allow: str = ""
     max_body_bytes: int = 1_048_576
     reconcile_seconds: float = 30.0
+    notify_window_s: float = 10.0
+    notify_disable_after_s: float = 5 * 86_400.0
     # FLOWFORGE_PRIORITY_AGEING_S: seconds of waiting worth one priority point
     # (docs/contract.md#priority).
     priority_ageing_s: float = 10.0
@@ -590,6 +605,10 @@ class Settings:
             http_allow=env.get("FLOWFORGE_HTTP_ALLOW", ""),
             max_body_bytes=_int(env, "FLOWFORGE_MAX_BODY_BYTES", cls.max_body_bytes),
             reconcile_seconds=_float(env, "FLOWFORGE_RECONCILE_SECONDS", cls.reconcile_seconds),
+            notify_window_s=_float(env, "FLOWFORGE_NOTIFY_WINDOW_S", cls.notify_window_s),
+            notify_disable_after_s=_float(
+                env, "FLOWFORGE_NOTIFY_DISABLE_AFTER_S", cls.notify_disable_after_s
+            ),
             max_child_depth=_int(env, "FLOWFORGE_MAX_CHILD_DEPTH", cls.max_child_depth),
             max_descendants=_int(env, "FLOWFORGE_MAX_DESCENDANTS", cls.max_descendants),
             priority_ageing_s=_ageing(env),

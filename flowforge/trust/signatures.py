@@ -91,3 +91,13 @@ def verify(
         if any(hmac.compare_digest(expected, candidate) for candidate in candidates):
             return secret
     raise SignatureInvalid("no matching signature")
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """The webhook-signature header FlowForge sends with its own notifications: what
+    `verify` (and any Standard Webhooks receiver) accepts for this secret."""
+    key = _key(secret)
+    if key is None:
+        raise ValueError("not a whsec_ secret")
+    content = f"{msg_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()

@@ -37,6 +37,7 @@ from flowforge.worker.executor import Executor
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.leases import Heartbeat
 from flowforge.worker.loop import Loop
+from flowforge.worker.notifier import Notifier
 from flowforge.worker.places import PlaceTimer
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
@@ -169,6 +170,13 @@ class Worker:
             ),
             Heartbeat(
                 self.services_pool, self.executor.leases, settings.worker_id, self.background
+            ),
+            Notifier(
+                self.services_pool,
+                self.background,
+                allow=allow,
+                window_s=settings.notify_window_s,
+                disable_after_s=settings.notify_disable_after_s,
             ),
         ]
         self.metrics_server: Any = None

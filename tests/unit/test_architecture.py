@@ -294,7 +294,7 @@ THREAD_ROW = re.compile(r"^\| `[\w-]+` \| `(worker/\w+)` \(?→ ([^|]*?)\)? \|",
 
 def test_the_threads_table_says_what_each_thread_hands_work_to() -> None:
     claims = THREAD_ROW.findall(DOC.read_text().split("## The worker's threads")[1])
-    assert len(claims) == 3, claims  # scheduler, reaper, housekeeping
+    assert len(claims) == 4, claims  # scheduler, reaper, housekeeping, notifier
     for module, callees in claims:
         imported = {m.split(".")[-1] for m in _imports("flowforge." + module.replace("/", "."))}
         for callee in re.findall(r"`(\w+)`", callees):

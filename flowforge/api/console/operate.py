@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from flowforge.domain.operations import Action
-from flowforge.store import actions, outbound, pausing, schedules
+from flowforge.store import actions, notifications, outbound, pausing, schedules
 from flowforge.store import reingest as reingest_module
 from flowforge.store import replay as replay_module
 from flowforge.store.apikeys import ApiKey
@@ -103,3 +103,11 @@ def close_circuit(conn: psycopg.Connection, circuit: str, workflow: str | None) 
     no history); False if neither was in force."""
     found = outbound.find_key(conn, circuit, workflow)
     return found is not None and outbound.clear(conn, found)
+
+
+def switch_notification(conn: psycopg.Connection, name: str, *, enable: bool) -> None:
+    """Enable or disable a notification endpoint (docs/contract.md#notifications)."""
+    if enable:
+        notifications.enable(conn, name)
+    else:
+        notifications.disable(conn, name)

@@ -1,0 +1,91 @@
+"""Notification endpoints (docs/contract.md#notifications): subscribe a receiver to event
+kinds, list and read them with their delivery history, disable, re-enable, delete.
+Notifications speak of every workflow, so only a key for every workflow manages them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+
+from flowforge.api.auth import authorize, key_required
+from flowforge.api.bodies import json_body
+from flowforge.api.pool import connection
+from flowforge.errors import Forbidden
+from flowforge.store import notifications
+
+bp = Blueprint("notifications", __name__, url_prefix="/api/v1/notifications")
+
+
+def _admin(write: bool) -> None:
+    """A key for every workflow: what a notification reports crosses workflows."""
+    if authorize(None, write=write).workflows is not None:
+        raise Forbidden("notification endpoints need a key for every workflow")
+
+
+@bp.post("")
+@key_required
+def create() -> tuple[Response, int]:
+    """Subscribe an endpoint; the answer shows its signing secret this once."""
+    _admin(write=True)
+    body: Any = json_body()
+    if not isinstance(body, dict):
+        raise notifications.EndpointInvalid("the body is a JSON object")
+    unknown = set(body) - {"name", "url", "shape", "kinds", "workflow"}
+    if unknown:
+        raise notifications.EndpointInvalid(f"unknown fields: {', '.join(sorted(unknown))}")
+    workflow = body.get("workflow")
+    if "workflow" in body and not isinstance(workflow, str):
+        raise notifications.EndpointInvalid("workflow: a workflow's name")
+    with connection() as conn:
+        endpoint = notifications.create(
+            conn,
+            name=body.get("name", ""),
+            url=body.get("url", ""),
+            shape=body.get("shape", "standard"),
+            kinds=body.get("kinds", []),
+            workflow=workflow,
+        )
+    return jsonify(endpoint), 201
+
+
+@bp.get("")
+@key_required
+def list_endpoints() -> Response:
+    _admin(write=False)
+    with connection() as conn:
+        return jsonify({"endpoints": notifications.list_endpoints(conn)})
+
+
+@bp.get("/<name>")
+@key_required
+def show(name: str) -> Response:
+    """One endpoint and its newest deliveries."""
+    _admin(write=False)
+    with connection() as conn:
+        return jsonify(notifications.get(conn, name, deliveries=notifications.HISTORY))
+
+
+@bp.post("/<name>/enable")
+@key_required
+def enable(name: str) -> Response:
+    _admin(write=True)
+    with connection() as conn:
+        return jsonify(notifications.enable(conn, name))
+
+
+@bp.post("/<name>/disable")
+@key_required
+def disable(name: str) -> Response:
+    _admin(write=True)
+    with connection() as conn:
+        return jsonify(notifications.disable(conn, name))
+
+
+@bp.delete("/<name>")
+@key_required
+def delete(name: str) -> tuple[str, int]:
+    _admin(write=True)
+    with connection() as conn:
+        notifications.delete(conn, name)
+    return "", 204

@@ -1,0 +1,202 @@
+"""Operational notifications (docs/contract.md#notifications) with a real bin/api, a real
+bin/worker and a receiver on 127.0.0.1: every message verifies with the `standardwebhooks`
+library, a 410 disables the endpoint until an operator enables it again, a burst of a
+thousand failures is a bounded number of messages, and a receiver that holds its answer
+for 30 s delays no execution."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+from standardwebhooks import Webhook
+
+from flowforge.store import apikeys
+from tests.support.api import Api
+from tests.support.definitions import http, transform, unsigned, wait
+from tests.support.processes import Process, wait_for
+from tests.support.target import Received, Reply, Target
+
+WINDOW_S = 1.0
+
+
+@pytest.fixture
+def notifying(workers: Callable[..., Process], client: Api, target: Target) -> tuple[Api, Target]:
+    """A worker with a one-second coalescing window, and workflow `failing` whose step gets
+    a 500 from /fail (one attempt), so each execution fails."""
+    workers(FLOWFORGE_NOTIFY_WINDOW_S=str(WINDOW_S))
+    failing = http("call", "GET", f"{target.url}/fail", retry={"max_attempts": 1})
+    client.publish("failing", unsigned([failing]))
+    client.publish("passing", unsigned([transform("done", {"ok": True})]))
+    _script(target, lambda r: Reply(200))
+    return client, target
+
+
+def _subscribe(client: Api, target: Target, name: str = "oncall", **extra: Any) -> dict[str, Any]:
+    body = {"name": name, "url": f"{target.url}/notify", "kinds": ["execution.failed"], **extra}
+    r = client.post("/api/v1/notifications", body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _notes(target: Target) -> list[Received]:
+    return [r for r in list(target.received) if r.path == "/notify"]
+
+
+def _script(target: Target, notify: Callable[[Received], Reply]) -> None:
+    target.script = lambda r: notify(r) if r.path == "/notify" else Reply(500, json={"no": 1})
+
+
+def _executions(message: Received) -> list[str]:
+    return [event["execution_id"] for event in message.json()["data"]["events"]]
+
+
+def test_messages_verify_retry_after_and_bad_input(
+    notifying: tuple[Api, Target], db: psycopg.Connection
+) -> None:
+    """Bad input answers 422 with nothing saved; every message verifies with the
+    `standardwebhooks` library; a Retry-After is honoured and keeps the message's id."""
+    client, target = notifying
+    bad = client.post("/api/v1/notifications", {"name": "x", "url": "ftp://a", "kinds": []})
+    assert bad.status_code == 422 and bad.headers["Content-Type"] == "application/problem+json"
+    unknown = {"name": "x", "url": f"{target.url}/n", "kinds": ["execution.exploded"]}
+    assert client.post("/api/v1/notifications", unknown).status_code == 422
+    untyped = {"name": "x", "url": f"{target.url}/n", "kinds": ["execution.failed"]}
+    assert client.post("/api/v1/notifications", {**untyped, "workflow": None}).status_code == 422
+    assert db.execute("SELECT count(*) FROM notify_endpoints").fetchone() == (0,)
+    scoped = apikeys.create(db, "scoped", workflows=["failing"])[1]
+    r = requests.get(
+        f"{client.base}/api/v1/notifications",
+        headers={"Authorization": f"Bearer {scoped}"},
+        timeout=10,
+    )
+    assert r.status_code == 403
+
+    secret = _subscribe(client, target)["secret"]
+    again = {"name": "oncall", "url": f"{target.url}/n", "kinds": ["execution.failed"]}
+    assert client.post("/api/v1/notifications", again).status_code == 409
+    failed = client.start("failing", {})
+    client.start("passing", {})  # succeeds: not news
+    client.wait(failed, "failed")
+    wait_for(lambda: _notes(target), timeout=20, message="a notification")
+    (message,) = _notes(target)
+    verified = Webhook(secret).verify(message.body, message.headers)
+    assert verified["type"] == "execution.failed"
+    assert verified["data"]["count"] == 1
+    assert _executions(message) == [failed]
+    assert message.headers["webhook-id"].startswith("msg_")
+    wait_for(
+        lambda: _endpoint(client)["deliveries"][0]["status"] == "delivered",
+        timeout=10,
+        message="the delivery recorded",
+    )
+    assert _endpoint(client)["deliveries"][0]["id"] == message.headers["webhook-id"]
+
+    answers = iter([Reply(503, headers={"Retry-After": "1"})])
+    _script(target, lambda r: next(answers, Reply(200)))
+    client.wait(client.start("failing", {}), "failed")
+    wait_for(lambda: len(_notes(target)) >= 3, timeout=20, message="the retried notification")
+    first, second = _notes(target)[1:3]
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    assert second.at - first.at >= 0.9  # not before the Retry-After said
+    for each in (first, second):
+        Webhook(secret).verify(each.body, each.headers)
+
+
+def test_gone_disables_until_enabled_and_a_slow_receiver_delays_nothing(
+    notifying: tuple[Api, Target], db: psycopg.Connection
+) -> None:
+    """A 410 disables the endpoint (and, no endpoint being enabled, the triggers); what
+    fails meanwhile is never sent; enabled again, it is told of what fails next. Then the
+    receiver holds its answer for 30 s: executions started meanwhile end as they would
+    without it, while that request is still open."""
+    client, target = notifying
+    _script(target, lambda r: Reply(410))
+    _subscribe(client, target)
+    client.wait(client.start("failing", {}), "failed")
+    endpoint = wait_for(
+        lambda: None if (e := _endpoint(client))["enabled"] else e,
+        timeout=20,
+        message="the endpoint disabled by its 410",
+    )
+    assert endpoint["disabled_reason"] == "gone"
+    assert _triggers(db) == {"D"}  # no endpoint enabled: the failure path runs no trigger
+
+    released = threading.Event()
+    _script(target, lambda r: (released.wait(30), Reply(200))[1])
+    while_disabled = client.start("failing", {})
+    client.wait(while_disabled, "failed")
+    time.sleep(3 * WINDOW_S + 1)  # passes of the notifier that must send nothing
+    assert len(_notes(target)) == 1
+
+    r = client.post("/api/v1/notifications/oncall/enable")
+    assert r.status_code == 200 and r.json()["enabled"], r.text
+    assert _triggers(db) == {"O"}
+    try:
+        after = client.start("failing", {})
+        client.wait(after, "failed")
+        wait_for(lambda: len(_notes(target)) == 2, timeout=20, message="notified again")
+        assert _executions(_notes(target)[1]) == [after]  # nothing of the disabled time
+        before = time.monotonic()
+        later = [client.start("failing", {}) for _ in range(3)]
+        for execution in later:
+            client.wait(execution, "failed", timeout=20)
+        took = time.monotonic() - before
+        assert not released.is_set() and len(_notes(target)) == 2  # still held, meanwhile
+        print(f"3 executions failed in {took:.2f} s while the receiver held its answer")
+    finally:
+        released.set()
+
+
+def test_a_burst_of_a_thousand_failures_is_a_few_messages(
+    notifying: tuple[Api, Target], db: psycopg.Connection
+) -> None:
+    """The failures are a thousand executions' status changes through the real trigger,
+    made in SQL: the worker would take minutes to fail a thousand executions here."""
+    client, target = notifying
+    _subscribe(client, target)
+    client.publish("held", unsigned([wait("approve", 3600)]))
+    first = client.start("held", {})
+    client.wait(first, "waiting")
+    db.execute(
+        "INSERT INTO executions (id, workflow_id, version_id, status, input)"
+        " SELECT gen_random_uuid(), workflow_id, version_id, 'waiting', input"
+        " FROM executions, generate_series(1, 999) WHERE id = %s",
+        (first,),
+    )
+    started = time.monotonic()
+    for _ in range(10):
+        db.execute(
+            "UPDATE executions SET status = 'failed' WHERE id IN (SELECT id FROM executions"
+            " WHERE status = 'waiting' LIMIT 100)"
+        )
+        time.sleep(0.5)
+    spread = time.monotonic() - started
+
+    def counted() -> int:
+        return sum(note.json()["data"]["count"] for note in _notes(target))
+
+    wait_for(lambda: counted() == 1000, timeout=30, message="every failure counted")
+    messages = _notes(target)
+    bound = spread / WINDOW_S + 2
+    print(f"1000 failures over {spread:.1f} s: {len(messages)} messages (bound {bound:.0f})")
+    assert len(messages) <= bound
+    assert all(len(m.json()["data"]["events"]) <= 20 for m in messages)
+    assert len({m.headers["webhook-id"] for m in messages}) == len(messages)
+
+
+def _endpoint(client: Api) -> dict[str, Any]:
+    r = client.session.get(f"{client.base}/api/v1/notifications/oncall", timeout=10)
+    assert r.status_code == 200, r.text
+    return json.loads(r.text)
+
+
+def _triggers(db: psycopg.Connection) -> set[str]:
+    rows = db.execute("SELECT tgenabled FROM pg_trigger WHERE tgname LIKE 'notify_%'").fetchall()
+    return {row[0] for row in rows}
