@@ -68,6 +68,22 @@ class StepStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class StopReason(StrEnum):
+    """Why an execution was asked to stop, besides an operator's cancel (None);
+    `executions.stop_reason` (docs/contract.md#flow-control)."""
+
+    CONCURRENCY = "concurrency"  # cancel_oldest: a newer execution took its slot
+    DEADLINE = "deadline"  # deadline_s passed: it ends `failed`
+    EXPIRED = "expired"  # start_within_s passed while it was queued
+
+
+class OnItemFailure(StrEnum):
+    """What a map does when one of its items fails (docs/contract.md#map)."""
+
+    FAIL_FAST = "fail_fast"  # the map fails at once, its other items stop
+    COLLECT = "collect"  # every item runs; the map fails at the end, saying how many failed
+
+
 class ItemStatus(StrEnum):
     """Where one item of a map stands (docs/contract.md#map), derived from its steps' rows: never
     stored, so it cannot disagree with them."""
