@@ -373,6 +373,14 @@ TERMINAL_EXECUTION = frozenset(
 )
 # An operator retry re-runs these steps; `succeeded` and `unknown` are never reset.
 RETRIED_STEP = frozenset({StepStatus.FAILED, StepStatus.CANCELLED})
+# Steps whose dependents may start: their work is done (or was never to be done).
+DONE_STEP = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
+# Steps that ended for good; an `unknown` one ended too, until an operator resolves it.
+FINAL_STEP = frozenset(
+    {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
+)
+# Cancel stops these at once; `running` steps stop at their next boundary.
+CANCELLABLE_STEP = frozenset({StepStatus.PENDING, StepStatus.READY, StepStatus.WAITING})
 # The statuses of an execution that is not over, in declaration order: the set the partial
 # live indexes, the slot holders and the gauges read (SQL spells it with sql_list).
 LIVE_EXECUTION = tuple(s for s in ExecutionStatus if s not in TERMINAL_EXECUTION)
