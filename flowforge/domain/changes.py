@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from flowforge.domain.model import TERMINAL_EXECUTION, EventKind, StepType, step_event
+from flowforge.domain.model import StepStatus as S
+
 if TYPE_CHECKING:
     from flowforge.domain.kinds.workflow import ChildStart
 
@@ -100,3 +103,72 @@ class Changes:
     # For the spans written after the commit (flowforge/observe/tracing.py).
     workflow: str = ""
     traceparent: str | None = None
+
+
+# ---- what a unit of work did, in the engine's words (observe/ counts it) -----------------
+
+# The wait ends the engine records, by the event it writes for each.
+WAIT_ENDS = frozenset(
+    {
+        EventKind.WAIT_RESUMED,
+        EventKind.WAIT_TIMED_OUT,
+        EventKind.WAIT_COMPLETED,
+        EventKind.WAIT_FAILED,
+    }
+)
+# The statuses a step's run ends in; its time runs from its first start to this end.
+STEP_ENDS = frozenset({S.SUCCEEDED, S.FAILED, S.UNKNOWN})
+_WAITING = step_event(S.WAITING)
+
+
+@dataclass(frozen=True)
+class Happened:
+    """What one saved unit of work did: attempts ended (step type, outcome), wait steps
+    that began waiting, wait ends (their EventKind), steps ended (type, seconds from
+    their first start) and the execution's end (its terminal status, or None)."""
+
+    attempts_ended: tuple[tuple[str, str], ...] = ()
+    waits_started: int = 0
+    waits_ended: tuple[str, ...] = ()
+    steps_ended: tuple[tuple[str, float], ...] = ()
+    execution_ended: str | None = None
+
+
+NOTHING_HAPPENED = Happened()
+
+
+def happened(changes: Changes) -> Happened:
+    """Say what `changes` did. An attempt of a step this unit of work did not change
+    counts as an http_request's (only a request's attempt closes without its step)."""
+    if not (changes.events or changes.finished_attempts or changes.new_attempts):
+        return NOTHING_HAPPENED
+    steps = changes.steps
+    ended = [(a.step_id, a.outcome) for a in changes.new_attempts if a.outcome is not None]
+    ended += [(a.step_id, a.outcome) for a in changes.finished_attempts]
+    attempts = []
+    for step_id, outcome in ended:
+        state = steps.get(step_id)
+        attempts.append((state.type if state is not None else StepType.HTTP_REQUEST, outcome))
+    waits_started, waits_ended = 0, []
+    for event_step, event, _detail in changes.events:
+        if event == _WAITING:
+            state = steps.get(event_step or "")
+            if state is not None and state.type == StepType.WAIT:
+                waits_started += 1
+        elif event in WAIT_ENDS:
+            waits_ended.append(event)
+    steps_ended = tuple(
+        (state.type, max(0.0, (state.finished_at - state.started_at).total_seconds()))
+        for state in steps.values()
+        if state.status in STEP_ENDS
+        and state.started_at is not None
+        and state.finished_at is not None
+    )
+    execution_ended = (
+        changes.status
+        if changes.execution_changed and changes.status in TERMINAL_EXECUTION
+        else None
+    )
+    return Happened(
+        tuple(attempts), waits_started, tuple(waits_ended), steps_ended, execution_ended
+    )
