@@ -40,7 +40,7 @@ from flowforge.domain.definitions import (
     render_concurrency_key,
     split_item_row,
 )
-from flowforge.domain.kinds import http_request, map, transform, wait, workflow
+from flowforge.domain.kinds import delay, http_request, map, transform, wait, workflow
 from flowforge.domain.kinds.base import StepKind
 from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 from flowforge.domain.model import (
@@ -65,7 +65,7 @@ from flowforge.domain.model import (
 )
 from flowforge.domain.model import ExecutionStatus as E
 from flowforge.domain.model import StepStatus as S
-from flowforge.domain.templating import TemplateError, evaluate_condition, render
+from flowforge.domain.templating import TemplateError, evaluate_condition
 
 # A step that ends in one of these gets its finished_at.
 _ENDED_STEP = FINAL_STEP | {S.UNKNOWN}
@@ -731,47 +731,6 @@ class Run:
         interventions.fail_paused(self, actor=actor)
 
 
-class DelayKind(StepKind):
-    """The delay step (docs/contract.md#definition): `waiting` until its `wake_at` (a
-    duration from its start, or a rendered `until`), which the timer scanner turns back
-    into `ready`; it then succeeds. A cancel stops it at once, like any waiting step."""
-
-    type = StepType.DELAY
-
-    def start(self, run: Run, step: Step) -> None:
-        """Start a delay (done at once if its time has come), or end it: its time came."""
-        state = run.steps[step.id]
-        if state.wake_at is not None:
-            # The timer scanner made it ready: the wait is over.
-            run.set_step(step.id, S.SUCCEEDED, output={"waited_until": state.wake_at.isoformat()})
-            return
-        try:
-            wake_at = _delay_until(run, step)
-        except (TemplateError, ValueError) as exc:
-            run.fail_step(step.id, f"delay: {exc}")
-            return
-        if wake_at <= run.now:
-            run.set_step(
-                step.id,
-                S.SUCCEEDED,
-                wake_at=wake_at,
-                started_at=run.now,
-                output={"waited_until": wake_at.isoformat()},
-            )
-        else:
-            run.set_step(step.id, S.WAITING, wake_at=wake_at, started_at=run.now)
-
-
-def _delay_until(run: Run, step: Step) -> datetime:
-    if step.duration_s is not None:
-        return run.now + timedelta(seconds=step.duration_s)
-    assert step.until is not None
-    rendered = render(step.until, run.context(step.id))
-    if not isinstance(rendered, str):
-        raise ValueError("until must render to an ISO-8601 timestamp string")
-    return run.parse_until(rendered)
-
-
 # The kind of each step type: what the core asks when a step of it is ready, moves on,
 # changes or is loaded (kinds/base.py).
 KINDS: dict[str, StepKind] = {
@@ -779,7 +738,7 @@ KINDS: dict[str, StepKind] = {
     for kind in (
         http_request.KIND,
         transform.KIND,
-        DelayKind(),
+        delay.KIND,
         wait.KIND,
         map.KIND,
         workflow.KIND,
