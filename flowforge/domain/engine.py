@@ -57,6 +57,7 @@ from flowforge.domain.model import (
     OnExhausted,
     Outcome,
     OutcomeKind,
+    PauseReason,
     StepType,
     StopReason,
     execution_event,
@@ -109,8 +110,8 @@ class Run:
     early_resumes: dict[str, Any] = field(default_factory=dict)
     # Pause (docs/contract.md#pause): what the execution was when paused and why (both None unless
     # it is `paused`), and whether its workflow is paused, by whom (the actor of the pause).
-    paused_from: str | None = None
-    pause_reason: str | None = None
+    paused_from: E | None = None
+    pause_reason: PauseReason | None = None
     workflow_paused_by: dict[str, Any] | None = None
     # The webhook's trace context, stored at intake (flowforge/observe/tracing.py); None if none.
     traceparent: str | None = None
@@ -713,7 +714,7 @@ class Run:
         return interventions.hold(self)
 
     def pause(
-        self, reason: str, *, actor: dict[str, Any], detail: dict[str, Any] | None = None
+        self, reason: PauseReason, *, actor: dict[str, Any], detail: dict[str, Any] | None = None
     ) -> None:
         """Hold the execution until it is resumed."""
         interventions.pause(self, reason, actor=actor, detail=detail)

@@ -180,7 +180,7 @@ def hold(run: Run) -> bool:
 
 
 def pause(
-    run: Run, reason: str, *, actor: dict[str, Any], detail: dict[str, Any] | None = None
+    run: Run, reason: PauseReason, *, actor: dict[str, Any], detail: dict[str, Any] | None = None
 ) -> None:
     """Hold the execution: ready steps are not claimed, nothing new is promoted, a
     request in flight finishes and is recorded. A paused one stays as it is."""

@@ -29,6 +29,7 @@ from flowforge.domain.model import (
     PARENT_CANCEL_ACTOR,
     TERMINAL_EXECUTION,
     ExecutionStatus,
+    PauseReason,
     StepStatus,
     StopReason,
 )
@@ -387,8 +388,8 @@ def _run(head: dict[str, Any], definition: Definition, rows: list[dict[str, Any]
         held_slot=head["held_slot"],
         deadline_passed=head["deadline_passed"],
         expired=head["expired"],
-        paused_from=head["paused_from"],
-        pause_reason=head["pause_reason"],
+        paused_from=None if head["paused_from"] is None else ExecutionStatus(head["paused_from"]),
+        pause_reason=None if head["pause_reason"] is None else PauseReason(head["pause_reason"]),
         workflow_paused_by=head["workflow_paused_by"],
         traceparent=head["traceparent"],
         depth=head["depth"],
