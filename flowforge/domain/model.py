@@ -68,6 +68,22 @@ class StepStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class StopReason(StrEnum):
+    """Why an execution was asked to stop, besides an operator's cancel (None);
+    `executions.stop_reason` (docs/contract.md#flow-control)."""
+
+    CONCURRENCY = "concurrency"  # cancel_oldest: a newer execution took its slot
+    DEADLINE = "deadline"  # deadline_s passed: it ends `failed`
+    EXPIRED = "expired"  # start_within_s passed while it was queued
+
+
+class OnItemFailure(StrEnum):
+    """What a map does when one of its items fails (docs/contract.md#map)."""
+
+    FAIL_FAST = "fail_fast"  # the map fails at once, its other items stop
+    COLLECT = "collect"  # every item runs; the map fails at the end, saying how many failed
+
+
 class ItemStatus(StrEnum):
     """Where one item of a map stands (docs/contract.md#map), derived from its steps' rows: never
     stored, so it cannot disagree with them."""
@@ -357,6 +373,14 @@ TERMINAL_EXECUTION = frozenset(
 )
 # An operator retry re-runs these steps; `succeeded` and `unknown` are never reset.
 RETRIED_STEP = frozenset({StepStatus.FAILED, StepStatus.CANCELLED})
+# Steps whose dependents may start: their work is done (or was never to be done).
+DONE_STEP = frozenset({StepStatus.SUCCEEDED, StepStatus.SKIPPED})
+# Steps that ended for good; an `unknown` one ended too, until an operator resolves it.
+FINAL_STEP = frozenset(
+    {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELLED}
+)
+# Cancel stops these at once; `running` steps stop at their next boundary.
+CANCELLABLE_STEP = frozenset({StepStatus.PENDING, StepStatus.READY, StepStatus.WAITING})
 # The statuses of an execution that is not over, in declaration order: the set the partial
 # live indexes, the slot holders and the gauges read (SQL spells it with sql_list).
 LIVE_EXECUTION = tuple(s for s in ExecutionStatus if s not in TERMINAL_EXECUTION)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from flowforge.domain.changes import NOTHING_HAPPENED, happened
 from flowforge.domain.definitions import STEP_TYPES
-from flowforge.domain.engine import NOTHING_HAPPENED, happened
 from flowforge.domain.model import TERMINAL_EXECUTION, AttemptOutcome, EventKind, LedgerOutcome
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from flowforge.domain.engine import Run
-from flowforge.domain.model import ExecutionStatus, PauseReason, StepStatus, StepType
+from flowforge.domain.model import ExecutionStatus, PauseReason, StepStatus, StepType, StopReason
 from flowforge.domain.operations import (
     Action,
     Answer,
@@ -131,7 +131,7 @@ def stop(
             run.expire(actor=actor)
         else:
             run.stop(
-                reason,
+                StopReason(reason),
                 "execution cancelled: a newer one took its slot (cancel_oldest)",
                 actor=actor,
             )

@@ -47,7 +47,7 @@ from flowforge.store.outbox import INSERT_WAKEUPS
 
 if TYPE_CHECKING:
     from flowforge.domain.definitions import Concurrency
-    from flowforge.domain.engine import ChildStart
+    from flowforge.domain.kinds.workflow import ChildStart
 
 # The newest version of each workflow a parent's workflow steps may start.
 TARGETS = """

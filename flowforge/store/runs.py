@@ -23,8 +23,16 @@ from psycopg.types.json import Jsonb
 from flowforge import faults
 from flowforge.cache import BoundedCache
 from flowforge.domain.definitions import Definition, parse_definition
-from flowforge.domain.engine import Changes, ChildState, ChildTarget, Run, StepState
-from flowforge.domain.model import PARENT_CANCEL_ACTOR, TERMINAL_EXECUTION, StepStatus, StepType
+from flowforge.domain.engine import KINDS, Changes, Run, StepState
+from flowforge.domain.kinds.workflow import ChildState, ChildTarget
+from flowforge.domain.model import (
+    PARENT_CANCEL_ACTOR,
+    TERMINAL_EXECUTION,
+    ExecutionStatus,
+    PauseReason,
+    StepStatus,
+    StopReason,
+)
 from flowforge.store import children, flowcontrol
 from flowforge.store.creation import uuid7
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, one, pipelined_transaction
@@ -230,10 +238,6 @@ WITH saved_steps AS (
 SELECT count(*) FROM (SELECT FROM wakeups LIMIT 1) AS woken
 """
 
-# A workflow step in these statuses starts no child in this unit of work (any other may:
-# a retry makes a failed one pending, and it starts at once).
-_CHILD_STARTED = frozenset({StepStatus.WAITING, StepStatus.SUCCEEDED, StepStatus.SKIPPED})
-
 DEFINITION_CACHE_SIZE = 1024
 _definitions: BoundedCache[tuple[str, int], Definition] = BoundedCache(DEFINITION_CACHE_SIZE)
 
@@ -358,84 +362,92 @@ def load_run(
         if head is None:
             return None
         rows = steps.fetchall()
-    settled: dict[str, set[str]] = {}
+    settled: dict[str, set[str]] | None = None
     if open_items:
+        settled = {}
         for row in rows:
             if row["type"] == SETTLED:
                 settled.setdefault(row["step_id"], set()).add(row["status"])
         rows = [row for row in rows if row["type"] != SETTLED]
-    definition = definition_for(conn, head["version_id"])
-    run = Run(
-        execution_id=str(execution_id),
+    run = _run(head, definition_for(conn, head["version_id"]), rows, str(execution_id))
+    # Each kind of step the workflow has reads what it needs (domain/kinds/base.py): a
+    # workflow without wait, map or workflow steps pays for none of their reads.
+    loader = _Loader(conn, run.execution_id, settled)
+    for step_type in dict.fromkeys(step.type for step in run.definition.steps):
+        KINDS[step_type].load(run, loader)
+    return run
+
+
+def _run(head: dict[str, Any], definition: Definition, rows: list[dict[str, Any]], eid: str) -> Run:
+    """A Run from its execution's row (LOCK_EXECUTION) and its step rows."""
+    return Run(
+        execution_id=eid,
         workflow=head["workflow"],
         version=head["version"],
-        status=head["status"],
+        status=ExecutionStatus(head["status"]),
         input=head["input"],
         definition=definition,
         steps={row["step_id"]: StepState(**row) for row in rows},
         now=head["now"],
         cancel_requested=head["cancel_requested"],
-        stop_reason=head["stop_reason"],
+        stop_reason=None if head["stop_reason"] is None else StopReason(head["stop_reason"]),
         workflow_id=head["workflow_id"],
         concurrency_key=head["concurrency_key"],
         held_slot=head["held_slot"],
         deadline_passed=head["deadline_passed"],
         expired=head["expired"],
-        paused_from=head["paused_from"],
-        pause_reason=head["pause_reason"],
+        paused_from=None if head["paused_from"] is None else ExecutionStatus(head["paused_from"]),
+        pause_reason=None if head["pause_reason"] is None else PauseReason(head["pause_reason"]),
         workflow_paused_by=head["workflow_paused_by"],
         traceparent=head["traceparent"],
         depth=head["depth"],
         parent=None if head["parent_id"] is None else (head["parent_id"], head["parent_step"]),
         root_id=head["root_id"],
     )
-    targets = definition.child_workflows()
-    if targets:
-        # Only workflows with workflow steps pay for these reads (docs/contract.md#child-workflows):
-        # each step's child, and the versions a step about to start would pin.
-        run.children = {
-            step_id: ChildState(child_id, status, output, error)
+
+
+class _Loader:
+    """What a step kind reads beside the steps, in the unit of work that loads its run
+    (domain/kinds/base.Loader), on the locked transaction's connection."""
+
+    def __init__(
+        self, conn: psycopg.Connection, execution_id: str, settled: dict[str, set[str]] | None
+    ) -> None:
+        self.conn, self.execution_id, self.settled = conn, execution_id, settled
+
+    def item_rows(self, map_id: str) -> list[StepState]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(LOAD_MAP_ROWS, {"id": self.execution_id, "prefix": f"{map_id}["})
+            return [StepState(**row) for row in cur.fetchall()]
+
+    def early_resumes(self) -> dict[str, Any]:
+        resumes = self.conn.execute(PENDING_RESUMES, {"id": self.execution_id}).fetchall()
+        return {step_id: body for step_id, body in resumes}
+
+    def children(self) -> dict[str, ChildState]:
+        return {
+            step_id: ChildState(child_id, ExecutionStatus(status), output, error)
             for child_id, step_id, status, output, error in children.load_children(
-                conn, run.execution_id
+                self.conn, self.execution_id
             )
         }
-        run.max_child_depth = children.max_child_depth()
-        run.new_id = _new_execution_id
-        if any(
-            run.steps[step.id].status not in _CHILD_STARTED
-            for step in definition.steps
-            if step.workflow is not None
-        ):
-            # A step about to start a child counts its tree, which stays locked until
-            # this unit of work ends (FLOWFORGE_MAX_DESCENDANTS).
-            run.max_descendants = children.max_descendants()
-            run.descendants = children.descendants(conn, run.root_id or run.execution_id)
-            found: dict[str, ChildTarget | None] = dict.fromkeys(targets)
-            for key, workflow_id, version_id, version in children.load_targets(conn, targets):
-                found[key] = ChildTarget(
-                    workflow_id, version_id, version, definition_for(conn, version_id)
-                )
-            run.child_targets = found
-    if open_items:
-        run.unloaded = {
-            step.id: frozenset(settled.get(step.id, ()))
-            for step in definition.steps
-            if step.type == StepType.MAP
-        }
-        run.load_items = functools.partial(_map_rows, conn, str(execution_id))
-    if definition.wait_steps():
-        # Only workflows with wait steps pay for this read (docs/contract.md#wait: no lost early
-        # resume).
-        resumes = conn.execute(PENDING_RESUMES, {"id": execution_id}).fetchall()
-        run.early_resumes = {step_id: body for step_id, body in resumes}
-    return run
 
+    def child_limits(self) -> tuple[int, int]:
+        return children.max_child_depth(), children.max_descendants()
 
-def _map_rows(conn: psycopg.Connection, execution_id: str, map_id: str) -> list[StepState]:
-    """Every row of a map's items, for a run loaded with open_items only."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(LOAD_MAP_ROWS, {"id": execution_id, "prefix": f"{map_id}["})
-        return [StepState(**row) for row in cur.fetchall()]
+    def descendants(self, root_id: str) -> int:
+        return children.descendants(self.conn, root_id)
+
+    def child_targets(self, keys: tuple[str, ...]) -> dict[str, ChildTarget | None]:
+        found: dict[str, ChildTarget | None] = dict.fromkeys(keys)
+        for key, workflow_id, version_id, version in children.load_targets(self.conn, keys):
+            found[key] = ChildTarget(
+                workflow_id, version_id, version, definition_for(self.conn, version_id)
+            )
+        return found
+
+    def new_execution_id(self) -> str:
+        return str(uuid7())
 
 
 def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
@@ -530,10 +542,6 @@ def _save_children(conn: psycopg.Connection, changes: Changes) -> None:
             save_run(conn, child.take_changes())
     if changes.wake_parent is not None:
         children.wake_parent(conn, changes.wake_parent)
-
-
-def _new_execution_id() -> str:
-    return str(uuid7())
 
 
 def _instant(value: Any) -> str:

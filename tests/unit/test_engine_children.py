@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from flowforge.domain.definitions import parse_definition
-from flowforge.domain.engine import ChildState, ChildTarget, Run, child_key
+from flowforge.domain.engine import ChildState, ChildTarget, Run
+from flowforge.domain.kinds.workflow import child_key
 from tests.unit.test_engine import OPERATOR, make_run, statuses
 
 CHILD = parse_definition(

@@ -1,6 +1,6 @@
 """What flowforge.observe.metrics counts from a unit of work's changes, and when: only after the
 block that holds the transaction ended without an error (store/runs.after_commit). What the
-changes did is the engine's word (engine.happened, engine.since_resume); metrics counts it."""
+changes did is the engine's word (changes.happened, engine.since_resume); metrics counts it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from functools import partial
 import pytest
 from prometheus_client import REGISTRY
 
+from flowforge.domain import changes as changes_
 from flowforge.domain import engine
 from flowforge.domain.definitions import parse_definition
 from flowforge.domain.engine import Changes, FinishedAttempt, NewAttempt, Run, StepState
@@ -58,7 +59,7 @@ def snapshot() -> list[float]:
 
 
 def test_the_engine_says_what_a_unit_of_work_did() -> None:
-    done = engine.happened(changes())
+    done = changes_.happened(changes())
     assert done.attempts_ended == (("transform", "succeeded"), ("http_request", "succeeded"))
     assert done.waits_started == 1
     assert done.waits_ended == (EventKind.WAIT_TIMED_OUT,)
@@ -67,7 +68,7 @@ def test_the_engine_says_what_a_unit_of_work_did() -> None:
         ("transform", 0),
     ]
     assert done.execution_ended is None
-    assert engine.happened(Changes("e")) is engine.NOTHING_HAPPENED
+    assert changes_.happened(Changes("e")) is changes_.NOTHING_HAPPENED
 
 
 def counted_after_commit(done: Changes) -> None:
