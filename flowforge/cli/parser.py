@@ -71,6 +71,7 @@ EXAMPLES = {
     "cancel-bulk": "flowforge cancel-bulk --workflow orders --status waiting --since 2h",
     "retry-bulk": "flowforge retry-bulk --workflow orders --status failed --since 1d --yes",
     "completion": 'eval "$(flowforge completion bash)"',
+    "test": "flowforge test orders.json --fixture fixtures/orders.json --junit report.xml",
     "schedule": "flowforge schedule show sweep",
     "schedule show": "flowforge schedule show sweep",
     "schedule pause": "flowforge schedule pause sweep",
@@ -351,4 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     completion.set_defaults(offline=True)
+
+    testing = command(sub, "test", "testing.run_tests", "run definitions against fixtures, offline")
+    testing.add_argument("definitions", nargs="+", metavar="DEFINITION", help="a JSON file")
+    testing.add_argument(
+        "--fixture",
+        action="append",
+        help="a fixture file (repeatable; default: fixtures/NAME.json beside each definition)",
+    )
+    testing.add_argument("--key", type=workflow_key, help="the workflow key (default: file name)")
+    testing.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    testing.set_defaults(offline=True)
     return parser

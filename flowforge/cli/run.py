@@ -24,11 +24,11 @@ REFUSED = 1
 USAGE_STATUSES = frozenset({400, 413, 415, 422})
 
 
-def handler(name: str) -> Callable[..., None]:
+def handler(name: str) -> Callable[..., int | None]:
     """The function a command names in the parser ("executions.list_executions"), which
     takes the side it talks to (Ops; None for an offline command) and the arguments."""
     module, function = name.rsplit(".", 1)
-    found: Callable[..., None] = getattr(
+    found: Callable[..., int | None] = getattr(
         importlib.import_module(f"flowforge.cli.{module}"), function
     )
     return found
@@ -66,9 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.format = getattr(args, "format", "table")
     if getattr(args, "offline", False):
-        # Needs neither the API nor the database (shell completion).
-        handler(args.handler)(None, args)
-        return 0
+        # Needs neither the API nor the database (shell completion, `flowforge test`).
+        return handler(args.handler)(None, args) or 0
     try:
         url = _remote(args)
         if url is not None:
