@@ -208,7 +208,8 @@ class OfflineRun:
             )
             return netguard.HttpResult(
                 status=answer.status,
-                headers=dict(answer.headers),
+                # Framed by its length, as a server answering HTTP/1.1 with a body frames it.
+                headers={"content-length": str(len(answer.body)), **answer.headers},
                 body=answer.body[: MAX_RESPONSE_BYTES + rendered.redactor_reach],
                 truncated=len(answer.body) > MAX_RESPONSE_BYTES + rendered.redactor_reach,
                 duration_ms=round(answer.delay_s * 1000),
