@@ -71,6 +71,7 @@ EXAMPLES = {
     "cancel-bulk": "flowforge cancel-bulk --workflow orders --status waiting --since 2h",
     "retry-bulk": "flowforge retry-bulk --workflow orders --status failed --since 1d --yes",
     "completion": 'eval "$(flowforge completion bash)"',
+    "apply": "flowforge apply workflows/ --dry-run",
     "test": "flowforge test orders.json --fixture fixtures/orders.json --junit report.xml",
     "schedule": "flowforge schedule show sweep",
     "schedule show": "flowforge schedule show sweep",
@@ -352,6 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     completion.set_defaults(offline=True)
+
+    applying = command(
+        sub, "apply", "apply.apply_folder", "publish what changed in a folder of definitions"
+    )
+    applying.add_argument("folder", metavar="DIR", help="one workflow per *.json, keyed by name")
+    applying.add_argument(
+        "--dry-run", action="store_true", help="show the diff, publish nothing (exit 3: drift)"
+    )
 
     testing = command(sub, "test", "testing.run_tests", "run definitions against fixtures, offline")
     testing.add_argument("definitions", nargs="+", metavar="DEFINITION", help="a JSON file")
