@@ -55,6 +55,8 @@ EXAMPLES = {
     "secret revoke": "flowforge secret revoke orders 1",
     "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
+    "executions export": "flowforge executions export 01a233ee-a3de-71f1-8ccd-4191093a47ad "
+    "--file case.json",
     "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "workflow groups": "flowforge workflow groups sync --status open",
     "workflow pause": "flowforge workflow pause orders",
@@ -267,6 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     detail = command(executions, "show", "executions.show", "steps, attempts and who acted")
     detail.add_argument("id", type=execution_id, help="the execution's ID")
+    exported = command(
+        executions, "export", "exporting.export", "an execution as a flowforge test fixture"
+    )
+    exported.add_argument("id", type=execution_id, help="the execution's ID")
+    exported.add_argument("--file", help="write it here (default: print it)")
 
     for action in ACTIONS:
         acting = command(sub, action.command, "actions.act", action.help)
@@ -368,6 +375,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--fixture",
         action="append",
         help="a fixture file (repeatable; default: fixtures/NAME.json beside each definition)",
+    )
+    testing.add_argument(
+        "--from",
+        dest="fixture",
+        action="append",
+        metavar="FILE",
+        help="an execution exported with `executions export`: replay it, say what differs",
     )
     testing.add_argument("--key", type=workflow_key, help="the workflow key (default: file name)")
     testing.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")

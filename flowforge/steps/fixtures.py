@@ -18,7 +18,17 @@ from flowforge.errors import ClientError
 # came back (the worker's SentNoResponse), so an unsafe request's step is `unknown`.
 LOST = "lost"
 _CASE_KEYS = frozenset(
-    {"name", "input", "targets", "resumes", "secrets", "expect", "execution_id", "now"}
+    {
+        "name",
+        "input",
+        "targets",
+        "resumes",
+        "secrets",
+        "expect",
+        "execution_id",
+        "now",
+        "public_url",
+    }
 )
 _ANSWER_KEYS = frozenset({"status", "headers", "json", "body", "delay_s", "lost"})
 _TARGET_KEYS = frozenset({"method", "url", "answers"})
@@ -79,6 +89,7 @@ class Case:
     expect: dict[str, Any]
     execution_id: str
     now: str
+    public_url: str | None = None  # where {{ waits.STEP.url }} points (FLOWFORGE_PUBLIC_URL)
 
     def answer(self, method: str, url: str) -> Answer | None:
         """The next answer of the first target that matches, or None (no target does)."""
@@ -177,6 +188,7 @@ class _Reader:
             expect=expect,
             execution_id=str(value.get("execution_id", "00000000-0000-7000-8000-000000000001")),
             now=str(value.get("now", DEFAULT_NOW)),
+            public_url=str(value["public_url"]) if "public_url" in value else None,
         )
 
 

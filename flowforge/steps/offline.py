@@ -109,9 +109,11 @@ class OfflineRun:
         *,
         workflow: str,
         version: int = 1,
-        resume: waits.ResumeUrls = OFFLINE_RESUME,
+        resume: waits.ResumeUrls | None = None,
     ) -> None:
-        self.case, self.resume = case, resume
+        if resume is None and case.public_url is not None:
+            resume = waits.ResumeUrls(case.public_url, OFFLINE_RESUME.key)
+        self.case, self.resume = case, resume or OFFLINE_RESUME
         self.run = new_run(definition, case, workflow, version)
         self.started_at = self.run.now
         self.sent: list[Sent] = []
