@@ -12,6 +12,7 @@ from flask import Flask, Response, has_request_context, request
 from flowforge.api import (
     circuits,
     console,
+    drafts,
     executions,
     health,
     hooks,
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         hooks.bp,
         resume.bp,
         workflows.bp,
+        drafts.bp,
         schedules.bp,
         executions.bp,
         circuits.bp,
