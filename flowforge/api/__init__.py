@@ -25,6 +25,7 @@ from flowforge.api import (
     sources,
     workflows,
 )
+from flowforge.api.console import editor  # noqa: F401 - adds the editor's routes to the console
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.logs import configure_logging
