@@ -2,12 +2,14 @@
 (docs/howto/authoring-loop.md), as a CI job does it.
 
 Each `*.json` file directly in DIR is one workflow, keyed by its file name. Every file is
-read and checked by the publish checker first; one invalid file refuses the whole folder
-before anything is published. Then each is compared with its workflow's newest version
-(flowforge/domain/defdiff.py), and only the new and changed ones are published, each as a
-new version. Workflows published but absent from the folder are reported, never archived.
-A second run over the same folder publishes nothing. Secrets stay names
-(`{{ secrets.NAME }}`): a definition never carries a value, so neither does apply.
+read and checked by the publish checker first, here and then by the dry-run publish of the
+side it goes to (POST /api/v1/workflows/KEY/check: secret bindings, the key's rights); one
+refused file refuses the whole folder before anything is published. Then each is compared
+with its workflow's newest version (flowforge/domain/defdiff.py), and only the new and
+changed ones are published, each as a new version. Workflows published but absent from
+the folder are reported, never archived. A second run over the same folder publishes
+nothing. Secrets stay names (`{{ secrets.NAME }}`): a definition never carries a value, so
+neither does apply.
 
 Exit status: 0 in step (or, without --dry-run, brought in step); 1 refused or failed; 2 a
 file is not valid; 3 with --dry-run, something would be published (drift).
@@ -27,6 +29,7 @@ from flowforge.cli.output import emit
 from flowforge.domain import defdiff
 from flowforge.domain.definitions import DefinitionInvalid, parse_definition
 from flowforge.domain.model import WORKFLOW_KEY
+from flowforge.errors import FlowForgeError
 
 DRIFT = 3
 
@@ -77,6 +80,27 @@ def read_folder(folder: Path) -> dict[str, Any]:
     return documents
 
 
+def check_on_the_server(ops: Ops, documents: dict[str, Any]) -> None:
+    """Every definition through the publish checks of the side it goes to (the dry-run
+    publish: secret bindings, the key's rights), before any is published; DefinitionInvalid
+    naming every refusal. A side that cannot be reached is no refusal: it is raised."""
+    problems: list[dict[str, str]] = []
+    for key, document in documents.items():
+        try:
+            ops.check_draft(key, document)
+        except FlowForgeError as exc:
+            status = getattr(exc, "status", 0)
+            if not 400 <= status < 500:
+                raise
+            found = getattr(exc, "errors", None) or [{"path": "$", "message": str(exc)}]
+            problems.extend(
+                {"path": f"{key}.json: {e.get('path')}", "message": str(e.get("message"))}
+                for e in found
+            )
+    if problems:
+        raise DefinitionInvalid(problems)
+
+
 def plan(ops: Ops, documents: dict[str, Any]) -> Plan:
     """Compare each definition with its workflow's newest version."""
     found = Plan()
@@ -118,6 +142,7 @@ def _text(found: Plan, dry_run: bool) -> str:
 def apply_folder(ops: Ops, args: argparse.Namespace) -> int:
     """The `flowforge apply` command; its exit status."""
     documents = read_folder(Path(args.folder))
+    check_on_the_server(ops, documents)
     found = plan(ops, documents)
     if not args.dry_run:
         for key in [*found.new, *found.changed]:

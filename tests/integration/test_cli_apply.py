@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 
+from flowforge.store import apikeys
 from tests.integration.test_cli_remote import remote
 from tests.support.api import Api
 
@@ -76,4 +77,21 @@ def test_one_invalid_file_refuses_the_whole_folder(
     assert refused.returncode == 2, refused
     assert "zz-broken.json: $.steps[1].depends_on" in refused.stderr
     assert "notes.json: not a JSON file" in refused.stderr
+    assert _versions(db) == {}
+
+
+def test_a_file_the_server_would_refuse_refuses_the_whole_folder(
+    tmp_path: Path, api: str, db: psycopg.Connection
+) -> None:
+    """Valid here, refused by the dry-run publish (this key may not publish secrets): the
+    folder's other, acceptable files are not published either."""
+    key = apikeys.create(db, "no secrets")[1]
+    folder = _folder(tmp_path, "charge", "orders")
+    secretive = json.loads((EXAMPLES / "charge.json").read_text())
+    secretive["steps"][0]["request"]["headers"] = {"Authorization": "Bearer {{ secrets.pay }}"}
+    (folder / "pay.json").write_text(json.dumps(secretive))
+
+    refused = remote(api, key, "apply", str(folder))
+    assert refused.returncode == 2, refused
+    assert "pay.json: " in refused.stderr and "secret" in refused.stderr
     assert _versions(db) == {}
