@@ -12,6 +12,7 @@ from flask import Flask, Response, has_request_context, request
 from flowforge.api import (
     circuits,
     console,
+    drafts,
     executions,
     health,
     hooks,
@@ -25,6 +26,7 @@ from flowforge.api import (
     sources,
     workflows,
 )
+from flowforge.api.console import editor  # noqa: F401 - adds the editor's routes to the console
 from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.logs import configure_logging
@@ -79,6 +81,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         hooks.bp,
         resume.bp,
         workflows.bp,
+        drafts.bp,
         schedules.bp,
         executions.bp,
         circuits.bp,

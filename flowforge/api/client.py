@@ -185,6 +185,25 @@ class Client:
             body=body,
         )
 
+    def post_workflows_by_key_check(
+        self,
+        key: str,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/workflows/{key}/check: Check a draft definition as publishing
+        would, publishing nothing: 200 with its changes against the newest version and
+        its steps, or the 422 publishing answers
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/workflows/{key}/check",
+                key=key,
+            ),
+            (200,),
+            body=body,
+        )
+
     def get_workflows_by_key_versions_by_version(
         self,
         key: str,

@@ -1402,6 +1402,19 @@ PATHS: dict[str, Any] = {
             body=_ref("Definition"),
         )
     },
+    "/api/v1/workflows/{key}/check": {
+        "post": _operation(
+            "Check a draft definition as publishing would, publishing nothing: 200 with its "
+            "changes against the newest version and its steps, or the 422 publishing answers",
+            {
+                "200": _json({"type": "object"}, "Valid; what it would change"),
+                **_problems(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
+            },
+            tags=["workflows"],
+            parameters=[WORKFLOW_KEY],
+            body=_ref("Definition"),
+        )
+    },
     "/api/v1/workflows/{key}/versions/{version}": {
         "get": _operation(
             "One immutable version, with its definition",

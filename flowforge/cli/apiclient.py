@@ -273,6 +273,11 @@ class ApiClient:
         path = f"{WORKFLOWS}/{quote(key, safe='')}/versions"
         return dict(self._json("POST", path, body=document, send_body=True))
 
+    def check_draft(self, key: str, document: Any) -> dict[str, Any]:
+        """The dry-run publish: what publishing would answer, with nothing published."""
+        path = f"{WORKFLOWS}/{quote(key, safe='')}/check"
+        return dict(self._json("POST", path, body=document, send_body=True))
+
     def create_secret(self, key: str) -> dict[str, Any]:
         """A new signing secret (its value is in this answer only), maybe with a warning."""
         return dict(self._json("POST", f"{WORKFLOWS}/{quote(key, safe='')}/webhook-secrets"))

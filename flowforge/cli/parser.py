@@ -55,6 +55,8 @@ EXAMPLES = {
     "secret revoke": "flowforge secret revoke orders 1",
     "executions": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "executions list": "flowforge executions list --workflow orders --status failed --since 6h",
+    "executions export": "flowforge executions export 01a233ee-a3de-71f1-8ccd-4191093a47ad "
+    "--file case.json",
     "executions show": "flowforge executions show 01a233ee-a3de-71f1-8ccd-4191093a47ad",
     "workflow groups": "flowforge workflow groups sync --status open",
     "workflow pause": "flowforge workflow pause orders",
@@ -79,6 +81,8 @@ EXAMPLES = {
     "cancel-bulk": "flowforge cancel-bulk --workflow orders --status waiting --since 2h",
     "retry-bulk": "flowforge retry-bulk --workflow orders --status failed --since 1d --yes",
     "completion": 'eval "$(flowforge completion bash)"',
+    "apply": "flowforge apply workflows/ --dry-run",
+    "test": "flowforge test orders.json --fixture fixtures/orders.json --junit report.xml",
     "schedule": "flowforge schedule show sweep",
     "schedule show": "flowforge schedule show sweep",
     "schedule pause": "flowforge schedule pause sweep",
@@ -302,6 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     detail = command(executions, "show", "executions.show", "steps, attempts and who acted")
     detail.add_argument("id", type=execution_id, help="the execution's ID")
+    exported = command(
+        executions, "export", "exporting.export", "an execution as a flowforge test fixture"
+    )
+    exported.add_argument("id", type=execution_id, help="the execution's ID")
+    exported.add_argument("--file", help="write it here (default: print it)")
 
     for action in ACTIONS:
         acting = command(sub, action.command, "actions.act", action.help)
@@ -388,4 +397,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     completion.set_defaults(offline=True)
+
+    applying = command(
+        sub, "apply", "apply.apply_folder", "publish what changed in a folder of definitions"
+    )
+    applying.add_argument("folder", metavar="DIR", help="one workflow per *.json, keyed by name")
+    applying.add_argument(
+        "--dry-run", action="store_true", help="show the diff, publish nothing (exit 3: drift)"
+    )
+
+    testing = command(sub, "test", "testing.run_tests", "run definitions against fixtures, offline")
+    testing.add_argument("definitions", nargs="+", metavar="DEFINITION", help="a JSON file")
+    testing.add_argument(
+        "--fixture",
+        action="append",
+        help="a fixture file (repeatable; default: fixtures/NAME.json beside each definition)",
+    )
+    testing.add_argument(
+        "--from",
+        dest="fixture",
+        action="append",
+        metavar="FILE",
+        help="an execution exported with `executions export`: replay it, say what differs",
+    )
+    testing.add_argument("--key", type=workflow_key, help="the workflow key (default: file name)")
+    testing.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
+    testing.set_defaults(offline=True)
     return parser

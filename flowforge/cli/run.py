@@ -24,11 +24,11 @@ REFUSED = 1
 USAGE_STATUSES = frozenset({400, 413, 415, 422})
 
 
-def handler(name: str) -> Callable[..., None]:
+def handler(name: str) -> Callable[..., int | None]:
     """The function a command names in the parser ("executions.list_executions"), which
     takes the side it talks to (Ops; None for an offline command) and the arguments."""
     module, function = name.rsplit(".", 1)
-    found: Callable[..., None] = getattr(
+    found: Callable[..., int | None] = getattr(
         importlib.import_module(f"flowforge.cli.{module}"), function
     )
     return found
@@ -66,9 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.format = getattr(args, "format", "table")
     if getattr(args, "offline", False):
-        # Needs neither the API nor the database (shell completion).
-        handler(args.handler)(None, args)
-        return 0
+        # Needs neither the API nor the database (shell completion, `flowforge test`).
+        return handler(args.handler)(None, args) or 0
     try:
         url = _remote(args)
         if url is not None:
@@ -89,7 +88,9 @@ def _run_remote(url: str, args: argparse.Namespace) -> int:
     from flowforge.cli.apiclient import ApiClient, ApiError, ApiUnreachable
 
     try:
-        handler(args.handler)(ApiClient(url, key), args)
+        status = handler(args.handler)(ApiClient(url, key), args)
+    except ClientError as exc:  # checked here before any call (apply's DefinitionInvalid)
+        return _invalid(exc)
     except ApiError as exc:
         error(exc.title, exc.detail)
         for problem in exc.errors:
@@ -103,7 +104,19 @@ def _run_remote(url: str, args: argparse.Namespace) -> int:
         # portal, another version behind the URL), said in one line, not a traceback.
         error("unexpected answer", f"{url} answered without {exc}: is this a FlowForge API?")
         return REFUSED
-    return 0
+    return status or 0
+
+
+def _invalid(exc: ClientError) -> int:
+    """A refusal of this side's own checks (an invalid definition: every problem, one a
+    line with its path)."""
+    if not exc.errors:
+        error(exc.title, exc.detail)
+        return USAGE if exc.status in USAGE_STATUSES else REFUSED
+    error(exc.title, f"{len(exc.errors)} problem(s):")
+    for problem in exc.errors:
+        print(f"  {problem['path']}: {problem['message']}", file=sys.stderr)
+    return USAGE
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -111,7 +124,6 @@ def _run_local(args: argparse.Namespace) -> int:
     import psycopg
 
     from flowforge.cli.direct import Database
-    from flowforge.domain.definitions import DefinitionInvalid
     from flowforge.store.config import Settings
     from flowforge.store.db import conninfo, wrap_exceptions
     from flowforge.store.hints import database_hint
@@ -128,18 +140,12 @@ def _run_local(args: argparse.Namespace) -> int:
             wrap_exceptions(every_error=True),
             psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn,
         ):
-            handler(args.handler)(Database(conn), args)
+            status = handler(args.handler)(Database(conn), args)
     except UsageError as exc:
         error("usage", str(exc))
         return USAGE
-    except DefinitionInvalid as exc:
-        error(exc.title, f"{len(exc.errors)} problem(s):")
-        for problem in exc.errors:
-            print(f"  {problem['path']}: {problem['message']}", file=sys.stderr)
-        return USAGE
     except ClientError as exc:
-        error(exc.title, exc.detail)
-        return USAGE if exc.status in USAGE_STATUSES else REFUSED
+        return _invalid(exc)
     except DatabaseUnavailable as exc:
         print(f"flowforge: {str(exc).strip()}", file=sys.stderr)
         print(f"flowforge: {database_hint(settings.direct_url)}", file=sys.stderr)
@@ -154,4 +160,4 @@ def _run_local(args: argparse.Namespace) -> int:
     except (FlowForgeError, OSError, ValueError) as exc:
         error("failed", str(exc))
         return REFUSED
-    return 0
+    return status or 0

@@ -105,7 +105,10 @@ def read_secret(name: str, env: Mapping[str, str] | None = None) -> str:
 
 
 def _secrets_used(
-    request: Mapping[str, Any], workflow: str, bindings: secret_bindings.Bindings
+    request: Mapping[str, Any],
+    workflow: str,
+    bindings: secret_bindings.Bindings,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The values of the secrets a request names, each only if its workflow may use it."""
     names = {
@@ -120,7 +123,7 @@ def _secrets_used(
                 f"secret {name!r} is not bound to workflow {workflow!r}: list the workflow "
                 f"in {secret_bindings.variable(name)} to let it use the secret"
             )
-    return {name: read_secret(name) for name in sorted(names)}
+    return {name: read_secret(name, env) for name in sorted(names)}
 
 
 def _resume_urls(
@@ -150,15 +153,17 @@ def render_request(
     bindings: secret_bindings.Bindings,
     resume: waits.ResumeUrls | None = None,
     rounds: Mapping[str, int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Rendered:
     """Resolve templates in the worker only; secrets and resume URLs never leave this
     object, and only the secrets bound to the execution's workflow are read at all.
 
     `rounds` gives each wait step's round (its fencing token, bumped by a retry), so a
-    retried wait is rendered under a new resume URL (flowforge/store/waits.py)."""
+    retried wait is rendered under a new resume URL (flowforge/store/waits.py). `env`: where
+    secrets are read (read_secret; `flowforge test` passes a fixture's test values)."""
     assert step.request is not None
     request = step.request
-    secrets = _secrets_used(request, context["execution"]["workflow"], bindings)
+    secrets = _secrets_used(request, context["execution"]["workflow"], bindings, env)
     urls = _resume_urls(request, context["execution"]["id"], resume, rounds or {})
     ctx = {**context, "secrets": secrets, "waits": urls}
     # A resume URL is a credential: its token is redacted like a secret wherever a
@@ -518,9 +523,11 @@ def perform(
     `before_send` runs once connected, right before the first byte is written; raising
     `netguard.NotSent` from it keeps the request home (an outcome safe to retry).
     """
-    safe = step.repeat_safe
-    try:
-        result = netguard.send(
+    return classify(
+        step,
+        rendered,
+        max_response_bytes,
+        lambda: netguard.send(
             rendered.method,
             rendered.url,
             headers=rendered.headers,
@@ -530,7 +537,22 @@ def perform(
             max_response_bytes=max_response_bytes + rendered.redactor_reach,
             reveal_origin=not rendered.url_holds_secret,
             before_send=before_send,
-        )
+        ),
+    )
+
+
+def classify(
+    step: Step,
+    rendered: Rendered,
+    max_response_bytes: int,
+    send: Callable[[], netguard.HttpResult],
+) -> Outcome:
+    """The outcome of one `send`: what it answered, or which of netguard's errors it raised.
+    Apart from perform() so that `flowforge test` (flowforge/steps/offline.py) classifies a
+    fixture's answer exactly as the worker classifies a real one."""
+    safe = step.repeat_safe
+    try:
+        result = send()
     except (netguard.RequestRefused, netguard.RequestInvalid) as exc:
         # Deterministic: the same rendered request would be refused again.
         return Outcome(OutcomeKind.FAILED, error=_redact(str(exc), rendered.redactor))

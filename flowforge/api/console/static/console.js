@@ -2,6 +2,8 @@
 // 1. A live execution page refreshes its fragment every 2 s while the execution moves
 //    (the server says whether to go on in X-Live), never while you are typing in it.
 // 2. A bulk action's next batch is submitted for you.
+// 3. The definition editor's draft is checked as you type: the server renders the
+//    answer (problems with their paths, or the DAG and the diff) and it is swapped in.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -28,6 +30,27 @@
         .catch(function () { window.setTimeout(poll, 5000); });
     };
     window.setTimeout(poll, 2000);
+  }
+  var editor = document.getElementById("editor");
+  var draft = document.getElementById("draft");
+  if (editor && draft && editor.dataset.check) {
+    var timer = null;
+    var sent = 0;
+    var check = function () {
+      var mine = ++sent;
+      fetch(editor.dataset.check, {
+        method: "POST", credentials: "same-origin", body: new FormData(editor),
+        headers: { "X-Requested-With": "fetch" }
+      }).then(function (response) {
+        return response.ok ? response.text() : null;
+      }).then(function (html) {
+        if (html !== null && mine === sent) { document.getElementById("checked").innerHTML = html; }
+      }).catch(function () { /* the Check button still works */ });
+    };
+    draft.addEventListener("input", function () {
+      if (timer) { window.clearTimeout(timer); }
+      timer = window.setTimeout(check, 300);
+    });
   }
   var next = document.querySelector("form[data-autosubmit]");
   if (next) { window.setTimeout(function () { next.submit(); }, 300); }
