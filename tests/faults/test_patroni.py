@@ -161,10 +161,10 @@ class Running:
 
 
 @pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PatroniCluster]:
     made = PatroniCluster(synchronous=request.param == "sync")
     yield made
-    made.stop()
+    made.stop(keep=tmp_path / "cluster")
 
 
 @pytest.mark.parametrize("cluster", ["async", "sync"], indirect=True)

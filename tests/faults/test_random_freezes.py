@@ -1,6 +1,6 @@
 """Issue 39 item 1: no lock is held across a point the server cannot time out.
 
-A busy worker is frozen (SIGSTOP) at 100 random moments — wherever its threads happen to
+A busy worker is frozen (SIGSTOP) at 100 random moments (30 in CI) — wherever its threads happen to
 be: a claim, a checkpoint, the relay's batch, a reaper pass, a read sent but not fetched,
 writes sent but not committed — and during each freeze pg_stat_activity is sampled. A
 session that holds a lock while `active` and waiting for the client (ClientRead: a
@@ -24,27 +24,23 @@ import time
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.faults.helpers import StartWorker, http, rows, workflow
 from tests.support.api import Api
+from tests.support.locks import confirmed
 from tests.support.target import Reply, Target
 
-# Long form, outside CI, until steady: in one of five runs this round the first phase found
-# a sample it counts as uncovered (output not kept), and the seed-11 randomized run in CI
-# checks the same at after_writes_sent. FLOWFORGE_TEST_FREEZES=1 runs it.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("FLOWFORGE_TEST_FREEZES") != "1",
-    reason="long form: set FLOWFORGE_TEST_FREEZES=1",
-)
-
 SEED = 39
-FREEZES = 100
+# The long form (FLOWFORGE_TEST_FREEZES=1, outside CI) freezes 100 times and 3 times long;
+# CI, 30 and once (about 45 s). One run in five used to fail here on a sample that caught
+# a session passing between two states (tests/support/locks.py): samples are confirmed.
+LONG_FORM = os.environ.get("FLOWFORGE_TEST_FREEZES") == "1"
+FREEZES = 100 if LONG_FORM else 30
 # Short freezes, well inside the database timeout: the server must not end anything, so
 # what is sampled is the state the client left, not the timeout's cleanup.
 FREEZE_S = 0.25
 DB_TIMEOUT_S = 3
-LONG_FREEZES = 3
+LONG_FREEZES = 3 if LONG_FORM else 1
 LONG_FREEZE_S = 20.0
 DEADLINE_S = 6
 # docs/contract.md#frozen-bound: a frozen worker delays its own execution by at most the
@@ -52,15 +48,16 @@ DEADLINE_S = 6
 # here) — generous for a busy two-core machine.
 OWN_BOUND_S = DB_TIMEOUT_S + 2 + 2 + 5.0
 FROZEN_APP = "frozen-worker"
-# Sessions of the frozen worker that hold a lock in a state no server timeout covers.
+# Sessions of the frozen worker that hold a lock in a state no server timeout covers;
+# (pid, state, state_change) first, for tests.support.locks.confirmed.
 UNCOVERED = """
-SELECT a.pid, a.state, a.wait_event, left(a.query, 60) AS query,
+SELECT a.pid, a.state, a.state_change, a.wait_event, left(a.query, 60) AS query,
        array_agg(DISTINCT l.locktype) AS locks
 FROM pg_stat_activity a
 JOIN pg_locks l ON l.pid = a.pid AND l.granted AND l.locktype <> 'virtualxid'
 WHERE a.application_name = %(app)s
   AND ((a.state = 'active' AND a.wait_event = 'ClientRead') OR a.state = 'idle')
-GROUP BY a.pid, a.state, a.wait_event, a.query
+GROUP BY a.pid, a.state, a.state_change, a.wait_event, a.query
 """
 LIVE = """
 SELECT id::text FROM executions
@@ -130,7 +127,7 @@ def test_no_random_freeze_leaves_a_lock_no_timeout_covers(
             frozen.signal(signal.SIGSTOP)
             try:
                 time.sleep(FREEZE_S)  # the server has run whatever reached it
-                found += rows(db, UNCOVERED, {"app": FROZEN_APP})
+                found += confirmed(lambda: rows(db, UNCOVERED, {"app": FROZEN_APP}))
             finally:
                 frozen.signal(signal.SIGCONT)
     finally:

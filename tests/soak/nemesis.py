@@ -27,6 +27,7 @@ from tests.soak.cluster import Cluster, WorkerSlot
 from tests.soak.features import OVERLAPS
 from tests.soak.history import History, OperatorAction, RecordingClient
 from tests.soak.servers import Servers
+from tests.support.locks import confirmed
 
 # Relative weights of the operations. Each operation takes three draws in [0, 1): which
 # target (pick), how long (duration), and a coin for one more choice. They are drawn
@@ -88,9 +89,10 @@ AT_POINT_WITHIN_S = 15.0
 OWN_BOUND_S = DB_TIMEOUT_S + 8.0
 # Sessions (by client port, through the worker's own proxy) that hold a lock in a state
 # no server timeout covers: `active` waiting for the client, or `idle` outside a
-# transaction; and, after the timeout, any lock at all.
+# transaction; and, after the timeout, any lock at all. (pid, state, state_change) first,
+# for tests.support.locks.confirmed.
 UNCOVERED_LOCKS = """
-SELECT a.pid, a.state, a.wait_event, left(a.query, 50)
+SELECT a.pid, a.state, a.state_change, a.wait_event, left(a.query, 50)
 FROM pg_stat_activity a
 WHERE a.client_port = ANY(%(ports)s)
   AND (%(any_state)s OR (a.state = 'active' AND a.wait_event = 'ClientRead')
@@ -561,7 +563,8 @@ class FrozenWatch:
 
     def _sample(self, conn: psycopg.Connection[Any], *, any_state: bool) -> None:
         ports = sorted(self.slot.pg.upstream_ports())
-        held = conn.execute(UNCOVERED_LOCKS, {"ports": ports, "any_state": any_state}).fetchall()
+        params = {"ports": ports, "any_state": any_state}
+        held = confirmed(lambda: conn.execute(UNCOVERED_LOCKS, params).fetchall())
         if held and self.slot.paused and not self.ended.is_set():
             kind = "frozen_lock_outlived_timeout" if any_state else "frozen_lock_uncovered"
             self.history.fault(kind, self.slot.worker_id, repr(held)[:400])

@@ -326,7 +326,14 @@ class PatroniCluster:
         if r.status_code != 200:
             raise AssertionError(f"switchover refused: {r.status_code} {r.text}")
 
-    def stop(self) -> None:
+    def stop(self, keep: Path | None = None) -> None:
+        """Kill everything and remove the directory; `keep`: copy the logs there first
+        (etcd, HAProxy, each Patroni and its PostgreSQL), for the failure's story."""
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for log in self.root.glob("**/*.log"):
+                with contextlib.suppress(OSError):
+                    shutil.copy(log, keep / f"{log.parent.name}-{log.name}")
         for node in self.nodes:
             node.kill()
         for proc in self.children:
