@@ -52,4 +52,4 @@ def test_a_session_passing_between_states_is_not_reported(
     finally:
         stop.set()
         thread.join(10)
-    assert not found, f"{len(found)} of {SAMPLES} samples reported the churning session: {found[:3]}"
+    assert not found, f"{len(found)} of {SAMPLES} samples reported the churning one: {found[:3]}"

@@ -59,6 +59,7 @@ class Load:
         self.base = base
         self.acked: dict[str, float] = {}
         self.sent: dict[str, float] = {}  # when the request of each acknowledged one left
+        self.statuses: list[tuple[float, int]] = []  # every answer: when, status
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -73,6 +74,7 @@ class Load:
             except requests.RequestException:
                 time.sleep(0.05)
                 continue
+            self.statuses.append((time.time(), r.status_code))
             if r.status_code == 202:
                 self.acked[r.json()["execution_id"]] = time.time()
                 self.sent[r.json()["execution_id"]] = sent
@@ -83,6 +85,14 @@ class Load:
         """The first 202 to a request sent after `moment`."""
         later = [self.acked[e] for e, t in list(self.sent.items()) if t > moment]
         return min(later) if later else None
+
+    def answers(self, since: float) -> dict[int, list[int]]:
+        """The statuses answered after `since`, by whole second after it."""
+        by_second: dict[int, list[int]] = {}
+        for at, status in list(self.statuses):
+            if at > since:
+                by_second.setdefault(int(at - since), []).append(status)
+        return by_second
 
     def longest_gap(self) -> float:
         times = sorted(self.acked.values())
@@ -179,9 +189,13 @@ def test_patroni_promotes_and_haproxy_follows_when_the_leader_is_lost(
         lost_node = cluster.leader()
         lost_node.kill()
         killed_at = time.time()
-        back = wait_for(
-            lambda: load.first_after(killed_at), timeout=90, interval=0.2, message="intake back"
-        )
+        try:
+            back = wait_for(
+                lambda: load.first_after(killed_at), timeout=90, interval=0.2, message="intake"
+            )
+        except AssertionError as exc:
+            answers = load.answers(killed_at)
+            raise AssertionError(f"{exc}; answers {answers}\n{cluster.describe()}") from None
         worked = wait_for(
             lambda: running.first_step_after(killed_at),
             timeout=90,

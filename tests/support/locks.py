@@ -25,9 +25,7 @@ from typing import Any
 AGAIN_AFTER_S = 0.1
 
 
-def confirmed(
-    sample: Callable[[], list[Any]], again_after_s: float = AGAIN_AFTER_S
-) -> list[Any]:
+def confirmed(sample: Callable[[], list[Any]], again_after_s: float = AGAIN_AFTER_S) -> list[Any]:
     """The rows of `sample()` found again, unchanged, by a second call `again_after_s`
     later. Each row starts with (pid, state, state_change): the identity of a session's
     state. The caller keeps the sampled process stopped across both calls."""
