@@ -181,7 +181,7 @@ SELECT e.id::text AS id, e.idempotency_key, e.status, e.input::text AS input, w.
        extract(epoch FROM e.created_at)::float AS created,
        extract(epoch FROM e.finished_at)::float AS finished,
        e.parent_id::text AS parent_id, e.parent_step,
-       e.cancel_requested_at IS NOT NULL AS cancel_requested,
+       e.cancel_requested_at IS NOT NULL AS cancel_requested, e.priority,
        ({WAITS_ON_OPERATOR}) AS waits_on_operator
 FROM executions e JOIN workflows w ON w.id = e.workflow_id
 """
@@ -1391,6 +1391,26 @@ class Checker:
             at = max(hi, at)
         return at + left
 
+    def check_priorities(self) -> None:
+        """docs/contract.md#priority: an execution shows the priority its definition gave it
+        when it was created (orders': its input's `p`, absent is 0; fanout's: -10), under
+        every fault (replays and retries keep it: they are the same definitions)."""
+        wanted = {"fanout": lambda _: -10, "orders": lambda given: given.get("p") or 0}
+        shown: Counter[int] = Counter()
+        for e in self.executions:
+            if e["workflow"] not in wanted:
+                continue
+            given = json.loads(e["input"]) if e["input"] else {}
+            expected = wanted[e["workflow"]](given if isinstance(given, dict) else {})
+            shown[e["priority"]] += 1
+            if e["priority"] != expected:
+                self.fail(
+                    "priority",
+                    f"{e['workflow']} execution {e['id']}: priority {e['priority']}, "
+                    f"its input asks {expected}",
+                )
+        self.figures_extra["priorities"] = dict(sorted(shown.items()))
+
     def check_frozen(self) -> None:
         """What the nemesis's watcher found while a worker was frozen anywhere."""
         kinds = ("frozen_lock_uncovered", "frozen_lock_outlived_timeout", "frozen_execution_late")
@@ -1502,6 +1522,7 @@ class Checker:
         self.check_false_unknown()
         self.check_recovery()
         self.check_frozen()
+        self.check_priorities()
         return self.violations
 
     def diagnostics(self) -> list[str]:

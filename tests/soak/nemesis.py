@@ -24,8 +24,9 @@ from urllib.parse import quote
 import psycopg
 
 from tests.soak.cluster import Cluster, WorkerSlot
-from tests.soak.features import OVERLAPS
+from tests.soak.features import OVERLAPS, PARENT
 from tests.soak.history import History, OperatorAction, RecordingClient
+from tests.soak.pressure import skewed_env
 from tests.soak.servers import Servers
 from tests.support.locks import confirmed
 
@@ -43,6 +44,9 @@ FAULTS = {
     "amqp_strand": 0.7,
     "freeze": 0.6,
     "pg_lock_partition": 1.0,
+    # tests/soak/pressure.py
+    "skew": 0.5,
+    "backlog": 0.15,
 }
 # Faults that act on a worker's links: none without proxies (servers mode ha).
 LINK_FAULTS = {"pg_reset", "pg_blackhole", "amqp_reset", "amqp_blackhole", "amqp_strand"}
@@ -58,6 +62,7 @@ ACTIONS = {
     "bulk_replay": 0.4,
     "reingest": 0.5,
     "close_circuit": 0.3,
+    "retry_parent": 1.0,
 }
 # Workflows the operator pauses (and resumes 2-8 s later).
 PAUSABLE = ("orders", "fanout", "metered", "lim_queue", "sched_allow", "mapped", "debounced")
@@ -174,6 +179,9 @@ class Nemesis:
         self.frozen: WorkerSlot | None = None
         # Cancels an execution as the operator would (Operator.cancel_now), set by the run.
         self.cancel: Callable[[str], None] | None = None
+        # Sends a burst of slow webhooks (Features.burst), set by the run; one at a time.
+        self.burst: Callable[[], str] | None = None
+        self._bursting = threading.Lock()
         self.heals: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         # Proxy faults in force, so two faults on one link do not heal each other early.
@@ -236,6 +244,36 @@ class Nemesis:
             self.history.fault("restart", slot.worker_id, stall)
 
         self.later(0.5 + 3.5 * duration, restart)
+
+    def skew(self, pick: float, duration: float, coin: float) -> None:
+        """SIGKILL a worker; its successor's clock is an hour ahead (coin < 0.5) or behind
+        (tests/soak/pressure.py), for the rest of its generation."""
+        slot = self._slot(pick, lambda s: s.alive and s is not self.frozen)
+        env = skewed_env(ahead=coin < 0.5)
+        if slot is None or env is None:
+            if env is None:
+                self.history.fault("skew", "none", "no libfaketime: skipped")
+            return
+        self.history.fault("kill", slot.worker_id, "to skew its successor's clock")
+        assert slot.proc is not None
+        slot.proc.kill()
+        self.cluster.spawn(slot, extra_env=env)
+        self.history.fault("skew", slot.worker_id, env["FAKETIME"])
+
+    def backlog(self, pick: float, duration: float, coin: float) -> None:
+        """A burst of slow webhooks that queues work for longer than the reconcile
+        interval (tests/soak/pressure.py), sent from a thread of its own."""
+        if self.burst is None or not self._bursting.acquire(blocking=False):
+            return
+        burst = self.burst
+
+        def send() -> None:
+            try:
+                self.history.fault("backlog", "all", burst())
+            finally:
+                self._bursting.release()
+
+        threading.Thread(target=send, name="soak-backlog", daemon=True).start()
 
     def pause(self, pick: float, duration: float, coin: float) -> None:
         """SIGSTOP a worker for 0.5-4 leases, then SIGCONT."""
@@ -729,6 +767,24 @@ class Operator:
                 return
             eid = done[int(pick * len(done))]
         self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
+
+    def retry_parent(self, pick: float, duration: float, coin: float) -> None:
+        """Retry a parent (features.PARENT) that failed or waits for an operator, most
+        often because its child failed: its workflow step starts a new round, with a new
+        child (check_children)."""
+        base = self._api(coin)
+        found: list[str] = []
+        for status in ("failed", "needs_attention"):
+            r = self.client.request(
+                "operator",
+                "GET",
+                f"{base}/api/v1/executions?workflow={PARENT}&status={status}&limit=50",
+            )
+            if r is not None and r.status_code == 200:
+                found.extend(item["id"] for item in r.json()["items"])
+        if found:
+            eid = sorted(found)[int(pick * len(found))]
+            self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
 
     def resolve(self, pick: float, duration: float, coin: float) -> None:
         """Settle an unknown step as succeeded (with an output) or failed."""
