@@ -5,8 +5,8 @@ longer than the reconcile interval.
 - skew: a worker is killed and its successor runs under libfaketime (Debian's
   `faketime`; .ci/run installs it) an hour ahead or behind: its `time.time()` and
   `datetime.now()` are wrong, its monotonic clock is not. Delays, leases, ticks and holds
-  follow the database clock (docs/contract.md#clocks), so every promise of the checker
-  must hold with it. Without libfaketime the operation does nothing, and says so once.
+  follow the database clock (docs/contract.md#holds), so every promise of the checker
+  must hold with it. Without libfaketime the operation does nothing but say so.
 - storm: connections to the run's own PostgreSQL until it refuses more (max_connections),
   held 1-5 s: the processes' new connections are refused; the API answers 503, never
   500, and nothing accepted is lost.
