@@ -39,10 +39,11 @@ from tests.support.processes import (
     wait_for,
 )
 
-# Long form, outside CI: in one of two full CI runs of this round the leader-loss case
-# timed out waiting 90 s for a 202 after the kill (10.6 s in the other), a cause not found
-# yet. Until it is steady it runs where the failover matrix runs it
-# (`python -m tests.soak.failover_matrix --only patroni` sets FLOWFORGE_TEST_PATRONI=1).
+# Long form, outside CI: in one of two full CI runs the leader-loss case timed out waiting
+# 90 s for a 202 after the kill (10.6 s in the other); nine runs since came back in
+# 10.5-11.8 s, so the cause is not known, and a failure now prints the cluster's story.
+# The three cases take minutes, beyond CI's budget for a test; the failover matrix
+# (`python -m tests.soak.failover_matrix --only patroni`) sets FLOWFORGE_TEST_PATRONI=1.
 pytestmark = pytest.mark.skipif(
     os.environ.get("FLOWFORGE_TEST_PATRONI") != "1",
     reason="long form: set FLOWFORGE_TEST_PATRONI=1 (the failover matrix does)",
