@@ -81,6 +81,10 @@ FREEZE_S = (12.0, 30.0)
 DB_TIMEOUT_S = 15.0
 FREEZE_ANYWHERE_S = (24.0, 30.0)
 FREEZE_ANYWHERE_AT_S = 6.0
+# Every run (the short form too) has a skewed clock, a full disk and a connection storm
+# once whatever its draws, at these seconds: the backlog, which lasts longer than the
+# reconcile interval by design, comes only from the draws (the long form).
+PRESSURE_AT_S = {"skew": 9.0, "pg_disk": 13.0, "pg_storm": 20.0}
 FLICKERS = 20
 FLICKER_S = 0.25
 # The fault points of a unit of work's uncovered moments before issue 39, where
@@ -200,6 +204,10 @@ class Nemesis:
     def run(self, stop: threading.Event) -> None:
         """Fault, wait, fault again; heals fire on time in between and all at the end."""
         self.later(FREEZE_ANYWHERE_AT_S, lambda: self.freeze_at_point(0.5, 0.5, WRITES_SENT))
+        self.later(PRESSURE_AT_S["skew"], lambda: self.skew(0.5, 0.5, 0.5))
+        for op in ("pg_disk", "pg_storm"):
+            if self.servers is not None and op in self.servers.operations():
+                self.later(PRESSURE_AT_S[op], lambda op=op: self.perform(op, 0.5, 0.3, 0.5))
         try:
             _loop(
                 stop,
@@ -252,7 +260,7 @@ class Nemesis:
         env = skewed_env(ahead=coin < 0.5)
         if slot is None or env is None:
             if env is None:
-                self.history.fault("skew", "none", "no libfaketime: skipped")
+                self.history.fault("skew_skipped", "none", "no libfaketime")
             return
         self.history.fault("kill", slot.worker_id, "to skew its successor's clock")
         assert slot.proc is not None
