@@ -26,7 +26,7 @@ from typing import Any
 
 from tests.soak.history import RecordingClient
 from tests.soak.pressure import BURST, BURST_SIZE
-from tests.soak.workload import _http, patient
+from tests.soak.workload import REFUSED_FIRST, _http, patient
 from tests.support.target import Target
 
 # A source's GitHub secret (a test value on a throwaway database).
@@ -78,6 +78,7 @@ GROUPED = {
 # (CHILD_POST, at /t/childed/book/<n>/<the child's execution id>: every child, of every
 # round, is its own sender) and ends with a transform, whose output is the child's.
 PARENT, CHILD, CALL, CHILD_POST = "parented", "childed", "call", "book"
+assert (CHILD, CHILD_POST) in REFUSED_FIRST  # one child in four fails (workload.py)
 
 
 def _wf(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

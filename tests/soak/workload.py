@@ -25,6 +25,10 @@ from tests.soak.history import RecordingClient
 from tests.soak.pressure import BURST, BURST_DELAY_S
 from tests.support.target import Received, Reply, Target
 
+# (workflow, step) whose first request for every N-th n is refused 422 (a failure, not
+# retried): features.CHILD's POST, so one child in four fails, its parent fails, and the
+# operator's retry_parent gives the parent a second round with a new child.
+REFUSED_FIRST = {("childed", "book"): 4}
 # The priorities orders' webhooks ask for (None: none given).
 PRIORITIES = (None, None, 0, -50, 20, 100)
 # Seconds an http_request waits for an answer; a hang lasts longer, so it times out.
@@ -216,6 +220,9 @@ def target_script(
             seen[base] = occurrence + 1
         if where.workflow == "throttled" and (throttled := _throttled(occurrence)):
             return throttled
+        every = REFUSED_FIRST.get((where.workflow, where.step))
+        if every and where.n % every == 0 and occurrence == 0:
+            return Reply(status=422, json={"error": "refused"})
         if where.workflow == BURST:
             return Reply(json={"id": f"{base}_{occurrence}"}, delay_s=BURST_DELAY_S)
         digest = hashlib.sha256(f"{seed}:{base}:{occurrence}".encode()).digest()
