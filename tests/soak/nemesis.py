@@ -181,6 +181,7 @@ class Nemesis:
         if servers is not None:
             self.operations.update(servers.operations())
         self.frozen: WorkerSlot | None = None
+        self.stopping = False
         # Cancels an execution as the operator would (Operator.cancel_now), set by the run.
         self.cancel: Callable[[str], None] | None = None
         # Sends a burst of slow webhooks (Features.burst), set by the run; one at a time.
@@ -207,7 +208,7 @@ class Nemesis:
         self.later(PRESSURE_AT_S["skew"], lambda: self.skew(0.5, 0.5, 0.5))
         for op in ("pg_disk", "pg_storm"):
             if self.servers is not None and op in self.servers.operations():
-                self.later(PRESSURE_AT_S[op], lambda op=op: self.perform(op, 0.5, 0.3, 0.5))
+                self.later(PRESSURE_AT_S[op], lambda op=op: self._server_pressure(op))
         try:
             _loop(
                 stop,
@@ -218,6 +219,7 @@ class Nemesis:
                 lambda: self.run_due_heals(time.monotonic()),
             )
         finally:
+            self.stopping = True
             self.run_due_heals()
             if self.servers is not None:
                 self.servers.heal()
@@ -227,6 +229,17 @@ class Nemesis:
             self.servers.perform(op, self.history, duration, coin)
         else:
             getattr(self, op)(pick, duration, coin)
+
+    def _server_pressure(self, op: str) -> None:
+        """A forced server fault of PRESSURE_AT_S: while another server outage runs (one
+        at a time), a second later."""
+        assert self.servers is not None
+        if self.stopping:
+            return  # the run's heals, not a fault at the quiet period
+        if self.servers.busy:
+            self.later(1.0, lambda: self._server_pressure(op))
+        else:
+            self.perform(op, 0.5, 0.3, 0.5)
 
     def _others_can_work(self, frozen: WorkerSlot) -> bool:
         """Whether a worker other than `frozen` runs (alive, not stopped) and no server

@@ -40,7 +40,7 @@ SKEW = "1h"
 # Connections the storm opens at most (the run's own PostgreSQL allows 200).
 STORM_MAX = 400
 # The tmpfs under the executions table: room for a run's rows, filled by the fault.
-DISK_SIZE = "256m"
+DISK_SIZE = "64m"
 # Workflow `burst`: one GET the target answers after BURST_DELAY_S. BURST_SIZE of them
 # keep every worker slot (3 workers x 4) busy for BURST_SIZE * BURST_DELAY_S / 12 s,
 # beyond the default reconcile interval (30 s).
