@@ -103,6 +103,7 @@ class SmallDisk:
             check=False,
         )
         if done.returncode != 0:
+            print(f"small disk not mounted, no pg_disk fault: {done.stderr!r}", flush=True)
             return
         self._mounted = True
         location = self.mount / "pg"
