@@ -32,8 +32,9 @@ from tests.support.target import Reply, Target
 
 SEED = 39
 # The long form (FLOWFORGE_TEST_FREEZES=1, outside CI) freezes 100 times and 3 times long;
-# CI, 30 and once (about 45 s). One run in five used to fail here on a sample that caught
-# a session passing between two states (tests/support/locks.py): samples are confirmed.
+# CI, 30 and once (about 45 s). A sample can catch a session passing between two states
+# (tests/support/locks.py; the likeliest cause of one run in five failing): samples are
+# confirmed.
 LONG_FORM = os.environ.get("FLOWFORGE_TEST_FREEZES") == "1"
 FREEZES = 100 if LONG_FORM else 30
 # Short freezes, well inside the database timeout: the server must not end anything, so
