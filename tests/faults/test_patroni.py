@@ -38,10 +38,11 @@ from tests.support.processes import (
 )
 from tests.support.replication import migrated_database
 
-# Long form, outside CI: in one of two full CI runs of this round the leader-loss case
-# timed out waiting 90 s for a 202 after the kill (10.6 s in the other), a cause not found
-# yet. Until it is steady it runs where the failover matrix runs it
-# (`python -m tests.soak.failover_matrix --only patroni` sets FLOWFORGE_TEST_PATRONI=1).
+# Long form, outside CI: in one of two full CI runs the leader-loss case timed out waiting
+# 90 s for a 202 after the kill (10.6 s in the other); nine runs since came back in
+# 10.5-11.8 s, so the cause is not known, and a failure now prints the cluster's story.
+# The three cases take minutes, beyond CI's budget for a test; the failover matrix
+# (`python -m tests.soak.failover_matrix --only patroni`) sets FLOWFORGE_TEST_PATRONI=1.
 pytestmark = pytest.mark.skipif(
     os.environ.get("FLOWFORGE_TEST_PATRONI") != "1",
     reason="long form: set FLOWFORGE_TEST_PATRONI=1 (the failover matrix does)",
@@ -58,6 +59,7 @@ class Load:
         self.base = base
         self.acked: dict[str, float] = {}
         self.sent: dict[str, float] = {}  # when the request of each acknowledged one left
+        self.statuses: list[tuple[float, int]] = []  # every answer: when, status
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -72,6 +74,7 @@ class Load:
             except requests.RequestException:
                 time.sleep(0.05)
                 continue
+            self.statuses.append((time.time(), r.status_code))
             if r.status_code == 202:
                 self.acked[r.json()["execution_id"]] = time.time()
                 self.sent[r.json()["execution_id"]] = sent
@@ -82,6 +85,14 @@ class Load:
         """The first 202 to a request sent after `moment`."""
         later = [self.acked[e] for e, t in list(self.sent.items()) if t > moment]
         return min(later) if later else None
+
+    def answers(self, since: float) -> dict[int, list[int]]:
+        """The statuses answered after `since`, by whole second after it."""
+        by_second: dict[int, list[int]] = {}
+        for at, status in list(self.statuses):
+            if at > since:
+                by_second.setdefault(int(at - since), []).append(status)
+        return by_second
 
     def longest_gap(self) -> float:
         times = sorted(self.acked.values())
@@ -139,10 +150,10 @@ class Running:
 
 
 @pytest.fixture
-def cluster(request: pytest.FixtureRequest) -> Iterator[PatroniCluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PatroniCluster]:
     made = PatroniCluster(synchronous=request.param == "sync")
     yield made
-    made.stop()
+    made.stop(keep=tmp_path / "cluster")
 
 
 @pytest.mark.parametrize("cluster", ["async", "sync"], indirect=True)
@@ -157,9 +168,13 @@ def test_patroni_promotes_and_haproxy_follows_when_the_leader_is_lost(
         lost_node = cluster.leader()
         lost_node.kill()
         killed_at = time.time()
-        back = wait_for(
-            lambda: load.first_after(killed_at), timeout=90, interval=0.2, message="intake back"
-        )
+        try:
+            back = wait_for(
+                lambda: load.first_after(killed_at), timeout=90, interval=0.2, message="intake"
+            )
+        except AssertionError as exc:
+            answers = load.answers(killed_at)
+            raise AssertionError(f"{exc}; answers {answers}\n{cluster.describe()}") from None
         worked = wait_for(
             lambda: running.first_step_after(killed_at),
             timeout=90,

@@ -1,6 +1,6 @@
 """Issue 39 item 1: no lock is held across a point the server cannot time out.
 
-A busy worker is frozen (SIGSTOP) at 100 random moments — wherever its threads happen to
+A busy worker is frozen (SIGSTOP) at 100 random moments (30 in CI) — wherever its threads happen to
 be: a claim, a checkpoint, the relay's batch, a reaper pass, a read sent but not fetched,
 writes sent but not committed — and during each freeze pg_stat_activity is sampled. A
 session that holds a lock while `active` and waiting for the client (ClientRead: a
@@ -24,27 +24,24 @@ import time
 from typing import Any
 
 import psycopg
-import pytest
 
 from tests.faults.helpers import StartWorker, http, rows, workflow
 from tests.support.api import Api
+from tests.support.locks import confirmed
 from tests.support.target import Reply, Target
 
-# Long form, outside CI, until steady: in one of five runs this round the first phase found
-# a sample it counts as uncovered (output not kept), and the seed-11 randomized run in CI
-# checks the same at after_writes_sent. FLOWFORGE_TEST_FREEZES=1 runs it.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("FLOWFORGE_TEST_FREEZES") != "1",
-    reason="long form: set FLOWFORGE_TEST_FREEZES=1",
-)
-
 SEED = 39
-FREEZES = 100
+# The long form (FLOWFORGE_TEST_FREEZES=1, outside CI) freezes 100 times and 3 times long;
+# CI, 30 and once (about 45 s). A sample can catch a session passing between two states
+# (tests/support/locks.py; the likeliest cause of one run in five failing): samples are
+# confirmed.
+LONG_FORM = os.environ.get("FLOWFORGE_TEST_FREEZES") == "1"
+FREEZES = 100 if LONG_FORM else 30
 # Short freezes, well inside the database timeout: the server must not end anything, so
 # what is sampled is the state the client left, not the timeout's cleanup.
 FREEZE_S = 0.25
 DB_TIMEOUT_S = 3
-LONG_FREEZES = 3
+LONG_FREEZES = 3 if LONG_FORM else 1
 LONG_FREEZE_S = 20.0
 DEADLINE_S = 6
 # docs/contract.md#frozen-bound: a frozen worker delays its own execution by at most the
@@ -52,15 +49,16 @@ DEADLINE_S = 6
 # here) — generous for a busy two-core machine.
 OWN_BOUND_S = DB_TIMEOUT_S + 2 + 2 + 5.0
 FROZEN_APP = "frozen-worker"
-# Sessions of the frozen worker that hold a lock in a state no server timeout covers.
+# Sessions of the frozen worker that hold a lock in a state no server timeout covers;
+# (pid, state, state_change) first, for tests.support.locks.confirmed.
 UNCOVERED = """
-SELECT a.pid, a.state, a.wait_event, left(a.query, 60) AS query,
+SELECT a.pid, a.state, a.state_change, a.wait_event, left(a.query, 60) AS query,
        array_agg(DISTINCT l.locktype) AS locks
 FROM pg_stat_activity a
 JOIN pg_locks l ON l.pid = a.pid AND l.granted AND l.locktype <> 'virtualxid'
 WHERE a.application_name = %(app)s
   AND ((a.state = 'active' AND a.wait_event = 'ClientRead') OR a.state = 'idle')
-GROUP BY a.pid, a.state, a.wait_event, a.query
+GROUP BY a.pid, a.state, a.state_change, a.wait_event, a.query
 """
 LIVE = """
 SELECT id::text FROM executions
@@ -113,6 +111,23 @@ class Feeder:
         self.thread.join(15)
 
 
+def _finished_before(db: psycopg.Connection, execution_id: str, answered: float) -> None:
+    """A cancelled execution that still succeeded did so in a transaction that began
+    before its cancel was answered: the frozen worker's last unit of work, sent whole
+    before the stop, commits without it (docs/contract.md#frozen-processes), and a cancel
+    that met its row lock is recorded (202) and then finds the execution finished. One
+    that finished in a later transaction ignored its cancel. (One long-form run in four
+    failed on a plain "not succeeded".)"""
+    finished = rows(
+        db,
+        "SELECT extract(epoch FROM finished_at)::float FROM executions WHERE id = %(id)s",
+        {"id": execution_id},
+    )[0][0]
+    assert finished <= answered, (
+        f"{execution_id} succeeded {finished - answered:.1f} s after its cancel"
+    )
+
+
 def test_no_random_freeze_leaves_a_lock_no_timeout_covers(
     client: Api, db: psycopg.Connection, workers: StartWorker, target: Target
 ) -> None:
@@ -130,7 +145,7 @@ def test_no_random_freeze_leaves_a_lock_no_timeout_covers(
             frozen.signal(signal.SIGSTOP)
             try:
                 time.sleep(FREEZE_S)  # the server has run whatever reached it
-                found += rows(db, UNCOVERED, {"app": FROZEN_APP})
+                found += confirmed(lambda: rows(db, UNCOVERED, {"app": FROZEN_APP}))
             finally:
                 frozen.signal(signal.SIGCONT)
     finally:
@@ -150,9 +165,11 @@ def test_no_random_freeze_leaves_a_lock_no_timeout_covers(
             try:
                 live = [r[0] for r in rows(db, LIVE)]
                 cancelled = live[::2]  # the others end by their deadline
+                answered: dict[str, float] = {}
                 for execution_id in list(cancelled):
                     answer = client.post(f"/api/v1/executions/{execution_id}/cancel")
                     assert answer.status_code in (200, 202), answer.text
+                    answered[execution_id] = time.time()
                     if answer.status_code == 200:
                         # It ended (the other worker runs on) between the listing and the
                         # cancel: the cancel found nothing to stop.
@@ -163,7 +180,8 @@ def test_no_random_freeze_leaves_a_lock_no_timeout_covers(
                     assert left > 0, f"{execution_id} still live after {bound:.0f} s"
                     ended = client.wait(execution_id, timeout=left)
                     worst = max(worst, time.monotonic() - frozen_at)
-                    assert ended["status"] != "succeeded" or execution_id not in cancelled
+                    if ended["status"] == "succeeded" and execution_id in cancelled:
+                        _finished_before(db, execution_id, answered[execution_id])
                 time.sleep(max(0.0, LONG_FREEZE_S - (time.monotonic() - frozen_at)))
             finally:
                 frozen.signal(signal.SIGCONT)

@@ -161,16 +161,19 @@ class Cluster:
                 assert slot.proc is not None
                 raise RuntimeError(f"{slot.worker_id} did not start:\n{slot.proc.log()[-3000:]}")
 
-    def spawn(self, slot: WorkerSlot, faults: str = "") -> None:
+    def spawn(
+        self, slot: WorkerSlot, faults: str = "", extra_env: dict[str, str] | None = None
+    ) -> None:
         """Start the slot's next generation without waiting for it (the nemesis must not
         block on a worker whose proxies it is blackholing); `faults` arms fault points
-        (FLOWFORGE_FAULTS, see flowforge/faults.py)."""
+        (FLOWFORGE_FAULTS, see flowforge/faults.py); `extra_env` is for this generation
+        only (a skewed clock, tests/soak/pressure.py)."""
         if slot.proc is not None:
             slot.retired.append(slot.proc)
         slot.generation += 1
         slot.paused = False
         log = self.logs / f"worker-{slot.index}.{slot.generation}.log"
-        env = {**self.env(slot), "FLOWFORGE_FAULTS": faults}
+        env = {**self.env(slot), "FLOWFORGE_FAULTS": faults, **(extra_env or {})}
         slot.proc = Process([sys.executable, str(ROOT / "bin" / "worker")], env, log)
 
     def unhealthy(self, slot: WorkerSlot) -> str | None:

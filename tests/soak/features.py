@@ -25,7 +25,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.soak.history import RecordingClient
-from tests.soak.workload import _http, patient
+from tests.soak.pressure import BURST, BURST_SIZE
+from tests.soak.workload import REFUSED_FIRST, _http, patient
 from tests.support.target import Target
 
 # A source's GitHub secret (a test value on a throwaway database).
@@ -63,6 +64,9 @@ QUOTA = {"concurrency": 2, "max_hold_s": 2}
 # MAP_PARALLEL at once; items run `collect`, so every item runs whatever the others do.
 MAP_STEP, MAP_POST, MAP_PARALLEL = "lines", "reserve", 2
 MAP_ITEMS = (1, 6)
+# One map in BIG_MAP_SHARE has many items (--map-items, issue 39: maps of thousands): more
+# than a page of them, saved in round trips longer than libpq's 8 KB.
+BIG_MAP_SHARE = 0.08
 # Debounce and batch (docs/contract.md#debounce-batch): workflow, kind and its options. The
 # debounced key is input.k; a batch is one group for the workflow.
 GROUPED = {
@@ -74,6 +78,7 @@ GROUPED = {
 # (CHILD_POST, at /t/childed/book/<n>/<the child's execution id>: every child, of every
 # round, is its own sender) and ends with a transform, whose output is the child's.
 PARENT, CHILD, CALL, CHILD_POST = "parented", "childed", "call", "book"
+assert (CHILD, CHILD_POST) in REFUSED_FIRST  # one child in four fails (workload.py)
 
 
 def _wf(steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -318,7 +323,9 @@ class Features:
         target: Target,
         *,
         rate: float,
+        map_items: int = 0,
     ) -> None:
+        self.map_items = map_items
         self.client = client
         self.api_bases = api_bases
         self.rng = rng
@@ -399,6 +406,8 @@ class Features:
             return
         if kind == "mapped":
             count = rng.randint(*MAP_ITEMS)
+            if self.map_items and rng.random() < BIG_MAP_SHARE:
+                count = rng.randint(self.map_items // 2, self.map_items)
             body["lines"] = [{"sku": f"sku-{n}-{i}"} for i in range(count)]
         key = f"soak-f{n}"
         with self._lock:
@@ -406,6 +415,23 @@ class Features:
         pool.submit(self.deliver, key, rng.randrange(len(self.api_bases)))
         if rng.random() < 0.1:
             pool.submit(self.deliver, key, rng.randrange(len(self.api_bases)))
+
+    def burst(self) -> str:
+        """pressure.BURST_SIZE webhooks to workflow `burst` at once (the nemesis's backlog
+        operation), keyed and checked like every feature webhook."""
+        with self._lock:
+            first = 1_000_000 + 10_000 * sum(1 for k in self.sent if k.startswith("soak-b"))
+        keys = []
+        for i in range(BURST_SIZE):
+            key = f"soak-b{first + i}"
+            with self._lock:
+                self.sent[key] = (BURST, {"n": first + i}, [])
+            keys.append(key)
+        started = time.monotonic()
+        with ThreadPoolExecutor(8, thread_name_prefix="soak-burst") as pool:
+            for i, key in enumerate(keys):
+                pool.submit(self.deliver, key, i % len(self.api_bases))
+        return f"{len(keys)} webhooks sent in {time.monotonic() - started:.1f}s"
 
     def deliver(self, key: str, api: int, after_s: float = 0.0) -> None:
         """POST with the Idempotency-Key until an answer that is not a 5xx (a 429 of

@@ -24,9 +24,11 @@ from urllib.parse import quote
 import psycopg
 
 from tests.soak.cluster import Cluster, WorkerSlot
-from tests.soak.features import OVERLAPS
+from tests.soak.features import OVERLAPS, PARENT
 from tests.soak.history import History, OperatorAction, RecordingClient
+from tests.soak.pressure import skewed_env
 from tests.soak.servers import Servers
+from tests.support.locks import confirmed
 
 # Relative weights of the operations. Each operation takes three draws in [0, 1): which
 # target (pick), how long (duration), and a coin for one more choice. They are drawn
@@ -42,6 +44,9 @@ FAULTS = {
     "amqp_strand": 0.7,
     "freeze": 0.6,
     "pg_lock_partition": 1.0,
+    # tests/soak/pressure.py
+    "skew": 0.5,
+    "backlog": 0.15,
 }
 # Faults that act on a worker's links: none without proxies (servers mode ha).
 LINK_FAULTS = {"pg_reset", "pg_blackhole", "amqp_reset", "amqp_blackhole", "amqp_strand"}
@@ -57,6 +62,7 @@ ACTIONS = {
     "bulk_replay": 0.4,
     "reingest": 0.5,
     "close_circuit": 0.3,
+    "retry_parent": 1.0,
 }
 # Workflows the operator pauses (and resumes 2-8 s later).
 PAUSABLE = ("orders", "fanout", "metered", "lim_queue", "sched_allow", "mapped", "debounced")
@@ -75,6 +81,10 @@ FREEZE_S = (12.0, 30.0)
 DB_TIMEOUT_S = 15.0
 FREEZE_ANYWHERE_S = (24.0, 30.0)
 FREEZE_ANYWHERE_AT_S = 6.0
+# Every run (the short form too) has a skewed clock, a full disk and a connection storm
+# once whatever its draws, at these seconds: the backlog, which lasts longer than the
+# reconcile interval by design, comes only from the draws (the long form).
+PRESSURE_AT_S = {"skew": 9.0, "pg_disk": 13.0, "pg_storm": 20.0}
 FLICKERS = 20
 FLICKER_S = 0.25
 # The fault points of a unit of work's uncovered moments before issue 39, where
@@ -88,9 +98,10 @@ AT_POINT_WITHIN_S = 15.0
 OWN_BOUND_S = DB_TIMEOUT_S + 8.0
 # Sessions (by client port, through the worker's own proxy) that hold a lock in a state
 # no server timeout covers: `active` waiting for the client, or `idle` outside a
-# transaction; and, after the timeout, any lock at all.
+# transaction; and, after the timeout, any lock at all. (pid, state, state_change) first,
+# for tests.support.locks.confirmed.
 UNCOVERED_LOCKS = """
-SELECT a.pid, a.state, a.wait_event, left(a.query, 50)
+SELECT a.pid, a.state, a.state_change, a.wait_event, left(a.query, 50)
 FROM pg_stat_activity a
 WHERE a.client_port = ANY(%(ports)s)
   AND (%(any_state)s OR (a.state = 'active' AND a.wait_event = 'ClientRead')
@@ -170,8 +181,12 @@ class Nemesis:
         if servers is not None:
             self.operations.update(servers.operations())
         self.frozen: WorkerSlot | None = None
+        self.stopping = False
         # Cancels an execution as the operator would (Operator.cancel_now), set by the run.
         self.cancel: Callable[[str], None] | None = None
+        # Sends a burst of slow webhooks (Features.burst), set by the run; one at a time.
+        self.burst: Callable[[], str] | None = None
+        self._bursting = threading.Lock()
         self.heals: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         # Proxy faults in force, so two faults on one link do not heal each other early.
@@ -190,6 +205,10 @@ class Nemesis:
     def run(self, stop: threading.Event) -> None:
         """Fault, wait, fault again; heals fire on time in between and all at the end."""
         self.later(FREEZE_ANYWHERE_AT_S, lambda: self.freeze_at_point(0.5, 0.5, WRITES_SENT))
+        self.later(PRESSURE_AT_S["skew"], lambda: self.skew(0.5, 0.5, 0.5))
+        for op in ("pg_disk", "pg_storm"):
+            if self.servers is not None and op in self.servers.operations():
+                self.later(PRESSURE_AT_S[op], lambda op=op: self._server_pressure(op))
         try:
             _loop(
                 stop,
@@ -200,6 +219,7 @@ class Nemesis:
                 lambda: self.run_due_heals(time.monotonic()),
             )
         finally:
+            self.stopping = True
             self.run_due_heals()
             if self.servers is not None:
                 self.servers.heal()
@@ -209,6 +229,25 @@ class Nemesis:
             self.servers.perform(op, self.history, duration, coin)
         else:
             getattr(self, op)(pick, duration, coin)
+
+    def _server_pressure(self, op: str) -> None:
+        """A forced server fault of PRESSURE_AT_S: while another server outage runs (one
+        at a time), a second later."""
+        assert self.servers is not None
+        if self.stopping:
+            return  # the run's heals, not a fault at the quiet period
+        if self.servers.busy:
+            self.later(1.0, lambda: self._server_pressure(op))
+        else:
+            self.perform(op, 0.5, 0.3, 0.5)
+
+    def _others_can_work(self, frozen: WorkerSlot) -> bool:
+        """Whether a worker other than `frozen` runs (alive, not stopped) and no server
+        outage is in progress: what a frozen worker's bound is counted in."""
+        busy = self.servers is not None and self.servers.busy
+        return not busy and any(
+            s.alive and not s.paused and s is not frozen for s in self.cluster.slots
+        )
 
     def _slot(self, pick: float, usable: Callable[[WorkerSlot], bool]) -> WorkerSlot | None:
         slots = [slot for slot in self.cluster.slots if usable(slot)]
@@ -234,6 +273,36 @@ class Nemesis:
             self.history.fault("restart", slot.worker_id, stall)
 
         self.later(0.5 + 3.5 * duration, restart)
+
+    def skew(self, pick: float, duration: float, coin: float) -> None:
+        """SIGKILL a worker; its successor's clock is an hour ahead (coin < 0.5) or behind
+        (tests/soak/pressure.py), for the rest of its generation."""
+        slot = self._slot(pick, lambda s: s.alive and s is not self.frozen)
+        env = skewed_env(ahead=coin < 0.5)
+        if slot is None or env is None:
+            if env is None:
+                self.history.fault("skew_skipped", "none", "no libfaketime")
+            return
+        self.history.fault("kill", slot.worker_id, "to skew its successor's clock")
+        assert slot.proc is not None
+        slot.proc.kill()
+        self.cluster.spawn(slot, extra_env=env)
+        self.history.fault("skew", slot.worker_id, env["FAKETIME"])
+
+    def backlog(self, pick: float, duration: float, coin: float) -> None:
+        """A burst of slow webhooks that queues work for longer than the reconcile
+        interval (tests/soak/pressure.py), sent from a thread of its own."""
+        if self.burst is None or not self._bursting.acquire(blocking=False):
+            return
+        burst = self.burst
+
+        def send() -> None:
+            try:
+                self.history.fault("backlog", "all", burst())
+            finally:
+                self._bursting.release()
+
+        threading.Thread(target=send, name="soak-backlog", daemon=True).start()
 
     def pause(self, pick: float, duration: float, coin: float) -> None:
         """SIGSTOP a worker for 0.5-4 leases, then SIGCONT."""
@@ -322,7 +391,12 @@ class Nemesis:
         self.frozen = slot
         seconds = FREEZE_ANYWHERE_S[0] + (FREEZE_ANYWHERE_S[1] - FREEZE_ANYWHERE_S[0]) * duration
         watcher = FrozenWatch(
-            self.cluster.database_url, slot, self.history, self.cancel, random.Random(pick)
+            self.cluster.database_url,
+            slot,
+            self.history,
+            self.cancel,
+            random.Random(pick),
+            lambda: self._others_can_work(slot),
         )
 
         def thaw() -> None:
@@ -353,7 +427,12 @@ class Nemesis:
         self.history.fault("restart", slot.worker_id, f"{point}=stop")
         seconds = FREEZE_ANYWHERE_S[0] + (FREEZE_ANYWHERE_S[1] - FREEZE_ANYWHERE_S[0]) * duration
         watcher = FrozenWatch(
-            self.cluster.database_url, slot, self.history, self.cancel, random.Random(pick)
+            self.cluster.database_url,
+            slot,
+            self.history,
+            self.cancel,
+            random.Random(pick),
+            lambda: self._others_can_work(slot),
         )
 
         def thaw() -> None:
@@ -449,6 +528,33 @@ def _read(path: Path) -> str:
         return ""
 
 
+class WorkTime:
+    """A bound counted in seconds in which the rest of the cluster could work, not in wall
+    time: while `could_work()` is false (no other worker runs, a server is down) the
+    deadline moves on with the clock. check_recovery counts its bound the same way; a
+    frozen worker's own executions, cancelled, need another worker's reaper (seed 3912:
+    for 8 of its 23 s every other worker was killed, stopped or starting)."""
+
+    def __init__(
+        self,
+        seconds: float,
+        could_work: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.could_work, self.clock = could_work, clock
+        self.last = clock()
+        self.deadline = self.last + seconds
+
+    def left(self) -> bool:
+        """Whether time is left; call it often (the time since the last call is counted
+        as idle when the rest could not work)."""
+        now = self.clock()
+        if not self.could_work():
+            self.deadline += now - self.last
+        self.last = now
+        return now < self.deadline
+
+
 class FrozenWatch:
     """What a worker frozen anywhere must not do (docs/contract.md#frozen-bound): hold a lock
     in a state no server timeout covers, keep any lock past the timeout, or delay its own
@@ -463,7 +569,9 @@ class FrozenWatch:
         history: History,
         cancel: Callable[[str], None] | None,
         rng: random.Random,
+        others_can_work: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.others_can_work = others_can_work
         self.database_url = database_url
         self.slot = slot
         self.history = history
@@ -540,14 +648,16 @@ class FrozenWatch:
         params = {"worker": worker, "ports": sorted(self.slot.pg.upstream_ports())}
         owned = [r[0] for r in conn.execute(OWNED, params).fetchall()]
         self.history.fault("frozen_owns", worker, " ".join(owned))
-        cancelled_at = time.monotonic()
+        budget = WorkTime(OWN_BOUND_S, self.others_can_work)
         for execution_id in owned:
             if self.cancel is not None:
                 self.cancel(execution_id)
-        if self.ended.wait(max(0.0, started + DB_TIMEOUT_S + 3.0 - time.monotonic())):
-            return
+        while time.monotonic() < started + DB_TIMEOUT_S + 3.0:
+            budget.left()  # counted as it goes, not as one stretch
+            if self.ended.wait(0.5):
+                return
         self._sample(conn, any_state=True)
-        while owned and time.monotonic() < cancelled_at + OWN_BOUND_S:
+        while owned and budget.left():
             (ended,) = conn.execute(ENDED, {"ids": owned}).fetchone() or (0,)
             if ended == len(owned) or self.ended.wait(0.5):
                 return
@@ -555,13 +665,14 @@ class FrozenWatch:
             self.history.fault(
                 "frozen_execution_late",
                 worker,
-                f"{len(owned)} own executions not stopped {OWN_BOUND_S:.0f}s after "
-                f"their cancel: {' '.join(owned)}",
+                f"{len(owned)} own executions not stopped {OWN_BOUND_S:.0f}s (of time in "
+                f"which others could work) after their cancel: {' '.join(owned)}",
             )
 
     def _sample(self, conn: psycopg.Connection[Any], *, any_state: bool) -> None:
         ports = sorted(self.slot.pg.upstream_ports())
-        held = conn.execute(UNCOVERED_LOCKS, {"ports": ports, "any_state": any_state}).fetchall()
+        params = {"ports": ports, "any_state": any_state}
+        held = confirmed(lambda: conn.execute(UNCOVERED_LOCKS, params).fetchall())
         if held and self.slot.paused and not self.ended.is_set():
             kind = "frozen_lock_outlived_timeout" if any_state else "frozen_lock_uncovered"
             self.history.fault(kind, self.slot.worker_id, repr(held)[:400])
@@ -726,6 +837,24 @@ class Operator:
                 return
             eid = done[int(pick * len(done))]
         self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
+
+    def retry_parent(self, pick: float, duration: float, coin: float) -> None:
+        """Retry a parent (features.PARENT) that failed or waits for an operator, most
+        often because its child failed: its workflow step starts a new round, with a new
+        child (check_children)."""
+        base = self._api(coin)
+        found: list[str] = []
+        for status in ("failed", "needs_attention"):
+            r = self.client.request(
+                "operator",
+                "GET",
+                f"{base}/api/v1/executions?workflow={PARENT}&status={status}&limit=50",
+            )
+            if r is not None and r.status_code == 200:
+                found.extend(item["id"] for item in r.json()["items"])
+        if found:
+            eid = sorted(found)[int(pick * len(found))]
+            self._act("retry", base, eid, f"/api/v1/executions/{eid}/retry")
 
     def resolve(self, pick: float, duration: float, coin: float) -> None:
         """Settle an unknown step as succeeded (with an output) or failed."""

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.soak.history import History
+from tests.soak.pressure import SmallDisk, storm
 
 MODES = ("shared", "own", "ha", "ha-partial")
 HA = ("ha", "ha-partial")
@@ -49,6 +50,8 @@ class Servers:
         self.failed_over = self.node_lost = False
         # The quorum queue whose leader node the nemesis kills (set by the run).
         self.steps_queue = ""
+        # The executions table's small disk (own mode, set up by attach_disk).
+        self.disk: SmallDisk | None = None
         if mode == "own":
             from tests.support.own_servers import OwnPostgres, OwnRabbitMQ
 
@@ -87,7 +90,8 @@ class Servers:
     def operations(self) -> dict[str, float]:
         """The nemesis's server operations and their weights, for this mode."""
         if self.mode == "own":
-            return {"pg_server": 0.5, "amqp_server": 0.4}
+            found = {"pg_server": 0.5, "amqp_server": 0.4, "pg_storm": 0.3}
+            return found | ({"pg_disk": 0.3} if self.disk is not None and self.disk.ready else {})
         if self.mode in HA:
             return {"pg_failover": 0.3, "amqp_node_loss": 0.3}
         return {}
@@ -113,10 +117,23 @@ class Servers:
         thread.start()
         return True
 
+    def attach_disk(self, database_url: str) -> None:
+        """Own mode, as root: the run database's executions table on a small disk of its
+        own, which the `pg_disk` operation fills (tests/soak/pressure.py)."""
+        if self.pg is not None:
+            self.disk = SmallDisk()
+            self.disk.attach(self.admin_url, database_url)
+
     def perform(self, op: str, history: History, duration: float, coin: float) -> None:
         """One server operation (draws: how long it stays down, which way it goes down)."""
         down_s = 1.0 + 7.0 * duration
-        if op == "pg_server" and self.pg is not None:
+        if op == "pg_storm" and self.pg is not None:
+            url = self.admin_url
+            self._outage(history, op, lambda: storm(url, 1.0 + 4.0 * duration))
+        elif op == "pg_disk" and self.disk is not None and self.disk.ready:
+            disk = self.disk
+            self._outage(history, op, lambda: disk.fill(1.0 + 5.0 * duration))
+        elif op == "pg_server" and self.pg is not None:
             pg = self.pg
 
             def pg_body() -> str:
@@ -174,6 +191,8 @@ class Servers:
         self.heal()
         if self.pg is not None:
             self.pg.close()
+        if self.disk is not None:
+            self.disk.close()
         if self.rabbit is not None:
             self.rabbit.close()
         if self.replicated is not None:

@@ -92,6 +92,7 @@ from tests.soak.features import (
 )
 from tests.soak.history import History, RecordingClient
 from tests.soak.nemesis import Nemesis, Operator
+from tests.soak.pressure import BURST, burst_definition
 from tests.soak.servers import MODES, Servers
 from tests.soak.workload import Workload, definitions, recorded, target_script
 from tests.support.services import LOCAL_AMQP, LOCAL_DATABASE
@@ -128,6 +129,8 @@ class Options:
     servers: str = "own"
     # New webhooks per second to the feature workflows (features.py); 0: none.
     features: float = 2.0
+    # Items of the occasional big map (features.BIG_MAP_SHARE); 0: none.
+    map_items: int = 300
     logs: Path | None = None
 
     def replay_flags(self) -> str:
@@ -138,7 +141,8 @@ class Options:
             f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
             f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
             f"--settle {self.settle:g} --settle-cap {self.settle_cap:g} "
-            f"--servers {self.servers} --features {self.features:g}"
+            f"--servers {self.servers} --features {self.features:g} "
+            f"--map-items {self.map_items}"
         )
 
 
@@ -210,9 +214,11 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         with psycopg.connect(cluster.database_url, autocommit=True) as conn:
             conn.execute(CIRCUIT_LOG)
         client = RecordingClient(history, cluster.api_key)
+        servers.attach_disk(cluster.database_url)
         published = definitions(target)
         if options.features:
             published.update(feature_definitions(target))
+            published[BURST] = burst_definition(target.url)
         for key, definition in published.items():
             url = f"{cluster.api_bases[0]}/api/v1/workflows/{key}/versions"
             r = client.request("setup", "POST", url, json=definition)
@@ -231,6 +237,7 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             random.Random(workload_rng.random()),
             target,
             rate=options.features,
+            map_items=options.map_items,
         )
         workload = Workload(
             client,
@@ -250,6 +257,8 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         )
         operator = Operator(cluster, client, history, operator_rng, interval=options.interval)
         nemesis.cancel = operator.cancel_now
+        if options.features:
+            nemesis.burst = features.burst
         stop = threading.Event()
         errors: list[BaseException] = []
         threads = [
@@ -348,6 +357,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
     parser.add_argument(
         "--features", type=float, default=d.features, help="feature webhooks per second"
     )
+    parser.add_argument(
+        "--map-items", type=int, default=d.map_items, help="items of the occasional big map"
+    )
     parser.add_argument("--logs", type=Path, default=None, help="directory for logs")
     args = parser.parse_args(argv)
     options = Options(
@@ -364,6 +376,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
         settle_cap=args.settle_cap,
         servers=args.servers,
         features=args.features,
+        map_items=args.map_items,
         logs=args.logs,
     )
     return args, options

@@ -22,8 +22,15 @@ from typing import Any
 from urllib.parse import unquote
 
 from tests.soak.history import RecordingClient
+from tests.soak.pressure import BURST, BURST_DELAY_S
 from tests.support.target import Received, Reply, Target
 
+# (workflow, step) whose first request for every N-th n is refused 422 (a failure, not
+# retried): features.CHILD's POST, so one child in four fails, its parent fails, and the
+# operator's retry_parent gives the parent a second round with a new child.
+REFUSED_FIRST = {("childed", "book"): 4}
+# The priorities orders' webhooks ask for (None: none given).
+PRIORITIES = (None, None, 0, -50, 20, 100)
 # Seconds an http_request waits for an answer; a hang lasts longer, so it times out.
 REQUEST_TIMEOUT_S = 2
 HANG_S = 5.0
@@ -136,10 +143,14 @@ def definitions(target: Target) -> dict[str, dict[str, Any]]:
             when={"path": "probe.body.go", "op": "eq", "value": True},
         ),
     ]
-    return {
+    found = {
         key: {"name": key, "trigger": {"webhook": {"auth": "none"}}, "steps": steps}
         for key, steps in (("orders", orders), ("fanout", fanout), ("timed", timed))
     }
+    # Priorities (docs/contract.md#priority): orders' from its body, fanout's fixed.
+    found["orders"]["priority"] = "{{ input.p }}"
+    found["fanout"]["priority"] = -10
+    return found
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,11 @@ def target_script(
             seen[base] = occurrence + 1
         if where.workflow == "throttled" and (throttled := _throttled(occurrence)):
             return throttled
+        every = REFUSED_FIRST.get((where.workflow, where.step))
+        if every and where.n % every == 0 and occurrence == 0:
+            return Reply(status=422, json={"error": "refused"})
+        if where.workflow == BURST:
+            return Reply(json={"id": f"{base}_{occurrence}"}, delay_s=BURST_DELAY_S)
         digest = hashlib.sha256(f"{seed}:{base}:{occurrence}".encode()).digest()
         roll = int.from_bytes(digest[:8], "big") / 2**64
         jitter = digest[8] / 255
@@ -365,6 +381,9 @@ class Workload:
         body: dict[str, Any] = {"n": n}
         if workflow == "orders":
             body["notify"] = rng.random() < 0.6
+            # PRIORITIES' None: no `p` at all (priority 0).
+            if (p := rng.choice(PRIORITIES)) is not None:
+                body["p"] = p
         elif workflow == "fanout":
             body["big"] = rng.random() < 0.5
         else:

@@ -326,7 +326,26 @@ class PatroniCluster:
         if r.status_code != 200:
             raise AssertionError(f"switchover refused: {r.status_code} {r.text}")
 
-    def stop(self) -> None:
+    def describe(self) -> str:
+        """What each node says it is, and the tail of HAProxy's and each node's log: the
+        story of a failover that did not come back."""
+        parts = [f"{n.name}: role {n.role()!r}" for n in self.nodes]
+        haproxy = self.root / "haproxy.log"
+        if haproxy.exists():
+            parts.append("--- haproxy\n" + haproxy.read_text(errors="replace")[-1500:])
+        for node in self.nodes:
+            lines = [line for line in node.log().splitlines() if "no action" not in line]
+            parts.append(f"--- {node.name}\n" + "\n".join(lines[-25:]))
+        return "\n".join(parts)
+
+    def stop(self, keep: Path | None = None) -> None:
+        """Kill everything and remove the directory; `keep`: copy the logs there first
+        (etcd, HAProxy, each Patroni and its PostgreSQL), for the failure's story."""
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for log in self.root.glob("**/*.log"):
+                with contextlib.suppress(OSError):
+                    shutil.copy(log, keep / f"{log.parent.name}-{log.name}")
         for node in self.nodes:
             node.kill()
         for proc in self.children:

@@ -19,6 +19,7 @@ from tests.soak.checker import (
 )
 from tests.soak.features import Attempt
 from tests.soak.history import Fault, OperatorAction
+from tests.soak.nemesis import WorkTime
 from tests.soak.workload import (
     BACKOFF_CAP_S,
     BACKOFF_FIRST_S,
@@ -570,3 +571,24 @@ def test_a_source_delivery_routed_twice_differently_is_reported() -> None:
     assert [(v.category, v.detail.split(" ")[0]) for v in checker.violations] == [
         ("source_routing", "rerouted")
     ]
+
+
+def test_a_frozen_workers_bound_counts_only_time_in_which_others_could_work() -> None:
+    # Seed 3912: a frozen worker's cancelled executions were judged late after 23 s of
+    # wall time of which every other worker was killed, stopped or starting for 8.
+    now = [0.0]
+    working = [True]
+    budget = WorkTime(10.0, lambda: working[0], clock=lambda: now[0])
+    for _ in range(8):  # 4 s of work
+        now[0] += 0.5
+        assert budget.left()
+    working[0] = False
+    for _ in range(16):  # 8 s in which no one else could work: not counted
+        now[0] += 0.5
+        assert budget.left()
+    working[0] = True
+    for _ in range(11):  # 5.5 s more: 9.5 s of work in all
+        now[0] += 0.5
+        assert budget.left()
+    now[0] += 1.0
+    assert not budget.left()
