@@ -281,7 +281,7 @@ SOURCE_CONDITIONS = {
 
 
 # The definition format (docs/contract.md#definition), checked field by field against what
-# flowforge/domain/definitions.py accepts by tests/unit/test_openapi_definitions.py: a field,
+# flowforge/domain/definitions/ accepts by tests/unit/test_openapi_definitions.py: a field,
 # a bound or an enum value that one accepts and the other does not fails that test. What a
 # schema cannot say (the graph, template scopes, header names, string and nesting limits)
 # the API still answers with 422.

@@ -44,17 +44,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowforge.domain import inputschema
-from flowforge.domain.definitions import (
-    MAX_MAP_ITEMS,
-    Definition,
+from flowforge.domain.definitions.bounds import MAX_MAP_ITEMS
+from flowforge.domain.definitions.delays import parse_until
+from flowforge.domain.definitions.flowcontrol import (
     KeyUnrendered,
     PriorityInvalid,
+    execution_priority,
+    render_concurrency_key,
+)
+from flowforge.domain.definitions.shapes import (
+    Definition,
     RetryPolicy,
     Step,
-    execution_priority,
     item_row,
-    parse_until,
-    render_concurrency_key,
     split_item_row,
 )
 from flowforge.domain.model import (

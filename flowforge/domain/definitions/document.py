@@ -1,5 +1,5 @@
 """The definition's own fields besides its steps and triggers: time limits
-(docs/contract.md#time-limits), retention (docs/contract.md#retention), the archive kept for
+(docs/contract.md#deadline), retention (docs/contract.md#retention), the archive kept for
 re-ingest, and the `input_schema` its webhooks' bodies must match
 (flowforge/domain/inputschema.py)."""
 
