@@ -12,8 +12,8 @@ from flask import Blueprint, Response, g, jsonify
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
 from flowforge.domain.definitions import parse_until
+from flowforge.errors import InvalidBody
 from flowforge.store import schedules
 from flowforge.store.apikeys import ApiKey
 
@@ -76,13 +76,13 @@ def backfill(key: str) -> Response:
             "dry_run",
         }
     ):
-        raise Problem(422, "Invalid backfill", 'send {"from": ..., "to": ..., "dry_run": bool}')
+        raise InvalidBody("Invalid backfill", 'send {"from": ..., "to": ..., "dry_run": bool}')
     start, end = _instant(body["from"], "from"), _instant(body["to"], "to")
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise Problem(422, "Invalid backfill", "dry_run must be true or false")
+        raise InvalidBody("Invalid backfill", "dry_run must be true or false")
     if end < start:
-        raise Problem(422, "Invalid backfill", "to must not be before from")
+        raise InvalidBody("Invalid backfill", "to must not be before from")
     with connection() as conn:
         items = _TICKER.backfill(
             conn, key, start, end, dry_run=dry_run, actor=_request_key().actor()
@@ -97,8 +97,8 @@ def _instant(value: Any, name: str) -> datetime:
             raise ValueError("not a string")
         return parse_until(value)
     except ValueError:
-        raise Problem(
-            422, "Invalid backfill", f"{name} must be an ISO-8601 instant with a timezone"
+        raise InvalidBody(
+            "Invalid backfill", f"{name} must be an ISO-8601 instant with a timezone"
         ) from None
 
 

@@ -53,7 +53,7 @@ from flowforge.domain.model import (
     is_key,
 )
 from flowforge.domain.operations import Kind
-from flowforge.errors import ClientError, Forbidden, NotFound
+from flowforge.errors import ClientError, Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import (
     apikeys,
     catalog,
@@ -464,7 +464,7 @@ def _form_values(action: operations.Action, step_id: str | None) -> list[Any]:
         if param.kind is Kind.OUTCOME:
             outcome = request.form.get("outcome", "")
             if outcome not in RESOLUTIONS:
-                raise Problem(422, "Invalid resolution", "outcome must be succeeded or failed")
+                raise InvalidBody("Invalid resolution", "outcome must be succeeded or failed")
             values.append(outcome)
         elif outcome != AttemptOutcome.FAILED:
             values.append(forms.json_field(request.form, param.field))
@@ -506,7 +506,7 @@ def replay_one(execution_id: str) -> BaseResponse:
     from_step = _step_id(request.form.get("from_step", ""))
     text = request.form.get("version", "latest")
     if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
-        raise Problem(400, "Invalid version", "version must be a number or latest")
+        raise InvalidParameter("Invalid version", "version must be a number or latest")
     version = None if text == "latest" else int(text)
     with connection() as conn:
         made = operate.replay(conn, key, execution_id, from_step, version)
@@ -564,10 +564,10 @@ def failed_post() -> str:
     that moved on or is refused is counted as skipped."""
     action = request.form.get("action")
     if action not in FAILED_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be replay or retry")
+        raise InvalidParameter("Invalid action", "action must be replay or retry")
     workflow = request.form.get("workflow", "")
     if not is_key(workflow):
-        raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
+        raise InvalidParameter("Invalid workflow", "workflow must be a workflow key")
     key = require(workflow, write=True)
     step_id = _step_id(request.form.get("step", ""))
     error = request.form.get("error") or None
@@ -575,7 +575,7 @@ def failed_post() -> str:
         upto = _uuid(request.form.get("upto", ""))
         after = _uuid(request.form["after"]) if request.form.get("after") else None
     except ValueError:
-        raise Problem(400, "Invalid bulk action", "confirm from the failed inbox") from None
+        raise InvalidParameter("Invalid bulk action", "confirm from the failed inbox") from None
     done, skipped = _tally("done"), _tally("skipped")
     flt = replay.Filter(workflow=workflow, status=ExecutionStatus.FAILED, step=step_id)
     with connection() as conn:
@@ -609,7 +609,7 @@ def failed_post() -> str:
 
 def _bulk_action(text: str | None) -> str:
     if text not in BULK_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be cancel, retry or replay")
+        raise InvalidParameter("Invalid action", "action must be cancel, retry or replay")
     return text
 
 
@@ -656,7 +656,7 @@ def bulk_post() -> str:
             flt = dataclasses.replace(query.filter, upto=_uuid(upto))
             after_id = _uuid(after) if after else None
         except ValueError:
-            raise Problem(400, "Invalid bulk action", "confirm from the preview page") from None
+            raise InvalidParameter("Invalid bulk action", "confirm from the preview page") from None
         flt = flt.narrowed(BULK_ACTIONS[action])
         with search.bounded(conn):
             batch = search.page(conn, flt, limit=BULK_BATCH, after=after_id)
@@ -691,7 +691,7 @@ def _replay_target() -> tuple[str, int | None]:
     from_step = _step_id(request.form.get("from_step", ""))
     text = request.form.get("version", "latest")
     if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
-        raise Problem(400, "Invalid version", "version must be a number or latest")
+        raise InvalidParameter("Invalid version", "version must be a number or latest")
     return from_step, None if text == "latest" else int(text)
 
 
@@ -699,7 +699,7 @@ def _tally(name: str) -> int:
     """A running count the batch pages carry forward."""
     text = request.form.get(name, "0")
     if not text.isdigit() or len(text) > 9:
-        raise Problem(400, "Invalid bulk action", f"{name} must be a count")
+        raise InvalidParameter("Invalid bulk action", f"{name} must be a count")
     return int(text)
 
 
@@ -726,7 +726,7 @@ def _version_number(name: str, default: int, latest: int) -> int:
     if not text:
         return default
     if not text.isdigit() or not 1 <= int(text) <= latest:
-        raise Problem(400, "Invalid version", f"{name} must be a version from 1 to {latest}")
+        raise InvalidParameter("Invalid version", f"{name} must be a version from 1 to {latest}")
     return int(text)
 
 
@@ -787,14 +787,13 @@ def _reingest_request(form: Any, *, dry_run: bool) -> tuple[reingest.Request, di
         try:
             body["filter"] = json.loads(fields["filter"])
         except ValueError:
-            raise Problem(
-                422,
+            raise InvalidBody(
                 "Invalid re-ingest",
                 'filter must be JSON: {"path": "input.type", "op": "eq", "value": "paid"}',
             ) from None
     if fields["after"]:
         if not fields["after"].isdigit() or len(fields["after"]) > 19:
-            raise Problem(400, "Invalid re-ingest", "continue from the previous page")
+            raise InvalidParameter("Invalid re-ingest", "continue from the previous page")
         body["after"] = int(fields["after"])
     return reingest.parse(body), fields
 
@@ -902,8 +901,8 @@ def _form_instant(name: str) -> datetime:
             (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
         )
     except ValueError:
-        raise Problem(
-            400, "Invalid backfill", f"{name} must be a date and time such as 2026-12-01T09:30"
+        raise InvalidParameter(
+            "Invalid backfill", f"{name} must be a date and time such as 2026-12-01T09:30"
         ) from None
 
 
@@ -915,7 +914,7 @@ def backfill_schedule(key: str) -> str:
     api_key = require(key, write=True)
     start, end = _form_instant("from"), _form_instant("to")
     if end < start:
-        raise Problem(400, "Invalid backfill", "to must not be before from")
+        raise InvalidParameter("Invalid backfill", "to must not be before from")
     dry_run = request.form.get("dry_run") == "1"
     with connection() as conn:
         items = operate.backfill_schedule(conn, api_key, key, start, end, dry_run=dry_run)
@@ -969,7 +968,7 @@ def close_circuit() -> BaseResponse:
         raise Forbidden("the operator's limits need a key for every workflow")
     circuit = request.form.get("key", "")
     if not circuit:
-        raise Problem(400, "Invalid circuit", "name the circuit's key")
+        raise InvalidParameter("Invalid circuit", "name the circuit's key")
     with connection() as conn:
         if not operate.close_circuit(conn, circuit, workflow):
             raise NotFound(f"no open circuit or hold has key {circuit!r}")
