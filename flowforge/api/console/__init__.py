@@ -1,6 +1,8 @@
 """The operator console under /ui/ (docs/contract.md#console): server-rendered pages over the same
 reads and actions as the API, signed in with an API key."""
 
-from flowforge.api.console.views import bp
+from flowforge.api.console import views, workflow_pages
+from flowforge.api.console.site import bp
 
-__all__ = ["bp"]
+# The page modules register their routes on bp when imported.
+__all__ = ["bp", "views", "workflow_pages"]
