@@ -32,22 +32,24 @@ def show(key: str) -> Response:
         return jsonify(schedules.show(conn, key))
 
 
+def _set_paused(key: str, paused: bool) -> Response:
+    authorize(key, write=True)
+    with connection() as conn:
+        return jsonify(schedules.set_paused(conn, key, paused, _request_key().actor()))
+
+
 @bp.post("/<workflow_key:key>/schedule/pause")
 @key_required
 def pause(key: str) -> Response:
     """Pause: due ticks are ledgered `paused` and do not fire (idempotent)."""
-    authorize(key, write=True)
-    with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, True, _request_key().actor()))
+    return _set_paused(key, True)
 
 
 @bp.post("/<workflow_key:key>/schedule/resume")
 @key_required
 def resume(key: str) -> Response:
     """Resume: ticks fire again from now on (idempotent)."""
-    authorize(key, write=True)
-    with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, False, _request_key().actor()))
+    return _set_paused(key, False)
 
 
 @bp.post("/<workflow_key:key>/schedule/trigger")

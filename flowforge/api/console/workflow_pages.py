@@ -4,10 +4,12 @@ and resume, its schedule; and the open circuits of outbound limits."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+import psycopg
 from flask import (
     g,
     redirect,
@@ -187,24 +189,28 @@ def _back_to_workflow(key: str) -> BaseResponse:
     return redirect(url_for("console.workflow", key=key) + "#schedule", 303)
 
 
+def _on_schedule(
+    key: str, act: Callable[[psycopg.Connection, apikeys.ApiKey, str], Any]
+) -> BaseResponse:
+    """Pause or resume the schedule through operate, then back to the workflow."""
+    api_key = require(key, write=True)
+    with connection() as conn:
+        act(conn, api_key, key)
+    return _back_to_workflow(key)
+
+
 @bp.post("/workflows/<workflow_key:key>/schedule/pause")
 @signed_in
 def pause_schedule(key: str) -> BaseResponse:
     """Pause the schedule (due ticks are ledgered paused), then back to the workflow."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        operate.pause_schedule(conn, api_key, key)
-    return _back_to_workflow(key)
+    return _on_schedule(key, operate.pause_schedule)
 
 
 @bp.post("/workflows/<workflow_key:key>/schedule/resume")
 @signed_in
 def resume_schedule(key: str) -> BaseResponse:
     """Resume the schedule, then back to the workflow."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        operate.resume_schedule(conn, api_key, key)
-    return _back_to_workflow(key)
+    return _on_schedule(key, operate.resume_schedule)
 
 
 @bp.post("/workflows/<workflow_key:key>/schedule/trigger")
