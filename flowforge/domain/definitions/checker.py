@@ -6,11 +6,15 @@ this list and the parser's bases only."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from flowforge.domain.definitions.shapes import RetryPolicy
     from flowforge.domain.model import ItemFailure, OnTimeout, ResumeAuth
+
+# A closed set's member (domain/model.py's enums).
+Choice = TypeVar("Choice", bound=StrEnum)
 
 
 class Checker(Protocol):
@@ -37,6 +41,10 @@ class Checker(Protocol):
     ) -> None: ...
 
     def concurrency_key(self, key: Any, path: str) -> None: ...
+
+    def choice(
+        self, raw: dict[str, Any], name: str, default: Choice, path: str, message: str
+    ) -> Choice: ...
 
     # The step kinds' own fields, which the steps section asks for by a step's type.
     def request(

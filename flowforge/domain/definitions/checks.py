@@ -12,7 +12,7 @@ from flowforge.domain.definitions.bounds import (
     MAX_STRING_CHARS,
     MAX_TEMPLATE_CHARS,
 )
-from flowforge.domain.definitions.checker import Checker
+from flowforge.domain.definitions.checker import Checker, Choice
 from flowforge.domain.definitions.shapes import EXECUTION_FIELDS
 from flowforge.errors import ClientError
 
@@ -99,6 +99,17 @@ class Checks(Checker):
                 self.error(path, f"{dotted!r}: a concurrency key is stored: no secrets")
             elif head != "input":
                 self.error(path, f"{dotted!r}: a concurrency key may read input only")
+
+    def choice(
+        self, raw: dict[str, Any], name: str, default: Choice, path: str, message: str
+    ) -> Choice:
+        """A field that takes one member of a closed set: the default when left out; on
+        anything else a problem, and the default, so the walk goes on."""
+        value = raw.get(name, default)
+        if value not in tuple(type(default)):
+            self.error(f"{path}.{name}", message)
+            return default
+        return type(default)(value)
 
     def templates(self, value: Any, path: str, ancestors: frozenset[str], *, secrets: bool) -> None:
         """Check the syntax and the scope of every template string under a value."""

@@ -12,7 +12,6 @@ from flowforge.domain.definitions.bounds import (
     MAX_MAP_PARALLEL,
 )
 from flowforge.domain.definitions.checker import Checker, is_whole
-from flowforge.domain.definitions.shapes import ON_ITEM_FAILURE
 from flowforge.domain.model import ItemFailure
 
 
@@ -53,10 +52,11 @@ class MapSection(Checker):
                 f"max_parallel must be an integer from 1 to {MAX_MAP_PARALLEL}",
             )
             parallel = DEFAULT_MAP_PARALLEL
-        policy: Any = raw.get("on_item_failure", "fail_fast")
-        if policy not in ON_ITEM_FAILURE:
-            self.error(
-                f"{path}.on_item_failure", 'on_item_failure must be "fail_fast" or "collect"'
-            )
-            policy = ItemFailure.FAIL_FAST
-        return items, parallel, ItemFailure(policy)
+        policy = self.choice(
+            raw,
+            "on_item_failure",
+            ItemFailure.FAIL_FAST,
+            path,
+            'on_item_failure must be "fail_fast" or "collect"',
+        )
+        return items, parallel, policy

@@ -13,9 +13,8 @@ from flowforge.domain.definitions.bounds import (
     MIN_BACKOFF_COEFFICIENT,
 )
 from flowforge.domain.definitions.checker import Checker, is_whole
-from flowforge.domain.definitions.shapes import ON_EXHAUSTED, RetryPolicy
+from flowforge.domain.definitions.shapes import RetryPolicy
 from flowforge.domain.jsonvalues import is_number
-from flowforge.domain.model import OnExhausted
 
 
 class RetrySection(Checker):
@@ -57,8 +56,11 @@ class RetrySection(Checker):
             )
         elif is_number(initial) and maximum < initial:
             self.error(f"{path}.max_interval_s", "max_interval_s must be >= initial_interval_s")
-        on_exhausted = retry.get("on_exhausted", default.on_exhausted)
-        if on_exhausted not in ON_EXHAUSTED:
-            self.error(f"{path}.on_exhausted", 'on_exhausted must be "fail" or "pause"')
-            on_exhausted = default.on_exhausted
-        return RetryPolicy(attempts, initial, coefficient, maximum, OnExhausted(on_exhausted))
+        on_exhausted = self.choice(
+            retry,
+            "on_exhausted",
+            default.on_exhausted,
+            path,
+            'on_exhausted must be "fail" or "pause"',
+        )
+        return RetryPolicy(attempts, initial, coefficient, maximum, on_exhausted)

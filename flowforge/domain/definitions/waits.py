@@ -7,7 +7,6 @@ from typing import Any
 
 from flowforge.domain.definitions.bounds import MAX_WAIT_S
 from flowforge.domain.definitions.checker import Checker
-from flowforge.domain.definitions.shapes import ON_TIMEOUT, RESUME_AUTH
 from flowforge.domain.jsonvalues import is_number
 from flowforge.domain.model import OnTimeout, ResumeAuth
 
@@ -25,16 +24,15 @@ class WaitSection(Checker):
                 f"timeout_s is required: a number of seconds with 0 < timeout_s <= {MAX_WAIT_S}",
             )
             timeout_s = None
-        on_timeout: Any = raw.get("on_timeout", "fail")
-        if on_timeout not in ON_TIMEOUT:
-            self.error(f"{path}.on_timeout", 'on_timeout must be "fail" or "continue"')
-            on_timeout = OnTimeout.FAIL
-        auth: Any = raw.get("auth", "token")
-        if auth not in RESUME_AUTH:
-            self.error(
-                f"{path}.auth",
-                'auth must be "token" (the resume URL alone) or "signature" (also signed'
-                " with the workflow's webhook secret)",
-            )
-            auth = ResumeAuth.TOKEN
-        return timeout_s, OnTimeout(on_timeout), ResumeAuth(auth)
+        on_timeout = self.choice(
+            raw, "on_timeout", OnTimeout.FAIL, path, 'on_timeout must be "fail" or "continue"'
+        )
+        auth = self.choice(
+            raw,
+            "auth",
+            ResumeAuth.TOKEN,
+            path,
+            'auth must be "token" (the resume URL alone) or "signature" (also signed'
+            " with the workflow's webhook secret)",
+        )
+        return timeout_s, on_timeout, auth
