@@ -60,6 +60,45 @@ class Conflict(ClientError):
     title = "Conflict"
 
 
+class InvalidRequest(ClientError):
+    """A request's parameter or body is not what its route takes. Each refusal names its
+    own title (the problem's `type` follows from it) and may list, in `errors`, each
+    field at fault by its JSON path; the API renders it (flowforge/api/problems.py)."""
+
+    def __init__(
+        self, title: str, detail: str, *, errors: list[dict[str, str]] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.title = title
+        self.errors = errors
+
+
+class InvalidParameter(InvalidRequest):
+    """A query parameter, a path segment or the framing of a request is unusable."""
+
+    status = 400
+
+
+class InvalidBody(InvalidRequest):
+    """A request body is well-formed JSON but breaks the route's rules."""
+
+    status = 422
+
+
+class UnsupportedMediaType(ClientError):
+    """The body is not identity-encoded application/json."""
+
+    status = 415
+    title = "Unsupported media type"
+
+
+class PayloadTooLarge(ClientError):
+    """The body is larger than FLOWFORGE_MAX_BODY_BYTES."""
+
+    status = 413
+    title = "Payload too large"
+
+
 class Unavailable(FlowForgeError):
     """The service cannot answer this request right now."""
 

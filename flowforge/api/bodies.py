@@ -6,23 +6,24 @@ from typing import Any
 
 from flask import current_app, request
 
-from flowforge.api.problems import Problem
 from flowforge.domain.jsonvalues import loads_storable
+from flowforge.errors import (
+    InvalidBody,
+    InvalidParameter,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 
 
 def read_body() -> bytes:
     """The raw JSON bytes, as signatures and idempotency hash them: never re-serialised."""
     if request.headers.get("Content-Encoding", "identity").lower() != "identity":
-        raise Problem(
-            415,
-            "Unsupported media type",
-            "compressed bodies are not accepted; send identity-encoded JSON",
-        )
+        raise UnsupportedMediaType("compressed bodies are not accepted; send identity-encoded JSON")
     mimetype = request.mimetype or ""
     if mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise Problem(415, "Unsupported media type", "send the body as application/json")
+        raise UnsupportedMediaType("send the body as application/json")
     limit = current_app.config["MAX_CONTENT_LENGTH"]
-    too_large = Problem(413, "Payload too large", f"the body is larger than the {limit}-byte limit")
+    too_large = PayloadTooLarge(f"the body is larger than the {limit}-byte limit")
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     raw = request.get_data(cache=True)
@@ -46,7 +47,7 @@ def parse_json(raw: bytes, *, whole_numbers_as_int: bool = False) -> Any:
         # Never echo the body: it may carry private data.
         position = getattr(exc, "pos", None)
         where = f" at byte {position}" if position is not None else ""
-        raise Problem(400, "Malformed JSON", f"the body is not valid JSON{where}") from None
+        raise InvalidParameter("Malformed JSON", f"the body is not valid JSON{where}") from None
 
 
 def json_body() -> Any:
@@ -66,15 +67,14 @@ def supplied_secret() -> str | None:
         return None
     document = json_body()
     if not isinstance(document, dict) or set(document) != {"value"}:
-        raise Problem(422, "Invalid secret", 'send {"value": "<the provider\'s secret>"}')
+        raise InvalidBody("Invalid secret", 'send {"value": "<the provider\'s secret>"}')
     value = document["value"]
     if not isinstance(value, str) or not MIN_SECRET <= len(value) <= MAX_SECRET:
-        raise Problem(
-            422,
+        raise InvalidBody(
             "Invalid secret",
             f"value must be a string of {MIN_SECRET}-{MAX_SECRET} characters",
             errors=[{"path": "$.value", "message": "a string of 16-1024 characters"}],
         )
     if not value.isprintable():
-        raise Problem(422, "Invalid secret", "value must be printable characters")
+        raise InvalidBody("Invalid secret", "value must be printable characters")
     return value

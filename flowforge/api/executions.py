@@ -14,7 +14,6 @@ from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
 from flowforge.domain import definitions
 from flowforge.domain.model import (
     DEFAULT_PAGE,
@@ -28,7 +27,7 @@ from flowforge.domain.model import (
     is_key,
 )
 from flowforge.domain.operations import ACTIONS, Action, Kind
-from flowforge.errors import Forbidden, NotFound
+from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import actions, grouping, outbound, replay, timeline
 from flowforge.store.apikeys import ApiKey
 
@@ -75,17 +74,17 @@ def map_items(execution_id: str, step_id: str) -> Response:
     status = args.get("status")
     if status is not None and status not in set(ItemStatus):
         choices = ", ".join(ItemStatus)
-        raise Problem(400, "Invalid status", f"status must be one of {choices}")
+        raise InvalidParameter("Invalid status", f"status must be one of {choices}")
     try:
         limit = int(args.get("limit", DEFAULT_PAGE))
         after = int(args.get("after", "-1"))
     except ValueError:
-        raise Problem(400, "Invalid page", "limit and after must be integers") from None
+        raise InvalidParameter("Invalid page", "limit and after must be integers") from None
     if not 1 <= limit <= MAX_PAGE:
-        raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
+        raise InvalidParameter("Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     if not -1 <= after <= definitions.MAX_MAP_ITEMS:
-        raise Problem(
-            400, "Invalid page", f"after must be an index from -1 to {definitions.MAX_MAP_ITEMS}"
+        raise InvalidParameter(
+            "Invalid page", f"after must be an index from -1 to {definitions.MAX_MAP_ITEMS}"
         )
     with connection() as conn:
         page = timeline.map_page(
@@ -102,17 +101,17 @@ def list_page() -> Response:
     args = request.args
     status = args.get("status")
     if status is not None and status not in STATUSES:
-        raise Problem(400, "Invalid status", f"status must be one of {', '.join(STATUSES)}")
+        raise InvalidParameter("Invalid status", f"status must be one of {', '.join(STATUSES)}")
     try:
         limit = int(args.get("limit", DEFAULT_PAGE))
     except ValueError:
-        raise Problem(400, "Invalid limit", "limit must be an integer") from None
+        raise InvalidParameter("Invalid limit", "limit must be an integer") from None
     if not 1 <= limit <= MAX_PAGE:
-        raise Problem(400, "Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
+        raise InvalidParameter("Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
     workflow = args.get("workflow")
     if workflow is not None and not is_key(workflow):
         # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
-        raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
+        raise InvalidParameter("Invalid workflow", "workflow must be a workflow key")
     if workflow is not None and not key.allows(workflow, write=False):
         raise Forbidden("this API key may not read this workflow")
     since, until = _instant(args, "since"), _instant(args, "until")
@@ -138,8 +137,7 @@ def _instant(args: Mapping[str, str], name: str) -> datetime | None:
     try:
         instant = datetime.fromisoformat(text)
     except ValueError:
-        raise Problem(
-            400,
+        raise InvalidParameter(
             f"Invalid {name}",
             f"{name} must be an ISO 8601 instant, such as 2026-12-01T09:00:00Z",
         ) from None
@@ -156,8 +154,7 @@ def _values(action: Action, step_id: str | None) -> list[Any]:
     fields = {p.field for p in action.fields}
     title = f"Invalid {str(action.body).lower()}"
     if not isinstance(body, dict):
-        raise Problem(
-            422,
+        raise InvalidBody(
             title,
             f"send an object with {', '.join(sorted(fields))}",
             errors=[{"path": "$", "message": "an object"}],
@@ -170,7 +167,7 @@ def _values(action: Action, step_id: str | None) -> list[Any]:
             errors.append({"path": "$.outcome", "message": "must be succeeded or failed"})
         values.append(value)
     if errors:
-        raise Problem(422, title, "the body's fields", errors=errors)
+        raise InvalidBody(title, "the body's fields", errors=errors)
     return values
 
 
@@ -210,15 +207,14 @@ def _replay_target(body: Any) -> tuple[str, int | None]:
     ):
         errors.append({"path": "$.version", "message": 'a version number or "latest"'})
     if errors:
-        raise Problem(422, "Invalid replay", "from_step and version", errors=errors)
+        raise InvalidBody("Invalid replay", "from_step and version", errors=errors)
     return str(from_step), None if version == "latest" else int(version)
 
 
 def _unexpected(body: dict[str, Any], allowed: set[str], prefix: str = "$") -> None:
     extra = sorted(set(body) - allowed)
     if extra:
-        raise Problem(
-            422,
+        raise InvalidBody(
             "Invalid replay",
             "unexpected fields",
             errors=[{"path": f"{prefix}.{k}", "message": "unexpected field"} for k in extra],
@@ -233,7 +229,7 @@ def replay_one(execution_id: str) -> tuple[Response, int]:
     _authorize_execution(execution_id, write=True)
     body = json_body()
     if not isinstance(body, dict):
-        raise Problem(422, "Invalid replay", 'send {"from_step": ..., "version": ...}')
+        raise InvalidBody("Invalid replay", 'send {"from_step": ..., "version": ...}')
     _unexpected(body, {"from_step", "version"})
     from_step, version = _replay_target(body)
     with connection() as conn:
@@ -254,30 +250,29 @@ def replay_bulk() -> tuple[Response, int]:
     a confirmed call (with that `upto`) replays one batch, oldest first."""
     body = json_body()
     if not isinstance(body, dict):
-        raise Problem(422, "Invalid replay", "send an object with filter and from_step")
+        raise InvalidBody("Invalid replay", "send an object with filter and from_step")
     _unexpected(body, BULK_FIELDS)
     flt = _bulk_filter(body.get("filter"))
     authorize(flt.workflow, write=True)
     from_step, version = _replay_target(body)
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise Problem(422, "Invalid replay", "dry_run must be a boolean")
+        raise InvalidBody("Invalid replay", "dry_run must be a boolean")
     with connection() as conn:
         if dry_run:
             return jsonify({"dry_run": True, **replay.preview(conn, flt)}), 200
         upto, after = body.get("upto"), body.get("after")
         if not isinstance(upto, str) or not _is_uuid(upto):
-            raise Problem(
-                422,
+            raise InvalidBody(
                 "Confirmation needed",
                 "preview with dry_run first, then pass back its upto",
                 errors=[{"path": "$.upto", "message": "the upto of a dry run"}],
             )
         if after is not None and (not isinstance(after, str) or not _is_uuid(after)):
-            raise Problem(422, "Invalid replay", "after must be the previous next_after")
+            raise InvalidBody("Invalid replay", "after must be the previous next_after")
         limit = body.get("limit", 100)
         if not isinstance(limit, int) or isinstance(limit, bool):
-            raise Problem(422, "Invalid replay", "limit must be an integer")
+            raise InvalidBody("Invalid replay", "limit must be an integer")
         done = replay.replay_batch(
             conn,
             flt,
@@ -302,8 +297,7 @@ def _is_uuid(text: str) -> bool:
 def _bulk_filter(raw: Any) -> replay.Filter:
     """A bulk replay's filter; 422 naming each bad field."""
     if not isinstance(raw, dict) or not isinstance(raw.get("workflow"), str):
-        raise Problem(
-            422,
+        raise InvalidBody(
             "Invalid replay",
             "filter.workflow is required",
             errors=[{"path": "$.filter.workflow", "message": "a workflow key"}],
@@ -345,7 +339,7 @@ def _bulk_filter(raw: Any) -> replay.Filter:
     elif isinstance(error, str) and "\x00" in error:
         errors.append({"path": "$.filter.error", "message": "no NUL characters"})
     if errors:
-        raise Problem(422, "Invalid replay", "the filter", errors=errors)
+        raise InvalidBody("Invalid replay", "the filter", errors=errors)
     return replay.Filter(
         workflow=raw["workflow"],
         version=version,

@@ -14,7 +14,7 @@ from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import inputschema
 from flowforge.domain.model import MAX_IDEMPOTENCY_KEY, ExecutionStatus
-from flowforge.errors import Conflict, NotFound
+from flowforge.errors import Conflict, InvalidParameter, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, grouping, intake, sources
 from flowforge.trust import presets, signatures
@@ -41,8 +41,7 @@ def _idempotency_key(verified: presets.Verified | None) -> str | None:
     if key is None:
         return None
     if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
-        raise Problem(
-            400,
+        raise InvalidParameter(
             "Invalid idempotency key",
             f"the webhook's identity must be 1-{MAX_IDEMPOTENCY_KEY} printable characters",
         )
@@ -239,8 +238,7 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
             headers={"Retry-After": str(wait)},
         )
     if request.query_string:
-        raise Problem(
-            400,
+        raise InvalidParameter(
             "Query string not accepted",
             "webhook URLs take no query parameters; put data in the JSON body",
         )

@@ -9,7 +9,7 @@ from flask import Flask, Response, jsonify
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException
 
-from flowforge.errors import ClientError, Unavailable
+from flowforge.errors import ClientError, InvalidParameter, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +97,11 @@ def install(app: Flask) -> None:
         # gunicorn reads a chunked body lazily, so broken framing surfaces in the view.
         logger.info("malformed request body", extra={"error": type(exc).__name__})
         return problem_response(
-            Problem(
-                400,
-                "Malformed request body",
-                "the body's framing is broken (chunked encoding or Content-Length)",
+            client_problem(
+                InvalidParameter(
+                    "Malformed request body",
+                    "the body's framing is broken (chunked encoding or Content-Length)",
+                )
             )
         )
 

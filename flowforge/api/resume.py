@@ -14,8 +14,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
-from flowforge.errors import NotFound
+from flowforge.errors import InvalidParameter, NotFound
 from flowforge.store import resumes, waits
 from flowforge.trust import signatures
 
@@ -52,8 +51,7 @@ def resume(token: str) -> tuple[Response, int, dict[str, str]]:
             logger.error("a resume was refused: FLOWFORGE_RESUME_KEY is not set on this API")
         raise NotFound("no such resume URL")
     if request.query_string:
-        raise Problem(
-            400,
+        raise InvalidParameter(
             "Query string not accepted",
             "resume URLs take no query parameters; put data in the JSON body",
         )

@@ -12,8 +12,8 @@ from flask import Blueprint, Response, g, jsonify
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
 from flowforge.domain.definitions import parse_until
+from flowforge.errors import InvalidBody
 from flowforge.store import schedules
 from flowforge.store.apikeys import ApiKey
 
@@ -32,22 +32,24 @@ def show(key: str) -> Response:
         return jsonify(schedules.show(conn, key))
 
 
+def _set_paused(key: str, paused: bool) -> Response:
+    authorize(key, write=True)
+    with connection() as conn:
+        return jsonify(schedules.set_paused(conn, key, paused, _request_key().actor()))
+
+
 @bp.post("/<workflow_key:key>/schedule/pause")
 @key_required
 def pause(key: str) -> Response:
     """Pause: due ticks are ledgered `paused` and do not fire (idempotent)."""
-    authorize(key, write=True)
-    with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, True, _request_key().actor()))
+    return _set_paused(key, True)
 
 
 @bp.post("/<workflow_key:key>/schedule/resume")
 @key_required
 def resume(key: str) -> Response:
     """Resume: ticks fire again from now on (idempotent)."""
-    authorize(key, write=True)
-    with connection() as conn:
-        return jsonify(schedules.set_paused(conn, key, False, _request_key().actor()))
+    return _set_paused(key, False)
 
 
 @bp.post("/<workflow_key:key>/schedule/trigger")
@@ -76,13 +78,13 @@ def backfill(key: str) -> Response:
             "dry_run",
         }
     ):
-        raise Problem(422, "Invalid backfill", 'send {"from": ..., "to": ..., "dry_run": bool}')
+        raise InvalidBody("Invalid backfill", 'send {"from": ..., "to": ..., "dry_run": bool}')
     start, end = _instant(body["from"], "from"), _instant(body["to"], "to")
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise Problem(422, "Invalid backfill", "dry_run must be true or false")
+        raise InvalidBody("Invalid backfill", "dry_run must be true or false")
     if end < start:
-        raise Problem(422, "Invalid backfill", "to must not be before from")
+        raise InvalidBody("Invalid backfill", "to must not be before from")
     with connection() as conn:
         items = _TICKER.backfill(
             conn, key, start, end, dry_run=dry_run, actor=_request_key().actor()
@@ -97,8 +99,8 @@ def _instant(value: Any, name: str) -> datetime:
             raise ValueError("not a string")
         return parse_until(value)
     except ValueError:
-        raise Problem(
-            422, "Invalid backfill", f"{name} must be an ISO-8601 instant with a timezone"
+        raise InvalidBody(
+            "Invalid backfill", f"{name} must be an ISO-8601 instant with a timezone"
         ) from None
 
 

@@ -7,8 +7,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
-from flowforge.errors import Forbidden
+from flowforge.errors import Forbidden, InvalidBody, InvalidParameter
 from flowforge.store import catalog, grouping, intake, pausing, reingest
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
@@ -100,8 +99,7 @@ def _onto() -> pausing.Onto:
             onto = int(onto)  # 2.0 is the JSON number 2
         if onto == "latest" or (type(onto) is int and 1 <= onto <= pausing.MAX_VERSION):
             return onto
-    raise Problem(
-        422,
+    raise InvalidBody(
         "Invalid resume",
         'send {"onto": "latest"} or {"onto": <a version number>}, or no body',
         errors=[{"path": "$.onto", "message": '"latest" or a version number'}],
@@ -129,8 +127,8 @@ def list_groups(key: str) -> Response:
     authorize(key, write=False)
     status = request.args.get("status")
     if status is not None and status not in grouping.STATUSES:
-        raise Problem(
-            400, "Invalid status", f"status must be one of {', '.join(grouping.STATUSES)}"
+        raise InvalidParameter(
+            "Invalid status", f"status must be one of {', '.join(grouping.STATUSES)}"
         )
     with connection() as conn:
         catalog.get_workflow(conn, key)  # 404 for an unknown workflow

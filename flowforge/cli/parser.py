@@ -122,8 +122,64 @@ def _param(parser: argparse.ArgumentParser, param: Param) -> None:
         parser.add_argument(dest(param), type=step_row, help=param.help)
 
 
+class _Tree:
+    """Adds groups and commands to the tree, each with the common options, its help as
+    its description and its example as the epilog."""
+
+    def __init__(self, sub: Any, common: argparse.ArgumentParser) -> None:
+        self.sub = sub
+        self.common = common
+        self.groups: dict[int, str] = {}  # a group's subparsers -> its name, for the examples
+
+    def group(self, name: str, help_: str) -> Any:
+        actions = self.sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(name),
+            parents=[self.common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        ).add_subparsers(dest="action", required=True, metavar="ACTION")
+        self.groups[id(actions)] = name
+        return actions
+
+    def command(self, parent: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
+        path = f"{self.groups[id(parent)]} {name}" if id(parent) in self.groups else name
+        parsed: argparse.ArgumentParser = parent.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=_example(path),
+            parents=[self.common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parsed.set_defaults(handler=handler)
+        return parsed
+
+
+def _workflow_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("key", type=workflow_key, help="the workflow's key")
+
+
+def _window(parser: argparse.ArgumentParser, since_help: str) -> None:
+    """--since and --until: when the executions a command names were created."""
+    parser.add_argument("--since", type=instant, metavar="WHEN", help=since_help)
+    parser.add_argument(
+        "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
+    )
+
+
+def _from_step(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from-step",
+        required=True,
+        type=step_id,
+        help="run again from this step; its ancestors keep their outputs",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The command tree."""
+    """The command tree, one group of commands after another (their order is --help's)."""
     common = common_options()
     parser = Parser(
         prog="flowforge",
@@ -133,37 +189,29 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=Version)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    tree = _Tree(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), common)
+    _apikey_commands(tree)
+    _workflow_commands(tree)
+    _secret_commands(tree)
+    _circuit_commands(tree)
+    _execution_commands(tree)
+    _bulk_commands(tree)
+    _schedule_commands(tree)
+    _notification_commands(tree)
+    _authoring_commands(tree)
+    completion = tree.command(
+        tree.sub, "completion", "completion.print_script", "print a shell completion script"
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
+    completion.set_defaults(offline=True)
+    return parser
 
-    groups: dict[int, str] = {}  # a group's subparsers -> its name, for the examples
 
-    def group(name: str, help_: str) -> Any:
-        actions = sub.add_parser(
-            name,
-            help=help_,
-            description=help_,
-            epilog=_example(name),
-            parents=[common],
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        ).add_subparsers(dest="action", required=True, metavar="ACTION")
-        groups[id(actions)] = name
-        return actions
-
-    def command(parent: Any, name: str, handler: str, help_: str) -> argparse.ArgumentParser:
-        path = f"{groups[id(parent)]} {name}" if id(parent) in groups else name
-        parsed: argparse.ArgumentParser = parent.add_parser(
-            name,
-            help=help_,
-            description=help_,
-            epilog=_example(path),
-            parents=[common],
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        parsed.set_defaults(handler=handler)
-        return parsed
-
-    apikey = group("apikey", "manage API keys (on the box: --db)")
-    create = command(apikey, "create", "apikeys.create", "create a key (printed on the last line)")
+def _apikey_commands(tree: _Tree) -> None:
+    apikey = tree.group("apikey", "manage API keys (on the box: --db)")
+    create = tree.command(
+        apikey, "create", "apikeys.create", "create a key (printed on the last line)"
+    )
     create.add_argument("--name", required=True, help="who or what the key is for")
     create.add_argument(
         "--workflow",
@@ -177,43 +225,47 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
     )
-    command(apikey, "list", "apikeys.list_keys", "list keys")
-    command(apikey, "revoke", "apikeys.revoke", "revoke a key").add_argument(
+    tree.command(apikey, "list", "apikeys.list_keys", "list keys")
+    tree.command(apikey, "revoke", "apikeys.revoke", "revoke a key").add_argument(
         "id", type=positive, help="the key's ID, from apikey list"
     )
 
-    workflow = group("workflow", "publish and read workflows")
-    publish = command(workflow, "publish", "workflows.publish", "publish a definition file")
+
+def _workflow_commands(tree: _Tree) -> None:
+    workflow = tree.group("workflow", "publish and read workflows")
+    publish = tree.command(workflow, "publish", "workflows.publish", "publish a definition file")
     publish.add_argument("file", help="the definition, a JSON file")
     publish.add_argument(
         "--key",
         help="the workflow to create or version (default: the file name, with a warning "
         "when that makes a new workflow)",
     )
-    command(workflow, "list", "workflows.list_workflows", "list workflows")
-    show = command(workflow, "show", "workflows.show", "show a workflow or one version")
-    show.add_argument("key", type=workflow_key, help="the workflow's key")
+    tree.command(workflow, "list", "workflows.list_workflows", "list workflows")
+    show = tree.command(workflow, "show", "workflows.show", "show a workflow or one version")
+    _workflow_key(show)
     show.add_argument("--version", type=positive, help="print this version's definition")
-    diff = command(
+    diff = tree.command(
         workflow, "diff", "workflows.diff", "what changed between two versions (or files)"
     )
-    diff.add_argument("key", type=workflow_key, help="the workflow's key")
+    _workflow_key(diff)
     diff.add_argument("old", help="a version number, or a definition file")
     diff.add_argument("new", help="a version number, or a definition file (not yet published)")
-    gathered = command(
+    gathered = tree.command(
         workflow, "groups", "workflows.groups", "debounce and batch groups, newest first"
     )
-    gathered.add_argument("key", type=workflow_key, help="the workflow's key")
+    _workflow_key(gathered)
     gathered.add_argument(
         "--status", choices=[s.value for s in GroupStatus], help="only groups in this state"
     )
-    command(
-        workflow, "pause", "workflows.pause", "webhooks queue; nothing starts until resumed"
-    ).add_argument("key", type=workflow_key, help="the workflow's key")
-    resuming = command(
+    _workflow_key(
+        tree.command(
+            workflow, "pause", "workflows.pause", "webhooks queue; nothing starts until resumed"
+        )
+    )
+    resuming = tree.command(
         workflow, "resume", "workflows.resume", "release paused and queued work in arrival order"
     )
-    resuming.add_argument("key", type=workflow_key, help="the workflow's key")
+    _workflow_key(resuming)
     resuming.add_argument(
         "--onto",
         type=version_or_latest,
@@ -221,10 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="first re-pin the executions that never started a step onto this version "
         "(a number, or latest): the ones that arrived while it was paused",
     )
-    again = command(
+    again = tree.command(
         workflow, "reingest", "workflows.reingest", "archived webhooks of a range as new executions"
     )
-    again.add_argument("key", type=workflow_key, help="the workflow's key")
+    _workflow_key(again)
     again.add_argument(
         "--from", dest="start", required=True, help="received at or after (RFC 3339)"
     )
@@ -232,39 +284,48 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--filter", help='a when-style condition, e.g. {"path": "input.kind", ...}')
     again.add_argument("--dry-run", action="store_true", help="count and sample, create nothing")
 
-    secret = group("secret", "webhook signing secrets")
-    command(secret, "create", "webhook_secrets.create", "create a signing secret").add_argument(
-        "key", type=workflow_key, help="the workflow's key"
+
+def _secret_commands(tree: _Tree) -> None:
+    secret = tree.group("secret", "webhook signing secrets")
+    _workflow_key(
+        tree.command(secret, "create", "webhook_secrets.create", "create a signing secret")
     )
-    command(
-        secret, "list", "webhook_secrets.list_secrets", "list a workflow's secrets"
-    ).add_argument("key", type=workflow_key, help="the workflow's key")
-    revoke = command(secret, "revoke", "webhook_secrets.revoke", "revoke a signing secret")
-    revoke.add_argument("key", type=workflow_key, help="the workflow's key")
+    _workflow_key(
+        tree.command(secret, "list", "webhook_secrets.list_secrets", "list a workflow's secrets")
+    )
+    revoke = tree.command(secret, "revoke", "webhook_secrets.revoke", "revoke a signing secret")
+    _workflow_key(revoke)
     revoke.add_argument("id", type=positive, help="the secret's ID, from secret list")
 
-    circuits = group("circuits", "circuit breakers and holds of outbound limits")
-    command(
+
+def _circuit_commands(tree: _Tree) -> None:
+    circuits = tree.group("circuits", "circuit breakers and holds of outbound limits")
+    tree.command(
         circuits, "list", "circuits.list_circuits", "open and half-open circuits, holds in force"
     )
-    close = command(circuits, "close", "circuits.close", "close a circuit and end its hold")
+    close = tree.command(circuits, "close", "circuits.close", "close a circuit and end its hold")
     close.add_argument(
         "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
     )
     close.add_argument("--workflow", type=workflow_key, help="the workflow whose own limit it is")
 
-    notify = group("notifications", "endpoints told of failures, unknown outcomes, open circuits")
-    command(notify, "list", "notifications.list_endpoints", "every notification endpoint")
+
+def _notification_commands(tree: _Tree) -> None:
+    """Endpoints told of failures, unknown outcomes and open circuits."""
+    notify = tree.group(
+        "notifications", "endpoints told of failures, unknown outcomes, open circuits"
+    )
+    tree.command(notify, "list", "notifications.list_endpoints", "every notification endpoint")
     for verb, handler, help_ in (
         ("show", "show", "one endpoint and its delivery history"),
         ("enable", "enable", "enable an endpoint again"),
         ("disable", "disable", "disable an endpoint; what waited for it is dropped"),
         ("delete", "delete", "remove an endpoint and its history"),
     ):
-        command(notify, verb, f"notifications.{handler}", help_).add_argument(
+        tree.command(notify, verb, f"notifications.{handler}", help_).add_argument(
             "name", help="the endpoint's name"
         )
-    subscribe = command(notify, "create", "notifications.create", "subscribe an endpoint")
+    subscribe = tree.command(notify, "create", "notifications.create", "subscribe an endpoint")
     subscribe.add_argument("name", help="a name: lowercase letters, digits, - and _")
     subscribe.add_argument("url", help="where to POST each message")
     subscribe.add_argument(
@@ -282,8 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subscribe.add_argument("--workflow", type=workflow_key, help="only this workflow's events")
 
-    executions = group("executions", "inspect executions")
-    listing = command(
+
+def _execution_commands(tree: _Tree) -> None:
+    """Reading executions, the declared operator actions on one, and replaying one."""
+    executions = tree.group("executions", "inspect executions")
+    listing = tree.command(
         executions, "list", "executions.list_executions", "list executions, newest first"
     )
     listing.add_argument("--workflow", type=workflow_key, help="only this workflow's")
@@ -294,53 +358,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--limit", type=limit, default=20, help=f"1-{MAX_PAGE}")
     listing.add_argument("--cursor", help="next_cursor of the previous page")
-    listing.add_argument(
-        "--since",
-        type=instant,
-        metavar="WHEN",
-        help="created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
+    _window(
+        listing,
+        "created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
         "such as 30m, 6h, 2d",
     )
-    listing.add_argument(
-        "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
-    )
-    detail = command(executions, "show", "executions.show", "steps, attempts and who acted")
+    detail = tree.command(executions, "show", "executions.show", "steps, attempts and who acted")
     detail.add_argument("id", type=execution_id, help="the execution's ID")
-    exported = command(
+    exported = tree.command(
         executions, "export", "exporting.export", "an execution as a flowforge test fixture"
     )
     exported.add_argument("id", type=execution_id, help="the execution's ID")
     exported.add_argument("--file", help="write it here (default: print it)")
 
     for action in ACTIONS:
-        acting = command(sub, action.command, "actions.act", action.help)
+        acting = tree.command(tree.sub, action.command, "actions.act", action.help)
         acting.set_defaults(operation=action.name)
         acting.add_argument("id", type=execution_id, help="the execution's ID")
         for param in action.params:
             _param(acting, param)
-    replaying = command(
-        sub, "replay", "actions.replay", "replay an execution from a step onto a version"
+    replaying = tree.command(
+        tree.sub, "replay", "actions.replay", "replay an execution from a step onto a version"
     )
     replaying.add_argument("id", type=execution_id, help="the execution's ID")
-    replaying.add_argument(
-        "--from-step",
-        required=True,
-        type=step_id,
-        help="run again from this step; its ancestors keep their outputs",
-    )
+    _from_step(replaying)
     replaying.add_argument(
         "--onto", type=target_version, default=None, help="a version number or latest (default)"
     )
-    bulk = command(
-        sub, "replay-bulk", "bulk.replay_bulk", "replay a workflow's executions by filter"
+
+
+def _bulk_commands(tree: _Tree) -> None:
+    """The commands over every execution a filter names."""
+    bulk = tree.command(
+        tree.sub, "replay-bulk", "bulk.replay_bulk", "replay a workflow's executions by filter"
     )
     bulk.add_argument("--workflow", required=True, type=workflow_key)
-    bulk.add_argument(
-        "--from-step",
-        required=True,
-        type=step_id,
-        help="run again from this step; its ancestors keep their outputs",
-    )
+    _from_step(bulk)
     bulk.add_argument("--onto", type=target_version, default=None, help="version or latest")
     bulk.add_argument("--of-version", type=positive, help="only executions of this version")
     bulk.add_argument("--status", choices=STATUSES)
@@ -353,60 +406,53 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel-bulk", "bulk.cancel_bulk", "cancel every unfinished execution a filter names"),
         ("retry-bulk", "bulk.retry_bulk", "retry every failed, cancelled or needs_attention one"),
     ):
-        by_filter = command(sub, name, handler, help_)
+        by_filter = tree.command(tree.sub, name, handler, help_)
         by_filter.add_argument("--workflow", type=workflow_key, help="only this workflow's")
         by_filter.add_argument(
             "--status",
             choices=STATUSES,
             help="only in this status (needs_attention: every execution with an unknown step)",
         )
-        by_filter.add_argument(
-            "--since",
-            type=instant,
-            metavar="WHEN",
-            help="created at or after WHEN (30m, 6h, 2d or an ISO 8601 instant)",
-        )
-        by_filter.add_argument(
-            "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
-        )
+        _window(by_filter, "created at or after WHEN (30m, 6h, 2d or an ISO 8601 instant)")
         by_filter.add_argument(
             "--yes",
             action="store_true",
             help="do it without asking (default: show the count and ask on a terminal; "
             "in a script, only show the count)",
         )
-    schedule = group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
-    shown = command(schedule, "show", "schedules.show", "next fire times and the tick ledger")
-    shown.add_argument("key", type=workflow_key, help="the workflow's key")
+
+
+def _schedule_commands(tree: _Tree) -> None:
+    schedule = tree.group("schedule", "a workflow's schedule: fire times, ledger, pause, backfill")
+    _workflow_key(
+        tree.command(schedule, "show", "schedules.show", "next fire times and the tick ledger")
+    )
     for name, handler, help_ in (
         ("pause", "schedules.pause", "due ticks are ledgered paused, not fired"),
         ("resume", "schedules.resume", "ticks fire again from now on"),
         ("trigger", "schedules.trigger", "fire a tick now, under the overlap policy"),
     ):
-        command(schedule, name, handler, help_).add_argument(
-            "key", type=workflow_key, help="the workflow's key"
-        )
-    backfill = command(schedule, "backfill", "schedules.backfill", "fire a past range's ticks")
-    backfill.add_argument("key", type=workflow_key, help="the workflow's key")
+        _workflow_key(tree.command(schedule, name, handler, help_))
+    backfill = tree.command(schedule, "backfill", "schedules.backfill", "fire a past range's ticks")
+    _workflow_key(backfill)
     backfill.add_argument("--from", dest="start", required=True, help="ISO-8601 instant")
     backfill.add_argument("--to", dest="end", required=True, help="ISO-8601 instant")
     backfill.add_argument("--dry-run", action="store_true", help="list; fire nothing")
 
-    completion = command(
-        sub, "completion", "completion.print_script", "print a shell completion script"
-    )
-    completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
-    completion.set_defaults(offline=True)
 
-    applying = command(
-        sub, "apply", "apply.apply_folder", "publish what changed in a folder of definitions"
+def _authoring_commands(tree: _Tree) -> None:
+    """Testing definitions offline and applying a folder of them."""
+    applying = tree.command(
+        tree.sub, "apply", "apply.apply_folder", "publish what changed in a folder of definitions"
     )
     applying.add_argument("folder", metavar="DIR", help="one workflow per *.json, keyed by name")
     applying.add_argument(
         "--dry-run", action="store_true", help="show the diff, publish nothing (exit 3: drift)"
     )
 
-    testing = command(sub, "test", "testing.run_tests", "run definitions against fixtures, offline")
+    testing = tree.command(
+        tree.sub, "test", "testing.run_tests", "run definitions against fixtures, offline"
+    )
     testing.add_argument("definitions", nargs="+", metavar="DEFINITION", help="a JSON file")
     testing.add_argument(
         "--fixture",
@@ -423,4 +469,3 @@ def build_parser() -> argparse.ArgumentParser:
     testing.add_argument("--key", type=workflow_key, help="the workflow key (default: file name)")
     testing.add_argument("--junit", metavar="FILE", help="also write JUnit XML here")
     testing.set_defaults(offline=True)
-    return parser

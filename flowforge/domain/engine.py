@@ -27,17 +27,19 @@ from typing import Any, ClassVar
 
 from flowforge.domain import interventions
 from flowforge.domain.changes import Changes, FinishedAttempt, NewAttempt, StepState
-from flowforge.domain.definitions import (
-    MAX_MAP_ITEMS,
-    Definition,
+from flowforge.domain.definitions.bounds import MAX_MAP_ITEMS
+from flowforge.domain.definitions.delays import parse_until
+from flowforge.domain.definitions.flowcontrol import (
     KeyUnrendered,
     PriorityInvalid,
+    execution_priority,
+    render_concurrency_key,
+)
+from flowforge.domain.definitions.shapes import (
+    Definition,
     RetryPolicy,
     Step,
-    execution_priority,
     item_row,
-    parse_until,
-    render_concurrency_key,
     split_item_row,
 )
 from flowforge.domain.kinds import delay, http_request, map, transform, wait, workflow

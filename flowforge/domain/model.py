@@ -248,6 +248,47 @@ class OnExhausted(StrEnum):
     PAUSE = "pause"
 
 
+class ItemFailure(StrEnum):
+    """What a failed item of a map does to the others (docs/contract.md#map `on_item_failure`):
+    stop the map, or let every item finish and fail the map with the list of failures."""
+
+    FAIL_FAST = "fail_fast"
+    COLLECT = "collect"
+
+
+class ResumeAuth(StrEnum):
+    """How a wait step's resumes prove who sent them (`auth`): the resume URL alone, or also
+    Standard Webhooks headers signed with the workflow's webhook secret."""
+
+    TOKEN = "token"
+    SIGNATURE = "signature"
+
+
+class HttpMethod(StrEnum):
+    """The methods an http_request step may send (`request.method`)."""
+
+    GET = "GET"
+    HEAD = "HEAD"
+    OPTIONS = "OPTIONS"
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+
+
+class ConditionOp(StrEnum):
+    """The comparisons of a step's `when` (docs/contract.md#definition)."""
+
+    EXISTS = "exists"
+    EQ = "eq"
+    NE = "ne"
+    GT = "gt"
+    GTE = "gte"
+    LT = "lt"
+    LTE = "lte"
+    IN = "in"
+
+
 class LedgerOutcome(StrEnum):
     """One row of a schedule's tick ledger (`schedule_ticks.outcome`): a tick's verdict,
     or an operator's pause and resume of the schedule."""

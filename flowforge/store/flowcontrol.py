@@ -28,13 +28,9 @@ from typing import Any
 
 import psycopg
 
-from flowforge.domain import definitions
-from flowforge.domain.definitions import (
-    Concurrency,
-    Definition,
-    KeyUnrendered,
-    render_concurrency_key,
-)
+from flowforge.domain.definitions import bounds
+from flowforge.domain.definitions.flowcontrol import KeyUnrendered, render_concurrency_key
+from flowforge.domain.definitions.shapes import SCHEDULE_KEY, Concurrency, Definition
 from flowforge.domain.model import (
     LIVE_EXECUTION_SQL,
     EventKind,
@@ -62,13 +58,11 @@ _PENDING, _READY = StepStatus.PENDING.value, StepStatus.READY.value
 _READY_KIND = step_event(StepStatus.READY)
 _MADE_READY = json.dumps(transition(_PENDING, _READY))
 
+
 # The concurrency key of a schedule's ticks (docs/contract.md#schedules): overlap `skip`,
 # `buffer_one` and `cancel_other` are a limit of 1 on it, with on_full `skip` (nothing written),
 # `buffer_one` (queue at most one) and `cancel_oldest`. No rendered key may take it
 # (concurrency_key).
-SCHEDULE_KEY = definitions.SCHEDULE_KEY
-
-
 def key_limit(key: str = "e.concurrency_key") -> str:
     """The slot limit of the concurrency key `key` (an SQL expression) under the version
     `v` it pins: 1 for schedule ticks."""
@@ -81,7 +75,7 @@ def key_limit(key: str = "e.concurrency_key") -> str:
 # The slot limit of an execution `e` pinning version `v`.
 KEY_LIMIT = key_limit()
 # Keys are stored and shown; a bounded length keeps index entries small.
-MAX_KEY_CHARS = definitions.MAX_KEY_CHARS
+MAX_KEY_CHARS = bounds.MAX_KEY_CHARS
 # Retry-After of a refused webhook, in seconds, when nothing started in the last minute.
 IDLE_RETRY_AFTER_S = 60
 

@@ -30,7 +30,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 
-from flowforge.domain.definitions import is_step_id
+from flowforge.domain.definitions.shapes import is_step_id
 from flowforge.domain.templating import TemplateError
 from flowforge.trust import sealing
 

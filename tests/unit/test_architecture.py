@@ -190,8 +190,17 @@ def test_the_loop_never_sees_pika() -> None:
 
 
 # A refusal that an error type of flowforge/errors.py names leaves as that type (its
-# status and title once, in the class), never as a Problem written by hand.
-TYPED_STATUSES = {403: "Forbidden", 404: "NotFound", 409: "Conflict"}
+# status and title once, in the class), never as a Problem written by hand: request
+# validation included (400, 413, 415, 422), so api/problems.py only renders.
+TYPED_STATUSES = {
+    400: "InvalidParameter",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+    422: "InvalidBody",
+}
 
 
 @pytest.mark.parametrize("module", [m for m in MODULES if _folder(m) == "api"])

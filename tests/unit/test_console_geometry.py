@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from flowforge.api.console import forms, graph
-from flowforge.api.problems import Problem
+from flowforge.errors import InvalidParameter
 
 
 def test_steps_sit_in_columns_by_their_longest_path_from_a_root() -> None:
@@ -79,5 +79,5 @@ def test_an_input_path_and_value_become_a_containment_document() -> None:
     assert forms._containment("tier", "gold") == {"tier": "gold"}
     assert forms._containment("tier", '"42"') == {"tier": "42"}
     for path in ("a..b", "a.b c", ".".join("x" * 9)):
-        with pytest.raises(Problem):
+        with pytest.raises(InvalidParameter):
             forms._containment(path, "1")

@@ -1,7 +1,8 @@
 """One source per bound (docs/reference/http-api.md): /openapi.json reads every number it
 states from the constant the code checks, so the two cannot drift apart.
 
-flowforge/api/openapi.py holds no number of its own beyond 0, 1 and -1 (the ends of
+flowforge/api/openapi.py and the modules it is written in (openapi_*.py) hold no number of
+their own beyond 0, 1 and -1 (the ends of
 ranges such as "from 1" or "-1 for before the first"); each bound the definition parser
 and the API keep is a named constant that both the check and the document read.
 """
@@ -18,18 +19,19 @@ from flowforge.api import openapi
 from flowforge.domain import definitions, model
 from flowforge.store import reingest, sources
 
-SOURCE = Path(openapi.__file__)
+# The document and the modules it is assembled from.
+SOURCES = sorted(Path(openapi.__file__).parent.glob("openapi*.py"))
 SCHEMAS = openapi.DOCUMENT["components"]["schemas"]
 PATHS = openapi.DOCUMENT["paths"]
 
 
 def _status_codes(tree: ast.AST) -> set[int]:
-    """The ids of the constants that are HTTP status codes: the arguments of _problems,
+    """The ids of the constants that are HTTP status codes: the arguments of problem_answers,
     AUTHENTICATED and PROBLEM_TEXT's keys."""
     holders: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == "_problems":
+            if node.func.id == "problem_answers":
                 holders += node.args
         elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id == "AUTHENTICATED":
@@ -39,8 +41,9 @@ def _status_codes(tree: ast.AST) -> set[int]:
     return {id(n) for holder in holders for n in ast.walk(holder) if isinstance(n, ast.Constant)}
 
 
-def test_the_document_writes_no_number_of_its_own() -> None:
-    tree = ast.parse(SOURCE.read_text())
+@pytest.mark.parametrize("source", SOURCES, ids=lambda path: path.name)
+def test_the_document_writes_no_number_of_its_own(source: Path) -> None:
+    tree = ast.parse(source.read_text())
     statuses = _status_codes(tree)
     numbers = [
         (node.lineno, node.value)

@@ -1,4 +1,4 @@
-"""/openapi.json's Definition schema accepts what flowforge/domain/definitions.py accepts.
+"""/openapi.json's Definition schema accepts what flowforge/domain/definitions/ accepts.
 
 The OpenAPI document is written by hand (it states the contract) and the parser is the
 rule, so they drift apart unless a test holds them together: it once rejected

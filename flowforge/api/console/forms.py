@@ -12,10 +12,9 @@ from urllib.parse import urlencode
 
 import psycopg
 
-from flowforge.api.problems import Problem
 from flowforge.domain.jsonvalues import loads_storable
 from flowforge.domain.model import is_key
-from flowforge.errors import Forbidden
+from flowforge.errors import Forbidden, InvalidBody, InvalidParameter
 from flowforge.store import search
 from flowforge.store.apikeys import ApiKey
 
@@ -38,9 +37,9 @@ class Query:
         return urlencode({**{k: v for k, v in self.raw.items() if v}, **extra})
 
 
-def bad(field: str, message: str) -> Problem:
+def bad(field: str, message: str) -> InvalidParameter:
     """A 400 naming the field, rendered as the console's error page."""
-    return Problem(400, "Invalid filter", f"{field}: {message}")
+    return InvalidParameter("Invalid filter", f"{field}: {message}")
 
 
 def _instant(field: str, text: str) -> datetime:
@@ -131,4 +130,4 @@ def json_field(form: Mapping[str, str], name: str) -> Any:
     try:
         return loads_storable(text)
     except ValueError:
-        raise Problem(422, "Invalid output", f"{name} must be JSON (or left empty)") from None
+        raise InvalidBody("Invalid output", f"{name} must be JSON (or left empty)") from None

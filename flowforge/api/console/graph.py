@@ -144,52 +144,7 @@ def timeline(
     what lies between: a delay or wait step's time (started_at to finished_at, or on),
     and the back-off between one attempt of a step and its next (or its wake-up)."""
     span = max(_seconds(created_at, ended_at), 0.001)
-    spans: list[tuple[str, str, datetime, datetime, str]] = []  # step, kind, from, to, label
-    for s in steps or []:
-        if s["type"] in PAUSES and s["started_at"] is not None:
-            began = datetime.fromisoformat(s["started_at"])
-            stopped = datetime.fromisoformat(s["finished_at"]) if s["finished_at"] else ended_at
-            what = PAUSES[s["type"]]
-            until = (
-                f", wakes {stamp(s['wake_at'])}" if s["wake_at"] and not s["finished_at"] else ""
-            )
-            spans.append(
-                (
-                    s["id"],
-                    s["type"],
-                    began,
-                    stopped,
-                    f"{s['id']}: {what}, {_seconds(began, stopped):.3f} s{until}",
-                )
-            )
-    by_step: dict[str, list[dict[str, Any]]] = {}
-    for a in attempts:
-        by_step.setdefault(a["step_id"], []).append(a)
-    waking = {s["id"]: s for s in steps or [] if s["status"] == "waiting" and s["wake_at"]}
-    for step_id, tries in by_step.items():
-        for before, after in itertools.pairwise(tries):
-            if before["finished_at"] and after["started_at"] > before["finished_at"]:
-                took = _seconds(before["finished_at"], after["started_at"])
-                spans.append(
-                    (
-                        step_id,
-                        "backoff",
-                        before["finished_at"],
-                        after["started_at"],
-                        f"{step_id}: back-off before attempt {after['attempt']}, {took:.3f} s",
-                    )
-                )
-        last = tries[-1]
-        if step_id in waking and last["finished_at"]:
-            spans.append(
-                (
-                    step_id,
-                    "backoff",
-                    last["finished_at"],
-                    ended_at,
-                    f"{step_id}: back-off, next attempt at {stamp(waking[step_id]['wake_at'])}",
-                )
-            )
+    spans = _pauses(steps or [], ended_at) + _backoffs(attempts, steps or [], ended_at)
     shown = {a["step_id"] for a in attempts} | {name for name, *_ in spans}
     rows = [s for s in step_order if s in shown]
     bars = []
@@ -223,3 +178,66 @@ def timeline(
             )
         )
     return Timeline(bars, rows, span, max(1, len(rows)) * ROW_H)
+
+
+# A span between attempts or of a pause: step, kind, from, to, label.
+_Span = tuple[str, str, datetime, datetime, str]
+
+
+def _pauses(steps: list[dict[str, Any]], ended_at: datetime) -> list[_Span]:
+    """A delay or wait step's time: started_at to finished_at, or on."""
+    spans: list[_Span] = []
+    for s in steps:
+        if s["type"] in PAUSES and s["started_at"] is not None:
+            began = datetime.fromisoformat(s["started_at"])
+            stopped = datetime.fromisoformat(s["finished_at"]) if s["finished_at"] else ended_at
+            what = PAUSES[s["type"]]
+            until = (
+                f", wakes {stamp(s['wake_at'])}" if s["wake_at"] and not s["finished_at"] else ""
+            )
+            spans.append(
+                (
+                    s["id"],
+                    s["type"],
+                    began,
+                    stopped,
+                    f"{s['id']}: {what}, {_seconds(began, stopped):.3f} s{until}",
+                )
+            )
+    return spans
+
+
+def _backoffs(
+    attempts: list[dict[str, Any]], steps: list[dict[str, Any]], ended_at: datetime
+) -> list[_Span]:
+    """The back-off between one attempt of a step and its next (or its wake-up)."""
+    spans: list[_Span] = []
+    by_step: dict[str, list[dict[str, Any]]] = {}
+    for a in attempts:
+        by_step.setdefault(a["step_id"], []).append(a)
+    waking = {s["id"]: s for s in steps if s["status"] == "waiting" and s["wake_at"]}
+    for step_id, tries in by_step.items():
+        for before, after in itertools.pairwise(tries):
+            if before["finished_at"] and after["started_at"] > before["finished_at"]:
+                took = _seconds(before["finished_at"], after["started_at"])
+                spans.append(
+                    (
+                        step_id,
+                        "backoff",
+                        before["finished_at"],
+                        after["started_at"],
+                        f"{step_id}: back-off before attempt {after['attempt']}, {took:.3f} s",
+                    )
+                )
+        last = tries[-1]
+        if step_id in waking and last["finished_at"]:
+            spans.append(
+                (
+                    step_id,
+                    "backoff",
+                    last["finished_at"],
+                    ended_at,
+                    f"{step_id}: back-off, next attempt at {stamp(waking[step_id]['wake_at'])}",
+                )
+            )
+    return spans

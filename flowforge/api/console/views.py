@@ -4,17 +4,14 @@ redirects (JavaScript only refreshes a live execution's fragment)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
 import psycopg
 from flask import (
-    Blueprint,
     Response,
     g,
     make_response,
@@ -29,7 +26,6 @@ from flowforge.api.console import forms, graph, operate
 from flowforge.api.console.session import (
     COOKIE,
     SIGNIN_COOKIE,
-    SignInNeeded,
     clear_cookie,
     may,
     new_signin_token,
@@ -38,10 +34,10 @@ from flowforge.api.console.session import (
     set_cookie,
     signed_in,
 )
+from flowforge.api.console.site import bp, csrf_token
 from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
-from flowforge.domain import defdiff, definitions, operations
+from flowforge.domain import definitions, operations
 from flowforge.domain.model import (
     LIVE_EXECUTION,
     RESOLUTIONS,
@@ -53,29 +49,15 @@ from flowforge.domain.model import (
     is_key,
 )
 from flowforge.domain.operations import Kind
-from flowforge.errors import ClientError, Forbidden, NotFound
+from flowforge.errors import ClientError, Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import (
     apikeys,
     catalog,
     grouping,
-    outbound,
-    reingest,
     replay,
-    schedules,
     search,
     sessions,
     timeline,
-)
-
-# Groups a workflow page lists (docs/contract.md#debounce-batch).
-GROUPS_SHOWN = 50
-
-bp = Blueprint(
-    "console",
-    __name__,
-    url_prefix="/ui",
-    template_folder="templates",
-    static_folder="static",
 )
 
 PAGE_SIZE = 50
@@ -94,99 +76,6 @@ BULK_ACTIONS: dict[str, tuple[str, ...]] = {
 }
 # The statuses of an execution that moves on by itself (the page refreshes for them).
 MOVES_ON = frozenset(LIVE_EXECUTION) - {ExecutionStatus.PAUSED, ExecutionStatus.NEEDS_ATTENTION}
-# No other site may frame, script or post into the console; its own files only.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-
-@bp.after_request
-def _harden(response: Response) -> Response:
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-    return response
-
-
-@bp.errorhandler(SignInNeeded)
-def _sign_in(_exc: SignInNeeded) -> BaseResponse | tuple[str, int]:
-    if request.headers.get("X-Requested-With") == "fetch":
-        # The live page's script: a sign-in form is no fragment; it stops polling on 401.
-        return render_template(
-            "error.html", status=401, title="Unauthorized", detail="sign in again"
-        ), 401
-    return redirect(url_for("console.signin", next=request.full_path.rstrip("?")), 303)
-
-
-@bp.errorhandler(Problem)
-def _problem_page(exc: Problem) -> tuple[str, int]:
-    return render_template("error.html", status=exc.status, title=exc.title, detail=exc.detail), (
-        exc.status
-    )
-
-
-@bp.errorhandler(ClientError)
-def _client_error_page(exc: ClientError) -> tuple[str, int]:
-    return render_template(
-        "error.html", status=exc.status, title=exc.title, detail=exc.detail
-    ), exc.status
-
-
-@bp.app_template_filter("pretty")
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
-
-
-@bp.app_template_filter("when")
-def _when(value: str | datetime | None) -> str:
-    if value is None:
-        return "—"
-    return graph.stamp(value)
-
-
-def _span(seconds: float) -> str:
-    """A length of time as an operator reads it: 180 ms, 4.2 s, 3 min 5 s, 2 h 10 min, 3 d."""
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{hours // 24} d"
-
-
-@bp.app_template_filter("ago")
-def _ago(value: str | datetime | None) -> str:
-    """How long ago, from the server's clock: `5 min ago`; the page puts the absolute
-    time (the `when` format) in the element's title."""
-    if value is None:
-        return "—"
-    instant = datetime.fromisoformat(value) if isinstance(value, str) else value
-    seconds = (datetime.now(UTC) - instant).total_seconds()
-    return "just now" if seconds < 1 else f"{_span(seconds)} ago"
-
-
-@bp.app_template_filter("took")
-def _took(row: dict[str, Any]) -> str:
-    """How long an execution took from creation to its end, or has run so far (`…`)."""
-    start = row["created_at"]
-    if row.get("finished_at") and row["status"] in TERMINAL_EXECUTION:
-        return _span((row["finished_at"] - start).total_seconds())
-    return f"{_span((datetime.now(UTC) - start).total_seconds())} …"
-
-
-def _csrf() -> str:
-    return str(g.console_session.csrf_token)
 
 
 # C0 and C1 controls and DEL: CR/LF in a Location is a header injection (and werkzeug's
@@ -404,7 +293,7 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
             if writable and s["type"] == "wait" and s["status"] == StepStatus.WAITING
         },
         "resolutions": RESOLUTIONS,
-        "csrf": _csrf(),
+        "csrf": csrf_token(),
         # docs/contract.md#pause: why it does not move (paused, or its workflow is) and what may be
         # done.
         "pause_state": detail["flow_control"],
@@ -464,7 +353,7 @@ def _form_values(action: operations.Action, step_id: str | None) -> list[Any]:
         if param.kind is Kind.OUTCOME:
             outcome = request.form.get("outcome", "")
             if outcome not in RESOLUTIONS:
-                raise Problem(422, "Invalid resolution", "outcome must be succeeded or failed")
+                raise InvalidBody("Invalid resolution", "outcome must be succeeded or failed")
             values.append(outcome)
         elif outcome != AttemptOutcome.FAILED:
             values.append(forms.json_field(request.form, param.field))
@@ -506,7 +395,7 @@ def replay_one(execution_id: str) -> BaseResponse:
     from_step = _step_id(request.form.get("from_step", ""))
     text = request.form.get("version", "latest")
     if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
-        raise Problem(400, "Invalid version", "version must be a number or latest")
+        raise InvalidParameter("Invalid version", "version must be a number or latest")
     version = None if text == "latest" else int(text)
     with connection() as conn:
         made = operate.replay(conn, key, execution_id, from_step, version)
@@ -533,7 +422,7 @@ def attention() -> str:
         steps=steps,
         executions=executions_left,
         resolutions=RESOLUTIONS,
-        csrf=_csrf(),
+        csrf=csrf_token(),
     )
 
 
@@ -553,7 +442,7 @@ def failed() -> str:
         groups = replay.failed_groups(conn, key.workflows)
     for group in groups:
         group["writable"] = may(group["workflow"], write=True)
-    return render_template("failed.html", groups=groups, csrf=_csrf(), result=None)
+    return render_template("failed.html", groups=groups, csrf=csrf_token(), result=None)
 
 
 @bp.post("/failed")
@@ -564,10 +453,10 @@ def failed_post() -> str:
     that moved on or is refused is counted as skipped."""
     action = request.form.get("action")
     if action not in FAILED_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be replay or retry")
+        raise InvalidParameter("Invalid action", "action must be replay or retry")
     workflow = request.form.get("workflow", "")
     if not is_key(workflow):
-        raise Problem(400, "Invalid workflow", "workflow must be a workflow key")
+        raise InvalidParameter("Invalid workflow", "workflow must be a workflow key")
     key = require(workflow, write=True)
     step_id = _step_id(request.form.get("step", ""))
     error = request.form.get("error") or None
@@ -575,7 +464,7 @@ def failed_post() -> str:
         upto = _uuid(request.form.get("upto", ""))
         after = _uuid(request.form["after"]) if request.form.get("after") else None
     except ValueError:
-        raise Problem(400, "Invalid bulk action", "confirm from the failed inbox") from None
+        raise InvalidParameter("Invalid bulk action", "confirm from the failed inbox") from None
     done, skipped = _tally("done"), _tally("skipped")
     flt = replay.Filter(workflow=workflow, status=ExecutionStatus.FAILED, step=step_id)
     with connection() as conn:
@@ -601,7 +490,7 @@ def failed_post() -> str:
         "skipped": skipped,
         "after": ids[-1] if len(ids) == BULK_BATCH else None,
     }
-    return render_template("failed.html", groups=[], csrf=_csrf(), result=result)
+    return render_template("failed.html", groups=[], csrf=csrf_token(), result=result)
 
 
 # ---- bulk --------------------------------------------------------------------------
@@ -609,7 +498,7 @@ def failed_post() -> str:
 
 def _bulk_action(text: str | None) -> str:
     if text not in BULK_ACTIONS:
-        raise Problem(400, "Invalid action", "action must be cancel, retry or replay")
+        raise InvalidParameter("Invalid action", "action must be cancel, retry or replay")
     return text
 
 
@@ -633,7 +522,7 @@ def bulk() -> str:
         count=f"{count}+" if capped else str(count),
         upto=str(newest[0]["id"]) if newest else None,
         eligible=BULK_ACTIONS[action],
-        csrf=_csrf(),
+        csrf=csrf_token(),
         result=None,
     )
 
@@ -656,7 +545,7 @@ def bulk_post() -> str:
             flt = dataclasses.replace(query.filter, upto=_uuid(upto))
             after_id = _uuid(after) if after else None
         except ValueError:
-            raise Problem(400, "Invalid bulk action", "confirm from the preview page") from None
+            raise InvalidParameter("Invalid bulk action", "confirm from the preview page") from None
         flt = flt.narrowed(BULK_ACTIONS[action])
         with search.bounded(conn):
             batch = search.page(conn, flt, limit=BULK_BATCH, after=after_id)
@@ -680,7 +569,7 @@ def bulk_post() -> str:
         count=None,
         upto=upto,
         eligible=BULK_ACTIONS[action],
-        csrf=_csrf(),
+        csrf=csrf_token(),
         result={"done": done, "skipped": skipped, "after": last},
         replay_target=request.form if target is not None else None,
     )
@@ -691,7 +580,7 @@ def _replay_target() -> tuple[str, int | None]:
     from_step = _step_id(request.form.get("from_step", ""))
     text = request.form.get("version", "latest")
     if text != "latest" and not (text.isdigit() and 1 <= int(text) <= 2**31 - 1):
-        raise Problem(400, "Invalid version", "version must be a number or latest")
+        raise InvalidParameter("Invalid version", "version must be a number or latest")
     return from_step, None if text == "latest" else int(text)
 
 
@@ -699,7 +588,7 @@ def _tally(name: str) -> int:
     """A running count the batch pages carry forward."""
     text = request.form.get(name, "0")
     if not text.isdigit() or len(text) > 9:
-        raise Problem(400, "Invalid bulk action", f"{name} must be a count")
+        raise InvalidParameter("Invalid bulk action", f"{name} must be a count")
     return int(text)
 
 
@@ -709,268 +598,3 @@ def _uuid(text: str) -> str:
 
 
 # ---- workflows ---------------------------------------------------------------------
-
-
-@bp.get("/workflows")
-@signed_in
-def workflows() -> str:
-    """Every workflow the key may read, with its newest version."""
-    key: apikeys.ApiKey = g.api_key
-    with connection() as conn:
-        rows = catalog.list_workflows(conn, list(key.workflows) if key.workflows else None)
-    return render_template("workflows.html", rows=rows)
-
-
-def _version_number(name: str, default: int, latest: int) -> int:
-    text = request.args.get(name, "")
-    if not text:
-        return default
-    if not text.isdigit() or not 1 <= int(text) <= latest:
-        raise Problem(400, "Invalid version", f"{name} must be a version from 1 to {latest}")
-    return int(text)
-
-
-@bp.get("/workflows/<workflow_key:key>")
-@signed_in
-def workflow(key: str) -> str:
-    """A workflow's versions, one definition, a diff between any two versions, and its
-    schedule with the next fire times and the ledger, as the API's GET …/schedule."""
-    require(key, write=False)
-    with connection() as conn:
-        found = catalog.get_workflow(conn, key)
-        latest = found["latest_version"]
-        shown = _version_number("version", latest, latest)
-        a = _version_number("a", max(1, latest - 1), latest)
-        b = _version_number("b", latest, latest)
-        definition = catalog.get_version(conn, key, shown)["definition"]
-        left = catalog.get_version(conn, key, a)["definition"]
-        right = catalog.get_version(conn, key, b)["definition"]
-        try:
-            schedule = schedules.show(conn, key)
-        except schedules.NoSchedule:
-            schedule = None
-        paused = catalog.workflow_pause(conn, key)
-        # docs/contract.md#debounce-batch: open (and closed, due) groups first, then the last
-        # started ones.
-        groups = sorted(
-            grouping.groups(conn, key, None, limit=GROUPS_SHOWN),
-            key=lambda g: (g["status"] not in ("open", "closed"), -g["id"]),
-        )
-    # Structural, in the author's order, and bounded whatever the definitions hold.
-    diff = defdiff.diff(left, right).lines(f"version {a}", f"version {b}")
-    return render_template(
-        "workflow.html",
-        w=found,
-        paused=paused,
-        writable=may(key, write=True),
-        csrf=_csrf(),
-        shown=shown,
-        definition=definition,
-        a=a,
-        b=b,
-        diff=diff,
-        schedule=schedule,
-        groups=groups,
-        executions_link=urlencode({"workflow": key}),
-    )
-
-
-# ---- re-ingest (docs/contract.md#reingest) -------------------------------------------------------
-
-
-def _reingest_request(form: Any, *, dry_run: bool) -> tuple[reingest.Request, dict[str, str]]:
-    """A re-ingest request from the page's fields (from, to, an optional JSON filter, the
-    cursor), validated by reingest.parse as the API's is; and the fields to carry on."""
-    fields = {name: form.get(name, "").strip() for name in ("from", "to", "filter", "after")}
-    body: dict[str, Any] = {"from": fields["from"], "to": fields["to"], "dry_run": dry_run}
-    if fields["filter"]:
-        try:
-            body["filter"] = json.loads(fields["filter"])
-        except ValueError:
-            raise Problem(
-                422,
-                "Invalid re-ingest",
-                'filter must be JSON: {"path": "input.type", "op": "eq", "value": "paid"}',
-            ) from None
-    if fields["after"]:
-        if not fields["after"].isdigit() or len(fields["after"]) > 19:
-            raise Problem(400, "Invalid re-ingest", "continue from the previous page")
-        body["after"] = int(fields["after"])
-    return reingest.parse(body), fields
-
-
-@bp.get("/workflows/<workflow_key:key>/reingest")
-@signed_in
-def reingest_page(key: str) -> str:
-    """Re-ingest archived webhooks of a range: the form, then (with a range) a dry run —
-    how many of this page match and a sample — and the confirmation form."""
-    require(key, write=True)
-    preview = None
-    fields = {"from": "", "to": "", "filter": "", "after": ""}
-    if request.args.get("from") or request.args.get("to"):
-        parsed, fields = _reingest_request(request.args, dry_run=True)
-        with connection() as conn:
-            preview = operate.reingest(conn, g.api_key, key, parsed)
-    return render_template(
-        "reingest.html", key=key, fields=fields, preview=preview, result=None, csrf=_csrf()
-    )
-
-
-@bp.post("/workflows/<workflow_key:key>/reingest")
-@signed_in
-def reingest_post(key: str) -> str:
-    """The confirmed re-ingest of one page (at most reingest.MAX_PER_REQUEST executions of
-    the newest version, with the signed-in key as actor); `next` continues the range."""
-    api_key = require(key, write=True)
-    parsed, fields = _reingest_request(request.form, dry_run=False)
-    with connection() as conn:
-        result = operate.reingest(conn, api_key, key, parsed)
-    return render_template(
-        "reingest.html", key=key, fields=fields, preview=None, result=result, csrf=_csrf()
-    )
-
-
-@bp.post("/workflows/<workflow_key:key>/pause")
-@signed_in
-def pause_workflow(key: str) -> BaseResponse:
-    """Pause a workflow (docs/contract.md#pause), then back to its page."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        operate.pause_workflow(conn, api_key, key)
-    return redirect(url_for("console.workflow", key=key), 303)
-
-
-@bp.post("/workflows/<workflow_key:key>/resume")
-@signed_in
-def resume_workflow(key: str) -> BaseResponse:
-    """Resume a workflow (with `onto`, a version number: its never-started executions
-    re-pinned onto it first), then back to its page."""
-    api_key = require(key, write=True)
-    onto = request.form.get("onto", "")
-    with connection() as conn:
-        operate.resume_workflow(conn, api_key, key, int(onto) if onto.isdigit() else None)
-    return redirect(url_for("console.workflow", key=key), 303)
-
-
-# ---- schedules (docs/contract.md#schedules), as the API's schedule endpoints ---------------------
-
-
-def _back_to_workflow(key: str) -> BaseResponse:
-    return redirect(url_for("console.workflow", key=key) + "#schedule", 303)
-
-
-@bp.post("/workflows/<workflow_key:key>/schedule/pause")
-@signed_in
-def pause_schedule(key: str) -> BaseResponse:
-    """Pause the schedule (due ticks are ledgered paused), then back to the workflow."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        operate.pause_schedule(conn, api_key, key)
-    return _back_to_workflow(key)
-
-
-@bp.post("/workflows/<workflow_key:key>/schedule/resume")
-@signed_in
-def resume_schedule(key: str) -> BaseResponse:
-    """Resume the schedule, then back to the workflow."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        operate.resume_schedule(conn, api_key, key)
-    return _back_to_workflow(key)
-
-
-@bp.post("/workflows/<workflow_key:key>/schedule/trigger")
-@signed_in
-def trigger_schedule(key: str) -> BaseResponse:
-    """Fire a tick now; on to its execution, or back to the ledger, whose newest row says
-    why none started (skipped under the overlap policy, buffered)."""
-    api_key = require(key, write=True)
-    with connection() as conn:
-        tick = operate.trigger_schedule(conn, api_key, key)
-    if tick["execution_id"]:
-        return redirect(url_for("console.execution", execution_id=tick["execution_id"]), 303)
-    return _back_to_workflow(key)
-
-
-def _form_instant(name: str) -> datetime:
-    """A backfill bound from the form: a datetime-local value is UTC, as the form says;
-    one with an offset keeps it."""
-    text = request.form.get(name, "").strip()
-    try:
-        moment = datetime.fromisoformat(text)
-        return definitions.parse_until(
-            (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
-        )
-    except ValueError:
-        raise Problem(
-            400, "Invalid backfill", f"{name} must be a date and time such as 2026-12-01T09:30"
-        ) from None
-
-
-@bp.post("/workflows/<workflow_key:key>/schedule/backfill")
-@signed_in
-def backfill_schedule(key: str) -> str:
-    """A backfill's dry run (the ticks it would fire, and a button to fire them) or the
-    backfill itself (what became of each tick)."""
-    api_key = require(key, write=True)
-    start, end = _form_instant("from"), _form_instant("to")
-    if end < start:
-        raise Problem(400, "Invalid backfill", "to must not be before from")
-    dry_run = request.form.get("dry_run") == "1"
-    with connection() as conn:
-        items = operate.backfill_schedule(conn, api_key, key, start, end, dry_run=dry_run)
-    return render_template(
-        "backfill.html",
-        key=key,
-        items=items,
-        dry_run=dry_run,
-        start=request.form["from"],
-        end=request.form["to"],
-        csrf=_csrf(),
-    )
-
-
-# ---- open circuits (docs/contract.md#circuits) ---------------------------------------------------
-
-
-@bp.get("/circuits")
-@signed_in
-def circuits() -> str:
-    """The limits whose circuit is open or half-open or that a Retry-After holds, with a
-    close button where the key may write: a workflow's own limits for a key that may
-    write that workflow, the operator's host and shared limits for a key for every
-    workflow (docs/reference/security.md, "Who owns a limit")."""
-    key: apikeys.ApiKey = g.api_key
-    with connection() as conn:
-        found = outbound.open_or_held(conn, key.workflows)
-    for row in found:
-        if row["workflow"] is None:
-            row["closable"] = key.workflows is None and may(None, write=True)
-        else:
-            row["closable"] = may(row["workflow"], write=True)
-    return render_template(
-        "circuits.html",
-        circuits=found,
-        closable=any(row["closable"] for row in found),
-        closed=request.args.get("closed"),
-        csrf=_csrf(),
-    )
-
-
-@bp.post("/circuits/close")
-@signed_in
-def close_circuit() -> BaseResponse:
-    """Close a limit's circuit and end its hold by hand (the operator knows the host is
-    back): its waiting steps go at once. The same rule as POST
-    /api/v1/circuits/{key}/close."""
-    workflow = request.form.get("workflow") or None
-    key: apikeys.ApiKey = require(workflow, write=True)
-    if workflow is None and key.workflows is not None:
-        raise Forbidden("the operator's limits need a key for every workflow")
-    circuit = request.form.get("key", "")
-    if not circuit:
-        raise Problem(400, "Invalid circuit", "name the circuit's key")
-    with connection() as conn:
-        if not operate.close_circuit(conn, circuit, workflow):
-            raise NotFound(f"no open circuit or hold has key {circuit!r}")
-    return redirect(url_for("console.circuits", closed=circuit), 303)
