@@ -16,8 +16,9 @@ from flowforge.domain import inputschema
 from flowforge.domain.model import MAX_IDEMPOTENCY_KEY, ExecutionStatus
 from flowforge.errors import Conflict, NotFound
 from flowforge.observe import metrics, tracing
-from flowforge.store import flowcontrol, grouping, intake, sources
+from flowforge.store import flowcontrol, sources
 from flowforge.trust import presets, signatures
+from flowforge.usecases import grouping, intake
 
 logger = logging.getLogger(__name__)
 

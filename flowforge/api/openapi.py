@@ -24,7 +24,8 @@ from flowforge.domain.model import (
     WebhookAuth,
 )
 from flowforge.domain.operations import ACTIONS, Action, Kind
-from flowforge.store import reingest, sources
+from flowforge.store import sources
+from flowforge.usecases import reingest
 
 bp = Blueprint("openapi", __name__)
 

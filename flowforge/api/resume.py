@@ -16,8 +16,9 @@ from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.errors import NotFound
-from flowforge.store import resumes, waits
+from flowforge.store import waits
 from flowforge.trust import signatures
+from flowforge.usecases import resumes
 
 logger = logging.getLogger(__name__)
 

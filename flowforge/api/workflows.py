@@ -9,9 +9,10 @@ from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.errors import Forbidden
-from flowforge.store import catalog, grouping, intake, pausing, reingest
+from flowforge.store import catalog
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
+from flowforge.usecases import grouping, intake, pausing, reingest
 
 # A supplied secret's length: the providers' are 32-70 characters; shorter is guessable.
 

@@ -18,20 +18,10 @@ from flowforge.domain.definitions import parse_until
 from flowforge.domain.model import ExecutionQuery
 from flowforge.domain.operations import Action, Answer
 from flowforge.errors import NotFound
-from flowforge.store import (
-    actions,
-    apikeys,
-    catalog,
-    grouping,
-    outbound,
-    pausing,
-    reingest,
-    replay,
-    schedules,
-    timeline,
-)
+from flowforge.store import apikeys, catalog, outbound, schedules, timeline
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
+from flowforge.usecases import actions, grouping, pausing, reingest, replay
 
 
 def _cli_actor() -> dict[str, str]:

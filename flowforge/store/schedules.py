@@ -47,9 +47,10 @@ from flowforge.domain.model import (
     sql_list,
 )
 from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
-from flowforge.store import actions, creation, flowcontrol, intake
+from flowforge.store import creation, flowcontrol
 from flowforge.store.db import notify_relay, one
 from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.usecases import actions, intake
 
 logger = logging.getLogger(__name__)
 

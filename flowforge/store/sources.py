@@ -34,9 +34,10 @@ from flowforge.domain.definitions import OPS, DefinitionInvalid
 from flowforge.domain.jsonvalues import is_number
 from flowforge.domain.model import KeyOrigin, WebhookAuth, is_key
 from flowforge.errors import Conflict, NotFound
-from flowforge.store import archive, catalog, grouping, intake
+from flowforge.store import archive, catalog
 from flowforge.store.db import one
 from flowforge.trust import sealing, signatures
+from flowforge.usecases import grouping, intake
 
 MAX_SUBSCRIPTIONS = 50
 MAX_CONDITIONS = 20

@@ -19,8 +19,9 @@ import time
 import psycopg_pool
 
 from flowforge.observe import metrics
-from flowforge.store import grouping, schedules
+from flowforge.store import schedules
 from flowforge.store.db import one, wrap_exceptions
+from flowforge.usecases import grouping
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)

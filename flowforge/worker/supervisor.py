@@ -28,9 +28,10 @@ from prometheus_client import start_http_server
 from flowforge.errors import ConfigError
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
-from flowforge.store import intake, runs, waits
+from flowforge.store import runs, waits
 from flowforge.store.config import Settings
 from flowforge.store.db import conninfo, create_pool
+from flowforge.usecases import intake
 from flowforge.worker.broker import QueueHead, Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor

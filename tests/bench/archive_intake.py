@@ -17,7 +17,8 @@ import time
 import psycopg
 
 from flowforge.domain.definitions import parse_definition
-from flowforge.store import catalog, intake
+from flowforge.store import catalog
+from flowforge.usecases import intake
 
 PER_ROUND, ROUNDS = 500, 6
 STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind }}"}}]

@@ -15,9 +15,10 @@ import pytest
 from flowforge.domain.definitions import parse_definition
 from flowforge.domain.engine import Run
 from flowforge.domain.model import ExecutionStatus, Outcome, StepStatus, execution_event
-from flowforge.store import catalog, intake
+from flowforge.store import catalog
 from flowforge.store.db import one
 from flowforge.store.runs import load_run, save_run, unit_of_work
+from flowforge.usecases import intake
 from flowforge.worker.reconciler import MAX_DOUBLINGS, REDISPATCH
 from flowforge.worker.timers import WAKE_DUE, WAKE_PARAMS
 from tests.support.definitions import http, workflow

@@ -12,9 +12,10 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.store import flowcontrol, intake, runs, schedules
+from flowforge.store import flowcontrol, runs, schedules
 from flowforge.store.db import conninfo
 from flowforge.store.outbox import CHANNEL, LISTEN_OUTBOX
+from flowforge.usecases import intake
 from flowforge.worker import reconciler, timers
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay

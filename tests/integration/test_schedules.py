@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 from flowforge import cli
-from flowforge.store import apikeys, intake, schedules
+from flowforge.store import apikeys, schedules
+from flowforge.usecases import intake
 from tests.support.processes import wait_for
 
 STEP = [{"id": "shape", "type": "transform", "output": {"at": "{{ input.scheduled_at }}"}}]

@@ -16,7 +16,8 @@ import pytest
 
 from flowforge.api import openapi
 from flowforge.domain import definitions, model
-from flowforge.store import reingest, sources
+from flowforge.store import sources
+from flowforge.usecases import reingest
 
 SOURCE = Path(openapi.__file__)
 SCHEMAS = openapi.DOCUMENT["components"]["schemas"]

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from flowforge.domain.engine import Changes, StepState
 from flowforge.domain.model import Outcome
 from flowforge.observe import tracing
-from flowforge.store.intake import uuid7
+from flowforge.usecases.intake import uuid7
 from tests.support.definitions import http, unsigned
 from tests.support.processes import ROOT
 

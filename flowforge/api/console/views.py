@@ -54,18 +54,8 @@ from flowforge.domain.model import (
 )
 from flowforge.domain.operations import Kind
 from flowforge.errors import ClientError, Forbidden, NotFound
-from flowforge.store import (
-    apikeys,
-    catalog,
-    grouping,
-    outbound,
-    reingest,
-    replay,
-    schedules,
-    search,
-    sessions,
-    timeline,
-)
+from flowforge.store import apikeys, catalog, outbound, schedules, search, sessions, timeline
+from flowforge.usecases import grouping, reingest, replay
 
 # Groups a workflow page lists (docs/contract.md#debounce-batch).
 GROUPS_SHOWN = 50

@@ -42,8 +42,9 @@ from flowforge.domain.definitions import Definition, Grouping
 from flowforge.domain.model import FLOW_CONTROL_ACTOR, GroupStatus, KeyOrigin
 from flowforge.domain.templating import TemplateError, render
 from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
-from flowforge.store import actions, creation, flowcontrol, intake
+from flowforge.store import creation, flowcontrol
 from flowforge.store.db import notify_relay, pipelined_transaction
+from flowforge.usecases import actions, intake
 
 logger = logging.getLogger(__name__)
 

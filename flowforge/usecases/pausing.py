@@ -26,10 +26,11 @@ from psycopg.types.json import Jsonb
 
 from flowforge.domain.model import EventKind, ExecutionStatus, PauseReason
 from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import flowcontrol, intake
+from flowforge.store import flowcontrol
 from flowforge.store.db import notify_relay
 from flowforge.store.outbox import INSERT_WAKEUPS
 from flowforge.store.runs import definition_for, load_run, save_run, unit_of_work
+from flowforge.usecases import intake
 
 # What `onto` names: a version number, or the newest.
 Onto = int | Literal["latest"]

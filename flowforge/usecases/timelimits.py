@@ -15,8 +15,8 @@ import psycopg
 
 from flowforge.domain.model import FLOW_CONTROL_ACTOR, LIVE_EXECUTION_SQL
 from flowforge.errors import DatabaseUnavailable
-from flowforge.store import actions
 from flowforge.store.db import wrap_exceptions
+from flowforge.usecases import actions
 
 logger = logging.getLogger(__name__)
 
