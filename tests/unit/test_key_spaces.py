@@ -24,7 +24,7 @@ SITES = {
     ("store/sources.py", "route"): "system",  # source:<name>:<delivery id>
     ("usecases/reingest.py", "_accept"): "system",  # reingest:<delivery id>
     ("store/children.py", "start"): "system",  # child:<parent>:<step>:<fencing token>
-    ("store/schedules.py", "params_for"): "system",  # schedule:<instant>
+    ("usecases/ticks.py", "params_for"): "system",  # schedule:<instant>
     ("usecases/grouping.py", "_params"): "none",  # a group's execution: the group row is its key
     ("usecases/intake.py", "accept"): "parameter",  # origin= its caller's, client by default
     ("usecases/grouping.py", "record"): "parameter",

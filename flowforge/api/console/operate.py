@@ -13,13 +13,13 @@ import psycopg
 from flowforge.domain.operations import Action
 from flowforge.store import outbound, schedules
 from flowforge.store.apikeys import ApiKey
-from flowforge.usecases import actions, pausing
+from flowforge.usecases import actions, pausing, ticks
 from flowforge.usecases import reingest as reingest_module
 from flowforge.usecases import replay as replay_module
 
 # One per process, as the API's schedule endpoints keep: it caches intake targets, which
 # the intake statement re-checks.
-_TICKER = schedules.Ticker()
+_TICKER = ticks.Ticker()
 
 
 def act(
