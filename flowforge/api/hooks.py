@@ -18,7 +18,7 @@ from flowforge.errors import Conflict, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, sources
 from flowforge.trust import presets, signatures
-from flowforge.usecases import grouping, intake
+from flowforge.usecases import grouping, intake, routing
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _route(
     conn: psycopg.Connection, source: sources.Source, raw: bytes
 ) -> tuple[Response, int, dict[str, str]]:
     """An event for a source: verified with the source's secrets, then one execution per
-    matching subscription in one transaction (sources.route); looked up afresh once
+    matching subscription in one transaction (routing.route); looked up afresh once
     when the cached source or a cached workflow target is behind."""
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     for attempt in range(2):
@@ -161,7 +161,7 @@ def _route(
             verified = _verified(source.auth, source.secrets, raw, "source")
         except signatures.SignatureInvalid as exc:
             fresher = (
-                sources.SOURCES.recheck(conn, source, encryption_key) if attempt == 0 else None
+                routing.SOURCES.recheck(conn, source, encryption_key) if attempt == 0 else None
             )
             if fresher is None:
                 logger.info("webhook refused", extra={"source": source.name, "reason": str(exc)})
@@ -169,14 +169,14 @@ def _route(
             source = fresher
             continue
         if (handshake := _handshake(verified)) is not None:
-            sources.record_handshake(conn, source, raw, _idempotency_key(verified))
+            routing.record_handshake(conn, source, raw, _idempotency_key(verified))
             return jsonify(handshake), 200, {}
         body = parse_json(raw)
         headers = {name.lower(): value for name, value in request.headers.items()}
         try:
-            routed = sources.route(
+            routed = routing.route(
                 conn,
-                sources.SOURCES,
+                routing.SOURCES,
                 source,
                 raw,
                 body,
@@ -186,7 +186,7 @@ def _route(
                 fresh=attempt > 0,
             )
         except sources.StaleSource:
-            fresh = sources.SOURCES.load(conn, source.name, encryption_key)
+            fresh = routing.SOURCES.load(conn, source.name, encryption_key)
             if fresh is None:
                 raise NotFound(f"source {source.name!r} does not exist") from None
             source = fresh
@@ -248,12 +248,12 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     raw = read_body()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        source = sources.SOURCES.cached(conn, key, encryption_key)
+        source = routing.SOURCES.cached(conn, key, encryption_key)
         if source is None:
             try:
                 accepted = _accept(conn, key, raw, span.traceparent)
             except NotFound:
-                source = sources.SOURCES.load(conn, key, encryption_key)
+                source = routing.SOURCES.load(conn, key, encryption_key)
                 if source is None:
                     raise
         if source is not None:

@@ -21,7 +21,7 @@ ROOT = Path(flowforge.__file__).parent
 # Each site: (module, function) -> the key space it writes ("none": no key at all).
 SITES = {
     ("api/hooks.py", "_accept"): "client",  # a workflow's own webhook: the sender's key
-    ("store/sources.py", "route"): "system",  # source:<name>:<delivery id>
+    ("usecases/routing.py", "route"): "system",  # source:<name>:<delivery id>
     ("usecases/reingest.py", "_accept"): "system",  # reingest:<delivery id>
     ("store/children.py", "start"): "system",  # child:<parent>:<step>:<fencing token>
     ("usecases/ticks.py", "params_for"): "system",  # schedule:<instant>
