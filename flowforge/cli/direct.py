@@ -21,7 +21,7 @@ from flowforge.errors import NotFound
 from flowforge.store import apikeys, catalog, outbound, schedules, timeline
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
-from flowforge.usecases import actions, grouping, pausing, reingest, replay
+from flowforge.usecases import actions, grouping, pausing, publishing, reingest, replay, ticks
 
 
 def _cli_actor() -> dict[str, str]:
@@ -131,7 +131,7 @@ class Database:
     def publish(self, key: str, document: Any) -> dict[str, Any]:
         """Validate and publish, checking secret bindings as the API does."""
         definition = catalog.publishable(key, document, Settings.from_env().secret_bindings)
-        return catalog.publish(self.conn, key, document, definition, None)
+        return publishing.publish(self.conn, key, document, definition, None)
 
     def create_secret(self, key: str) -> dict[str, Any]:
         """A new signing secret, with the API's warning when nothing checks it."""
@@ -178,7 +178,7 @@ class Database:
 
     def trigger_schedule(self, key: str) -> dict[str, Any]:
         """Fire a tick now; answers what became of it."""
-        return schedules.Ticker().trigger(self.conn, key, _cli_actor()).view()
+        return ticks.Ticker().trigger(self.conn, key, _cli_actor()).view()
 
     def backfill_schedule(self, key: str, start: str, end: str, dry_run: bool) -> dict[str, Any]:
         """Fire (or, dry, list) the ticks of a past range that have not fired."""
@@ -188,7 +188,7 @@ class Database:
             raise schedules.BackfillInvalid(str(exc)) from None
         if last < first:
             raise schedules.BackfillInvalid("to must not be before from")
-        items = schedules.Ticker().backfill(
+        items = ticks.Ticker().backfill(
             self.conn, key, first, last, dry_run=dry_run, actor=_cli_actor()
         )
         return {"dry_run": dry_run, "items": items}
