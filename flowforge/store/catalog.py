@@ -319,7 +319,7 @@ def revoke_secret(conn: psycopg.Connection, key: str, secret_id: int) -> None:
         raise NotFound(f"workflow {key!r} has no webhook secret {secret_id}")
 
 
-# docs/contract.md#pause: a workflow's pause (written by store/pausing.py), as its documents show
+# docs/contract.md#pause: a workflow's pause (written by usecases/pausing.py), as its documents show
 # it.
 PAUSE_STATE = "SELECT paused_at, paused_by FROM workflows WHERE key = %(key)s"
 

@@ -41,7 +41,7 @@ def test_off_by_default_loads_no_opentelemetry_module() -> None:
     OTEL_* variable, and not one opentelemetry module in the process."""
     code = (
         "import sys; from flowforge.observe import tracing; "
-        "from flowforge.store import runs, intake; "
+        "from flowforge.store import runs; from flowforge.usecases import intake; "
         "import flowforge.api.hooks, flowforge.worker.executor, flowforge.worker.main; "
         "assert tracing.configure({}) is False; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
