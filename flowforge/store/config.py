@@ -142,7 +142,7 @@ def _encryption_key(env: Mapping[str, str]) -> bytes | None:
 
 def _resume_key(env: Mapping[str, str]) -> bytes | None:
     """FLOWFORGE_RESUME_KEY, else the systemd credential resume_key: signs resume URLs of
-    wait steps (flowforge/store/waits.py). The API checks them and the worker renders them."""
+    wait steps (flowforge/trust/resume_tokens.py). The API checks them and the worker renders them."""
     return _key(env, "FLOWFORGE_RESUME_KEY", "resume_key", "flowforge.store.waits")
 
 
@@ -524,7 +524,7 @@ class Settings:
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/trust/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
-    # Signs and checks resume URLs of wait steps (flowforge/store/waits.py); never printed.
+    # Signs and checks resume URLs of wait steps (flowforge/trust/resume_tokens.py); never printed.
     resume_key: bytes | None = field(default=None, repr=False)
     # FLOWFORGE_PUBLIC_URL: the base of resume URLs; None refuses to render them.
     public_url: str | None = None

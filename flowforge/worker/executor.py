@@ -39,10 +39,11 @@ from flowforge.errors import DatabaseError, DatabaseUnavailable
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
 from flowforge.steps.http_step import Rendered, perform, render_request
-from flowforge.store import outbound, waits
+from flowforge.store import outbound
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, wrap_exceptions
 from flowforge.store.outbox import INSERT_WAKEUPS
 from flowforge.store.runs import load_run, on_commit, save_run, unit_of_work
+from flowforge.trust import resume_tokens
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
 
@@ -229,7 +230,7 @@ class Executor:
         allow: netguard.Allowlist,
         secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
-        resume: waits.ResumeUrls | None = None,
+        resume: resume_tokens.ResumeUrls | None = None,
         host_limits: Mapping[str, LimitSpec] | None = None,
         shared_limits: Mapping[str, outbound.SharedLimit] | None = None,
         wake_in: Callable[[float], None] | None = None,
