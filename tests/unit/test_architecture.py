@@ -32,10 +32,11 @@ IO_LIBRARIES = {"psycopg", "psycopg_pool", "pika", "requests", "urllib3", "flask
 # statements, and the key rule sits in the model (api → console → views → catalog →
 # schedules → intake → actions → runs → engine → definitions → templating → jsonvalues →
 # errors). A new import may not make it longer. Still 13 since the use cases left the store
-# (api → console → views → operate → pausing → intake → actions → runs → engine →
-# definitions → templating → jsonvalues → errors): the store's chain is now at most
-# STORE_FLOORS, but six of the thirteen are runs and the rules below it, and four are the
-# API and its console above the use case.
+# (api → console → views → operate → ticks → intake → actions → runs → flowcontrol →
+# definitions → templating → jsonvalues → errors): the store's own chain is now at most
+# STORE_FLOORS, but six of the thirteen are runs and the rules below it, four the API and
+# its console above the use cases, and three use cases calling one another (a tick goes
+# through the intake, which stops what it replaced).
 LONGEST_CHAIN = 13
 # The store's floors: the longest chain of runtime imports between store/ modules, counted
 # in modules (9 when the use cases lived in it: sources → catalog → schedules → intake →
