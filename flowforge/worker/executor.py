@@ -24,6 +24,7 @@ import psycopg
 import psycopg_pool
 
 from flowforge import faults
+from flowforge.domain import operator_limits
 from flowforge.domain.definitions import LimitSpec
 from flowforge.domain.engine import PURE_TYPES, Run, StepState, since_resume
 from flowforge.domain.model import (
@@ -232,7 +233,7 @@ class Executor:
         max_response_bytes: int = 262_144,
         resume: resume_tokens.ResumeUrls | None = None,
         host_limits: Mapping[str, LimitSpec] | None = None,
-        shared_limits: Mapping[str, outbound.SharedLimit] | None = None,
+        shared_limits: Mapping[str, operator_limits.SharedLimit] | None = None,
         wake_in: Callable[[float], None] | None = None,
         ageing_s: float = DEFAULT_AGEING_S,
         wake_at_place: Callable[[Wakeup, float], None] | None = None,
