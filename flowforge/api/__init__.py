@@ -31,9 +31,10 @@ from flowforge.api.ratelimit import RateLimiter
 from flowforge.api.serve import new_request_id
 from flowforge.logs import configure_logging
 from flowforge.observe import metrics, tracing
-from flowforge.store import intake, runs
+from flowforge.store import runs
 from flowforge.store.config import Settings
 from flowforge.store.db import create_pool
+from flowforge.usecases import intake
 
 # A request waits for the database at most this long (plus db.REPLY_MARGIN_S), so a stalled
 # database is a 503 problem well before gunicorn's worker timeout (15 s, api/serve.py)

@@ -28,8 +28,9 @@ from flowforge.domain.model import (
 )
 from flowforge.domain.operations import ACTIONS, Action, Kind
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
-from flowforge.store import actions, grouping, outbound, replay, timeline
+from flowforge.store import outbound, timeline
 from flowforge.store.apikeys import ApiKey
+from flowforge.usecases import actions, grouping, replay
 
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 

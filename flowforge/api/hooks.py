@@ -16,8 +16,9 @@ from flowforge.domain import inputschema
 from flowforge.domain.model import MAX_IDEMPOTENCY_KEY, ExecutionStatus
 from flowforge.errors import Conflict, InvalidParameter, NotFound
 from flowforge.observe import metrics, tracing
-from flowforge.store import flowcontrol, grouping, intake, sources
+from flowforge.store import flowcontrol, sources
 from flowforge.trust import presets, signatures
+from flowforge.usecases import grouping, intake, routing
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def _route(
     conn: psycopg.Connection, source: sources.Source, raw: bytes
 ) -> tuple[Response, int, dict[str, str]]:
     """An event for a source: verified with the source's secrets, then one execution per
-    matching subscription in one transaction (sources.route); looked up afresh once
+    matching subscription in one transaction (routing.route); looked up afresh once
     when the cached source or a cached workflow target is behind."""
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     for attempt in range(2):
@@ -159,7 +160,7 @@ def _route(
             verified = _verified(source.auth, source.secrets, raw, "source")
         except signatures.SignatureInvalid as exc:
             fresher = (
-                sources.SOURCES.recheck(conn, source, encryption_key) if attempt == 0 else None
+                routing.SOURCES.recheck(conn, source, encryption_key) if attempt == 0 else None
             )
             if fresher is None:
                 logger.info("webhook refused", extra={"source": source.name, "reason": str(exc)})
@@ -167,14 +168,14 @@ def _route(
             source = fresher
             continue
         if (handshake := _handshake(verified)) is not None:
-            sources.record_handshake(conn, source, raw, _idempotency_key(verified))
+            routing.record_handshake(conn, source, raw, _idempotency_key(verified))
             return jsonify(handshake), 200, {}
         body = parse_json(raw)
         headers = {name.lower(): value for name, value in request.headers.items()}
         try:
-            routed = sources.route(
+            routed = routing.route(
                 conn,
-                sources.SOURCES,
+                routing.SOURCES,
                 source,
                 raw,
                 body,
@@ -184,7 +185,7 @@ def _route(
                 fresh=attempt > 0,
             )
         except sources.StaleSource:
-            fresh = sources.SOURCES.load(conn, source.name, encryption_key)
+            fresh = routing.SOURCES.load(conn, source.name, encryption_key)
             if fresh is None:
                 raise NotFound(f"source {source.name!r} does not exist") from None
             source = fresh
@@ -245,12 +246,12 @@ def _receive(key: str, span: tracing.Intake) -> tuple[Response, int, dict[str, s
     raw = read_body()
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
-        source = sources.SOURCES.cached(conn, key, encryption_key)
+        source = routing.SOURCES.cached(conn, key, encryption_key)
         if source is None:
             try:
                 accepted = _accept(conn, key, raw, span.traceparent)
             except NotFound:
-                source = sources.SOURCES.load(conn, key, encryption_key)
+                source = routing.SOURCES.load(conn, key, encryption_key)
                 if source is None:
                     raise
         if source is not None:

@@ -45,7 +45,8 @@ from flowforge.api.openapi_schemas import COMPONENTS
 from flowforge.api.openapi_storable import JSON_VALUE, storable, storable_paths
 from flowforge.domain import definitions, model
 from flowforge.domain.operations import ACTIONS, Action, Kind
-from flowforge.store import reingest, sources
+from flowforge.store import sources
+from flowforge.usecases import reingest
 
 __all__ = ["DOCUMENT", "PATHS", "STEP_SCHEMAS", "WEBHOOK_HEADERS", "bp", "operation_id"]
 

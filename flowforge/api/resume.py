@@ -15,8 +15,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.errors import InvalidParameter, NotFound
-from flowforge.store import resumes, waits
-from flowforge.trust import signatures
+from flowforge.trust import resume_tokens, signatures
+from flowforge.usecases import resumes
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def resume(token: str) -> tuple[Response, int, dict[str, str]]:
         # Without the key no token is genuine here. The same 404 as for a forged token
         # (a deployment without wait steps needs no key), and a word for the operator
         # when the token looks like one a worker made.
-        if token.startswith(waits.PREFIX):
+        if token.startswith(resume_tokens.PREFIX):
             logger.error("a resume was refused: FLOWFORGE_RESUME_KEY is not set on this API")
         raise NotFound("no such resume URL")
     if request.query_string:

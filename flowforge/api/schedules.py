@@ -16,11 +16,12 @@ from flowforge.domain.definitions import parse_until
 from flowforge.errors import InvalidBody
 from flowforge.store import schedules
 from flowforge.store.apikeys import ApiKey
+from flowforge.usecases import ticks
 
 bp = Blueprint("schedules", __name__, url_prefix="/api/v1/workflows")
 
 # One Ticker per process: it caches intake targets, re-checked by the intake statement.
-_TICKER = schedules.Ticker()
+_TICKER = ticks.Ticker()
 
 
 @bp.get("/<workflow_key:key>/schedule")

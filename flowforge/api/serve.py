@@ -31,8 +31,9 @@ from flowforge.errors import ConfigError
 from flowforge.launcher import METRICS_DIR_ENV
 from flowforge.logs import JsonFormatter, configure_logging
 from flowforge.observe import tracing
-from flowforge.store import budget, waits
+from flowforge.store import budget
 from flowforge.store.config import Settings
+from flowforge.trust import resume_tokens
 
 # Bounds on what one connection may cost a sync worker; every request FlowForge serves
 # is a few milliseconds and a few hundred bytes of head. Options given to bin/api come
@@ -111,7 +112,7 @@ def log_request(
         "request",
         extra={
             "method": method,
-            "path": waits.loggable_path(path),
+            "path": resume_tokens.loggable_path(path),
             "status": status,
             "duration_ms": round(duration.total_seconds() * 1000, 3),
             "request_id": request_id,
@@ -213,7 +214,7 @@ class ProblemWorker(SyncWorker):
                 extra={
                     "error": type(exc).__name__,
                     "method": method,
-                    "path": waits.loggable_path(path),
+                    "path": resume_tokens.loggable_path(path),
                 },
             )
         else:

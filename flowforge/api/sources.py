@@ -12,6 +12,7 @@ from flowforge.errors import Forbidden
 from flowforge.store import sources
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
+from flowforge.usecases import routing
 
 bp = Blueprint("sources", __name__, url_prefix="/api/v1/sources")
 
@@ -53,7 +54,7 @@ def create_secret(name: str) -> tuple[Response, int]:
     encryption_key = current_app.extensions["flowforge.settings"].encryption_key
     with connection() as conn:
         created = sources.create_secret(conn, name, value, encryption_key)
-        sources.SOURCES.forget(conn, name, encryption_key)
+        routing.SOURCES.forget(conn, name, encryption_key)
     if supplied is None:
         created["secret"] = value
     return jsonify(created), 201
@@ -66,5 +67,5 @@ def revoke_secret(name: str, secret_id: int) -> tuple[str, int]:
     with connection() as conn:
         sources.revoke_secret(conn, name, secret_id)
         encryption_key = current_app.extensions["flowforge.settings"].encryption_key
-        sources.SOURCES.forget(conn, name, encryption_key)
+        routing.SOURCES.forget(conn, name, encryption_key)
     return "", 204

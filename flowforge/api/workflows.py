@@ -8,9 +8,10 @@ from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter
-from flowforge.store import catalog, grouping, intake, pausing, reingest
+from flowforge.store import catalog
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
+from flowforge.usecases import grouping, intake, pausing, publishing, reingest
 
 # A supplied secret's length: the providers' are 32-70 characters; shorter is guessable.
 
@@ -36,7 +37,7 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
             f"this API key may not write workflow {called[0]!r}, which a workflow step would start"
         )
     with connection() as conn:
-        published = catalog.publish(conn, key, document, definition, api_key.id)
+        published = publishing.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"
     return jsonify(published), 201, {"Location": location}
 

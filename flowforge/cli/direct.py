@@ -18,21 +18,10 @@ from flowforge.domain.definitions import parse_until
 from flowforge.domain.model import ExecutionQuery
 from flowforge.domain.operations import Action, Answer
 from flowforge.errors import NotFound
-from flowforge.store import (
-    actions,
-    apikeys,
-    catalog,
-    grouping,
-    notifications,
-    outbound,
-    pausing,
-    reingest,
-    replay,
-    schedules,
-    timeline,
-)
+from flowforge.store import apikeys, catalog, notifications, outbound, schedules, timeline
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
+from flowforge.usecases import actions, grouping, pausing, publishing, reingest, replay, ticks
 
 
 def _cli_actor() -> dict[str, str]:
@@ -163,7 +152,7 @@ class Database:
     def publish(self, key: str, document: Any) -> dict[str, Any]:
         """Validate and publish, checking secret bindings as the API does."""
         definition = catalog.publishable(key, document, Settings.from_env().secret_bindings)
-        return catalog.publish(self.conn, key, document, definition, None)
+        return publishing.publish(self.conn, key, document, definition, None)
 
     def check_draft(self, key: str, document: Any) -> dict[str, Any]:
         """The publish checks (secret bindings included) with nothing published."""
@@ -215,7 +204,7 @@ class Database:
 
     def trigger_schedule(self, key: str) -> dict[str, Any]:
         """Fire a tick now; answers what became of it."""
-        return schedules.Ticker().trigger(self.conn, key, _cli_actor()).view()
+        return ticks.Ticker().trigger(self.conn, key, _cli_actor()).view()
 
     def backfill_schedule(self, key: str, start: str, end: str, dry_run: bool) -> dict[str, Any]:
         """Fire (or, dry, list) the ticks of a past range that have not fired."""
@@ -225,7 +214,7 @@ class Database:
             raise schedules.BackfillInvalid(str(exc)) from None
         if last < first:
             raise schedules.BackfillInvalid("to must not be before from")
-        items = schedules.Ticker().backfill(
+        items = ticks.Ticker().backfill(
             self.conn, key, first, last, dry_run=dry_run, actor=_cli_actor()
         )
         return {"dry_run": dry_run, "items": items}

@@ -134,7 +134,7 @@ class GroupKind(StrEnum):
 
 
 class GroupStatus(StrEnum):
-    """Where a debounce or batch group stands; `intake_groups.status` (flowforge/store/grouping.py).
+    """Where a debounce or batch group stands; `intake_groups.status` (usecases/grouping.py).
     `open` takes events; `closed` is a full batch, due; `started` has its execution;
     `failed` could not start (its workflow was archived first, its concurrency key did not
     render) and is deleted retention_days later."""

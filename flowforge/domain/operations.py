@@ -1,6 +1,6 @@
 """The operator actions on one execution, each declared once (docs/contract.md#http-api,
 docs/reference/http-api.md): its name, what it takes, the unit of work it runs in
-flowforge/store/actions.py, how it answers, and when the console offers it. The API route,
+flowforge/usecases/actions.py, how it answers, and when the console offers it. The API route,
 the console's form and route, the CLI command (remote and on the box) and the OpenAPI path
 are all made from these declarations, so adding an action is its declaration here, its unit
 of work in the store and its transition in the engine.
@@ -168,7 +168,7 @@ class Action:
     help: str  # the CLI command's --help
     answers: dict[str, str]  # the success status(es) -> what it means
     route: str = ""  # the last path segment (default: the name), after /executions/<id>/
-    does: str = ""  # its unit of work, a function of store/actions.py (default: the name)
+    does: str = ""  # its unit of work, a function of usecases/actions.py (default: the name)
     example_args: str = ""  # what follows the execution id in the CLI command's example
     said: str = "execution {id} is now {status}"  # the CLI's answer, with the arguments
     refusals: tuple[int, ...] = (404, 409)  # what the unit of work may answer instead

@@ -27,8 +27,7 @@ from flowforge.domain.templating import (
     render_url,
 )
 from flowforge.steps import netguard
-from flowforge.store import waits
-from flowforge.trust import secret_bindings
+from flowforge.trust import resume_tokens, secret_bindings
 
 RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 # Response headers worth keeping in the step output; the rest are noise or private.
@@ -129,7 +128,7 @@ def _secrets_used(
 def _resume_urls(
     request: Mapping[str, Any],
     execution_id: str,
-    resume: waits.ResumeUrls | None,
+    resume: resume_tokens.ResumeUrls | None,
     rounds: Mapping[str, int],
 ) -> dict[str, dict[str, str]]:
     """The resume URLs a request names ({{ waits.STEP.url }}), as template context."""
@@ -141,7 +140,7 @@ def _resume_urls(
     }
     if not names:
         return {}
-    resume = resume or waits.ResumeUrls(public_url=None, key=None)  # fails, saying what
+    resume = resume or resume_tokens.ResumeUrls(public_url=None, key=None)  # fails, saying what
     return {
         name: {"url": resume.url(execution_id, name, rounds.get(name, 0))} for name in sorted(names)
     }
@@ -151,7 +150,7 @@ def render_request(
     step: Step,
     context: Mapping[str, Any],
     bindings: secret_bindings.Bindings,
-    resume: waits.ResumeUrls | None = None,
+    resume: resume_tokens.ResumeUrls | None = None,
     rounds: Mapping[str, int] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Rendered:
@@ -159,7 +158,7 @@ def render_request(
     object, and only the secrets bound to the execution's workflow are read at all.
 
     `rounds` gives each wait step's round (its fencing token, bumped by a retry), so a
-    retried wait is rendered under a new resume URL (flowforge/store/waits.py). `env`: where
+    retried wait is rendered under a new resume URL (flowforge/trust/resume_tokens.py). `env`: where
     secrets are read (read_secret; `flowforge test` passes a fixture's test values)."""
     assert step.request is not None
     request = step.request

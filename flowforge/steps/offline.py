@@ -30,14 +30,14 @@ from flowforge.domain.templating import TemplateError
 from flowforge.steps import netguard
 from flowforge.steps.fixtures import Case
 from flowforge.steps.http_step import Rendered, classify, render_request
-from flowforge.store import waits
+from flowforge.trust import resume_tokens
 
 WORKER = "flowforge-test"
 # The worker's default cap on a response body (flowforge/worker/executor.py).
 MAX_RESPONSE_BYTES = 262_144
 # Where {{ waits.STEP.url }} points offline, and the key it is signed with: a test run's
 # resume URLs are well-formed but lead nowhere.
-OFFLINE_RESUME = waits.ResumeUrls("http://flowforge.test", b"flowforge-test-resume-key")
+OFFLINE_RESUME = resume_tokens.ResumeUrls("http://flowforge.test", b"flowforge-test-resume-key")
 # A run that takes more units of work than this is stuck in a loop the fixture made (a
 # target answering 503 forever to a step with a huge retry budget): stopped, said.
 MAX_UNITS = 10_000
@@ -109,10 +109,10 @@ class OfflineRun:
         *,
         workflow: str,
         version: int = 1,
-        resume: waits.ResumeUrls | None = None,
+        resume: resume_tokens.ResumeUrls | None = None,
     ) -> None:
         if resume is None and case.public_url is not None:
-            resume = waits.ResumeUrls(case.public_url, OFFLINE_RESUME.key)
+            resume = resume_tokens.ResumeUrls(case.public_url, OFFLINE_RESUME.key)
         self.case, self.resume = case, resume or OFFLINE_RESUME
         self.run = new_run(definition, case, workflow, version)
         self.started_at = self.run.now

@@ -20,7 +20,7 @@ from typing import Any
 from flowforge.domain.templating import find_placeholders, iter_template_strings
 from flowforge.steps.fixtures import LOST
 from flowforge.steps.http_step import REDACTED, redactor
-from flowforge.store.waits import RESUME_PATH
+from flowforge.trust.resume_tokens import RESUME_PATH
 
 # A resume token as the API's resume path carries it: whatever follows the path.
 _RESUME_TOKEN = re.compile(re.escape(RESUME_PATH) + r"(?!\[)[^\s\"'\\/?#&<>]+")

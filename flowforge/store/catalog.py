@@ -6,13 +6,11 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Json, Jsonb
 
 from flowforge.domain.definitions import Definition, DefinitionInvalid, parse_definition
 from flowforge.domain.model import WORKFLOW_KEY
 from flowforge.domain.model import is_key as is_key  # callers may still ask catalog
 from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import schedules
 from flowforge.store.db import one
 from flowforge.trust import sealing, secret_bindings, signatures
 
@@ -194,51 +192,6 @@ def _path_back(conn: psycopg.Connection, key: str, first: str) -> list[str] | No
     return path[::-1]
 
 
-def publish(
-    conn: psycopg.Connection,
-    key: str,
-    document: Any,
-    definition: Definition,
-    created_by: int | None,
-) -> dict[str, Any]:
-    """Store the next immutable version of a workflow, creating the workflow if new."""
-    with conn.transaction():
-        conn.execute(LOCK_HOOKS_NAME, {"name": key})
-        if conn.execute(SOURCE_NAMED, {"name": key}).fetchone():
-            raise Conflict(f"{key!r} is a source; /hooks/{key} routes to its subscriptions")
-        if definition.child_workflows():
-            conn.execute(LOCK_COMPOSITION)
-            refuse_cycles(conn, key, definition)
-        workflow_id, version = one(conn.execute(BUMP_VERSION, {"key": key}))
-        (version_id, created_at) = one(
-            conn.execute(
-                INSERT_VERSION,
-                {
-                    "workflow_id": workflow_id,
-                    "version": version,
-                    "name": definition.name,
-                    "definition": Jsonb(document),
-                    "source": Json(document),
-                    "webhook_auth": definition.webhook_auth,
-                    "created_by": created_by,
-                },
-            )
-        )
-        # The schedule follows the newest version, decided in this same transaction.
-        schedules.derive(conn, workflow_id, version_id, document, definition)
-    published = {
-        "workflow": key,
-        "version": version,
-        "name": definition.name,
-        "webhook_auth": definition.webhook_auth,
-        "steps": [step.id for step in definition.steps],
-        "created_at": created_at.isoformat(),
-    }
-    if isinstance(document, dict) and "trigger" not in document:
-        published["warning"] = NO_TRIGGER_WARNING.format(key=key)
-    return published
-
-
 def list_workflows(conn: psycopg.Connection, keys: list[str] | None) -> list[dict[str, Any]]:
     """Every workflow (or those named) with its newest version."""
     with conn.cursor(row_factory=dict_row) as cur:
@@ -366,7 +319,7 @@ def revoke_secret(conn: psycopg.Connection, key: str, secret_id: int) -> None:
         raise NotFound(f"workflow {key!r} has no webhook secret {secret_id}")
 
 
-# docs/contract.md#pause: a workflow's pause (written by store/pausing.py), as its documents show
+# docs/contract.md#pause: a workflow's pause (written by usecases/pausing.py), as its documents show
 # it.
 PAUSE_STATE = "SELECT paused_at, paused_by FROM workflows WHERE key = %(key)s"
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flowforge.domain import operator_limits
 from flowforge.domain.definitions import LimitSpec
 from flowforge.domain.model import (
     DEFAULT_LEASE_S,
@@ -16,7 +17,6 @@ from flowforge.domain.model import (
     DEFAULT_MAX_DESCENDANTS,
 )
 from flowforge.errors import ConfigError
-from flowforge.store import outbound
 from flowforge.trust import sealing, secret_bindings
 
 __all__ = ["VARIABLES", "ConfigError", "Settings", "Variable"]
@@ -142,7 +142,8 @@ def _encryption_key(env: Mapping[str, str]) -> bytes | None:
 
 def _resume_key(env: Mapping[str, str]) -> bytes | None:
     """FLOWFORGE_RESUME_KEY, else the systemd credential resume_key: signs resume URLs of
-    wait steps (flowforge/store/waits.py). The API checks them and the worker renders them."""
+    wait steps (flowforge/trust/resume_tokens.py). The API checks them and the worker renders
+    them."""
     return _key(env, "FLOWFORGE_RESUME_KEY", "resume_key", "flowforge.store.waits")
 
 
@@ -539,7 +540,7 @@ class Settings:
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/trust/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
-    # Signs and checks resume URLs of wait steps (flowforge/store/waits.py); never printed.
+    # Signs and checks resume URLs of wait steps (flowforge/trust/resume_tokens.py); never printed.
     resume_key: bytes | None = field(default=None, repr=False)
     # FLOWFORGE_PUBLIC_URL: the base of resume URLs; None refuses to render them.
     public_url: str | None = None
@@ -555,7 +556,7 @@ class Settings:
     # (docs/contract.md#outbound-limits).
     host_limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     # FLOWFORGE_SHARED_LIMITS: limits the operator shares between named workflows.
-    shared_limits: Mapping[str, outbound.SharedLimit] = field(default_factory=dict)
+    shared_limits: Mapping[str, operator_limits.SharedLimit] = field(default_factory=dict)
     # FLOWFORGE_IDEMPOTENCY_KEY_HOURS: how long the worker's housekeeping keeps keys.
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS
     # FLOWFORGE_MAX_CHILD_DEPTH (docs/contract.md#child-workflows); the engine reads it through
@@ -625,8 +626,10 @@ class Settings:
             metrics_token=env.get("FLOWFORGE_METRICS_TOKEN", "").strip() or None,
             secret_bindings=bindings,
             idempotency_key_hours=_key_hours(env),
-            host_limits=outbound.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),
-            shared_limits=outbound.parse_shared_limits(env.get("FLOWFORGE_SHARED_LIMITS", "")),
+            host_limits=operator_limits.parse_host_limits(env.get("FLOWFORGE_OUTBOUND_LIMITS", "")),
+            shared_limits=operator_limits.parse_shared_limits(
+                env.get("FLOWFORGE_SHARED_LIMITS", "")
+            ),
             sync_unsafe_claims=_sync_level(env, "FLOWFORGE_SYNC_UNSAFE_CLAIMS"),
             sync_intake=_sync_level(env, "FLOWFORGE_SYNC_INTAKE"),
         )

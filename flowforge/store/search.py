@@ -24,7 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.model import ExecutionStatus
+from flowforge.domain.model import ExecutionStatus, StepStatus, sql_list
 from flowforge.errors import ClientError, StatementCancelled
 from flowforge.store.attention import BEYOND_THE_STATUS
 from flowforge.store.db import wrap_exceptions
@@ -138,10 +138,11 @@ LIMIT %(limit)s
 # only (at most PAGE_SIZE primary-key lookups): how it started and its first step error,
 # of a step that ended badly (a step that succeeded on a later try keeps the error of
 # the try before, which is no error of the execution).
-LIST_EXTRAS = """
+ENDED_BADLY = (StepStatus.FAILED, StepStatus.UNKNOWN)
+LIST_EXTRAS = f"""
 SELECT e.id, e.trigger, e.started_at,
        (SELECT s.error FROM steps s WHERE s.execution_id = e.id AND s.error IS NOT NULL
-          AND s.status IN ('failed', 'unknown')
+          AND s.status IN {sql_list(ENDED_BADLY)}
         ORDER BY s.position LIMIT 1) AS error
 FROM executions e WHERE e.id = ANY(%(ids)s::uuid[])
 """

@@ -11,7 +11,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from flowforge.domain.model import ExecutionQuery, ExecutionStatus, ItemStatus, item_status
+from flowforge.domain.model import (
+    ExecutionQuery,
+    ExecutionStatus,
+    ItemStatus,
+    StepStatus,
+    item_status,
+    sql_list,
+)
 from flowforge.errors import ClientError, NotFound
 from flowforge.store import attention, children, flowcontrol
 from flowforge.store.db import one
@@ -53,11 +60,13 @@ WHERE execution_id = %(id)s AND (step_id IS NULL OR strpos(step_id, '[') = 0) OR
 # cancelled and unknown ones, through the partial index steps_items_unsettled (0033).
 # Every other started item succeeded, so a map of 10,000 items that went well reads
 # nothing here, and a count by status never reads every item's rows.
-ITEM_TROUBLE = """
+# The partial index's own predicate, in its order (sql/0033).
+SETTLED = (StepStatus.SUCCEEDED, StepStatus.SKIPPED)
+ITEM_TROUBLE = f"""
 SELECT left(step_id, strpos(step_id, ']')) AS item, array_agg(status) AS statuses
 FROM steps
 WHERE execution_id = %(id)s AND starts_with(step_id, %(prefix)s)
-  AND strpos(step_id, '[') > 0 AND status NOT IN ('succeeded', 'skipped')
+  AND strpos(step_id, '[') > 0 AND status NOT IN {sql_list(SETTLED)}
 GROUP BY 1
 """
 # How many items of a map have rows, for a map that started before its output said so

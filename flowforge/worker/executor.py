@@ -24,6 +24,7 @@ import psycopg
 import psycopg_pool
 
 from flowforge import faults
+from flowforge.domain import operator_limits
 from flowforge.domain.definitions import LimitSpec
 from flowforge.domain.engine import PURE_TYPES, Run, StepState, since_resume
 from flowforge.domain.model import (
@@ -39,10 +40,11 @@ from flowforge.errors import DatabaseError, DatabaseUnavailable
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
 from flowforge.steps.http_step import Rendered, perform, render_request
-from flowforge.store import outbound, waits
+from flowforge.store import outbound
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, wrap_exceptions
 from flowforge.store.outbox import INSERT_WAKEUPS
 from flowforge.store.runs import load_run, on_commit, save_run, unit_of_work
+from flowforge.trust import resume_tokens
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
 
@@ -231,9 +233,9 @@ class Executor:
         allow: netguard.Allowlist,
         secret_bindings: Mapping[str, frozenset[str]],
         max_response_bytes: int = 262_144,
-        resume: waits.ResumeUrls | None = None,
+        resume: resume_tokens.ResumeUrls | None = None,
         host_limits: Mapping[str, LimitSpec] | None = None,
-        shared_limits: Mapping[str, outbound.SharedLimit] | None = None,
+        shared_limits: Mapping[str, operator_limits.SharedLimit] | None = None,
         wake_in: Callable[[float], None] | None = None,
         ageing_s: float = DEFAULT_AGEING_S,
         wake_at_place: Callable[[Wakeup, float], None] | None = None,

@@ -13,8 +13,8 @@ import threading
 
 import psycopg_pool
 
-from flowforge.store import actions
 from flowforge.store.db import wrap_exceptions
+from flowforge.usecases import actions
 from flowforge.worker.broker import QueueHead
 from flowforge.worker.loop import Loop, report
 from flowforge.worker.reconciler import Reconciler

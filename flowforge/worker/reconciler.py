@@ -14,9 +14,10 @@ import logging
 import psycopg_pool
 
 from flowforge.domain.model import FLOW_CONTROL_ACTOR
-from flowforge.store import actions, children, flowcontrol
+from flowforge.store import children, flowcontrol
 from flowforge.store.db import notify_relay, one, wrap_exceptions
 from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.usecases import actions
 from flowforge.worker.broker import QueueHead
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The scheduler: decides due schedule ticks (docs/contract.md#schedules) and starts due debounce
 and batch groups (docs/contract.md#debounce-batch). Every worker runs one; they coordinate through
-PostgreSQL alone (schedules.Ticker: due rows claimed FOR UPDATE SKIP LOCKED, each tick's execution
+PostgreSQL alone (ticks.Ticker: due rows claimed FOR UPDATE SKIP LOCKED, each tick's execution
 claimed by its idempotency key in the intake statement; grouping.Starter: a due group claimed FOR
 UPDATE SKIP LOCKED, started and marked in one transaction).
 
@@ -19,8 +19,9 @@ import time
 import psycopg_pool
 
 from flowforge.observe import metrics
-from flowforge.store import grouping, schedules
+from flowforge.store import schedules
 from flowforge.store.db import one, wrap_exceptions
+from flowforge.usecases import grouping, ticks
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class Scheduler(Loop):
     def __init__(self, pool: psycopg_pool.ConnectionPool, stop: threading.Event) -> None:
         super().__init__("scheduler", stop)
         self.pool = pool
-        self.ticker = schedules.Ticker()
+        self.ticker = ticks.Ticker()
         self.starter = grouping.Starter()
         self._trimmed_at = 0.0
 

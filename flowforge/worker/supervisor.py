@@ -28,9 +28,11 @@ from prometheus_client import start_http_server
 from flowforge.errors import ConfigError
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
-from flowforge.store import intake, runs, waits
+from flowforge.store import runs
 from flowforge.store.config import Settings
 from flowforge.store.db import conninfo, create_pool
+from flowforge.trust import resume_tokens
+from flowforge.usecases import intake
 from flowforge.worker.broker import QueueHead, Topology, heartbeat_seconds
 from flowforge.worker.consumer import Consumer
 from flowforge.worker.executor import Executor
@@ -119,7 +121,7 @@ class Worker:
             ageing_s=settings.priority_ageing_s,
             allow=allow,
             secret_bindings=settings.secret_bindings,
-            resume=waits.ResumeUrls(settings.public_url, settings.resume_key),
+            resume=resume_tokens.ResumeUrls(settings.public_url, settings.resume_key),
             host_limits=settings.host_limits,
             shared_limits=settings.shared_limits,
             wake_in=timers.wake_in,

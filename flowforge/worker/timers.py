@@ -18,9 +18,10 @@ from psycopg.types.json import Jsonb
 
 from flowforge.domain.model import ExecutionStatus, StepStatus, execution_moved, step_moved
 from flowforge.observe import metrics
-from flowforge.store import outbound, timelimits
+from flowforge.store import outbound
 from flowforge.store.db import notify_relay, one, wrap_exceptions
 from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.usecases import timelimits
 from flowforge.worker.loop import Loop
 
 logger = logging.getLogger(__name__)

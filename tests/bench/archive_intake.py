@@ -17,7 +17,7 @@ import time
 import psycopg
 
 from flowforge.domain.definitions import parse_definition
-from flowforge.store import catalog, intake
+from flowforge.usecases import intake, publishing
 
 PER_ROUND, ROUNDS = 500, 6
 STEPS = [{"id": "shape", "type": "transform", "output": {"kind": "{{ input.kind }}"}}]
@@ -39,7 +39,7 @@ def main() -> None:
         targets = {}
         for key, extra in (("bench-plain", {}), ("bench-archived", {"archive_days": 1})):
             doc = {"name": key, "trigger": {"webhook": {"auth": "none"}}, "steps": STEPS, **extra}
-            catalog.publish(conn, key, doc, parse_definition(doc), None)
+            publishing.publish(conn, key, doc, parse_definition(doc), None)
             targets[key] = intake.unsigned_target(conn, key)
         figures: dict[str, list[float]] = {key: [] for key in targets}
         for _ in range(ROUNDS):

@@ -23,7 +23,7 @@ from typing import Any
 
 import requests
 
-from flowforge.store import waits
+from flowforge.trust import resume_tokens
 from tests.bench.figures import Stub
 from tests.bench.infra import ADMIN_DATABASE, BenchError
 from tests.bench.session import RESUME_KEY, Session
@@ -66,7 +66,7 @@ def measure(session: Session, stub_url: str, executions: int, rate: float) -> di
     if "resume" not in session.workflows:
         session.publish("resume", definition(stub_url))
     session.reset()
-    key = waits.parse_key(RESUME_KEY)
+    key = resume_tokens.parse_key(RESUME_KEY)
     http = requests.Session()
     ids = [
         http.post(
@@ -89,8 +89,8 @@ def measure(session: Session, stub_url: str, executions: int, rate: float) -> di
     def resume(index: int) -> int:
         # Open loop: each resume leaves at its planned instant, however slow the last.
         time.sleep(max(0.0, started + index / rate - time.monotonic()))
-        token = waits.token(key, ids[index], "approval")
-        url = f"{session.api_url}{waits.RESUME_PATH}{token}"
+        token = resume_tokens.token(key, ids[index], "approval")
+        url = f"{session.api_url}{resume_tokens.RESUME_PATH}{token}"
         return requests.post(url, json={"ok": True}, timeout=30).status_code
 
     with ThreadPoolExecutor(16) as pool:

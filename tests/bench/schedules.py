@@ -32,8 +32,8 @@ from datetime import timedelta
 import psycopg
 
 from flowforge.domain.definitions import parse_definition
-from flowforge.store import catalog
 from flowforge.store.db import create_pool
+from flowforge.usecases import publishing
 from flowforge.worker.scheduler import Scheduler
 from tests.bench.infra import migrated_database
 
@@ -93,7 +93,7 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             for n in range(args.schedules):
                 document = definition(n)
-                catalog.publish(conn, f"tick-{n}", document, parse_definition(document), None)
+                publishing.publish(conn, f"tick-{n}", document, parse_definition(document), None)
             # The planner statistics autovacuum would gather soon after such a load (a
             # fresh database has none, and plans the claim as a scan of every schedule);
             # only of the tables just loaded: an empty one analyzed plans as empty.

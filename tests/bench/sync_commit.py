@@ -27,10 +27,10 @@ import psycopg
 
 from flowforge.domain.definitions import parse_definition
 from flowforge.steps import netguard
-from flowforge.store import intake
-from flowforge.store.catalog import publish
 from flowforge.store.db import create_pool
 from flowforge.store.migrate import migrate
+from flowforge.usecases import intake
+from flowforge.usecases.publishing import publish
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.executor import Executor
 from tests.support.replication import Replicated

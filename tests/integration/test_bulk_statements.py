@@ -15,9 +15,9 @@ import pytest
 from flowforge.domain.definitions import parse_definition
 from flowforge.domain.engine import Run
 from flowforge.domain.model import ExecutionStatus, Outcome, StepStatus, execution_event
-from flowforge.store import catalog, intake
 from flowforge.store.db import one
 from flowforge.store.runs import load_run, save_run, unit_of_work
+from flowforge.usecases import intake, publishing
 from flowforge.worker.reconciler import MAX_DOUBLINGS, REDISPATCH
 from flowforge.worker.timers import WAKE_DUE, WAKE_PARAMS
 from tests.support.definitions import http, workflow
@@ -40,7 +40,7 @@ OUTBOX = "SELECT step_id FROM outbox WHERE execution_id = %(id)s ORDER BY step_i
 @pytest.fixture
 def execution(db: psycopg.Connection) -> Iterator[str]:
     """A new execution accepted by the intake statement."""
-    catalog.publish(db, "bulk", DOCUMENT, parse_definition(DOCUMENT), None)
+    publishing.publish(db, "bulk", DOCUMENT, parse_definition(DOCUMENT), None)
     target = intake.Targets().get(db, "bulk", None)
     yield intake.accept(db, target, json.dumps({"n": 1}).encode(), None, None).execution_id
 

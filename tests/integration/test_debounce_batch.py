@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from flowforge.store import grouping
+from flowforge.usecases import grouping
 from flowforge.worker.housekeeping import Housekeeping
 from flowforge.worker.retention import EXPIRE_FAILED_GROUPS
 from tests.support import inprocess

@@ -11,9 +11,9 @@ import uuid
 import psycopg
 
 from flowforge.domain.definitions import parse_definition
-from flowforge.store import intake
-from flowforge.store.catalog import publish
 from flowforge.store.failover import report
+from flowforge.usecases import intake
+from flowforge.usecases.publishing import publish
 from tests.support.definitions import OPEN
 from tests.support.processes import ROOT
 

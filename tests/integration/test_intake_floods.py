@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from flowforge.store import intake
+from flowforge.usecases import intake
 from tests.support.api import Api
 from tests.support.definitions import transform, workflow
 from tests.support.processes import start_api, wait_for

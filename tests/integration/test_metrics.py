@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from flowforge.store import gauges, waits
+from flowforge.store import gauges
+from flowforge.trust import resume_tokens
 from tests.support.api import Api
 from tests.support.definitions import http, wait, workflow
 from tests.support.processes import (
@@ -160,8 +161,9 @@ def test_api_and_worker_metrics_move_as_executions_run(
         assert value(waiting, "flowforge_waits_open") == n + 1
         assert value(waiting, "flowforge_executions", status="waiting") == n + 1
 
-        key = waits.parse_key(TEST_RESUME_KEY)
-        urls = [f"{api}{waits.RESUME_PATH}{waits.token(key, eid, 'approval')}" for eid in ids]
+        key = resume_tokens.parse_key(TEST_RESUME_KEY)
+        path = api + resume_tokens.RESUME_PATH
+        urls = [path + resume_tokens.token(key, eid, "approval") for eid in ids]
         with ThreadPoolExecutor(6) as pool:
             codes = list(pool.map(lambda u: requests.post(u, json={}, timeout=10), urls))
         assert {r.status_code for r in codes} == {202}

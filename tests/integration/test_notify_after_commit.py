@@ -12,9 +12,11 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.store import flowcontrol, intake, runs, schedules
+from flowforge.store import flowcontrol, runs, schedules
 from flowforge.store.db import conninfo
 from flowforge.store.outbox import CHANNEL, LISTEN_OUTBOX
+from flowforge.usecases import intake
+from flowforge.usecases.ticks import Ticker
 from flowforge.worker import reconciler, timers
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
@@ -112,7 +114,7 @@ def test_a_due_delay_a_freed_slot_and_a_tick_still_wake_the_relay(
         assert _notified(listener) == [CHANNEL]
         # A scheduled tick.
         db.execute("UPDATE schedules SET next_tick_at = now(), fire_at = now()")
-        outcomes = schedules.Ticker().decide_due(db)
+        outcomes = Ticker().decide_due(db)
         assert outcomes is not None and [o.outcome for o in outcomes] == ["fired"]
         assert _notified(listener) == [CHANNEL]
         assert db.execute("SELECT count(*) FROM outbox").fetchone() == (3,)

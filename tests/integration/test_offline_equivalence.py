@@ -20,7 +20,7 @@ import pytest
 from flowforge.domain.definitions import parse_definition
 from flowforge.steps.fixtures import Case, parse_cases
 from flowforge.steps.offline import OfflineRun
-from flowforge.store import waits
+from flowforge.trust import resume_tokens
 from tests.faults.helpers import signed_headers
 from tests.support.api import Api
 from tests.support.processes import TEST_RESUME_KEY, Process, wait_for
@@ -121,7 +121,7 @@ def _agree(client: Api, api: str, target: Target, example: str, name: str, key: 
     # Offline, with the fixture's answers from the start again and the real execution's id.
     (offline_case,) = [c for c in parse_cases(fixture, example) if c.name == name]
     offline_case.execution_id = eid
-    resume = waits.ResumeUrls(api, waits.parse_key(TEST_RESUME_KEY))
+    resume = resume_tokens.ResumeUrls(api, resume_tokens.parse_key(TEST_RESUME_KEY))
     run = OfflineRun(parse_definition(document), offline_case, workflow=key, resume=resume)
     offline = run.run_to_end()
     assert offline.problems == [], (example, name)

@@ -1,5 +1,5 @@
 """Schedules (docs/contract.md#schedules) in process against a real database: the scheduler's pass
-(schedules.Ticker.decide_due) and the API's schedule endpoints through the Flask app.
+(Ticker.decide_due) and the API's schedule endpoints through the Flask app.
 
 Downtime is the state it leaves: a schedule row whose next tick lies in the past. Tests
 put a row in that state with one UPDATE instead of waiting for it (the real-process tests
@@ -16,7 +16,9 @@ import psycopg
 import pytest
 
 from flowforge import cli
-from flowforge.store import apikeys, intake, schedules
+from flowforge.store import apikeys, schedules
+from flowforge.usecases import intake
+from flowforge.usecases.ticks import Candidate, Ticker, fire_batch
 from tests.support.processes import wait_for
 
 STEP = [{"id": "shape", "type": "transform", "output": {"at": "{{ input.scheduled_at }}"}}]
@@ -60,7 +62,7 @@ def rewind(db: psycopg.Connection, key: str, seconds: float) -> datetime:
     return row[0]
 
 
-def decide_all(db: psycopg.Connection, ticker: schedules.Ticker) -> list[schedules.TickOutcome]:
+def decide_all(db: psycopg.Connection, ticker: Ticker) -> list[schedules.TickOutcome]:
     outcomes: list[schedules.TickOutcome] = []
     while (batch := ticker.decide_due(db)) is not None:
         outcomes += batch
@@ -78,7 +80,7 @@ def test_catch_up_fires_in_window_ticks_per_policy_and_ledgers_older_ones_missed
 ) -> None:
     publish(client, "sweep", scheduled({"every_s": 1, "catchup_window_s": 5, "overlap": "allow"}))
     first = rewind(db, "sweep", 20)
-    outcomes = decide_all(db, schedules.Ticker())
+    outcomes = decide_all(db, Ticker())
     kinds = [o.outcome for o in outcomes]
     # Ticks 20..6 s ago are older than the window; the last 5 or 6 fire (allow).
     assert kinds.count("missed") in (14, 15, 16) and set(kinds) == {"missed", "fired"}
@@ -96,13 +98,13 @@ def test_catch_up_fires_in_window_ticks_per_policy_and_ledgers_older_ones_missed
     assert len(executions) == db.execute("SELECT count(*) FROM executions").fetchone()[0]
     assert [(f"schedule:{r['tick_at']}", "schedule", r["tick_at"]) for r in fired] == executions
     # Nothing is due any more: a second pass decides nothing.
-    assert schedules.Ticker().decide_due(db) is None
+    assert Ticker().decide_due(db) is None
 
 
 def test_a_year_of_downtime_is_one_missed_summary_row(client: Any, db: psycopg.Connection) -> None:
     publish(client, "yearly", scheduled({"every_s": 1, "catchup_window_s": 2}))
     rewind(db, "yearly", 365 * 86400)
-    outcomes = decide_all(db, schedules.Ticker())
+    outcomes = decide_all(db, Ticker())
     missed = [o for o in outcomes if o.outcome == "missed"]
     assert len(missed) == 1 and " ticks from " in (missed[0].reason or "")
     assert int((missed[0].reason or "").split()[0]) > 31_535_990
@@ -115,7 +117,7 @@ def test_overlap_policies_map_onto_the_schedule_slot(client: Any, db: psycopg.Co
     for policy in ("skip", "buffer_one", "allow", "cancel_other"):
         publish(client, policy.replace("_", "-"), scheduled({"every_s": 1, "overlap": policy}))
         rewind(db, policy.replace("_", "-"), 3)
-    outcomes = decide_all(db, schedules.Ticker())
+    outcomes = decide_all(db, Ticker())
     by: dict[str, list[str]] = {}
     for o in outcomes:
         by.setdefault(o.workflow, []).append(o.outcome)
@@ -142,7 +144,7 @@ def test_pause_ledgers_due_ticks_paused_resume_fires_again_with_actors(
     assert r.status_code == 200 and r.get_json()["paused"] is True
     assert r.get_json()["paused_by"]["kind"] == "api_key"
     rewind(db, "pausable", 2)
-    ticker = schedules.Ticker()
+    ticker = Ticker()
     assert {o.outcome for o in decide_all(db, ticker)} == {"paused"}
     r = client.post("/api/v1/workflows/pausable/schedule/resume")
     assert r.status_code == 200 and r.get_json()["paused"] is False
@@ -211,7 +213,7 @@ def test_a_new_version_between_ticks_neither_loses_nor_repeats_one(
 ) -> None:
     publish(client, "versioned", scheduled({"every_s": 1, "overlap": "allow", "input": {"v": 1}}))
     rewind(db, "versioned", 3)
-    ticker = schedules.Ticker()
+    ticker = Ticker()
     first = decide_all(db, ticker)
     # Published while a tick is due and not yet decided: it fires under the new version.
     wait_for(
@@ -322,7 +324,7 @@ def test_a_tick_refused_before_any_statement_is_skipped_and_the_batch_goes_on(
     publish(client, "plain", scheduled({"every_s": 1, "overlap": "allow"}))
     rewind(db, "keyed", 1)
     rewind(db, "plain", 1)
-    outcomes = decide_all(db, schedules.Ticker())
+    outcomes = decide_all(db, Ticker())
     keyed_outcomes = {o.outcome for o in outcomes if o.workflow == "keyed"}
     assert keyed_outcomes == {"skipped"}
     assert all("input.customer" in (o.reason or "") for o in outcomes if o.workflow == "keyed")
@@ -336,7 +338,7 @@ def test_one_batch_fires_the_free_schedules_while_live_ones_follow_their_policy(
     for key, policy in zip(busy, ("skip", "buffer_one", "cancel_other"), strict=True):
         publish(client, key, scheduled({"every_s": 1, "overlap": policy}))
     db.execute(NEXT_SECOND)
-    ticker = schedules.Ticker()
+    ticker = Ticker()
     wait_for(lambda: ticker.decide_due(db), message="the first ticks")
     # Their executions stay live (nothing runs them); two free schedules join them, and
     # the next tick of all five is decided in one batch.
@@ -406,21 +408,19 @@ def test_two_batches_racing_for_the_same_ticks_create_one_execution_per_tick(
     allow = schedules.parse_schedule({"every_s": 1, "overlap": "allow"})
     skip = schedules.parse_schedule({"every_s": 1, "overlap": "skip"})
     candidates = [
-        schedules.Candidate(
-            intake.unsigned_target(db, "race-allow"), allow, base + timedelta(seconds=n)
-        )
+        Candidate(intake.unsigned_target(db, "race-allow"), allow, base + timedelta(seconds=n))
         for n in range(3)
-    ] + [schedules.Candidate(intake.unsigned_target(db, "race-skip"), skip, base)]
+    ] + [Candidate(intake.unsigned_target(db, "race-skip"), skip, base)]
     results: dict[str, list[str | None]] = {}
     with psycopg.connect(database_url, autocommit=True) as other:
         pid = other.info.backend_pid
 
         def second() -> None:
             with other.transaction():
-                results["second"] = schedules.fire_batch(other, candidates)
+                results["second"] = fire_batch(other, candidates)
 
         with db.transaction():
-            results["first"] = schedules.fire_batch(db, candidates)
+            results["first"] = fire_batch(db, candidates)
             racer = threading.Thread(target=second)
             racer.start()
             wait_for(

@@ -14,7 +14,7 @@ from flowforge.domain.definitions import (
     Grouping,
     parse_definition,
 )
-from flowforge.store import grouping
+from flowforge.usecases import grouping
 
 STEPS = [{"id": "a", "type": "transform", "output": 1}]
 

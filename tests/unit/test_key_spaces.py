@@ -21,18 +21,18 @@ ROOT = Path(flowforge.__file__).parent
 # Each site: (module, function) -> the key space it writes ("none": no key at all).
 SITES = {
     ("api/hooks.py", "_accept"): "client",  # a workflow's own webhook: the sender's key
-    ("store/sources.py", "route"): "system",  # source:<name>:<delivery id>
-    ("store/reingest.py", "_accept"): "system",  # reingest:<delivery id>
+    ("usecases/routing.py", "route"): "system",  # source:<name>:<delivery id>
+    ("usecases/reingest.py", "_accept"): "system",  # reingest:<delivery id>
     ("store/children.py", "start"): "system",  # child:<parent>:<step>:<fencing token>
-    ("store/schedules.py", "params_for"): "system",  # schedule:<instant>
-    ("store/grouping.py", "_params"): "none",  # a group's execution: the group row is its key
-    ("store/intake.py", "accept"): "parameter",  # origin= its caller's, client by default
-    ("store/grouping.py", "record"): "parameter",
+    ("usecases/ticks.py", "params_for"): "system",  # schedule:<instant>
+    ("usecases/grouping.py", "_params"): "none",  # a group's execution: the group row is its key
+    ("usecases/intake.py", "accept"): "parameter",  # origin= its caller's, client by default
+    ("usecases/grouping.py", "record"): "parameter",
 }
 # The statements that write idempotency_keys: each takes the origin as a parameter.
-CLAIMS = {("store/creation.py", "CLAIM_KEY"), ("store/grouping.py", "CLAIM_KEY")}
+CLAIMS = {("store/creation.py", "CLAIM_KEY"), ("usecases/grouping.py", "CLAIM_KEY")}
 # Where replay makes its executions: no idempotency key of any space.
-KEYLESS = ("store/replay.py",)
+KEYLESS = ("usecases/replay.py",)
 
 
 def _functions(tree: ast.Module) -> list[ast.FunctionDef]:

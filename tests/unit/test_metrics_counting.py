@@ -16,7 +16,8 @@ from flowforge.domain.definitions import parse_definition
 from flowforge.domain.engine import Changes, FinishedAttempt, NewAttempt, Run, StepState
 from flowforge.domain.model import EventKind
 from flowforge.observe import metrics
-from flowforge.store import intake, runs
+from flowforge.store import runs
+from flowforge.usecases import intake
 from tests.support.definitions import transform, wait, workflow
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from flowforge.api import openapi
 from flowforge.domain import definitions, model
-from flowforge.store import reingest, sources
+from flowforge.store import sources
+from flowforge.usecases import reingest
 
 # The document and the modules it is assembled from.
 SOURCES = sorted(Path(openapi.__file__).parent.glob("openapi*.py"))

@@ -16,7 +16,7 @@ from flowforge.cli.apiclient import ApiClient
 from flowforge.cli.direct import Database
 from flowforge.domain import operations
 from flowforge.domain.operations import ACTIONS, Action, Answer, Done, Kind, Shown
-from flowforge.store import actions
+from flowforge.usecases import actions
 
 ID = "01a233ee-a3de-71f1-8ccd-4191093a47ad"
 SAMPLE = {Kind.STEP: "charge", Kind.STEP_ROW: "charge", Kind.OUTCOME: "failed", Kind.OUTPUT: "{}"}

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from flowforge.domain.engine import Changes, StepState
 from flowforge.domain.model import Outcome
 from flowforge.observe import tracing
-from flowforge.store.intake import uuid7
+from flowforge.usecases.intake import uuid7
 from tests.support.definitions import http, unsigned
 from tests.support.processes import ROOT
 
@@ -41,7 +41,7 @@ def test_off_by_default_loads_no_opentelemetry_module() -> None:
     OTEL_* variable, and not one opentelemetry module in the process."""
     code = (
         "import sys; from flowforge.observe import tracing; "
-        "from flowforge.store import runs, intake; "
+        "from flowforge.store import runs; from flowforge.usecases import intake; "
         "import flowforge.api.hooks, flowforge.worker.executor, flowforge.worker.main; "
         "assert tracing.configure({}) is False; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flowforge.store.intake import uuid7
+from flowforge.usecases.intake import uuid7
 
 
 def test_execution_ids_are_version_7_and_time_ordered() -> None:

@@ -12,8 +12,8 @@ import pytest
 from flowforge.domain.definitions import DefinitionInvalid, parse_definition
 from flowforge.domain.templating import TemplateError
 from flowforge.steps.http_step import render_request
-from flowforge.store import waits
 from flowforge.store.config import ConfigError, Settings
+from flowforge.trust import resume_tokens
 from tests.unit.test_engine import NOW, make_run, statuses
 
 KEY = bytes(range(32))
@@ -110,22 +110,25 @@ def test_waits_is_reserved() -> None:
 
 
 def test_a_token_names_its_execution_and_step() -> None:
-    token = waits.token(KEY, EID, "approval")
+    token = resume_tokens.token(KEY, EID, "approval")
     assert token.startswith("ffw1_")
-    assert waits.verify(KEY, token) == (EID, "approval", 0)
+    assert resume_tokens.verify(KEY, token) == (EID, "approval", 0)
     assert EID.replace("-", "") not in token  # opaque: not the id in clear either
 
 
 def test_each_round_of_a_wait_has_its_own_token() -> None:
-    first, second = waits.token(KEY, EID, "approval"), waits.token(KEY, EID, "approval", 1)
+    first, second = (
+        resume_tokens.token(KEY, EID, "approval"),
+        resume_tokens.token(KEY, EID, "approval", 1),
+    )
     assert first != second
-    assert waits.verify(KEY, second) == (EID, "approval", 1)
+    assert resume_tokens.verify(KEY, second) == (EID, "approval", 1)
     raw = _raw(second)
     raw[-1:] = b"2"  # the MAC of round 1 claimed for round 2
-    assert waits.verify(KEY, _spell(raw)) is None
+    assert resume_tokens.verify(KEY, _spell(raw)) is None
     for spelling in (b".01", b".0", b".", b".1.1", b".-1"):  # one spelling per round
         raw = _raw(first) + spelling
-        assert waits.verify(KEY, _spell(raw)) is None
+        assert resume_tokens.verify(KEY, _spell(raw)) is None
 
 
 def _raw(token: str) -> bytearray:
@@ -138,24 +141,24 @@ def _spell(raw: bytes) -> str:
 
 
 def test_forged_and_altered_tokens_are_refused() -> None:
-    token = waits.token(KEY, EID, "approval")
+    token = resume_tokens.token(KEY, EID, "approval")
     other = str(uuid.uuid4())
     raw = _raw(token)
     raw[:16] = uuid.UUID(other).bytes  # the MAC of one execution, the id of another
-    assert waits.verify(KEY, _spell(raw)) is None
+    assert resume_tokens.verify(KEY, _spell(raw)) is None
     raw = _raw(token)
     raw[-1:] = b"x"  # another step
-    assert waits.verify(KEY, _spell(raw)) is None
+    assert resume_tokens.verify(KEY, _spell(raw)) is None
     raw = _raw(token)
     raw[20] ^= 1  # one bit of the MAC
-    assert waits.verify(KEY, _spell(raw)) is None
-    assert waits.verify(bytes(32), token) is None  # another deployment's key
+    assert resume_tokens.verify(KEY, _spell(raw)) is None
+    assert resume_tokens.verify(bytes(32), token) is None  # another deployment's key
     for junk in ("", "ffw1_", "ffw1_AAAA", token[:-1] + "!", token + "/x", "x" * 300):
-        assert waits.verify(KEY, junk) is None
+        assert resume_tokens.verify(KEY, junk) is None
 
 
 def test_tokens_carry_at_least_128_bits_of_mac() -> None:
-    assert len(_raw(waits.token(KEY, EID, "a"))) - 16 - 1 >= 16
+    assert len(_raw(resume_tokens.token(KEY, EID, "a"))) - 16 - 1 >= 16
 
 
 def test_rendering_needs_a_public_url_and_a_key() -> None:
@@ -163,13 +166,15 @@ def test_rendering_needs_a_public_url_and_a_key() -> None:
     step = definition.step("ask")
     context = {"input": {}, "execution": {"id": EID, "workflow": "wf", "version": 1}}
     with pytest.raises(TemplateError, match="FLOWFORGE_PUBLIC_URL is not set"):
-        render_request(step, context, {}, waits.ResumeUrls(None, KEY))
+        render_request(step, context, {}, resume_tokens.ResumeUrls(None, KEY))
     with pytest.raises(TemplateError, match="FLOWFORGE_RESUME_KEY is not set"):
-        render_request(step, context, {}, waits.ResumeUrls("https://ff.example", None))
+        render_request(step, context, {}, resume_tokens.ResumeUrls("https://ff.example", None))
     with pytest.raises(TemplateError, match="FLOWFORGE_PUBLIC_URL"):
         render_request(step, context, {}, None)
-    rendered = render_request(step, context, {}, waits.ResumeUrls("https://ff.example", KEY))
-    token = waits.token(KEY, EID, "approval")
+    rendered = render_request(
+        step, context, {}, resume_tokens.ResumeUrls("https://ff.example", KEY)
+    )
+    token = resume_tokens.token(KEY, EID, "approval")
     assert rendered.body is not None
     assert f"https://ff.example/hooks/resume/{token}".encode() in rendered.body
     assert rendered.redactor is not None
@@ -191,8 +196,8 @@ def test_public_url_and_resume_key_configuration() -> None:
 
 
 def test_access_logs_never_hold_a_token() -> None:
-    assert waits.loggable_path("/hooks/resume/ffw1_secret") == "/hooks/resume/[redacted]"
-    assert waits.loggable_path("/hooks/orders") == "/hooks/orders"
+    assert resume_tokens.loggable_path("/hooks/resume/ffw1_secret") == "/hooks/resume/[redacted]"
+    assert resume_tokens.loggable_path("/hooks/orders") == "/hooks/orders"
 
 
 # --- engine -----------------------------------------------------------------------------

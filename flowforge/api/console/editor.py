@@ -15,7 +15,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from flowforge.api.console import graph
 from flowforge.api.console.session import require, signed_in
-from flowforge.api.console.views import _csrf, bp
+from flowforge.api.console.site import bp, csrf_token
 from flowforge.api.drafts import check_draft
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
@@ -23,6 +23,7 @@ from flowforge.domain import defdiff
 from flowforge.domain.definitions import DefinitionInvalid
 from flowforge.errors import ClientError, NotFound
 from flowforge.store import catalog
+from flowforge.usecases import publishing
 
 # What a new workflow's editor starts with: the smallest valid definition.
 SKELETON = {
@@ -70,7 +71,9 @@ def edit(key: str) -> str:
     except NotFound:
         document = SKELETON
     text = json.dumps(document, indent=2, ensure_ascii=False)
-    return render_template("editor.html", key=key, draft=text, csrf=_csrf(), **_checked(key, text))
+    return render_template(
+        "editor.html", key=key, draft=text, csrf=csrf_token(), **_checked(key, text)
+    )
 
 
 @bp.post("/workflows/<workflow_key:key>/edit")
@@ -79,7 +82,9 @@ def check_page(key: str) -> str:
     """The editor's "Check" without JavaScript: the page again, with the answer."""
     require(key, write=True)
     text = request.form.get("draft", "")
-    return render_template("editor.html", key=key, draft=text, csrf=_csrf(), **_checked(key, text))
+    return render_template(
+        "editor.html", key=key, draft=text, csrf=csrf_token(), **_checked(key, text)
+    )
 
 
 @bp.post("/workflows/<workflow_key:key>/check")
@@ -88,7 +93,7 @@ def check_fragment(key: str) -> str:
     """The answer alone, for the script to swap in as the author types."""
     require(key, write=True)
     text = request.form.get("draft", "")
-    return render_template("_draft_check.html", key=key, csrf=_csrf(), **_checked(key, text))
+    return render_template("_draft_check.html", key=key, csrf=csrf_token(), **_checked(key, text))
 
 
 @bp.post("/workflows/<workflow_key:key>/publish")
@@ -102,12 +107,12 @@ def publish(key: str) -> BaseResponse | str:
         raise Problem(400, "Not confirmed", "tick the confirmation to publish the draft")
     checked = _checked(key, text)
     if checked["problems"]:
-        return render_template("editor.html", key=key, draft=text, csrf=_csrf(), **checked)
+        return render_template("editor.html", key=key, draft=text, csrf=csrf_token(), **checked)
     document = json.loads(text)
     bindings = current_app.extensions["flowforge.settings"].secret_bindings
     definition = catalog.publishable(
         key, document, bindings, may_use_secrets=api_key.publish_secrets
     )
     with connection() as conn:
-        published = catalog.publish(conn, key, document, definition, api_key.id)
+        published = publishing.publish(conn, key, document, definition, api_key.id)
     return redirect(url_for("console.workflow", key=key, version=published["version"]), 303)

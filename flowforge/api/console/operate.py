@@ -1,4 +1,4 @@
-"""The console's operator actions: the one place it calls flowforge.store.actions (and the
+"""The console's operator actions: the one place it calls flowforge.usecases.actions (and the
 store's other units of work an operator starts), each call recorded in the execution's
 history with the signed-in key as its actor."""
 
@@ -11,14 +11,15 @@ from typing import Any
 import psycopg
 
 from flowforge.domain.operations import Action
-from flowforge.store import actions, notifications, outbound, pausing, schedules
-from flowforge.store import reingest as reingest_module
-from flowforge.store import replay as replay_module
+from flowforge.store import notifications, outbound, schedules
 from flowforge.store.apikeys import ApiKey
+from flowforge.usecases import actions, pausing, ticks
+from flowforge.usecases import reingest as reingest_module
+from flowforge.usecases import replay as replay_module
 
 # One per process, as the API's schedule endpoints keep: it caches intake targets, which
 # the intake statement re-checks.
-_TICKER = schedules.Ticker()
+_TICKER = ticks.Ticker()
 
 
 def act(

@@ -50,15 +50,8 @@ from flowforge.domain.model import (
 )
 from flowforge.domain.operations import Kind
 from flowforge.errors import ClientError, Forbidden, InvalidBody, InvalidParameter, NotFound
-from flowforge.store import (
-    apikeys,
-    catalog,
-    grouping,
-    replay,
-    search,
-    sessions,
-    timeline,
-)
+from flowforge.store import apikeys, catalog, search, sessions, timeline
+from flowforge.usecases import grouping, replay
 
 PAGE_SIZE = 50
 # A bulk action walks at most this many executions per POST (one unit of work each),

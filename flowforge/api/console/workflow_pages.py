@@ -29,14 +29,8 @@ from flowforge.api.console.site import bp, csrf_token
 from flowforge.api.pool import connection
 from flowforge.domain import defdiff, definitions
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
-from flowforge.store import (
-    apikeys,
-    catalog,
-    grouping,
-    outbound,
-    reingest,
-    schedules,
-)
+from flowforge.store import apikeys, catalog, outbound, schedules
+from flowforge.usecases import grouping, reingest
 
 # Groups a workflow page lists (docs/contract.md#debounce-batch).
 GROUPS_SHOWN = 50

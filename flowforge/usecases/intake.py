@@ -25,11 +25,12 @@ from flowforge.domain.model import (
     KeyOrigin,
 )
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.store import actions, archive, flowcontrol
+from flowforge.store import archive, flowcontrol
 from flowforge.store.creation import create_execution, uuid7, version_steps
 from flowforge.store.db import notify_relay, one
 from flowforge.store.runs import definition_for
 from flowforge.trust import presets, sealing
+from flowforge.usecases import actions
 
 # The newest published version and the active signing secrets (ids and sealed values;
 # a secret still in clear from before migration 0004 is unusable until bin/migrate seals it).

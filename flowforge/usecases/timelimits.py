@@ -13,10 +13,15 @@ import logging
 
 import psycopg
 
-from flowforge.domain.model import FLOW_CONTROL_ACTOR, LIVE_EXECUTION_SQL
+from flowforge.domain.model import (
+    FLOW_CONTROL_ACTOR,
+    LIVE_EXECUTION_SQL,
+    ExecutionStatus,
+    sql_list,
+)
 from flowforge.errors import DatabaseUnavailable
-from flowforge.store import actions
 from flowforge.store.db import wrap_exceptions
+from flowforge.usecases import actions
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +35,10 @@ WHERE deadline_at <= now() AND deadline_at IS NOT NULL AND cancel_requested_at I
 ORDER BY deadline_at LIMIT %(limit)s
 """
 # Executions still queued after start_within_s, or paused while queued (executions_expiry).
-EXPIRIES_DUE = """
+EXPIRABLE = (ExecutionStatus.QUEUED, ExecutionStatus.PAUSED)
+EXPIRIES_DUE = f"""
 SELECT id FROM executions
-WHERE expires_at <= now() AND expires_at IS NOT NULL AND status IN ('queued', 'paused')
+WHERE expires_at <= now() AND expires_at IS NOT NULL AND status IN {sql_list(EXPIRABLE)}
   AND (status = 'queued' OR paused_from = 'queued') AND cancel_requested_at IS NULL
 ORDER BY expires_at LIMIT %(limit)s
 """

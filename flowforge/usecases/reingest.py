@@ -24,7 +24,7 @@ from flowforge.domain import inputschema, templating
 from flowforge.domain.definitions import OPS
 from flowforge.domain.model import ExecutionStatus, KeyOrigin
 from flowforge.errors import ClientError, Conflict
-from flowforge.store import intake
+from flowforge.usecases import intake
 
 MAX_PER_REQUEST = 500
 SCAN_LIMIT = 5000

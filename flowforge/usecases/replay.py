@@ -37,9 +37,10 @@ from flowforge.domain.model import (
     execution_event,
 )
 from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import flowcontrol, intake
-from flowforge.store.intake import uuid7
+from flowforge.store import flowcontrol
 from flowforge.store.runs import definition_for, load_run, save_run, unit_of_work
+from flowforge.usecases import intake
+from flowforge.usecases.intake import uuid7
 
 # The version a replay pins: a number, or the newest.
 TARGET_VERSION = """

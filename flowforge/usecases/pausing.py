@@ -24,12 +24,13 @@ from typing import Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.model import EventKind, ExecutionStatus, PauseReason
+from flowforge.domain.model import EventKind, ExecutionStatus, PauseReason, StepStatus, sql_list
 from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import flowcontrol, intake
+from flowforge.store import flowcontrol
 from flowforge.store.db import notify_relay
 from flowforge.store.outbox import INSERT_WAKEUPS
 from flowforge.store.runs import definition_for, load_run, save_run, unit_of_work
+from flowforge.usecases import intake
 
 # What `onto` names: a version number, or the newest.
 Onto = int | Literal["latest"]
@@ -51,9 +52,10 @@ RETURNING w.id, old.paused_at IS NOT NULL
 # The workflow's live executions a pause holds at once, oldest first. One waiting in a
 # key's queue for a slot stays `queued` (it is counted by max_queued and expires as
 # before); it starts only when resume hands it a slot.
+HELD = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING, ExecutionStatus.WAITING)
 LIVE = f"""
 SELECT id FROM executions
-WHERE workflow_id = %(workflow_id)s AND status IN ('queued', 'running', 'waiting')
+WHERE workflow_id = %(workflow_id)s AND status IN {sql_list(HELD)}
   AND cancel_requested_at IS NULL AND NOT ({flowcontrol.IN_QUEUE})
 ORDER BY created_at, id
 """
@@ -73,7 +75,8 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 """
 # An execution that never started a step: queued, or held by the workflow's pause, every
 # step still pending or ready with no try used. `id` narrows it to one, locked.
-NEVER_STARTED = """
+NOT_STARTED = (StepStatus.PENDING, StepStatus.READY)
+NEVER_STARTED = f"""
 SELECT e.id, e.input, e.concurrency_key, v.version,
        EXISTS (SELECT 1 FROM steps s WHERE s.execution_id = e.id AND s.status = 'ready')
 FROM executions e JOIN workflow_versions v ON v.id = e.version_id
@@ -83,7 +86,7 @@ WHERE e.workflow_id = %(workflow_id)s AND e.version_id <> %(version_id)s
   AND (%(id)s::uuid IS NULL OR e.id = %(id)s)
   AND NOT EXISTS (
       SELECT 1 FROM steps s WHERE s.execution_id = e.id
-        AND (s.status NOT IN ('pending', 'ready') OR s.attempts > 0
+        AND (s.status NOT IN {sql_list(NOT_STARTED)} OR s.attempts > 0
              OR s.started_at IS NOT NULL))
 ORDER BY e.created_at, e.id
 """

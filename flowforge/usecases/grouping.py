@@ -39,11 +39,12 @@ from psycopg.rows import dict_row
 
 from flowforge import faults
 from flowforge.domain.definitions import Definition, Grouping
-from flowforge.domain.model import FLOW_CONTROL_ACTOR, GroupStatus, KeyOrigin
+from flowforge.domain.model import FLOW_CONTROL_ACTOR, GroupStatus, KeyOrigin, sql_list
 from flowforge.domain.templating import TemplateError, render
 from flowforge.errors import ClientError, Conflict, FlowForgeError, NotFound
-from flowforge.store import actions, creation, flowcontrol, intake
+from flowforge.store import creation, flowcontrol
 from flowforge.store.db import notify_relay, pipelined_transaction
+from flowforge.usecases import actions, intake
 
 logger = logging.getLogger(__name__)
 
@@ -130,12 +131,14 @@ SELECT g.id, g.kind, g.group_key, g.status, g.execution_id::text, g.events, g.op
 FROM intake_groups g JOIN workflows w ON w.id = g.workflow_id
 WHERE g.execution_id = %(execution_id)s
 """
+# A group not started yet: open, or closed (a full batch) and due.
+UNSTARTED = (GroupStatus.OPEN, GroupStatus.CLOSED)
 # One due group, claimed for this transaction; groups another worker holds, or whose
 # event is being recorded right now, are skipped (and seen again in the next pass).
-CLAIM_DUE = """
+CLAIM_DUE = f"""
 SELECT g.id, g.kind, g.execution_id::text, g.events, w.key, w.archived_at IS NOT NULL
 FROM intake_groups g JOIN workflows w ON w.id = g.workflow_id
-WHERE g.status IN ('open', 'closed') AND g.due_at <= now()
+WHERE g.status IN {sql_list(UNSTARTED)} AND g.due_at <= now()
 ORDER BY g.due_at
 LIMIT 1
 FOR UPDATE OF g SKIP LOCKED
@@ -165,9 +168,9 @@ UPDATE intake_groups SET due_at = now() + make_interval(secs => %(after_s)s),
 WHERE id = %(id)s
 """
 # How long until the next group is due (the scheduler's sleep).
-NEXT_DUE = """
+NEXT_DUE = f"""
 SELECT extract(epoch FROM min(due_at) - now()) FROM intake_groups
-WHERE status IN ('open', 'closed')
+WHERE status IN {sql_list(UNSTARTED)}
 """
 # A workflow's groups, newest first: the open ones (and closed, due) and the last started.
 GROUPS = """

@@ -19,7 +19,7 @@ from flowforge.domain.model import StepStatus, StepType
 from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.store import waits
 from flowforge.store.runs import load_run, save_run, unit_of_work
-from flowforge.trust import sealing
+from flowforge.trust import resume_tokens, sealing
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +57,12 @@ def resume(
     `check_signature(secrets)` raises signatures.SignatureInvalid unless the request is
     signed by one of the workflow's active secrets; it is called only for wait steps with
     "auth": "signature"."""
-    named = waits.verify(resume_key, token)
+    named = resume_tokens.verify(resume_key, token)
     if named is None:
         raise NotFound("no such resume URL")
     execution_id, step_id, round_ = named
     log = {"execution_id": execution_id, "step": step_id}
-    sha = waits.body_sha256(raw)
+    sha = resume_tokens.body_sha256(raw)
     with unit_of_work(conn):
         run = load_run(conn, execution_id)
         if run is None:

@@ -1,0 +1,1 @@
+"""Use cases: units of work composed over the store, in the order of one operation."""
