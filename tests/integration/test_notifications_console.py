@@ -12,7 +12,7 @@ import psycopg
 
 from flowforge.store import notifications
 from tests.integration.test_api_keys import cli
-from tests.integration.test_console import _sign_in, published  # noqa: F401
+from tests.integration.test_console import _sign_in
 
 
 def _fail_one(db: psycopg.Connection) -> str:
@@ -24,7 +24,7 @@ def _fail_one(db: psycopg.Connection) -> str:
 
 
 def test_cli_console_and_the_trigger_switch(
-    published: Any,  # noqa: F811
+    published: Any,
     api_key: str,
     database_url: str,
     db: psycopg.Connection,
@@ -69,7 +69,7 @@ def test_cli_console_and_the_trigger_switch(
 
 
 def test_each_kind_is_recorded_by_its_trigger(
-    published: Any,  # noqa: F811
+    published: Any,
     db: psycopg.Connection,
 ) -> None:
     """The state changes of each kind, as their writers make them, and one that is not news
