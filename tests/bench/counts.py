@@ -17,6 +17,9 @@ and subtracted (`background`, printed):
 - `chain3 x1`: N chain3 from one sender, worker running: per execution, and per step
   (the execution's cost less the intake's, over its three steps);
 - `chain3 x8`: the same from 8 senders, with executions/s from database timestamps.
+Beside each phase: the database's sessions by what they wait for (WAITS, sampled from
+pg_stat_activity), so that what serialises under concurrent senders — a lock, a hot row,
+the WAL, or the client process itself inside its transactions — shows as a share.
 A figure, not a test: nothing is asserted.
 """
 
