@@ -17,6 +17,9 @@ and subtracted (`background`, printed):
 - `chain3 x1`: N chain3 from one sender, worker running: per execution, and per step
   (the execution's cost less the intake's, over its three steps);
 - `chain3 x8`: the same from 8 senders, with executions/s from database timestamps.
+Beside each phase: the database's sessions by what they wait for (WAITS, sampled from
+pg_stat_activity), so that what serialises under concurrent senders — a lock, a hot row,
+the WAL, or the client process itself inside its transactions — shows as a share.
 A figure, not a test: nothing is asserted.
 """
 
@@ -53,6 +56,23 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
 """
 OBSERVER = "ff_bench_observer"
+# What every other session of the database is doing at one instant (issue 41.3): waiting on
+# a lock (and which statement), on the WAL, on its client (in a transaction: the client's
+# CPU or GIL; outside one: idle, left out), or running. Sampled every WAITS_EVERY_S.
+WAITS = """
+SELECT split_part(application_name, '-', 2),
+       CASE WHEN wait_event IS NOT NULL AND wait_event_type <> 'Client'
+            THEN wait_event_type || ':' || wait_event
+                 || CASE WHEN wait_event_type = 'Lock'
+                         THEN ' ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 40)
+                         ELSE '' END
+            WHEN state = 'active' THEN 'running'
+            ELSE 'in transaction, waiting for the client' END
+FROM pg_stat_activity
+WHERE datname = current_database() AND usename <> %(observer)s
+  AND backend_type = 'client backend' AND state NOT IN ('idle', 'disabled')
+"""
+WAITS_EVERY_S = 0.01
 TEXTS: dict[str, str] = {}  # queryid -> a text of it, for the printed table
 
 
@@ -137,6 +157,7 @@ class Counted:
     cpu_ms: dict[str, float] = field(default_factory=dict)
     per_s: float = 0.0
     exec_ms: float = 0.0  # the statements' time in PostgreSQL (pg_stat_statements)
+    waits: dict[str, float] = field(default_factory=dict)  # "process: event" -> share
 
     def per_unit(self) -> dict[str, Any]:
         n = max(self.units, 1)
@@ -152,7 +173,38 @@ class Counted:
             "bytes_down": self.bytes_down / n,
             "cpu_ms": {part: ms / n for part, ms in self.cpu_ms.items()},
             "per_s": self.per_s,
+            "waits": self.waits,
         }
+
+
+class WaitSampler:
+    """Samples WAITS from a thread and connection of its own while a phase runs; `shares`
+    then holds each (process, event)'s sessions on average (0.5: half a session busy
+    with it throughout)."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(make_conninfo(url, user=OBSERVER), autocommit=True)
+        self.counts: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(WAITS_EVERY_S):
+            self.samples += 1
+            for process, event in self.conn.execute(WAITS, {"observer": OBSERVER}):
+                key = f"{process or '?'}: {event}"
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def stop(self) -> tuple[dict[str, float], int]:
+        """The shares, and the queries this sampler ran (each an autocommitted commit)."""
+        self._stop.set()
+        self._thread.join()
+        self.conn.close()
+        n = max(self.samples, 1)
+        ranked = sorted(self.counts.items(), key=lambda kv: -kv[1])
+        return {k: c / n for k, c in ranked}, self.samples
 
 
 class Counter:
@@ -202,14 +254,18 @@ class Counter:
         trips, up, down = self.relay.snapshot()
         result = Counted(name, units, 0.0)
         started = time.monotonic()
+        sampler = WaitSampler(self.s.db.url) if units else None
         with CpuWindow(self.sessions) as cpu:
             yield result
         result.seconds = time.monotonic() - started
+        sampled = 0
+        if sampler is not None:
+            result.waits, sampled = sampler.stop()
         t2, u2, d2 = self.relay.snapshot()
         result.round_trips, result.bytes_up, result.bytes_down = t2 - trips, u2 - up, d2 - down
         result.statements = self._statements()
         result.exec_ms = self.exec_ms
-        polls = self.queries
+        polls = self.queries + sampled
         # Our own since the first reading: the polls, the reset, the statements, the
         # flush requests (each autocommitted, each a commit).
         result.commits = self._commits() - commits - polls - 4
@@ -279,6 +335,7 @@ def _subtract(work: Counted, idle: Counted) -> Counted:
         work.cpu_ms,
         work.per_s,
         work.exec_ms - idle.exec_ms * scale,
+        work.waits,
     )
 
 
@@ -358,6 +415,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"  {name:<16}" + "".join(f"{p[k]:>12.2f}" for k in keys) + f"  {cpu}{rate}".rstrip()
         )
+    for name, p in report["phases"].items():
+        if p.get("waits"):
+            lines.append(f"\n  PostgreSQL sessions by what they wait for, {name} (average):")
+            for event, share in list(p["waits"].items())[:12]:
+                lines.append(f"    {share:6.2f}  {event[:100]}")
     for name, statements in report["statements"].items():
         if name.startswith("background"):
             continue
