@@ -490,3 +490,12 @@ class NotifyKind(StrEnum):
     OUTCOME_UNKNOWN = "outcome.unknown"
     EXECUTION_PAUSED = "execution.paused"  # paused on exhausted retries
     CIRCUIT_OPENED = "circuit.opened"
+
+
+class DeliveryStatus(StrEnum):
+    """A notification message's life (sql/0060): pending until its receiver answers 2xx
+    (delivered) or its retries run out or its endpoint is disabled (failed)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"

@@ -12,6 +12,7 @@ import pytest
 
 from flowforge.domain.model import (
     CircuitState,
+    DeliveryStatus,
     ExecutionStatus,
     GroupStatus,
     ItemStatus,
@@ -20,8 +21,15 @@ from flowforge.domain.model import (
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flowforge"
 # The closed sets a `status` column holds: executions, steps, map items, intake groups,
-# circuits.
-STATUS_ENUMS = (ExecutionStatus, StepStatus, ItemStatus, GroupStatus, CircuitState)
+# circuits, notification messages.
+STATUS_ENUMS = (
+    ExecutionStatus,
+    StepStatus,
+    ItemStatus,
+    GroupStatus,
+    CircuitState,
+    DeliveryStatus,
+)
 # store/runs.py spells three sets by hand; it is being split (load_run asks each step kind
 # what it needs) on another branch, which takes its statements through sql_list. Its
 # literals are still checked for membership below.

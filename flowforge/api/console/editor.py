@@ -13,17 +13,15 @@ from typing import Any
 from flask import current_app, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
-from flowforge.api.console import graph
+from flowforge.api.console import graph, operate
 from flowforge.api.console.session import require, signed_in
 from flowforge.api.console.site import bp, csrf_token
 from flowforge.api.drafts import check_draft
 from flowforge.api.pool import connection
-from flowforge.api.problems import Problem
 from flowforge.domain import defdiff
 from flowforge.domain.definitions import DefinitionInvalid
-from flowforge.errors import ClientError, NotFound
+from flowforge.errors import ClientError, InvalidParameter, NotFound
 from flowforge.store import catalog
-from flowforge.usecases import publishing
 
 # What a new workflow's editor starts with: the smallest valid definition.
 SKELETON = {
@@ -104,7 +102,7 @@ def publish(key: str) -> BaseResponse | str:
     api_key = require(key, write=True)
     text = request.form.get("draft", "")
     if request.form.get("confirm") != "yes":
-        raise Problem(400, "Not confirmed", "tick the confirmation to publish the draft")
+        raise InvalidParameter("Not confirmed", "tick the confirmation to publish the draft")
     checked = _checked(key, text)
     if checked["problems"]:
         return render_template("editor.html", key=key, draft=text, csrf=csrf_token(), **checked)
@@ -114,5 +112,5 @@ def publish(key: str) -> BaseResponse | str:
         key, document, bindings, may_use_secrets=api_key.publish_secrets
     )
     with connection() as conn:
-        published = publishing.publish(conn, key, document, definition, api_key.id)
+        published = operate.publish(conn, api_key, key, document, definition)
     return redirect(url_for("console.workflow", key=key, version=published["version"]), 303)

@@ -10,10 +10,11 @@ from typing import Any
 
 import psycopg
 
+from flowforge.domain.definitions import Definition
 from flowforge.domain.operations import Action
 from flowforge.store import notifications, outbound, schedules
 from flowforge.store.apikeys import ApiKey
-from flowforge.usecases import actions, pausing, ticks
+from flowforge.usecases import actions, pausing, publishing, ticks
 from flowforge.usecases import reingest as reingest_module
 from flowforge.usecases import replay as replay_module
 
@@ -112,3 +113,10 @@ def switch_notification(conn: psycopg.Connection, name: str, *, enable: bool) ->
         notifications.enable(conn, name)
     else:
         notifications.disable(conn, name)
+
+
+def publish(
+    conn: psycopg.Connection, key: ApiKey, workflow: str, document: Any, definition: Definition
+) -> dict[str, Any]:
+    """The editor's draft as the next version, published by the signed-in key."""
+    return publishing.publish(conn, workflow, document, definition, key.id)
