@@ -18,7 +18,7 @@ import pytest
 from flowforge.steps.http_step import ATTEMPT_BODY_BYTES
 from tests.faults.helpers import cli
 from tests.support.api import Api, step
-from tests.support.definitions import unsigned
+from tests.support.definitions import http, unsigned
 from tests.support.processes import Process
 from tests.support.target import Received, Reply, Target
 
@@ -30,18 +30,15 @@ def pay(url: str, **request: Any) -> dict[str, Any]:
     """A POST carrying the secret in its URL, a header and its JSON body."""
     return unsigned(
         [
-            {
-                "id": "pay",
-                "type": "http_request",
-                "request": {
-                    "method": "POST",
-                    "url": f"{url}/orders/{{{{ input.order }}}}?key={{{{ secrets.tok }}}}",
-                    "headers": {"X-Api-Token": "{{ secrets.tok }}"},
-                    "json": {"token": "{{ secrets.tok }}", "order": "{{ input.order }}"},
-                    **request,
-                },
-                "retry": {"max_attempts": 3, "initial_interval_s": 0.1},
-            }
+            http(
+                "pay",
+                "POST",
+                f"{url}/orders/{{{{ input.order }}}}?key={{{{ secrets.tok }}}}",
+                retry={"max_attempts": 3, "initial_interval_s": 0.1},
+                headers={"X-Api-Token": "{{ secrets.tok }}"},
+                json={"token": "{{ secrets.tok }}", "order": "{{ input.order }}"},
+                **request,
+            )
         ],
         name="Pays",
     )

@@ -17,6 +17,7 @@ from flowforge.steps.http_step import redactor
 from tests.faults.helpers import FLOWFORGE
 from tests.integration.test_cli_remote import remote
 from tests.support.api import Api
+from tests.support.definitions import http, transform, unsigned, wait
 from tests.support.processes import Process, wait_for
 from tests.support.target import Received, Reply, Target
 from tests.unit.test_redaction import ENCODINGS, NESTED_ENCODINGS
@@ -36,29 +37,24 @@ def client(api: str, api_key: str, workers: Callable[..., Process]) -> Api:
 
 
 def definition(target: Target) -> dict[str, Any]:
-    return {
-        "name": "Partner call, then an approval",
-        "trigger": {"webhook": {"auth": "none"}},
-        "steps": [
-            {
-                "id": "call",
-                "type": "http_request",
-                "request": {
-                    "method": "POST",
-                    "url": f"{target.url}/orders",
-                    "headers": {"Authorization": "Bearer {{ secrets.partner }}"},
-                    "json": {"order": "{{ input.order }}", "resume": "{{ waits.approval.url }}"},
-                },
-            },
-            {"id": "approval", "type": "wait", "depends_on": ["call"], "timeout_s": 60},
-            {
-                "id": "done",
-                "type": "transform",
-                "depends_on": ["approval"],
-                "output": {"order": "{{ input.order }}", "ok": "{{ approval.ok }}"},
-            },
+    return unsigned(
+        [
+            http(
+                "call",
+                "POST",
+                f"{target.url}/orders",
+                headers={"Authorization": "Bearer {{ secrets.partner }}"},
+                json={"order": "{{ input.order }}", "resume": "{{ waits.approval.url }}"},
+            ),
+            wait("approval", 60, after=("call",)),
+            transform(
+                "done",
+                {"order": "{{ input.order }}", "ok": "{{ approval.ok }}"},
+                after=("approval",),
+            ),
         ],
-    }
+        name="Partner call, then an approval",
+    )
 
 
 def echo_every_spelling(request: Received) -> Reply:

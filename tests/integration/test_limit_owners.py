@@ -9,7 +9,6 @@ its own workflows' limits."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from email.utils import formatdate
@@ -23,7 +22,7 @@ from tests.integration.test_cli_remote import ok, remote
 from tests.support.api import Api
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
-from tests.support.target import Received, Reply, Target
+from tests.support.target import Received, Reply, Target, first_then_ok
 
 HELD_FOR = """
 SELECT extract(epoch FROM held_until - now()) FROM outbound_limits
@@ -122,15 +121,7 @@ def test_a_retry_after_of_centuries_holds_for_the_cap_and_an_operator_clears_it(
     target: Target,
     db: psycopg.Connection,
 ) -> None:
-    first = threading.Event()
-
-    def script(request: Received) -> Reply:
-        if not first.is_set():
-            first.set()
-            return Reply(status=429, headers={"Retry-After": "9999999999"})
-        return Reply(json={"ok": True})
-
-    target.script = script
+    target.script = first_then_ok(Reply(status=429, headers={"Retry-After": "9999999999"}))
     workers()
     client = Api(api, api_key)
     client.publish("quota", limited(f"{target.url}/q", {"quota": {"concurrency": 5}}, "quota"))

@@ -14,7 +14,7 @@ import psycopg
 from tests.support.api import Api, step
 from tests.support.definitions import unsigned
 from tests.support.processes import Process, wait_for
-from tests.support.target import Received, Reply, Target, most_in_any_second
+from tests.support.target import Received, Reply, Target, first_then_ok, most_in_any_second
 
 COUNT_SUCCEEDED = "SELECT count(*) FROM executions WHERE status = 'succeeded'"
 
@@ -73,15 +73,9 @@ def test_a_429_with_retry_after_holds_the_key_for_every_execution(
     target: Target,
     db: psycopg.Connection,
 ) -> None:
-    first = threading.Event()
-
-    def script(request: Received) -> Reply:
-        if not first.is_set():
-            first.set()
-            return Reply(status=429, headers={"Retry-After": "3"}, json={"slow": "down"})
-        return Reply(json={"ok": True})
-
-    target.script = script
+    target.script = first_then_ok(
+        Reply(status=429, headers={"Retry-After": "3"}, json={"slow": "down"})
+    )
     workers()
     client = Api(api, api_key)
     client.publish("quota", limited(f"{target.url}/quota", {"quota": {"concurrency": 10}}, "quota"))

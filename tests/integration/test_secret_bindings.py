@@ -44,11 +44,7 @@ PLAIN = workflow(transform("t", {"x": "{{ input.x }}"}), name="No secrets")
 
 
 def test_worker_refuses_a_secret_that_is_not_bound_to_the_workflow(
-    client: Api,
-    workers: Callable[..., Process],
-    target: Target,
-    database_url: str,
-    tmp_path: Path,
+    client: Api, workers: Callable[..., Process], target: Target, database_url: str
 ) -> None:
     value = "tok" + secrets.token_hex(16)
     target.script = lambda r: Reply(json={"echo": r.headers.get("authorization", "")[::-1]})

@@ -91,6 +91,23 @@ def on_ipv6_loopback() -> Iterator[Recorder]:
         yield recorder
 
 
+Fetcher = Callable[..., Api]
+
+
+@pytest.fixture
+def fetcher(api: str, api_key: str, workers: Callable[..., Process]) -> Fetcher:
+    """Starts the worker (`env` overrides its settings) and publishes BY_INPUT: every
+    fetch case runs that one workflow, only the worker's allow list changes."""
+
+    def start(**env: str) -> Api:
+        workers(**env)
+        client = Api(api, api_key)
+        client.publish("fetch", BY_INPUT)
+        return client
+
+    return start
+
+
 def run_each(client: Api, urls: list[str]) -> dict[str, dict[str, Any]]:
     """One execution per URL (a failure cancels sibling steps), all run to the end."""
     started = {url: client.start("fetch", {"url": url}) for url in urls}
@@ -112,16 +129,9 @@ def assert_refused(execution: dict[str, Any]) -> str:
 
 
 def test_loopback_outside_the_allow_list_is_refused(
-    api: str,
-    api_key: str,
-    workers: Callable[..., Process],
-    target: Target,
-    on_127_0_0_2: Recorder,
-    on_ipv6_loopback: Recorder,
+    fetcher: Fetcher, target: Target, on_127_0_0_2: Recorder, on_ipv6_loopback: Recorder
 ) -> None:
-    workers()  # FLOWFORGE_HTTP_ALLOW=127.0.0.1 from the env fixture
-    client = Api(api, api_key)
-    client.publish("fetch", BY_INPUT)
+    client = fetcher()  # FLOWFORGE_HTTP_ALLOW=127.0.0.1 from the env fixture
     v4, v6 = on_127_0_0_2, on_ipv6_loopback
     urls = {
         v4.url("/plain"): "127.0.0.2 is loopback",
@@ -144,12 +154,10 @@ def test_loopback_outside_the_allow_list_is_refused(
 
 
 def test_sanity_the_recorders_are_reachable_when_allowed(
-    api: str, api_key: str, workers: Callable[..., Process], on_127_0_0_2: Recorder
+    fetcher: Fetcher, on_127_0_0_2: Recorder
 ) -> None:
     """Proves the refusal test's recorders would have seen a request the guard let through."""
-    workers(FLOWFORGE_HTTP_ALLOW="127.0.0.2")
-    client = Api(api, api_key)
-    client.publish("fetch", BY_INPUT)
+    client = fetcher(FLOWFORGE_HTTP_ALLOW="127.0.0.2")
     done = run_each(client, [on_127_0_0_2.url("/allowed", "2130706434")])
     [execution] = done.values()
     assert execution["status"] == "succeeded", execution
@@ -158,12 +166,10 @@ def test_sanity_the_recorders_are_reachable_when_allowed(
 
 
 def test_with_an_empty_allow_list_even_localhost_is_refused(
-    api: str, api_key: str, workers: Callable[..., Process], target: Target
+    fetcher: Fetcher, target: Target
 ) -> None:
     """The default: a DNS name that resolves to loopback is resolved, then refused."""
-    workers(FLOWFORGE_HTTP_ALLOW="")
-    client = Api(api, api_key)
-    client.publish("fetch", BY_INPUT)
+    client = fetcher(FLOWFORGE_HTTP_ALLOW="")
     urls = [
         f"http://localhost:{target.port}/name",
         f"http://127.0.0.1:{target.port}/literal",
@@ -183,16 +189,9 @@ def test_with_an_empty_allow_list_even_localhost_is_refused(
     ],
 )
 def test_other_schemes_and_userinfo_are_not_sent(
-    api: str,
-    api_key: str,
-    workers: Callable[..., Process],
-    target: Target,
-    url: str,
-    message: str,
+    fetcher: Fetcher, target: Target, url: str, message: str
 ) -> None:
-    workers()
-    client = Api(api, api_key)
-    client.publish("fetch", BY_INPUT)
+    client = fetcher()
     [execution] = run_each(client, [url.format(port=target.port)]).values()
     assert execution["status"] == "failed", execution
     assert message in step(execution, "fetch")["error"]
@@ -200,12 +199,7 @@ def test_other_schemes_and_userinfo_are_not_sent(
 
 
 def test_redirects_are_returned_never_followed(
-    api: str,
-    api_key: str,
-    workers: Callable[..., Process],
-    target: Target,
-    on_127_0_0_2: Recorder,
-    on_ipv6_loopback: Recorder,
+    fetcher: Fetcher, target: Target, on_127_0_0_2: Recorder, on_ipv6_loopback: Recorder
 ) -> None:
     """A 3xx from the allowed target is the step's result; the next hop is never taken."""
     locations = {
@@ -223,9 +217,7 @@ def test_redirects_are_returned_never_followed(
         return Reply(json={"followed": request.path})
 
     target.script = redirect
-    workers()
-    client = Api(api, api_key)
-    client.publish("fetch", BY_INPUT)
+    client = fetcher()
     results = run_each(client, [f"{target.url}{path}" for path in locations])
     for path, status in statuses.items():
         execution = results[f"{target.url}{path}"]

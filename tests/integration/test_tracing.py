@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.support.api import Api, step
-from tests.support.definitions import http, workflow
+from tests.support.definitions import delay, http, workflow
 from tests.support.otlp import Collector
 from tests.support.processes import start_api, wait_for
 from tests.support.target import Reply, Target
@@ -61,7 +61,7 @@ def test_one_trace_from_the_partner_to_the_target_across_a_delay_and_a_sigkill(
         client.publish(
             "traced",
             workflow(
-                {"id": "pause", "type": "delay", "duration_s": 1},
+                delay("pause", 1),
                 http(
                     "fetch",
                     "GET",

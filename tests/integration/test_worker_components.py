@@ -20,7 +20,6 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.steps import netguard
 from flowforge.store.db import conninfo, create_pool
 from flowforge.worker.broker import Topology, Wakeup
 from flowforge.worker.executor import SPREAD_EVERY_S, Executor
@@ -28,6 +27,7 @@ from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner
 from tests.support.definitions import CALLS, http, transform, workflow
+from tests.support.inprocess import loopback_executor
 
 CHAIN = workflow(
     transform("a", {"n": "{{ input.n }}"}),
@@ -68,13 +68,7 @@ def worker(database_url: str, amqp_url: str, amqp_prefix: str) -> Iterator[InPro
     topology = Topology(amqp_prefix)
     parts = InProcessWorker(
         pool=pool,
-        executor=Executor(
-            pool,
-            worker_id="in-process",
-            lease_s=2.0,
-            allow=netguard.Allowlist.parse("127.0.0.1"),
-            secret_bindings={},
-        ),
+        executor=loopback_executor(pool, "in-process", lease_s=2.0),
         relay=Relay(pool, conninfo(database_url), amqp_url, topology, stop),
         reaper=Reaper(pool, lease_s=2.0, reconcile_s=2.0, stop=stop),
         timers=TimerScanner(pool, stop),
@@ -415,13 +409,7 @@ def test_an_executor_takes_up_a_pure_wakeup_in_two_round_trips(
     eid = start(app_client, "pure3", {"n": 3})
     traced = create_pool(database_url, max_size=1, name="test-executor-traced")
     traced.open(wait=True, timeout=10)
-    executor = Executor(
-        traced,
-        worker_id="traced",
-        lease_s=2.0,
-        allow=netguard.Allowlist.parse("127.0.0.1"),
-        secret_bindings={},
-    )
+    executor = loopback_executor(traced, "traced", lease_s=2.0)
     trace = tmp_path / "trace"
     try:
         # A first wake-up sees the spread (none: one priority); the next one past

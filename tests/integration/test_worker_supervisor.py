@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TypeVar
 
 import pytest
 
@@ -47,18 +50,31 @@ class Crashes(Counted):
         raise RuntimeError("a bug in one pass")
 
 
+S = TypeVar("S", bound=Counted)
+
+
+@contextmanager
+def running(
+    env: dict[str, str], caplog: pytest.LogCaptureFixture, kind: type[S]
+) -> Iterator[tuple[Worker, S, threading.Thread, list[int]]]:
+    """A real Worker with one more service of `kind`, running in a thread for the block
+    with the worker's log captured; its exit status lands in the list."""
+    worker = Worker(Settings.from_env(env))
+    service = kind(worker.background)
+    worker.services.append(service)
+    statuses: list[int] = []
+    runner = threading.Thread(target=lambda: statuses.append(worker.run()), daemon=True)
+    with caplog.at_level(logging.INFO, logger="flowforge.worker"):
+        runner.start()
+        yield worker, service, runner, statuses
+
+
 # The thread's death is the point; pytest's hook would report it as a stray warning.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_dead_service_thread_drains_the_worker_and_exits_non_zero(
     env: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker = Worker(Settings.from_env(env))
-    exits = Exits(worker.background)
-    worker.services.append(exits)
-    statuses: list[int] = []
-    runner = threading.Thread(target=lambda: statuses.append(worker.run()), daemon=True)
-    with caplog.at_level(logging.INFO, logger="flowforge.worker"):
-        runner.start()
+    with running(env, caplog, Exits) as (worker, _, runner, statuses):
         runner.join(timeout=30)
         worker.stop.set()  # only if it did not notice: lets a failing test end
     assert statuses == [THREAD_DIED]
@@ -72,13 +88,7 @@ def test_a_dead_service_thread_drains_the_worker_and_exits_non_zero(
 def test_a_pass_that_raises_is_logged_and_retried_without_ending_the_thread(
     env: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    worker = Worker(Settings.from_env(env))
-    crashes = Crashes(worker.background)
-    worker.services.append(crashes)
-    statuses: list[int] = []
-    runner = threading.Thread(target=lambda: statuses.append(worker.run()))
-    with caplog.at_level(logging.INFO, logger="flowforge.worker"):
-        runner.start()
+    with running(env, caplog, Crashes) as (worker, crashes, runner, statuses):
         try:
             wait_for(lambda: crashes.passes >= 3, timeout=10, message="three failed passes")
             wait_for(worker.consumer.connected.is_set, timeout=10, message="consuming")

@@ -48,6 +48,13 @@ def wait(
     return _step(step_id, "wait", after, timeout_s=timeout_s, **fields)
 
 
+def delay(
+    step_id: str, duration_s: float, *, after: tuple[str, ...] = (), **fields: Any
+) -> dict[str, Any]:
+    """A delay step of `duration_s` seconds, a durable timer the worker's scanner wakes."""
+    return _step(step_id, "delay", after, duration_s=duration_s, **fields)
+
+
 def github_source(*subscriptions: dict[str, Any]) -> dict[str, Any]:
     """A source verified as GitHub signs (auth "github") with these subscriptions."""
     return {"auth": "github", "subscriptions": list(subscriptions)}

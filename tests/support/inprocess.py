@@ -44,13 +44,22 @@ def executor(
     """An Executor on its own small pool (`name`), sending to 127.0.0.1 only; the pool
     closes when the block ends."""
     with pool(database_url, name) as made:
-        yield Executor(
-            made,
-            worker_id=worker_id,
-            lease_s=10,
-            allow=netguard.Allowlist.parse("127.0.0.1"),
-            secret_bindings=secret_bindings or {},
-        )
+        yield loopback_executor(made, worker_id, secret_bindings=secret_bindings or {})
+
+
+def loopback_executor(
+    made: psycopg_pool.ConnectionPool, worker_id: str, lease_s: float = 10.0, **options: Any
+) -> Executor:
+    """An Executor on `made` that sends to 127.0.0.1 only (where every test target
+    listens), with no secret bindings unless `options` give them."""
+    options.setdefault("secret_bindings", {})
+    return Executor(
+        made,
+        worker_id=worker_id,
+        lease_s=lease_s,
+        allow=netguard.Allowlist.parse("127.0.0.1"),
+        **options,
+    )
 
 
 # What the relay would publish: the outbox's wake-ups, oldest first, taken out of it (the

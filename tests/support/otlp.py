@@ -11,6 +11,8 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from tests.support.target import Served
+
 
 @dataclass
 class Span:
@@ -22,7 +24,7 @@ class Span:
     attributes: dict[str, Any]
 
 
-class Collector:
+class Collector(Served):
     """An OTLP/HTTP receiver: POST /v1/traces with an ExportTraceServiceRequest; keeps
     every span it is sent."""
 
@@ -45,9 +47,8 @@ class Collector:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        super().__init__(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def count(self) -> int:
         """How many spans have arrived so far."""
@@ -58,10 +59,6 @@ class Collector:
         """The spans whose name starts with `prefix`."""
         with self.lock:
             return [s for s in self.spans if s.name.startswith(prefix)]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _value(any_value: Any) -> Any:

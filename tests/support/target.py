@@ -72,7 +72,20 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
-class Target:
+class Served:
+    """A server answering from a daemon thread of its own until `close()`: the recording
+    target here and the tests' other fake peers (the OTLP collector)."""
+
+    def __init__(self, server: socketserver.BaseServer) -> None:
+        self.server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Target(Served):
     """Records every request; `script` decides the reply (default: 200 with {"ok": true}).
     With `tls` it serves https; `connections` counts the TCP connections it accepted."""
 
@@ -136,17 +149,12 @@ class Target:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        super().__init__(self.server)
 
     def requests_to(self, path: str) -> list[Received]:
         """Requests whose path starts with `path`."""
         with self._lock:
             return [r for r in self.received if r.path.startswith(path)]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class InFlight:
@@ -169,3 +177,17 @@ class InFlight:
         with self._lock:
             self.now -= 1
         return self.answer(request)
+
+
+def first_then_ok(first: Reply) -> Script:
+    """A script that answers `first` to the first request and 200 {"ok": true} to every
+    later one: a throttle or an outage the worker has to ride out once."""
+    answered = threading.Event()
+
+    def script(_request: Received) -> Reply:
+        if answered.is_set():
+            return Reply(json={"ok": True})
+        answered.set()
+        return first
+
+    return script

@@ -123,33 +123,30 @@ def _citations() -> list[tuple[str, Path, str]]:
     return cited
 
 
-def test_nothing_cites_the_first_specification_by_section() -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)}:{_line(text, match.start())}: {match.group(0)!r}"
+def _offenders(pattern: re.Pattern[str], quoted: bool = True) -> list[str]:
+    """Every match of `pattern` in the checked files, as path:line (and the match itself
+    when `quoted`)."""
+    return [
+        f"{path.relative_to(ROOT)}:{_line(text, match.start())}"
+        + (f": {match.group(0)!r}" if quoted else "")
         for path in _files()
         if (text := _text(path)) is not None
-        for match in OUTSIDE_CITATION.finditer(text)
+        for match in pattern.finditer(text)
     ]
+
+
+def test_nothing_cites_the_first_specification_by_section() -> None:
+    offenders = _offenders(OUTSIDE_CITATION)
     assert offenders == [], "cite docs/contract.md#<anchor> instead:\n" + "\n".join(offenders)
 
 
 def test_nothing_cites_the_contract_by_section_number() -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)}:{_line(text, match.start())}"
-        for path in _files()
-        if (text := _text(path)) is not None
-        for match in NUMBERED_CITATION.finditer(text)
-    ]
+    offenders = _offenders(NUMBERED_CITATION, quoted=False)
     assert offenders == [], "cite docs/contract.md#<anchor> instead:\n" + "\n".join(offenders)
 
 
 def test_nothing_cites_a_document_outside_the_repository() -> None:
-    offenders = [
-        f"{path.relative_to(ROOT)}:{_line(text, match.start())}: {match.group(0)!r}"
-        for path in _files()
-        if (text := _text(path)) is not None
-        for match in OUTSIDE_DOCUMENTS.finditer(text)
-    ]
+    offenders = _offenders(OUTSIDE_DOCUMENTS)
     assert offenders == [], "\n".join(offenders)
 
 
