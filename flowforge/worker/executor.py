@@ -18,7 +18,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 
 import psycopg
 import psycopg_pool
@@ -35,7 +34,7 @@ from flowforge.domain.model import (
     StepStatus,
     StepType,
 )
-from flowforge.domain.templating import TemplateError, render
+from flowforge.domain.templating import TemplateError
 from flowforge.errors import DatabaseError, DatabaseUnavailable
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
@@ -47,6 +46,7 @@ from flowforge.store.runs import load_run, on_commit, save_run, unit_of_work
 from flowforge.trust import resume_tokens
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
+from flowforge.worker.limit_keys import request_limits
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +86,6 @@ NOT_SENT_PREFIX = "not sent:"
 # taking work (its drain must end: the step is then the reaper's, as after a crash).
 CHECKPOINT_PATIENCE_S = 120.0
 CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
-# A rendered limit name is one of the workflow's own tenants: a text of this many
-# characters at most, so that a sender cannot fill outbound_limits with megabyte keys.
-MAX_RENDERED_LIMIT_CHARS = 200
 # The claim transaction of a step with outbound limits locks each key's row (outbound.py),
 # and a row lock lasts until COMMIT returns: with the commit's wait for the disk included,
 # one key admitted one request per WAL flush (23/s on a busy disk for a limit of 50/s).
@@ -400,7 +397,9 @@ class Executor:
                     # Rendered before the claim commits, so that its attempt row holds
                     # what is about to be sent, with no round trip of its own.
                     prepared = self._render(run, sid)
-                    limits, prepared = self._limits(run, sid, prepared)
+                    limits, prepared = request_limits(
+                        run, sid, prepared, self.host_limits, self.shared_limits
+                    )
                     hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
                     wait = None
                     if limits:
@@ -495,54 +494,6 @@ class Executor:
             return Outcome(OutcomeKind.FAILED, error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
         return dataclasses.replace(rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s))
-
-    def _limits(
-        self, run: Run, sid: str, prepared: Rendered | Outcome
-    ) -> tuple[list[tuple[outbound.LimitKey, LimitSpec]], Rendered | Outcome]:
-        """The outbound limits the request goes through (docs/contract.md#outbound-limits): the
-        step's own, its name rendered when it is a template, and the operator's limit of its URL's
-        host. A workflow's limits are its own (docs/reference/security.md, "Who owns a limit"):
-        a rendered name is only ever a name among them. A name that cannot be rendered,
-        or a shared limit the operator does not share with this workflow, fails the
-        request, unsent."""
-        if not isinstance(prepared, Rendered):
-            return [], prepared
-        found: list[tuple[outbound.LimitKey, LimitSpec]] = []
-        name = run.definition.step(sid).limit
-        if name is not None:
-            spec = run.definition.limits[name]
-            key: object = name
-            if "{{" in name:
-                try:
-                    key = render(name, run.context(sid))
-                except TemplateError as exc:
-                    return [], Outcome(
-                        OutcomeKind.FAILED, error=f"limit key could not be rendered: {exc}"
-                    )
-                if key is None or key == "" or isinstance(key, dict | list):
-                    error = f"limit key {name!r} rendered to {key!r}, not a text or number"
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-                if len(str(key)) > MAX_RENDERED_LIMIT_CHARS or "\x00" in str(key):
-                    error = (
-                        f"limit key {name!r} rendered to a name over "
-                        f"{MAX_RENDERED_LIMIT_CHARS} characters or with a NUL"
-                    )
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-            if spec.shared is not None:
-                shared = self.shared_limits.get(spec.shared)
-                if shared is None or run.workflow not in shared.workflows:
-                    error = (
-                        f"not sent: shared limit {spec.shared!r} is not shared with this "
-                        "workflow (FLOWFORGE_SHARED_LIMITS)"
-                    )
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-                found.append((outbound.LimitKey(outbound.SHARED, spec.shared), shared.spec))
-            else:
-                found.append((outbound.LimitKey(str(run.workflow_id), str(key)), spec))
-        host = (urlsplit(prepared.url).hostname or "").lower().removesuffix(".")
-        if host in self.host_limits:
-            found.append((outbound.LimitKey(outbound.HOST, host), self.host_limits[host]))
-        return found, prepared
 
     def _attempt(self, run: Run, sid: str, lease: Lease, prepared: Rendered | Outcome) -> Outcome:
         """Send the rendered request; never raises, so the step is always checkpointed."""
