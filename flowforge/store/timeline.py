@@ -354,9 +354,7 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         # Why it waits (docs/contract.md#child-workflows): the children its waiting workflow steps
         # wait for, and whether each one waits for an operator.
         "waiting_on_children": children.waiting_on(steps, links),
-        "steps": [
-            _step_view(s, skipped_because.get(s["step_id"]), by_step, items) for s in steps
-        ],
+        "steps": [_step_view(s, skipped_because.get(s["step_id"]), by_step, items) for s in steps],
         "events": [
             {"at": _iso(e["at"]), "step": e["step_id"], "kind": e["kind"], "detail": e["detail"]}
             for e in events
