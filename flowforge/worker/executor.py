@@ -566,31 +566,7 @@ class Executor:
                 or state.fencing_token != token
                 or state.lease_owner != self.worker_id
             ):
-                found = {
-                    **log,
-                    "current_token": state.fencing_token if state else None,
-                    "current_status": state.status if state else None,
-                    "outcome": outcome.kind,
-                }
-                # An operator acted on the reaper's unknown first (a retry, a cancel, a
-                # resolve): theirs stands, but the attempt's history is made true.
-                if self._correct_never_sent(conn, eid, sid, token, outcome):
-                    logger.warning(
-                        "request never sent: its attempt corrected, the step had moved on",
-                        extra=found,
-                    )
-                elif again:
-                    logger.warning(
-                        "checkpoint tried again found the step moved on: saved by the "
-                        "earlier try, or taken over meanwhile",
-                        extra=found,
-                    )
-                else:
-                    logger.warning(
-                        "lost ownership of the step: result discarded, nothing written",
-                        extra=found,
-                    )
-                    metrics.CHECKPOINT_FENCED.inc()
+                self._moved_on(conn, eid, sid, token, state, outcome, again=again)
                 return
             if outcome.retry_at is not None:
                 # A dated Retry-After with no usable Date: the database's clock reads it
@@ -616,6 +592,47 @@ class Executor:
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+    def _moved_on(
+        self,
+        conn: psycopg.Connection,
+        eid: str,
+        sid: str,
+        token: int,
+        state: StepState | None,
+        outcome: Outcome,
+        *,
+        again: bool,
+    ) -> None:
+        """The checkpoint of a step no longer ours (fenced): nothing of the outcome is
+        written, but a request that provably never left corrects its attempt's history."""
+        found = {
+            "execution_id": eid,
+            "step": sid,
+            "fencing_token": token,
+            "current_token": state.fencing_token if state else None,
+            "current_status": state.status if state else None,
+            "outcome": outcome.kind,
+        }
+        # An operator acted on the reaper's unknown first (a retry, a cancel, a
+        # resolve): theirs stands, but the attempt's history is made true.
+        if self._correct_never_sent(conn, eid, sid, token, outcome):
+            logger.warning(
+                "request never sent: its attempt corrected, the step had moved on",
+                extra=found,
+            )
+        elif again:
+            logger.warning(
+                "checkpoint tried again found the step moved on: saved by the "
+                "earlier try, or taken over meanwhile",
+                extra=found,
+            )
+        else:
+            logger.warning(
+                "lost ownership of the step: result discarded, nothing written",
+                extra=found,
+            )
+            metrics.CHECKPOINT_FENCED.inc()
 
     def _hold(
         self,
