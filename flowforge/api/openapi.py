@@ -24,16 +24,13 @@ from flowforge.api.openapi_parts import (
     KEY_PATTERN,
     PROBLEM,
     SOURCE_NAME,
-    SOURCE_PATH_PATTERN,
     STATUSES,
     STEP_ID_PATTERN,
     STEP_PARAM,
     STEP_ROW_PARAM,
-    WEBHOOK_AUTHS,
     WEBHOOK_HEADERS,
     WORKFLOW_KEY,
     action_body,
-    condition,
     endpoint,
     json_answer,
     operation_id,
@@ -43,87 +40,15 @@ from flowforge.api.openapi_parts import (
 )
 from flowforge.api.openapi_schemas import COMPONENTS
 from flowforge.api.openapi_storable import JSON_VALUE, storable, storable_paths
+from flowforge.api.openapi_store_bound import STORE_BOUND
 from flowforge.domain import definitions, model
 from flowforge.domain.operations import ACTIONS, Action, Kind
-from flowforge.store import sources
-from flowforge.usecases import reingest
 
 __all__ = ["DOCUMENT", "PATHS", "STEP_SCHEMAS", "WEBHOOK_HEADERS", "bp", "operation_id"]
 
 bp = Blueprint("openapi", __name__)
 
 
-# The schemas whose bounds are the store's own (a source's subscriptions and conditions, a
-# re-ingest's page), kept here: the API's blueprints import the store, not the modules this
-# document is written in.
-SOURCE_CONDITIONS = {
-    "type": "array",
-    "minItems": 1,
-    "maxItems": sources.MAX_CONDITIONS,
-    "items": condition(
-        {
-            "type": "string",
-            "pattern": SOURCE_PATH_PATTERN,
-            "description": "input.<...> (the body) or headers.<lower-case name>",
-        }
-    ),
-}
-
-STORE_BOUND: dict[str, Any] = {
-    "SourceDefinition": {
-        "type": "object",
-        "required": ["subscriptions"],
-        "additionalProperties": False,
-        "properties": {
-            "auth": {"type": "string", "enum": WEBHOOK_AUTHS, "default": "signature"},
-            "subscriptions": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": sources.MAX_SUBSCRIPTIONS,
-                "items": {
-                    "type": "object",
-                    "required": ["workflow"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "name": {"type": "string", "pattern": KEY_PATTERN},
-                        "workflow": {"type": "string", "pattern": KEY_PATTERN},
-                        "filter": {
-                            "type": "object",
-                            "description": '{"all": [When...]} or {"any": [When...]}; paths '
-                            "read input.* (the body) or headers.<lower-case name>",
-                            "minProperties": 1,
-                            "maxProperties": 1,
-                            "properties": {
-                                "all": SOURCE_CONDITIONS,
-                                "any": SOURCE_CONDITIONS,
-                            },
-                            "additionalProperties": False,
-                        },
-                    },
-                },
-            },
-        },
-    },
-    "ReingestRequest": {
-        "type": "object",
-        "required": ["from", "to"],
-        "additionalProperties": False,
-        "properties": {
-            "from": {"type": "string", "format": "date-time", "description": "received from"},
-            "to": {"type": "string", "format": "date-time", "description": "received before"},
-            "filter": condition(
-                {
-                    "type": "string",
-                    "pattern": "^input(\\.[A-Za-z0-9_]+)*$",
-                    "description": "input or a dotted path into the archived body",
-                }
-            ),
-            "dry_run": {"type": "boolean", "description": "count and sample; create nothing"},
-            "after": {"type": "integer", "minimum": 0, "maximum": reingest.MAX_CURSOR},
-            "limit": {"type": "integer", "minimum": 1, "maximum": reingest.MAX_PER_REQUEST},
-        },
-    },
-}
 # Every component: the problem, the definition format, then the others; an action with a
 # body adds its own (_action).
 SCHEMAS: dict[str, Any] = {"Problem": PROBLEM, **DEFINITION_SCHEMAS, **STORE_BOUND, **COMPONENTS}

@@ -158,37 +158,7 @@ class DatabaseGauges(Collector):
         (expired,) = one(conn.execute(EXPIRED_LEASES))
         (open_waits,) = one(conn.execute(OPEN_WAITS))
         circuits_open, waiting_on_limits = one(conn.execute(OUTBOUND_GAUGES))
-        queue = GaugeMetricFamily(
-            "flowforge_slot_queue",
-            "Executions queued for a concurrency slot, by workflow.",
-            labels=["workflow"],
-        )
-        holders = GaugeMetricFamily(
-            "flowforge_slot_holders",
-            "Executions holding a concurrency slot, by workflow.",
-            labels=["workflow"],
-        )
-        for key, queued, held in conn.execute(flowcontrol.SLOT_GAUGES).fetchall():
-            queue.add_metric([key], queued)
-            holders.add_metric([key], held)
-        rows = GaugeMetricFamily(
-            "flowforge_table_rows_estimate",
-            "Rows per table, as the planner estimates them (pg_class.reltuples).",
-            labels=["table"],
-        )
-        estimates = dict.fromkeys(ESTIMATED_TABLES, 0) | dict(
-            conn.execute(ESTIMATED_ROWS, {"tables": ESTIMATED_TABLES}).fetchall()
-        )
-        for table, estimate in estimates.items():
-            rows.add_metric([table], estimate)
-        depth = GaugeMetricFamily(
-            "flowforge_work_depth",
-            "Steps ready for a worker and running on one, by workflow (the autoscaling "
-            f"signal; each state counts at most {WORK_DEPTH_CAP} steps).",
-            labels=["workflow", "state"],
-        )
-        for workflow, state, count in conn.execute(WORK_DEPTH).fetchall():
-            depth.add_metric([workflow, state], count)
+        labelled = _labelled_gauges(conn)
         yield executions
         yield GaugeMetricFamily(
             "flowforge_executions_needing_attention",
@@ -232,10 +202,44 @@ class DatabaseGauges(Collector):
             "Ready steps waiting for an outbound limit: rate, concurrency, hold or circuit.",
             value=waiting_on_limits,
         )
-        yield queue
-        yield holders
-        yield rows
-        yield depth
+        yield from labelled
+
+
+def _labelled_gauges(conn: psycopg.Connection) -> list[Metric]:
+    """The gauges with a label per workflow or table (slot queues and holders, row
+    estimates, work depth), in the order the page shows them."""
+    queue = GaugeMetricFamily(
+        "flowforge_slot_queue",
+        "Executions queued for a concurrency slot, by workflow.",
+        labels=["workflow"],
+    )
+    holders = GaugeMetricFamily(
+        "flowforge_slot_holders",
+        "Executions holding a concurrency slot, by workflow.",
+        labels=["workflow"],
+    )
+    for key, queued, held in conn.execute(flowcontrol.SLOT_GAUGES).fetchall():
+        queue.add_metric([key], queued)
+        holders.add_metric([key], held)
+    rows = GaugeMetricFamily(
+        "flowforge_table_rows_estimate",
+        "Rows per table, as the planner estimates them (pg_class.reltuples).",
+        labels=["table"],
+    )
+    estimates = dict.fromkeys(ESTIMATED_TABLES, 0) | dict(
+        conn.execute(ESTIMATED_ROWS, {"tables": ESTIMATED_TABLES}).fetchall()
+    )
+    for table, estimate in estimates.items():
+        rows.add_metric([table], estimate)
+    depth = GaugeMetricFamily(
+        "flowforge_work_depth",
+        "Steps ready for a worker and running on one, by workflow (the autoscaling "
+        f"signal; each state counts at most {WORK_DEPTH_CAP} steps).",
+        labels=["workflow", "state"],
+    )
+    for workflow, state, count in conn.execute(WORK_DEPTH).fetchall():
+        depth.add_metric([workflow, state], count)
+    return [queue, holders, rows, depth]
 
 
 def render(conn: psycopg.Connection) -> bytes:

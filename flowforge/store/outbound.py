@@ -376,6 +376,22 @@ def admit(
             latest = Wait(key, LimitReason.RATE, place, reserved=True)
     if latest is not None:
         return _wait(conn, ids, mine, latest, now)
+    _let_through(conn, ids, mine, states, probes, hold_s, now)
+    return None
+
+
+def _let_through(
+    conn: psycopg.Connection,
+    ids: Mapping[str, str],
+    mine: Any,
+    states: Mapping[LimitKey, tuple[LimitSpec, datetime, datetime]],
+    probes: Sequence[LimitKey],
+    hold_s: float,
+    now: datetime,
+) -> None:
+    """Record an admitted request on every key it passed: the probe of each circuit
+    whose cool-down ended, its departure on each rate, its slot of each concurrency."""
+    me = f"{ids['execution_id']}/{ids['step_id']}"
     for key in probes:
         # The one probe of a circuit whose cool-down ended: half-open until its result,
         # or until its attempt could have ended (then another probe may go).
@@ -389,7 +405,6 @@ def admit(
             conn.execute(TAKE_SLOT, {**ids, **key.params(), "hold_s": hold_s + SLOT_MARGIN_S})
     if mine is not None:
         conn.execute(ADMITTED, ids)
-    return None
 
 
 def _wait(

@@ -201,29 +201,37 @@ def map_items(
             return found
         return ItemStatus.SUCCEEDED if index < started else ItemStatus.QUEUED
 
-    items = []
-    for n in page:
-        steps = []
-        for local in body:
-            r = by_id.get(f"{map_id}[{n}].{local}")
-            steps.append(
-                {
-                    "id": f"{map_id}[{n}].{local}",
-                    "status": r["status"] if r else "pending",
-                    "attempt_count": r["attempts"] if r else 0,
-                    "started_at": _iso(r["started_at"]) if r else None,
-                    "finished_at": _iso(r["finished_at"]) if r else None,
-                    "output": r["output"] if r else None,
-                    "error": r["error"] if r else None,
-                }
-            )
-        items.append({"index": n, "status": status_of(n), "steps": steps})
+    items = [
+        {"index": n, "status": status_of(n), "steps": _item_steps(map_id, n, body, by_id)}
+        for n in page
+    ]
     return {
         "total": count,
         "counts": counts,
         "items": items,
         "next_after": page[-1] if more and page else None,
     }
+
+
+def _item_steps(
+    map_id: str, index: int, body: list[str], by_id: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One map item's steps, in body order: a step with no row yet shows as pending."""
+    steps = []
+    for local in body:
+        r = by_id.get(f"{map_id}[{index}].{local}")
+        steps.append(
+            {
+                "id": f"{map_id}[{index}].{local}",
+                "status": r["status"] if r else "pending",
+                "attempt_count": r["attempts"] if r else 0,
+                "started_at": _iso(r["started_at"]) if r else None,
+                "finished_at": _iso(r["finished_at"]) if r else None,
+                "output": r["output"] if r else None,
+                "error": r["error"] if r else None,
+            }
+        )
+    return steps
 
 
 def _page_of(
@@ -307,35 +315,10 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         events = event_rows.fetchall()
     if head is None:
         raise NotFound(f"execution {execution_id} does not exist")
-    maps = {s["step_id"]: s for s in steps if s["type"] == "map"}
-    items: dict[str, dict[str, Any]] = {}
-    if maps:
-        definition = definition_for(conn, head["version_id"])
-        for map_id, row in maps.items():
-            items[map_id] = map_items(
-                conn,
-                execution_id,
-                map_id,
-                [sub.id for sub in definition.step(map_id).body],
-                row["status"],
-                row["output"],
-            )
+    items = _first_item_pages(conn, execution_id, head["version_id"], steps)
     by_step: dict[str, list[dict[str, Any]]] = {}
     for a in attempts:
-        by_step.setdefault(a["step_id"], []).append(
-            {
-                "attempt": a["attempt"],
-                "worker": a["worker"],
-                "started_at": _iso(a["started_at"]),
-                "finished_at": _iso(a["finished_at"]),
-                "outcome": a["outcome"],
-                "error": a["error"],
-                "http_status": a["http_status"],
-                "duration_ms": a["duration_ms"],
-                "request": a["request"],
-                "response": a["response"],
-            }
-        )
+        by_step.setdefault(a["step_id"], []).append(_attempt_view(a))
     skipped_because = {
         e["step_id"]: (e["detail"] or {}).get("reason")
         for e in events
@@ -371,25 +354,7 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         # Why it waits (docs/contract.md#child-workflows): the children its waiting workflow steps
         # wait for, and whether each one waits for an operator.
         "waiting_on_children": children.waiting_on(steps, links),
-        "steps": [
-            {
-                "id": s["step_id"],
-                "type": s["type"],
-                "status": s["status"],
-                "attempt_count": s["attempts"],
-                "wake_at": _iso(s["wake_at"]),
-                "lease_owner": s["lease_owner"],
-                "lease_expires_at": _iso(s["lease_expires_at"]),
-                "started_at": _iso(s["started_at"]),
-                "finished_at": _iso(s["finished_at"]),
-                "output": s["output"],
-                "error": s["error"],
-                "skipped_because": skipped_because.get(s["step_id"]),
-                "attempts": by_step.get(s["step_id"], []),
-                **({"items": items[s["step_id"]]} if s["step_id"] in items else {}),
-            }
-            for s in steps
-        ],
+        "steps": [_step_view(s, skipped_because.get(s["step_id"]), by_step, items) for s in steps],
         "events": [
             {"at": _iso(e["at"]), "step": e["step_id"], "kind": e["kind"], "detail": e["detail"]}
             for e in events
@@ -397,6 +362,69 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         # docs/contract.md#slots, docs/contract.md#pause: its key's slot and queue, or why it is
         # paused.
         "flow_control": flowcontrol.flow_state(conn, execution_id),
+    }
+
+
+def _first_item_pages(
+    conn: psycopg.Connection, execution_id: str, version_id: Any, steps: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each map step's items' counts and first page (map_items), by step id; the
+    definition is read only when the execution has a map step."""
+    maps = {s["step_id"]: s for s in steps if s["type"] == "map"}
+    items: dict[str, dict[str, Any]] = {}
+    if maps:
+        definition = definition_for(conn, version_id)
+        for map_id, row in maps.items():
+            items[map_id] = map_items(
+                conn,
+                execution_id,
+                map_id,
+                [sub.id for sub in definition.step(map_id).body],
+                row["status"],
+                row["output"],
+            )
+    return items
+
+
+def _attempt_view(a: dict[str, Any]) -> dict[str, Any]:
+    """One attempt as the execution's detail shows it."""
+    return {
+        "attempt": a["attempt"],
+        "worker": a["worker"],
+        "started_at": _iso(a["started_at"]),
+        "finished_at": _iso(a["finished_at"]),
+        "outcome": a["outcome"],
+        "error": a["error"],
+        "http_status": a["http_status"],
+        "duration_ms": a["duration_ms"],
+        "request": a["request"],
+        "response": a["response"],
+    }
+
+
+def _step_view(
+    s: dict[str, Any],
+    skipped_because: Any,
+    by_step: dict[str, list[dict[str, Any]]],
+    items: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """One step as the execution's detail shows it: its attempts, why it was skipped, and
+    for a map step its items' first page."""
+    return {
+        "id": s["step_id"],
+        "type": s["type"],
+        "status": s["status"],
+        "attempt_count": s["attempts"],
+        "wake_at": _iso(s["wake_at"]),
+        "lease_owner": s["lease_owner"],
+        "lease_expires_at": _iso(s["lease_expires_at"]),
+        "started_at": _iso(s["started_at"]),
+        "finished_at": _iso(s["finished_at"]),
+        "output": s["output"],
+        "error": s["error"],
+        "skipped_because": skipped_because,
+        "attempts": by_step.get(s["step_id"], []),
+        **({"items": items[s["step_id"]]} if s["step_id"] in items else {}),
     }
 
 

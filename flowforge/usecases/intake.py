@@ -238,32 +238,23 @@ def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
     return {"priority": execution_priority(definition, json.loads(body))}
 
 
-def accept(
-    conn: psycopg.Connection,
+def _execution_params(
+    execution_id: str,
     target: Target,
     body: bytes,
+    body_sha256: bytes,
     idempotency_key: str | None,
     secret_id: int | None,
-    traceparent: str | None = None,
+    traceparent: str | None,
     *,
-    headers: Mapping[str, str] | None = None,
-    via: archive.Via | None = None,
-    system: Mapping[str, Any] | None = None,
-    origin: KeyOrigin = KeyOrigin.CLIENT,
-) -> Accepted:
-    """Record a validated JSON body as an execution; replay or refuse a reused key.
-    `traceparent` is the intake span's trace context (flowforge/observe/tracing.py), if traced.
-    A webhook passes its `headers`: the workflow's archive keeps the ones that matter
-    (archive.py); one routed through a source passes `via` too. A re-ingest passes
-    `system` instead: the execution links to `system["delivery_id"]` with
-    `system["event"]` as its first history entry (reingest.py). `origin` is the key's
-    space: `client` for a sender's key, `system` for one FlowForge made (a source's
-    delivery, a re-ingest; docs/reference/security.md, identity spaces).
-
-    Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
-    execution_id = str(uuid7())
-    body_sha256 = hashlib.sha256(body).digest()
-    params = {
+    headers: Mapping[str, str] | None,
+    via: archive.Via | None,
+    system: Mapping[str, Any] | None,
+    origin: KeyOrigin,
+) -> dict[str, Any]:
+    """The parameters of the statements that create the execution (accept's arguments),
+    worked out before anything is written."""
+    return {
         "id": execution_id,
         "workflow_id": target.workflow_id,
         "version_id": target.version_id,
@@ -289,6 +280,46 @@ def accept(
         # Before anything is written: a priority that is no priority refuses the webhook.
         **priority_params(target.definition, body),
     }
+
+
+def accept(
+    conn: psycopg.Connection,
+    target: Target,
+    body: bytes,
+    idempotency_key: str | None,
+    secret_id: int | None,
+    traceparent: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    via: archive.Via | None = None,
+    system: Mapping[str, Any] | None = None,
+    origin: KeyOrigin = KeyOrigin.CLIENT,
+) -> Accepted:
+    """Record a validated JSON body as an execution; replay or refuse a reused key.
+    `traceparent` is the intake span's trace context (flowforge/observe/tracing.py), if traced.
+    A webhook passes its `headers`: the workflow's archive keeps the ones that matter
+    (archive.py); one routed through a source passes `via` too. A re-ingest passes
+    `system` instead: the execution links to `system["delivery_id"]` with
+    `system["event"]` as its first history entry (reingest.py). `origin` is the key's
+    space: `client` for a sender's key, `system` for one FlowForge made (a source's
+    delivery, a re-ingest; docs/reference/security.md, identity spaces).
+
+    Raises StaleTarget when `target` is out of date; the caller looks it up afresh."""
+    execution_id = str(uuid7())
+    body_sha256 = hashlib.sha256(body).digest()
+    params = _execution_params(
+        execution_id,
+        target,
+        body,
+        body_sha256,
+        idempotency_key,
+        secret_id,
+        traceparent,
+        headers=headers,
+        via=via,
+        system=system,
+        origin=origin,
+    )
     controlled = flowcontrol.is_controlled(target.definition)
     if controlled:
         params.update(flowcontrol.intake_params(target.definition, body))

@@ -184,6 +184,67 @@ class Replayed:
         }
 
 
+def _target_version(
+    conn: psycopg.Connection, original: Run, version: int | None, from_step: str
+) -> tuple[Any, int, Definition]:
+    """The version replayed onto (id, number, definition); InvalidReplay when the workflow
+    has no such version or the version no step `from_step`."""
+    row = conn.execute(
+        TARGET_VERSION, {"workflow_id": original.workflow_id, "version": version}
+    ).fetchone()
+    if row is None:
+        raise InvalidReplay(
+            f"workflow {original.workflow!r} has no version {version}",
+            [{"path": "$.version", "message": "no such version"}],
+        )
+    version_id, number = row
+    target = definition_for(conn, version_id)
+    if from_step not in {s.id for s in target.steps}:
+        raise InvalidReplay(
+            f"version {number} has no step {from_step!r}",
+            [{"path": "$.from_step", "message": "not a step of the target version"}],
+        )
+    return version_id, number, target
+
+
+def _kept_upstream(
+    original: Run, target: Definition, number: int, from_step: str
+) -> frozenset[str]:
+    """The steps upstream of `from_step` whose recorded outputs the replay keeps;
+    ReplayRefused when that part of the definition changed or a step of it has no
+    recorded output."""
+    errors = upstream_differences(original.definition, target, from_step)
+    if errors:
+        raise ReplayRefused(
+            f"the part upstream of {from_step!r} differs between version "
+            f"{original.version} and version {number}",
+            errors,
+        )
+    upstream = target.ancestors(from_step)
+    for step_id in sorted(upstream):
+        state = original.steps[step_id]
+        if state.status == StepStatus.UNKNOWN:
+            errors.append(
+                {
+                    "path": f"$.steps.{step_id}",
+                    "message": "unknown: resolve it first (its request may have been sent)",
+                }
+            )
+        elif state.status not in DONE_STEP:
+            errors.append(
+                {
+                    "path": f"$.steps.{step_id}",
+                    "message": f"{state.status}: no recorded output; replay from it "
+                    "or an earlier step",
+                }
+            )
+    if errors:
+        raise ReplayRefused(
+            f"an upstream step of {from_step!r} has no recorded output to keep", errors
+        )
+    return upstream
+
+
 def replay(
     conn: psycopg.Connection,
     execution_id: str,
@@ -204,50 +265,8 @@ def replay(
                 f"execution is {original.status}; only a finished, paused or needs_attention "
                 "execution is replayed (pause or cancel it first)"
             )
-        row = conn.execute(
-            TARGET_VERSION, {"workflow_id": original.workflow_id, "version": version}
-        ).fetchone()
-        if row is None:
-            raise InvalidReplay(
-                f"workflow {original.workflow!r} has no version {version}",
-                [{"path": "$.version", "message": "no such version"}],
-            )
-        version_id, number = row
-        target = definition_for(conn, version_id)
-        if from_step not in {s.id for s in target.steps}:
-            raise InvalidReplay(
-                f"version {number} has no step {from_step!r}",
-                [{"path": "$.from_step", "message": "not a step of the target version"}],
-            )
-        errors = upstream_differences(original.definition, target, from_step)
-        if errors:
-            raise ReplayRefused(
-                f"the part upstream of {from_step!r} differs between version "
-                f"{original.version} and version {number}",
-                errors,
-            )
-        upstream = target.ancestors(from_step)
-        for step_id in sorted(upstream):
-            state = original.steps[step_id]
-            if state.status == StepStatus.UNKNOWN:
-                errors.append(
-                    {
-                        "path": f"$.steps.{step_id}",
-                        "message": "unknown: resolve it first (its request may have been sent)",
-                    }
-                )
-            elif state.status not in DONE_STEP:
-                errors.append(
-                    {
-                        "path": f"$.steps.{step_id}",
-                        "message": f"{state.status}: no recorded output; replay from it "
-                        "or an earlier step",
-                    }
-                )
-        if errors:
-            raise ReplayRefused(
-                f"an upstream step of {from_step!r} has no recorded output to keep", errors
-            )
+        version_id, number, target = _target_version(conn, original, version, from_step)
+        upstream = _kept_upstream(original, target, number, from_step)
         new_id = str(uuid7())
         body = json.dumps(original.input).encode()
         ckey = flowcontrol.concurrency_key(target, body)

@@ -18,7 +18,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 
 import psycopg
 import psycopg_pool
@@ -35,18 +34,26 @@ from flowforge.domain.model import (
     StepStatus,
     StepType,
 )
-from flowforge.domain.templating import TemplateError, render
+from flowforge.domain.templating import TemplateError
 from flowforge.errors import DatabaseError, DatabaseUnavailable
 from flowforge.observe import metrics, tracing
 from flowforge.steps import netguard
 from flowforge.steps.http_step import Rendered, perform, render_request
 from flowforge.store import outbound
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, wrap_exceptions
-from flowforge.store.outbox import INSERT_WAKEUPS
+from flowforge.store.priorities import (
+    BETTER_READY,
+    BETTER_TRIES,
+    DEFAULT_AGEING_S,
+    READY_PRIORITY_SPREAD,
+    REDISPATCH,
+    SPREAD_EVERY_S,
+)
 from flowforge.store.runs import load_run, on_commit, save_run, unit_of_work
 from flowforge.trust import resume_tokens
 from flowforge.worker.broker import Wakeup
 from flowforge.worker.leases import Lease, Leases
+from flowforge.worker.limit_keys import request_limits
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +93,6 @@ NOT_SENT_PREFIX = "not sent:"
 # taking work (its drain must end: the step is then the reaper's, as after a crash).
 CHECKPOINT_PATIENCE_S = 120.0
 CHECKPOINT_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
-# A rendered limit name is one of the workflow's own tenants: a text of this many
-# characters at most, so that a sender cannot fill outbound_limits with megabyte keys.
-MAX_RENDERED_LIMIT_CHARS = 200
 # The claim transaction of a step with outbound limits locks each key's row (outbound.py),
 # and a row lock lasts until COMMIT returns: with the commit's wait for the disk included,
 # one key admitted one request per WAL flush (23/s on a busy disk for a limit of 50/s).
@@ -115,82 +119,6 @@ SELECT set_config('synchronous_commit', %(level)s, true),
 NOT_FLUSHED = "not sent: lease not confirmed: the claim was not confirmed durable"
 # The outcome of a claimed request whose claim's COMMIT got no answer (_ClaimUnconfirmed).
 NOT_CONFIRMED = "not sent: lease not confirmed: the claim's commit got no answer"
-
-# Priorities (docs/contract.md#priority, docs/explanation/priorities.md). RabbitMQ hands wake-ups
-# out in the order they were published, so under a backlog the message at the head names an old
-# step, whatever waits behind it. Before it takes that step, a worker asks for a better
-# one: a ready step of a higher priority whose rank — ready_since (when it last became
-# ready) minus priority * ageing_s — is earlier than the named step's. The ageing bounds
-# how long a higher priority goes first: a step that has waited (p_high - p_low) *
-# ageing_s longer ranks first again, so nothing starves.
-#
-# Indexable: within one priority the rank orders as ready_since, so steps_ready_priority
-# (priority, ready_since) WHERE status = 'ready' (migration 0032) answers each priority with
-# one range probe; `levels` walks the priorities above the named step's (a loose index
-# scan, one probe per priority present, at most 200), and the best few of each are merged
-# by rank. Its cost depends on how many priorities are present, not on the backlog
-# (EXPLAIN over 50,000 ready steps: tests/integration/test_priorities.py). Steps the
-# claim would only set aside are not offered: a paused execution's (resume dispatches
-# them), one waiting for an outbound limit (its wait wakes it), one whose wake-ups
-# failed (the reconciler backs off from it).
-BETTER_READY = """
-WITH RECURSIVE named AS (
-    SELECT s.priority, s.ready_since - make_interval(secs => s.priority * %(ageing_s)s) AS rank
-    FROM steps s
-    WHERE s.execution_id = %(execution_id)s AND s.step_id = %(step_id)s AND s.status = 'ready'
-), levels AS (
-    SELECT (SELECT s.priority FROM steps s
-            WHERE s.status = 'ready' AND s.priority > named.priority
-            ORDER BY s.priority LIMIT 1)
-    FROM named
-    UNION ALL
-    SELECT (SELECT s.priority FROM steps s
-            WHERE s.status = 'ready' AND s.priority > levels.priority
-            ORDER BY s.priority LIMIT 1)
-    FROM levels WHERE levels.priority IS NOT NULL
-)
-SELECT c.execution_id, c.step_id
-FROM named, levels,
-     LATERAL (
-         SELECT s.execution_id, s.step_id,
-                s.ready_since - make_interval(secs => s.priority * %(ageing_s)s) AS rank
-         FROM steps s
-         WHERE s.status = 'ready' AND s.priority = levels.priority
-           AND s.ready_since < named.rank + make_interval(secs => levels.priority * %(ageing_s)s)
-           AND s.failed_wakeups = 0
-           AND NOT EXISTS (SELECT FROM limit_waits w
-                           WHERE w.execution_id = s.execution_id AND w.step_id = s.step_id)
-           AND NOT EXISTS (SELECT FROM executions e
-                           WHERE e.id = s.execution_id AND e.status = 'paused')
-         ORDER BY s.ready_since
-         LIMIT %(tries)s) c
-WHERE levels.priority IS NOT NULL
-ORDER BY c.rank
-LIMIT %(tries)s
-"""
-# How many better steps one wake-up tries (each whose execution another session holds is
-# skipped, never waited for) before it takes the step it names.
-BETTER_TRIES = 8
-# The named step keeps a wake-up of its own when another took its turn: written in the
-# transaction of that claim, so every ready step still has a message
-# (docs/contract.md#lost-messages), and the message the better step had becomes a duplicate, which
-# changes nothing.
-REDISPATCH = f"""
-{INSERT_WAKEUPS}
-SELECT %(execution_id)s, %(step_id)s
-WHERE EXISTS (SELECT FROM steps
-              WHERE execution_id = %(execution_id)s AND step_id = %(step_id)s
-                AND status = 'ready')
-"""
-DEFAULT_AGEING_S = 10.0
-# While every ready step has the same priority none can be better than another, and a
-# wake-up need not ask (BETTER_READY is a round trip per step). A worker looks at the
-# spread of the ready steps' priorities (both ends of steps_ready_priority) at most this
-# often, in the first round trip of a unit of work that takes a step up (no round trip
-# or commit of its own, issue 41): a high priority arriving is noticed by the first
-# wake-up taken up this long after the last look.
-SPREAD_EVERY_S = 0.1
-READY_PRIORITY_SPREAD = "SELECT min(priority) <> max(priority) FROM steps WHERE status = 'ready'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,7 +328,9 @@ class Executor:
                     # Rendered before the claim commits, so that its attempt row holds
                     # what is about to be sent, with no round trip of its own.
                     prepared = self._render(run, sid)
-                    limits, prepared = self._limits(run, sid, prepared)
+                    limits, prepared = request_limits(
+                        run, sid, prepared, self.host_limits, self.shared_limits
+                    )
                     hold_s = self.lease_s + getattr(prepared, "timeout_s", 0.0)
                     wait = None
                     if limits:
@@ -495,54 +425,6 @@ class Executor:
             return Outcome(OutcomeKind.FAILED, error=f"not sent: internal error: {name}")
         # budget_s: the attempt may take no longer than what is left of the step's budget.
         return dataclasses.replace(rendered, timeout_s=run.attempt_timeout(sid, rendered.timeout_s))
-
-    def _limits(
-        self, run: Run, sid: str, prepared: Rendered | Outcome
-    ) -> tuple[list[tuple[outbound.LimitKey, LimitSpec]], Rendered | Outcome]:
-        """The outbound limits the request goes through (docs/contract.md#outbound-limits): the
-        step's own, its name rendered when it is a template, and the operator's limit of its URL's
-        host. A workflow's limits are its own (docs/reference/security.md, "Who owns a limit"):
-        a rendered name is only ever a name among them. A name that cannot be rendered,
-        or a shared limit the operator does not share with this workflow, fails the
-        request, unsent."""
-        if not isinstance(prepared, Rendered):
-            return [], prepared
-        found: list[tuple[outbound.LimitKey, LimitSpec]] = []
-        name = run.definition.step(sid).limit
-        if name is not None:
-            spec = run.definition.limits[name]
-            key: object = name
-            if "{{" in name:
-                try:
-                    key = render(name, run.context(sid))
-                except TemplateError as exc:
-                    return [], Outcome(
-                        OutcomeKind.FAILED, error=f"limit key could not be rendered: {exc}"
-                    )
-                if key is None or key == "" or isinstance(key, dict | list):
-                    error = f"limit key {name!r} rendered to {key!r}, not a text or number"
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-                if len(str(key)) > MAX_RENDERED_LIMIT_CHARS or "\x00" in str(key):
-                    error = (
-                        f"limit key {name!r} rendered to a name over "
-                        f"{MAX_RENDERED_LIMIT_CHARS} characters or with a NUL"
-                    )
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-            if spec.shared is not None:
-                shared = self.shared_limits.get(spec.shared)
-                if shared is None or run.workflow not in shared.workflows:
-                    error = (
-                        f"not sent: shared limit {spec.shared!r} is not shared with this "
-                        "workflow (FLOWFORGE_SHARED_LIMITS)"
-                    )
-                    return [], Outcome(OutcomeKind.FAILED, error=error)
-                found.append((outbound.LimitKey(outbound.SHARED, spec.shared), shared.spec))
-            else:
-                found.append((outbound.LimitKey(str(run.workflow_id), str(key)), spec))
-        host = (urlsplit(prepared.url).hostname or "").lower().removesuffix(".")
-        if host in self.host_limits:
-            found.append((outbound.LimitKey(outbound.HOST, host), self.host_limits[host]))
-        return found, prepared
 
     def _attempt(self, run: Run, sid: str, lease: Lease, prepared: Rendered | Outcome) -> Outcome:
         """Send the rendered request; never raises, so the step is always checkpointed."""
@@ -684,31 +566,7 @@ class Executor:
                 or state.fencing_token != token
                 or state.lease_owner != self.worker_id
             ):
-                found = {
-                    **log,
-                    "current_token": state.fencing_token if state else None,
-                    "current_status": state.status if state else None,
-                    "outcome": outcome.kind,
-                }
-                # An operator acted on the reaper's unknown first (a retry, a cancel, a
-                # resolve): theirs stands, but the attempt's history is made true.
-                if self._correct_never_sent(conn, eid, sid, token, outcome):
-                    logger.warning(
-                        "request never sent: its attempt corrected, the step had moved on",
-                        extra=found,
-                    )
-                elif again:
-                    logger.warning(
-                        "checkpoint tried again found the step moved on: saved by the "
-                        "earlier try, or taken over meanwhile",
-                        extra=found,
-                    )
-                else:
-                    logger.warning(
-                        "lost ownership of the step: result discarded, nothing written",
-                        extra=found,
-                    )
-                    metrics.CHECKPOINT_FENCED.inc()
+                self._moved_on(conn, eid, sid, token, state, outcome, again=again)
                 return
             if outcome.retry_at is not None:
                 # A dated Retry-After with no usable Date: the database's clock reads it
@@ -734,6 +592,47 @@ class Executor:
             "step attempt recorded",
             extra={**log, "outcome": outcome.kind, "http_status": outcome.http_status},
         )
+
+    def _moved_on(
+        self,
+        conn: psycopg.Connection,
+        eid: str,
+        sid: str,
+        token: int,
+        state: StepState | None,
+        outcome: Outcome,
+        *,
+        again: bool,
+    ) -> None:
+        """The checkpoint of a step no longer ours (fenced): nothing of the outcome is
+        written, but a request that provably never left corrects its attempt's history."""
+        found = {
+            "execution_id": eid,
+            "step": sid,
+            "fencing_token": token,
+            "current_token": state.fencing_token if state else None,
+            "current_status": state.status if state else None,
+            "outcome": outcome.kind,
+        }
+        # An operator acted on the reaper's unknown first (a retry, a cancel, a
+        # resolve): theirs stands, but the attempt's history is made true.
+        if self._correct_never_sent(conn, eid, sid, token, outcome):
+            logger.warning(
+                "request never sent: its attempt corrected, the step had moved on",
+                extra=found,
+            )
+        elif again:
+            logger.warning(
+                "checkpoint tried again found the step moved on: saved by the "
+                "earlier try, or taken over meanwhile",
+                extra=found,
+            )
+        else:
+            logger.warning(
+                "lost ownership of the step: result discarded, nothing written",
+                extra=found,
+            )
+            metrics.CHECKPOINT_FENCED.inc()
 
     def _hold(
         self,

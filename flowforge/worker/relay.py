@@ -184,29 +184,7 @@ class Relay(BrokerLoop):
             # the server's idle-in-transaction timeout still bounds how long the claimed
             # rows stay locked away from every other relay.
             pipeline.sync()
-            self._returned.clear()
-            assert self._broker is not None and self._confirms is not None
-            tags: dict[int, int] = {}  # delivery tag -> outbox id
-            for outbox_id, execution_id, step_id, created_at, _type in rows:
-                tag = self._confirms.publish(
-                    self.topology.exchange,
-                    ROUTING_KEY,
-                    Wakeup(str(execution_id), step_id, created_at).encode(),
-                    pika.BasicProperties(
-                        delivery_mode=pika.DeliveryMode.Persistent,
-                        content_type="application/json",
-                        message_id=str(outbox_id),
-                    ),
-                    mandatory=True,
-                )
-                tags[tag] = outbox_id
-            # (A tag of an earlier batch that failed before its wait may be settled only
-            # now: its rows were rolled back into the outbox, so it is not ours to count.)
-            refused = {tags[tag] for tag in self._confirms.wait() if tag in tags}
-            # A return precedes its message's ack on the wire; this dispatches any still
-            # pending to _on_return.
-            self._broker.process_data_events(0)
-            returned = set(self._returned)
+            returned, refused = self._publish(rows)
             if returned:
                 logger.error(
                     "broker returned unroutable wake-ups; keeping them for later",
@@ -238,6 +216,33 @@ class Relay(BrokerLoop):
             self._close_broker()
             raise BrokerUnavailable(f"RabbitMQ refused {len(refused)} of {len(rows)} wake-ups")
         return len(rows)
+
+    def _publish(self, rows: list[Any]) -> tuple[set[int], set[int]]:
+        """Publish a claimed batch's wake-ups with confirms; returns the outbox ids the
+        broker returned (unroutable) and those it refused, both kept for later."""
+        self._returned.clear()
+        assert self._broker is not None and self._confirms is not None
+        tags: dict[int, int] = {}  # delivery tag -> outbox id
+        for outbox_id, execution_id, step_id, created_at, _type in rows:
+            tag = self._confirms.publish(
+                self.topology.exchange,
+                ROUTING_KEY,
+                Wakeup(str(execution_id), step_id, created_at).encode(),
+                pika.BasicProperties(
+                    delivery_mode=pika.DeliveryMode.Persistent,
+                    content_type="application/json",
+                    message_id=str(outbox_id),
+                ),
+                mandatory=True,
+            )
+            tags[tag] = outbox_id
+        # (A tag of an earlier batch that failed before its wait may be settled only
+        # now: its rows were rolled back into the outbox, so it is not ours to count.)
+        refused = {tags[tag] for tag in self._confirms.wait() if tag in tags}
+        # A return precedes its message's ack on the wire; this dispatches any still
+        # pending to _on_return.
+        self._broker.process_data_events(0)
+        return set(self._returned), refused
 
     def _runs_here(self, rows: list[Any]) -> bool:
         if self.run_pure is None or len(rows) != 1 or not self.taking_work():

@@ -145,7 +145,20 @@ class Worker:
             head=self.queue_head,
         )
         #: The services that stop after the drain, on `background`.
-        self.services: list[Loop] = [
+        self.services = self._background_services(settings, topology, allow, timers, places)
+        self.metrics_server: Any = None
+
+    def _background_services(
+        self,
+        settings: Settings,
+        topology: Topology,
+        allow: netguard.Allowlist,
+        timers: TimerScanner,
+        places: PlaceTimer,
+    ) -> list[Loop]:
+        """The threads beside the executors, on the services' pool: the relay, the timers,
+        the scheduler, the reaper, housekeeping, the heartbeat and the notifier."""
+        return [
             Relay(
                 self.services_pool,
                 # LISTEN needs a session of its own: never through a transaction pooler.
@@ -181,7 +194,6 @@ class Worker:
                 disable_after_s=settings.notify_disable_after_s,
             ),
         ]
-        self.metrics_server: Any = None
 
     def run(self) -> int:
         """Start, supervise until `stop` or a dead thread, drain; return the exit status."""

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import requests
 
-from flowforge.worker.executor import BETTER_READY, BETTER_TRIES, READY_PRIORITY_SPREAD
+from flowforge.store.priorities import BETTER_READY, BETTER_TRIES, READY_PRIORITY_SPREAD
 from tests.support.api import Api
 from tests.support.definitions import http, transform, workflow
 from tests.support.processes import Process, free_port, wait_for

@@ -21,8 +21,9 @@ import psycopg_pool
 import pytest
 
 from flowforge.store.db import conninfo, create_pool
+from flowforge.store.priorities import SPREAD_EVERY_S
 from flowforge.worker.broker import Topology, Wakeup
-from flowforge.worker.executor import SPREAD_EVERY_S, Executor
+from flowforge.worker.executor import Executor
 from flowforge.worker.reaper import Reaper
 from flowforge.worker.relay import Relay
 from flowforge.worker.timers import TimerScanner

@@ -43,9 +43,16 @@ LONGEST_CHAIN = 13
 # actions → runs → flowcontrol → db → outbox). A store module runs statements, loads and
 # saves; composing units of work in a use case's order is usecases/'s.
 STORE_FLOORS = 5
-# No module of the store or the use cases is longer than this (store/schedules.py had 967
-# lines before its tick half left for usecases/ticks.py).
+# No module of flowforge/ is longer than this (store/schedules.py had 967 lines before its
+# tick half left for usecases/ticks.py; worker/executor.py 884 and api/openapi.py 807
+# before issue #40), and no function longer than MAX_FUNCTION_LINES (nine were, up to
+# supervisor's Worker.__init__ at 114). Generated modules are exempt.
 MAX_LINES = 800
+MAX_FUNCTION_LINES = 80
+GENERATED = frozenset({"flowforge.api.client"})  # python -m flowforge.api.clientgen
+# Functions over the limit that another branch is rewriting (issue #40, item 4: the
+# builder's f-string fragments): remove the entry when that branch is merged.
+LONG_FUNCTIONS_IN_HAND = frozenset({("flowforge.store.creation", "create_execution")})
 # A statement that writes an execution's rows, in a module's source.
 WRITES_EXECUTIONS = re.compile(
     r"(?:INSERT INTO|UPDATE|DELETE FROM)\s+(?:executions|steps|attempts|execution_events)\b"
@@ -248,10 +255,24 @@ def test_the_store_is_a_few_floors_deep() -> None:
     assert floors(deepest) <= STORE_FLOORS, f"{deepest} sits {floors(deepest)} floors up"
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if _folder(m) in {"store", "usecases"}])
+@pytest.mark.parametrize("module", [m for m in MODULES if m not in GENERATED])
 def test_no_module_is_over_the_line_limit(module: str) -> None:
     lines = len(_path(module).read_text().splitlines())
     assert lines <= MAX_LINES, f"{module} has {lines} lines: split it by what it does"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m not in GENERATED])
+def test_no_function_is_over_the_line_limit(module: str) -> None:
+    """Every function and method, nested ones included, from its `def` to its last line."""
+    long = {
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(_path(module).read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and (module, node.name) not in LONG_FUNCTIONS_IN_HAND
+    }
+    assert not long, f"{module}: split {sorted(long)} along what each part does"
 
 
 def test_the_document_lists_every_module_in_its_folder() -> None:

@@ -26,7 +26,8 @@ SITES = {
     ("store/children.py", "start"): "system",  # child:<parent>:<step>:<fencing token>
     ("usecases/ticks.py", "params_for"): "system",  # schedule:<instant>
     ("usecases/grouping.py", "_params"): "none",  # a group's execution: the group row is its key
-    ("usecases/intake.py", "accept"): "parameter",  # origin= its caller's, client by default
+    # origin= accept's caller's, client by default
+    ("usecases/intake.py", "_execution_params"): "parameter",
     ("usecases/grouping.py", "record"): "parameter",
 }
 # The statements that write idempotency_keys: each takes the origin as a parameter.
