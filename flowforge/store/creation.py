@@ -8,10 +8,12 @@ would make of a new execution, in the engine's words (model.py), written here on
 literals of the enums: an execution `queued`, its root steps `ready`, the others
 `pending`. They differ only in where the rows come from (one parameter set, or a jsonb
 batch) and, when gated, in a decision (`mode`) that may queue, drop or replace; flow
-control supplies that decision, this module the rest.
+control supplies that decision, this module the rest. A replay's execution row is inserted
+here too (CREATE_REPLAY), its steps and history by the replay.
 
-Every statement here is composed with psycopg.sql from named parts: the parts differ per
-caller, never per request, and nothing here is spliced from a string a request supplies.
+Every INSERT INTO executions lives here (tests/unit/test_execution_builder.py), named or
+composed with psycopg.sql from named parts: the parts differ per caller, never per request,
+and nothing here is spliced from a string a request supplies.
 """
 
 from __future__ import annotations
@@ -320,6 +322,17 @@ SELECT count(*) FROM accepted
     queued_kind=sql.Literal(QUEUED_KIND),
     slot_granted=sql.Literal(EventKind.SLOT_GRANTED.value),
 )
+
+
+# A replay's new execution (usecases/replay.py, docs/contract.md#replay): the original's
+# workflow and input on the target version, linked to it, its steps written by the replay.
+CREATE_REPLAY = """
+INSERT INTO executions (id, workflow_id, version_id, status, input, trigger, replay_of,
+                        replay_from, concurrency_key, deadline_at, priority)
+SELECT %(id)s, workflow_id, %(version_id)s, %(queued)s, input, 'replay', id, %(from_step)s,
+       %(ckey)s, now() + make_interval(secs => %(deadline_s)s::float8), %(priority)s
+FROM executions WHERE id = %(original)s
+"""
 
 
 def uuid7() -> uuid.UUID:

@@ -16,6 +16,16 @@ BUILDER = ROOT / "store" / "creation.py"
 INSERT = re.compile(r"INSERT\s+INTO\s+executions\b", re.IGNORECASE)
 
 
+def test_only_the_builder_inserts_executions() -> None:
+    others = [
+        str(path.relative_to(ROOT))
+        for path in sorted(ROOT.rglob("*.py"))
+        if path != BUILDER and INSERT.search(path.read_text())
+    ]
+    assert others == [], "insert executions through flowforge/store/creation.py"
+    assert INSERT.search(BUILDER.read_text())
+
+
 def test_the_builder_splices_no_f_strings() -> None:
     tree = ast.parse(BUILDER.read_text())
     spliced = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)]
