@@ -1,14 +1,19 @@
 """Creating executions: the one builder of the statements that do it.
 
 A webhook (intake.CREATE_EXECUTION), a webhook or tick of a flow-controlled workflow
-(flowcontrol.GATED_INTAKE) and a batch of schedule ticks (schedules.BATCH_CLAIM,
-BATCH_CREATE) each claim an idempotency key and write an execution, its steps (roots
+(flowcontrol.GATED_INTAKE) and a batch of schedule ticks (schedules.BATCH_CLAIM, then
+BATCH_CREATE here) each claim an idempotency key and write an execution, its steps (roots
 ready), the roots' wake-ups and the first history entry. What they write is what Run.advance
 would make of a new execution, in the engine's words (model.py), written here once as
 literals of the enums: an execution `queued`, its root steps `ready`, the others
 `pending`. They differ only in where the rows come from (one parameter set, or a jsonb
 batch) and, when gated, in a decision (`mode`) that may queue, drop or replace; flow
-control supplies that decision, this module the rest.
+control supplies that decision, this module the rest. A replay's execution row is inserted
+here too (CREATE_REPLAY), its steps and history by the replay.
+
+Every INSERT INTO executions lives here (tests/unit/test_execution_builder.py), named or
+composed with psycopg.sql from named parts: the parts differ per caller, never per request,
+and nothing here is spliced from a string a request supplies.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
 
 from flowforge.domain.model import (
     EventKind,
@@ -55,24 +62,115 @@ STILL_CURRENT = """SELECT 1 FROM workflows w
 CLAIM_KEY = "INSERT INTO idempotency_keys (workflow_id, origin, key, body_sha256, execution_id)"
 ON_CLAIMED = "ON CONFLICT (workflow_id, origin, key) DO NOTHING"
 # A new step's status and ready time, from whether it is a root (`s.root`).
-ROOT_READY = f"CASE WHEN s.root THEN '{READY}' ELSE '{PENDING}' END"
-READY_AT = "CASE WHEN s.root THEN now() END"
+ROOT_READY = sql.SQL("CASE WHEN s.root THEN {} ELSE {} END").format(
+    sql.Literal(READY), sql.Literal(PENDING)
+)
+READY_AT = sql.SQL("CASE WHEN s.root THEN now() END")
 # The steps of the version, as the cached target carries them (intake.Target.steps).
-# A child execution's own columns (create_execution(child=True)).
-CHILD_COLUMNS = """,
+VERSION_STEPS = sql.SQL("""unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
+         WITH ORDINALITY AS s(step_id, type, root, position)""")
+# A child execution's own columns (create_execution(child=True)); a gated child takes
+# its deadlines from the gated columns.
+CHILD_COLUMNS = sql.SQL(""",
                             parent_id, parent_step, depth, root_id, trigger, deadline_at,
-                            expires_at"""
-CHILD_VALUES = """,
+                            expires_at""")
+CHILD_VALUES = sql.SQL(""",
            %(parent_id)s, %(parent_step)s, %(depth)s, %(root_id)s, 'workflow',
            now() + make_interval(secs => %(deadline_s)s::float8),
-           now() + make_interval(secs => %(start_within_s)s::float8)"""
-VERSION_STEPS = """unnest(%(step_ids)s::text[], %(types)s::text[], %(roots)s::bool[])
-         WITH ORDINALITY AS s(step_id, type, root, position)"""
+           now() + make_interval(secs => %(start_within_s)s::float8)""")
+GATED_CHILD_COLUMNS = sql.SQL(", parent_id, parent_step, depth, root_id")
+GATED_CHILD_VALUES = sql.SQL(", %(parent_id)s, %(parent_step)s, %(depth)s, %(root_id)s")
+# The rows of one execution, not gated: queued, its roots ready now.
+EXECUTION = sql.SQL("""INSERT INTO executions (id, workflow_id, version_id, status, input,
+                            idempotency_key, traceparent, delivery_id, priority{columns})
+    SELECT %(id)s, %(workflow_id)s, %(version_id)s, {queued}, %(input)s::jsonb, %(key)s,
+           %(traceparent)s, {delivery_id}, %(priority)s{values}
+    FROM accepted""")
+STEPS = sql.SQL("""INSERT INTO steps (execution_id, step_id, type, position, status, ready_at,
+                       ready_since, priority)
+    SELECT %(id)s, s.step_id, s.type, s.position,
+           {root_ready},
+           {ready_at}, {ready_at}, %(priority)s
+    FROM accepted,
+         {version_steps}""")
+# The rows of one gated execution, as its `mode` decides (`dropped`: written cancelled).
+GATED_EXECUTION = sql.SQL("""INSERT INTO executions (id, workflow_id, version_id, status, input,
+                            idempotency_key, concurrency_key, slot_at, deadline_at,
+                            expires_at, stop_reason, finished_at, trigger, traceparent,
+                            delivery_id, priority{columns})
+    SELECT %(id)s, %(workflow_id)s, %(version_id)s,
+           CASE WHEN {dropped} THEN {cancelled} ELSE {queued} END,
+           %(input)s::jsonb, %(key)s, %(ckey)s::text,
+           CASE WHEN mode = 'start' AND %(ckey)s::text IS NOT NULL THEN now() END,
+           now() + make_interval(secs => %(deadline_s)s::float8),
+           now() + make_interval(secs => %(start_within_s)s::float8),
+           CASE WHEN {dropped} THEN 'concurrency' END,
+           CASE WHEN {dropped} THEN now() END,
+           %(trigger)s, %(traceparent)s, {delivery_id}, %(priority)s{values}
+    FROM accepted""")
+GATED_STEPS = sql.SQL("""INSERT INTO steps (execution_id, step_id, type, position, status, ready_at,
+                       ready_since, error, finished_at, priority)
+    SELECT %(id)s, s.step_id, s.type, s.position,
+           CASE WHEN {dropped} THEN {step_cancelled}
+                WHEN s.root AND mode = 'start' THEN {ready}
+                ELSE {pending} END,
+           CASE WHEN s.root AND mode = 'start' THEN now() END,
+           CASE WHEN s.root AND mode = 'start' THEN now() END,
+           CASE WHEN mode = 'drop' THEN {dropped_error}
+                WHEN mode = 'refuse' THEN {queue_full_error} END,
+           CASE WHEN {dropped} THEN now() END, %(priority)s
+    FROM accepted,
+         {version_steps}""")
+GATED_HISTORY = sql.SQL("""
+    UNION ALL
+    SELECT %(id)s, {slot_granted}, jsonb_build_object('key', %(ckey)s::text)
+    FROM accepted WHERE mode = 'start' AND %(ckey)s::text IS NOT NULL
+    UNION ALL
+    SELECT %(id)s, {dropped_kind}, {dropped_detail}::jsonb
+    FROM accepted WHERE {dropped}""")
+GATED_RESULT = sql.SQL(""",
+       (SELECT mode FROM decision),
+       {replaced},
+       EXISTS (SELECT FROM accepted WHERE mode = 'start')""")
+# What a refused child becomes (a refused webhook or tick writes nothing).
+GATED_ACCEPTED = sql.SQL("""SELECT mode FROM current, decision
+    WHERE %(key)s::text IS NULL AND {admitted}
+    UNION ALL SELECT mode FROM claim, decision""")
+CLAIM_FROM = sql.SQL("FROM current WHERE %(key)s::text IS NOT NULL")
+GATED_CLAIM_FROM = sql.SQL("FROM current, decision WHERE %(key)s::text IS NOT NULL AND {admitted}")
+ACCEPTED = sql.SQL("""SELECT 1 FROM current WHERE %(key)s::text IS NULL
+    UNION ALL SELECT 1 FROM claim""")
+# The whole statement: each {part} is one of the above, gated or not.
+CREATE = sql.SQL("""
+WITH current AS (
+    {still_current}
+){decision}, claim AS (
+    {claim_key}
+    SELECT %(workflow_id)s, %(key_origin)s, %(key)s, %(body_sha256)s, %(id)s
+    {claim_from}
+    {on_claimed}
+    RETURNING 1
+), accepted AS (
+    {accepted}
+), {archive}, execution AS (
+    {execution}
+), new_steps AS (
+    {steps}
+), wakeups AS (
+    {insert_wakeups}
+    SELECT %(id)s, root FROM accepted, unnest(%(root_ids)s::text[]) AS root{woken}
+), history AS (
+    INSERT INTO execution_events (execution_id, kind, detail)
+    SELECT %(id)s, {queued_kind}, %(event)s::jsonb FROM accepted{history}
+)
+SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted){result}
+""")
+_EMPTY = sql.SQL("")
 
 
 def create_execution(
     decision: str | None = None, replaced: str | None = None, *, child: bool = False
-) -> str:
+) -> sql.Composed:
     """The statement that creates one execution from one parameter set: one implicit
     transaction and one round trip.
 
@@ -94,98 +192,146 @@ def create_execution(
     `start_within_s`). A gated child is never `refuse`d without a trace: a full queue
     (max_queued) writes it like a `drop`, cancelled with reason concurrency and saying why,
     so its parent's step has a child whose end it takes (children.start wakes it)."""
-    gated = decision is not None
-    if gated:
-        # What a refused child becomes (a refused webhook or tick writes nothing).
-        dropped = "mode IN ('drop', 'refuse')" if child else "mode = 'drop'"
-        admitted = "true" if child else "mode <> 'refuse'"
-        claim_from = "FROM current, decision WHERE %(key)s::text IS NOT NULL"
-        claim_from += f" AND {admitted}"
-        accepted = f"""SELECT mode FROM current, decision
-    WHERE %(key)s::text IS NULL AND {admitted}
-    UNION ALL SELECT mode FROM claim, decision"""
-        child_columns = ", parent_id, parent_step, depth, root_id" if child else ""
-        child_values = ", %(parent_id)s, %(parent_step)s, %(depth)s, %(root_id)s" if child else ""
-        execution = f"""INSERT INTO executions (id, workflow_id, version_id, status, input,
-                            idempotency_key, concurrency_key, slot_at, deadline_at,
-                            expires_at, stop_reason, finished_at, trigger, traceparent,
-                            delivery_id, priority{child_columns})
-    SELECT %(id)s, %(workflow_id)s, %(version_id)s,
-           CASE WHEN {dropped} THEN '{_CANCELLED}' ELSE '{QUEUED}' END,
-           %(input)s::jsonb, %(key)s, %(ckey)s::text,
-           CASE WHEN mode = 'start' AND %(ckey)s::text IS NOT NULL THEN now() END,
-           now() + make_interval(secs => %(deadline_s)s::float8),
-           now() + make_interval(secs => %(start_within_s)s::float8),
-           CASE WHEN {dropped} THEN 'concurrency' END,
-           CASE WHEN {dropped} THEN now() END,
-           %(trigger)s, %(traceparent)s, {archive.DELIVERY_ID}, %(priority)s{child_values}
-    FROM accepted"""
-        steps = f"""INSERT INTO steps (execution_id, step_id, type, position, status, ready_at,
-                       ready_since, error, finished_at, priority)
-    SELECT %(id)s, s.step_id, s.type, s.position,
-           CASE WHEN {dropped} THEN '{_STEP_CANCELLED}'
-                WHEN s.root AND mode = 'start' THEN '{READY}'
-                ELSE '{PENDING}' END,
-           CASE WHEN s.root AND mode = 'start' THEN now() END,
-           CASE WHEN s.root AND mode = 'start' THEN now() END,
-           CASE WHEN mode = 'drop' THEN '{DROPPED_ERROR}'
-                WHEN mode = 'refuse' THEN '{QUEUE_FULL_ERROR}' END,
-           CASE WHEN {dropped} THEN now() END, %(priority)s
-    FROM accepted,
-         {VERSION_STEPS}"""
-        woken = " WHERE mode = 'start'"
-        history = f"""
-    UNION ALL
-    SELECT %(id)s, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', %(ckey)s::text)
-    FROM accepted WHERE mode = 'start' AND %(ckey)s::text IS NOT NULL
-    UNION ALL
-    SELECT %(id)s, '{_DROPPED_KIND}', '{_DROPPED}'::jsonb
-    FROM accepted WHERE {dropped}"""
-        result = f""",
-       (SELECT mode FROM decision),
-       {replaced},
-       EXISTS (SELECT FROM accepted WHERE mode = 'start')"""
-    else:
-        claim_from = "FROM current WHERE %(key)s::text IS NOT NULL"
-        accepted = """SELECT 1 FROM current WHERE %(key)s::text IS NULL
-    UNION ALL SELECT 1 FROM claim"""
-        columns, values = (CHILD_COLUMNS, CHILD_VALUES) if child else ("", "")
-        execution = f"""INSERT INTO executions (id, workflow_id, version_id, status, input,
-                            idempotency_key, traceparent, delivery_id, priority{columns})
-    SELECT %(id)s, %(workflow_id)s, %(version_id)s, '{QUEUED}', %(input)s::jsonb, %(key)s,
-           %(traceparent)s, {archive.DELIVERY_ID}, %(priority)s{values}
-    FROM accepted"""
-        steps = f"""INSERT INTO steps (execution_id, step_id, type, position, status, ready_at,
-                       ready_since, priority)
-    SELECT %(id)s, s.step_id, s.type, s.position,
-           {ROOT_READY},
-           {READY_AT}, {READY_AT}, %(priority)s
-    FROM accepted,
-         {VERSION_STEPS}"""
-        woken = history = result = ""
-    return f"""
-WITH current AS (
-    {STILL_CURRENT}
-){decision or ""}, claim AS (
-    {CLAIM_KEY}
-    SELECT %(workflow_id)s, %(key_origin)s, %(key)s, %(body_sha256)s, %(id)s
-    {claim_from}
-    {ON_CLAIMED}
-    RETURNING 1
-), accepted AS (
-    {accepted}
-), {archive.ARCHIVE_CTE}, execution AS (
-    {execution}
+    parts = _gated(decision, replaced or "NULL", child) if decision else _plain(child)
+    return CREATE.format(
+        still_current=sql.SQL(STILL_CURRENT),
+        claim_key=sql.SQL(CLAIM_KEY),
+        on_claimed=sql.SQL(ON_CLAIMED),
+        archive=sql.SQL(archive.ARCHIVE_CTE),
+        insert_wakeups=sql.SQL(INSERT_WAKEUPS),
+        queued_kind=sql.Literal(QUEUED_KIND),
+        **parts,
+    )
+
+
+def _plain(child: bool) -> dict[str, sql.Composable]:
+    """The parts of an execution without flow control: always queued, roots ready."""
+    columns, values = (CHILD_COLUMNS, CHILD_VALUES) if child else (_EMPTY, _EMPTY)
+    execution = EXECUTION.format(
+        columns=columns,
+        values=values,
+        queued=sql.Literal(QUEUED),
+        delivery_id=sql.SQL(archive.DELIVERY_ID),
+    )
+    steps = STEPS.format(root_ready=ROOT_READY, ready_at=READY_AT, version_steps=VERSION_STEPS)
+    return {
+        "decision": _EMPTY,
+        "claim_from": CLAIM_FROM,
+        "accepted": ACCEPTED,
+        "execution": execution,
+        "steps": steps,
+        "woken": _EMPTY,
+        "history": _EMPTY,
+        "result": _EMPTY,
+    }
+
+
+def _gated(decision: str, replaced: str, child: bool) -> dict[str, sql.Composable]:
+    """The parts of a gated execution, written as the `decision`'s mode says."""
+    dropped = sql.SQL("mode IN ('drop', 'refuse')" if child else "mode = 'drop'")
+    admitted = sql.SQL("true" if child else "mode <> 'refuse'")
+    columns, values = (GATED_CHILD_COLUMNS, GATED_CHILD_VALUES) if child else (_EMPTY, _EMPTY)
+    execution = GATED_EXECUTION.format(
+        columns=columns,
+        values=values,
+        dropped=dropped,
+        cancelled=sql.Literal(_CANCELLED),
+        queued=sql.Literal(QUEUED),
+        delivery_id=sql.SQL(archive.DELIVERY_ID),
+    )
+    steps = GATED_STEPS.format(
+        dropped=dropped,
+        step_cancelled=sql.Literal(_STEP_CANCELLED),
+        ready=sql.Literal(READY),
+        pending=sql.Literal(PENDING),
+        dropped_error=sql.Literal(DROPPED_ERROR),
+        queue_full_error=sql.Literal(QUEUE_FULL_ERROR),
+        version_steps=VERSION_STEPS,
+    )
+    history = GATED_HISTORY.format(
+        slot_granted=sql.Literal(EventKind.SLOT_GRANTED.value),
+        dropped_kind=sql.Literal(_DROPPED_KIND),
+        dropped_detail=sql.Literal(_DROPPED),
+        dropped=dropped,
+    )
+    return {
+        "decision": sql.SQL(decision),
+        "claim_from": GATED_CLAIM_FROM.format(admitted=admitted),
+        "accepted": GATED_ACCEPTED.format(admitted=admitted),
+        "execution": execution,
+        "steps": steps,
+        "woken": sql.SQL(" WHERE mode = 'start'"),
+        "history": history,
+        "result": GATED_RESULT.format(replaced=sql.SQL(replaced)),
+    }
+
+
+# A batch of schedule ticks, claimed already (schedules.BATCH_CLAIM): the executions (a
+# gated one holding its slot), their steps (roots ready), the root wake-ups and the history
+# (the relay is notified after the commit, Scheduling.decide_due). Two statements rather
+# than one: joining the claim's RETURNING back to its input inside one statement is a
+# nested loop over two CTEs the planner cannot size (quadratic in the batch). Every tick
+# not claimed is left to the caller, which decides it through the full intake (a refusal,
+# a buffer, a replace, a replay, a stale target).
+BATCH_CREATE = sql.SQL("""
+WITH accepted AS (
+    SELECT * FROM jsonb_to_recordset(%(ticks)s::jsonb)
+        AS t(id uuid, workflow_id bigint, version_id bigint, key text, input jsonb,
+             ckey text, deadline_s float8, start_within_s float8, priority smallint)
+), version AS (
+    SELECT * FROM jsonb_to_recordset(%(versions)s::jsonb)
+        AS v(version_id bigint, event jsonb, steps text[], types text[], roots bool[])
+), step AS (
+    SELECT v.version_id, s.step_id, s.type, s.root, s.position
+    FROM version v, unnest(v.steps, v.types, v.roots) WITH ORDINALITY
+        AS s(step_id, type, root, position)
+), execution AS (
+    INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
+                            concurrency_key, slot_at, deadline_at, expires_at, trigger,
+                            priority)
+    SELECT id, workflow_id, version_id, {queued}, input, key, ckey,
+           CASE WHEN ckey IS NOT NULL THEN now() END,
+           now() + make_interval(secs => deadline_s),
+           now() + make_interval(secs => start_within_s),
+           'schedule', priority
+    FROM accepted
 ), new_steps AS (
-    {steps}
+    INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, ready_since,
+                       priority)
+    SELECT a.id, s.step_id, s.type, s.position,
+           {root_ready},
+           {ready_at}, {ready_at}, a.priority
+    FROM accepted a JOIN step s ON s.version_id = a.version_id
 ), wakeups AS (
-    {INSERT_WAKEUPS}
-    SELECT %(id)s, root FROM accepted, unnest(%(root_ids)s::text[]) AS root{woken}
+    {insert_wakeups}
+    SELECT a.id, s.step_id FROM accepted a JOIN step s ON s.version_id = a.version_id
+    WHERE s.root
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
-    SELECT %(id)s, '{QUEUED_KIND}', %(event)s::jsonb FROM accepted{history}
+    SELECT a.id, {queued_kind}, v.event FROM accepted a JOIN version v USING (version_id)
+    UNION ALL
+    SELECT id, {slot_granted}, jsonb_build_object('key', ckey)
+    FROM accepted WHERE ckey IS NOT NULL
 )
-SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted){result}
+SELECT count(*) FROM accepted
+""").format(
+    queued=sql.Literal(QUEUED),
+    root_ready=ROOT_READY,
+    ready_at=READY_AT,
+    insert_wakeups=sql.SQL(INSERT_WAKEUPS),
+    queued_kind=sql.Literal(QUEUED_KIND),
+    slot_granted=sql.Literal(EventKind.SLOT_GRANTED.value),
+)
+
+
+# A replay's new execution (usecases/replay.py, docs/contract.md#replay): the original's
+# workflow and input on the target version, linked to it, its steps written by the replay.
+CREATE_REPLAY = """
+INSERT INTO executions (id, workflow_id, version_id, status, input, trigger, replay_of,
+                        replay_from, concurrency_key, deadline_at, priority)
+SELECT %(id)s, workflow_id, %(version_id)s, %(queued)s, input, 'replay', id, %(from_step)s,
+       %(ckey)s, now() + make_interval(secs => %(deadline_s)s::float8), %(priority)s
+FROM executions WHERE id = %(original)s
 """
 
 

@@ -37,7 +37,6 @@ from psycopg.types.json import Jsonb
 from flowforge.domain.definitions import Definition, Schedule, parse_schedule
 from flowforge.domain.model import (
     LIVE_EXECUTION_SQL,
-    EventKind,
     KeyOrigin,
     LedgerOutcome,
     sql_list,
@@ -45,7 +44,6 @@ from flowforge.domain.model import (
 from flowforge.errors import ClientError, NotFound
 from flowforge.store import creation, flowcontrol
 from flowforge.store.db import one
-from flowforge.store.outbox import INSERT_WAKEUPS
 
 # Ticks decided per claimed row and transaction (a catch-up goes on in the next pass).
 TICKS_PER_PASS = 100
@@ -141,55 +139,7 @@ WHERE EXISTS (SELECT 1 FROM workflows w
 {creation.ON_CLAIMED}
 RETURNING execution_id
 """
-# Then, for the claimed ticks only: the executions (a gated one holding its slot), their
-# steps (roots ready), the root wake-ups and the history (the relay is notified after the
-# commit, Scheduling.decide_due). Two
-# statements rather than one: joining the claim's RETURNING back to its input inside one
-# statement is a nested loop over two CTEs the planner cannot size (quadratic in the
-# batch). Every tick not claimed is left to the caller, which decides it through the
-# full intake (a refusal, a buffer, a replace, a replay, a stale target).
-BATCH_CREATE = f"""
-WITH accepted AS (
-    SELECT * FROM jsonb_to_recordset(%(ticks)s::jsonb)
-        AS t(id uuid, workflow_id bigint, version_id bigint, key text, input jsonb,
-             ckey text, deadline_s float8, start_within_s float8, priority smallint)
-), version AS (
-    SELECT * FROM jsonb_to_recordset(%(versions)s::jsonb)
-        AS v(version_id bigint, event jsonb, steps text[], types text[], roots bool[])
-), step AS (
-    SELECT v.version_id, s.step_id, s.type, s.root, s.position
-    FROM version v, unnest(v.steps, v.types, v.roots) WITH ORDINALITY
-        AS s(step_id, type, root, position)
-), execution AS (
-    INSERT INTO executions (id, workflow_id, version_id, status, input, idempotency_key,
-                            concurrency_key, slot_at, deadline_at, expires_at, trigger,
-                            priority)
-    SELECT id, workflow_id, version_id, '{creation.QUEUED}', input, key, ckey,
-           CASE WHEN ckey IS NOT NULL THEN now() END,
-           now() + make_interval(secs => deadline_s),
-           now() + make_interval(secs => start_within_s),
-           'schedule', priority
-    FROM accepted
-), new_steps AS (
-    INSERT INTO steps (execution_id, step_id, type, position, status, ready_at, ready_since,
-                       priority)
-    SELECT a.id, s.step_id, s.type, s.position,
-           {creation.ROOT_READY},
-           {creation.READY_AT}, {creation.READY_AT}, a.priority
-    FROM accepted a JOIN step s ON s.version_id = a.version_id
-), wakeups AS (
-    {INSERT_WAKEUPS}
-    SELECT a.id, s.step_id FROM accepted a JOIN step s ON s.version_id = a.version_id
-    WHERE s.root
-), history AS (
-    INSERT INTO execution_events (execution_id, kind, detail)
-    SELECT a.id, '{creation.QUEUED_KIND}', v.event FROM accepted a JOIN version v USING (version_id)
-    UNION ALL
-    SELECT id, '{EventKind.SLOT_GRANTED}', jsonb_build_object('key', ckey)
-    FROM accepted WHERE ckey IS NOT NULL
-)
-SELECT count(*) FROM accepted
-"""
+# Then, for the claimed ticks only, their executions: creation.BATCH_CREATE.
 # The schedule of a workflow by key, locked for an operator action (waits for a worker
 # deciding a tick of it: an action and a tick never interleave).
 LOCK_BY_KEY = """

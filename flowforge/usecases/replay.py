@@ -37,7 +37,7 @@ from flowforge.domain.model import (
     execution_event,
 )
 from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import flowcontrol
+from flowforge.store import creation, flowcontrol
 from flowforge.store.runs import definition_for, load_run, save_run, unit_of_work
 from flowforge.usecases import intake
 from flowforge.usecases.intake import uuid7
@@ -47,13 +47,6 @@ TARGET_VERSION = """
 SELECT v.id, v.version FROM workflow_versions v JOIN workflows w ON w.id = v.workflow_id
 WHERE w.id = %(workflow_id)s
   AND v.version = CASE WHEN %(version)s::int IS NULL THEN w.latest_version ELSE %(version)s END
-"""
-CREATE_REPLAY = """
-INSERT INTO executions (id, workflow_id, version_id, status, input, trigger, replay_of,
-                        replay_from, concurrency_key, deadline_at, priority)
-SELECT %(id)s, workflow_id, %(version_id)s, %(queued)s, input, 'replay', id, %(from_step)s,
-       %(ckey)s, now() + make_interval(secs => %(deadline_s)s::float8), %(priority)s
-FROM executions WHERE id = %(original)s
 """
 # The new execution's steps: upstream ones as the original recorded them, the rest pending.
 CREATE_STEPS = """
@@ -304,7 +297,7 @@ def replay(
                 }
             ),
         }
-        conn.execute(CREATE_REPLAY, params)
+        conn.execute(creation.CREATE_REPLAY, params)
         conn.execute(CREATE_STEPS, params)
         conn.execute(RECORD, params)
         if ckey is not None:

@@ -30,12 +30,11 @@ from flowforge.domain.model import (
     Overlap,
 )
 from flowforge.errors import Conflict, FlowForgeError
-from flowforge.store import flowcontrol
+from flowforge.store import creation, flowcontrol
 from flowforge.store.db import notify_relay, one
 from flowforge.store.schedules import (
     ADVANCE_ALL,
     BATCH_CLAIM,
-    BATCH_CREATE,
     BATCH_SLOT_LOCKS,
     CLAIM_BATCH,
     CLAIM_DUE,
@@ -469,7 +468,7 @@ def fire_batch(conn: psycopg.Connection, candidates: list[Candidate]) -> list[st
             "ticks": json.dumps(accepted),
             "versions": json.dumps(list(versions.values())),
         }
-        conn.execute(BATCH_CREATE, params)
+        conn.execute(creation.BATCH_CREATE, params)
     return [tick["id"] if tick["id"] in claimed else None for tick in ticks]
 
 

@@ -12,7 +12,7 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from flowforge.store import flowcontrol, runs, schedules
+from flowforge.store import creation, flowcontrol, runs
 from flowforge.store.db import conninfo
 from flowforge.store.outbox import CHANNEL, LISTEN_OUTBOX
 from flowforge.usecases import intake
@@ -27,7 +27,11 @@ from tests.support.processes import wait_for
 
 
 def test_the_hot_statements_send_no_notify_themselves() -> None:
-    for statement in (intake.CREATE_EXECUTION, flowcontrol.GATED_INTAKE, runs.SAVE_RUN):
+    for statement in (
+        intake.CREATE_EXECUTION.as_string(),
+        flowcontrol.GATED_INTAKE.as_string(),
+        runs.SAVE_RUN,
+    ):
         assert "pg_notify" not in statement
 
 
@@ -64,7 +68,7 @@ def test_no_writer_of_wake_ups_notifies_inside_its_commit() -> None:
         timers.WAKE_DUE,
         timers.WAKE_LIMITED,
         flowcontrol.FILL_SLOTS,
-        schedules.BATCH_CREATE,
+        creation.BATCH_CREATE.as_string(),
         reconciler.REDISPATCH,
     ):
         assert "pg_notify" not in statement
