@@ -24,7 +24,7 @@ from flowforge.cli.arguments import (
     version_or_latest,
     workflow_key,
 )
-from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus, NotifyKind
+from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus, NotifyKind, NotifyShape
 from flowforge.domain.operations import ACTIONS, Kind, Param
 
 DESCRIPTION = """\
@@ -337,7 +337,7 @@ def _notification_commands(tree: _Tree) -> None:
     )
     subscribe.add_argument(
         "--shape",
-        choices=["standard", "slack"],
+        choices=[shape.value for shape in NotifyShape],
         default="standard",
         help="standard: Standard Webhooks-signed JSON; slack: an incoming webhook's text",
     )

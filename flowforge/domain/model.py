@@ -499,3 +499,10 @@ class DeliveryStatus(StrEnum):
     PENDING = "pending"
     DELIVERED = "delivered"
     FAILED = "failed"
+
+
+class NotifyShape(StrEnum):
+    """What a notification endpoint receives; `notify_endpoints.shape`."""
+
+    STANDARD = "standard"  # Standard Webhooks-signed JSON
+    SLACK = "slack"  # an incoming webhook's {"text": ...}

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.domain.model import NotifyKind
+from flowforge.domain.model import NotifyKind, NotifyShape
 from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.store.db import one
 from flowforge.trust import signatures
@@ -36,7 +36,7 @@ class EndpointInvalid(ClientError):
 
 # The event kinds an endpoint may subscribe to, each recorded by a trigger of sql/0060.
 KINDS = tuple(kind.value for kind in NotifyKind)
-SHAPES = ("standard", "slack")
+SHAPES = tuple(NotifyShape)
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # whole (fullmatch: no newline after it)
 URL = re.compile(r"^https?://[^\s/]+")
 MAX_URL = 2048

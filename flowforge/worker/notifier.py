@@ -17,6 +17,7 @@ import time
 
 import psycopg_pool
 
+from flowforge.domain.model import NotifyShape
 from flowforge.steps import netguard
 from flowforge.store import notifications
 from flowforge.store.db import wrap_exceptions
@@ -109,7 +110,7 @@ class Notifier(Loop):
 def render(message: notifications.Message) -> tuple[bytes, dict[str, str]]:
     """The request body and headers of one message in its endpoint's shape."""
     headers = {"Content-Type": "application/json", "User-Agent": "FlowForge-Notifier"}
-    if message.shape == "slack":
+    if message.shape == NotifyShape.SLACK:
         return json.dumps({"text": slack_text(message.payload)}).encode(), headers
     body = json.dumps(message.payload, separators=(",", ":")).encode()
     timestamp = int(time.time())

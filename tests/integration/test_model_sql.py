@@ -16,12 +16,14 @@ from flowforge.domain.model import (
     WORKFLOW_KEY,
     AttemptOutcome,
     CircuitState,
+    DeliveryStatus,
     ExecutionStatus,
     GroupKind,
     GroupStatus,
     KeyOrigin,
     LedgerOutcome,
     LimitReason,
+    NotifyShape,
     PauseReason,
     StepStatus,
     WebhookAuth,
@@ -49,6 +51,8 @@ CLOSED_SETS: dict[tuple[str, str], Iterable[str]] = {
     ("schedule_ticks", "outcome"): LedgerOutcome,
     ("intake_groups", "kind"): GroupKind,
     ("intake_groups", "status"): GroupStatus,
+    ("notify_endpoints", "shape"): NotifyShape,
+    ("notify_deliveries", "status"): DeliveryStatus,
 }
 # (table, column) of each pattern CHECK: the regular expression the code matches with.
 PATTERNS: dict[tuple[str, str], str] = {
