@@ -110,10 +110,9 @@ def _run_remote(url: str, args: argparse.Namespace) -> int:
 def _invalid(exc: ClientError) -> int:
     """A refusal of this side's own checks (an invalid definition: every problem, one a
     line with its path)."""
+    error(exc.title, exc.detail)
     if not exc.errors:
-        error(exc.title, exc.detail)
         return USAGE if exc.status in USAGE_STATUSES else REFUSED
-    error(exc.title, f"{len(exc.errors)} problem(s):")
     for problem in exc.errors:
         print(f"  {problem['path']}: {problem['message']}", file=sys.stderr)
     return USAGE
