@@ -19,13 +19,17 @@ from flowforge.domain import defdiff
 from flowforge.domain.definitions import Definition
 from flowforge.errors import Forbidden, NotFound
 from flowforge.store import catalog
+from flowforge.store.apikeys import ApiKey
 
 bp = Blueprint("drafts", __name__, url_prefix="/api/v1/workflows")
 
 
-def check_draft(conn: Any, key: str, document: Any, api_key: Any) -> dict[str, Any]:
-    """What publishing `document` as the next version of `key` would do, or the refusal
-    it would meet (DefinitionInvalid, Forbidden); nothing is written."""
+def publishable(key: str, document: Any, api_key: ApiKey) -> Definition:
+    """`document` as the next version of `key`, as this key may publish it: the checker's
+    rules, its secrets, and every workflow its workflow steps start. A workflow step starts
+    its child past the child's webhook signature, with input this publisher chooses: acting
+    on that workflow, so the key must be one that may write it (docs/reference/security.md,
+    "A scoped key acts only on its workflows")."""
     settings = current_app.extensions["flowforge.settings"]
     definition = catalog.publishable(
         key, document, settings.secret_bindings, may_use_secrets=api_key.publish_secrets
@@ -35,6 +39,13 @@ def check_draft(conn: Any, key: str, document: Any, api_key: Any) -> dict[str, A
         raise Forbidden(
             f"this API key may not write workflow {called[0]!r}, which a workflow step would start"
         )
+    return definition
+
+
+def check_draft(conn: Any, key: str, document: Any, api_key: Any) -> dict[str, Any]:
+    """What publishing `document` as the next version of `key` would do, or the refusal
+    it would meet (DefinitionInvalid, Forbidden); nothing is written."""
+    definition = publishable(key, document, api_key)
     try:
         newest = catalog.get_workflow(conn, key)["latest_version"]
     except NotFound:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
+from flowforge.api import drafts
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
-from flowforge.errors import Forbidden, InvalidBody, InvalidParameter
+from flowforge.errors import InvalidBody, InvalidParameter
 from flowforge.store import catalog
 from flowforge.store.apikeys import ApiKey
 from flowforge.trust import signatures
@@ -24,18 +25,7 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
     api_key = authorize(key, write=True)
     document = json_body()
-    settings = current_app.extensions["flowforge.settings"]
-    definition = catalog.publishable(
-        key, document, settings.secret_bindings, may_use_secrets=api_key.publish_secrets
-    )
-    # A workflow step starts its child past the child's webhook signature, with input this
-    # publisher chooses: acting on that workflow, so the key must be one that may write it
-    # (docs/reference/security.md, "A scoped key acts only on its workflows").
-    called = [w for w in definition.child_workflows() if not api_key.allows(w, write=True)]
-    if called:
-        raise Forbidden(
-            f"this API key may not write workflow {called[0]!r}, which a workflow step would start"
-        )
+    definition = drafts.publishable(key, document, api_key)
     with connection() as conn:
         published = publishing.publish(conn, key, document, definition, api_key.id)
     location = f"/api/v1/workflows/{key}/versions/{published['version']}"
