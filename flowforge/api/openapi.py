@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from flowforge.api import notifications_openapi
+from flowforge.api.auth import requires
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.api.openapi_definition import DEFINITION_SCHEMAS, STEP_SCHEMAS
 from flowforge.api.openapi_links import LINKS
@@ -43,6 +44,7 @@ from flowforge.api.openapi_storable import JSON_VALUE, storable, storable_paths
 from flowforge.api.openapi_store_bound import STORE_BOUND
 from flowforge.domain import definitions, model
 from flowforge.domain.operations import ACTIONS, Action, Kind
+from flowforge.domain.roles import Access
 
 __all__ = ["DOCUMENT", "PATHS", "STEP_SCHEMAS", "WEBHOOK_HEADERS", "bp", "operation_id"]
 
@@ -727,6 +729,7 @@ DOCUMENT: dict[str, Any] = {
 
 
 @bp.get("/openapi.json")
+@requires(Access.PUBLIC)
 def document() -> Response:
     """The OpenAPI document; public, as it holds nothing secret."""
     return jsonify(DOCUMENT)
