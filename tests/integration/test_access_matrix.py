@@ -1,0 +1,155 @@
+"""The access matrix (docs/contract.md#roles): every route of the app, API and console,
+as enumerated from its url_map (never from a list), by every role, answers as the route's
+declared access says: a role below it is refused with 403 naming the role needed, a role
+at or above it is not refused for its role. A route that declares nothing fails here:
+declare it with `@requires(Access.X)` under its route decorator (flowforge/api/auth.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from werkzeug.routing import Rule
+
+from flowforge.api.auth import declared
+from flowforge.domain.roles import Access, Role
+from flowforge.store import apikeys
+from tests.support.definitions import OPEN
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+# A valid value per converter (path arguments not otherwise known: "open").
+VALID = {"workflow_key": "open", "int": "1"}
+# Routes that change nothing, or only the caller's own session, may be READ.
+READ_WRITES = {"console.signout"}
+# Pages that only show a form whose POST acts, so they need what the POST needs.
+ACTING_PAGES = {"console.bulk", "console.reingest_page", "console.edit"}
+
+
+def _rules(app: Flask) -> list[Rule]:
+    # Sign-out last: it ends the role's console session the later requests use.
+    rules = list(app.url_map.iter_rules())
+    return sorted(rules, key=lambda r: (r.endpoint == "console.signout", r.rule))
+
+
+def _access(app: Flask, rule: Rule) -> Access | None:
+    return declared(app.view_functions[rule.endpoint], rule.endpoint)
+
+
+def _url(rule: Rule, execution_id: str) -> str:
+    def value(match: re.Match[str]) -> str:
+        converter = match.group(1) or "default"
+        if converter.startswith("execution_id"):
+            return execution_id
+        return VALID.get(converter.split("(")[0], "open")
+
+    return re.sub(r"<(?:([^>:]+):)?[^>]+>", value, rule.rule)
+
+
+def _signed_in(app: Flask, key: str) -> tuple[Any, str]:
+    """A console client signed in with this key, and its session's CSRF token."""
+    client = app.test_client()
+    page = client.get("/ui/signin")
+    token = CSRF.search(page.get_data(as_text=True)).group(1)
+    done = client.post("/ui/signin", data={"csrf": token, "api_key": key})
+    assert done.status_code == 303, done.get_data(as_text=True)
+    listing = client.get("/ui/executions").get_data(as_text=True)
+    return client, CSRF.search(listing).group(1)
+
+
+def test_every_route_declares_its_access(app_client: Any) -> None:
+    app = app_client.application
+    undeclared = sorted(r.endpoint for r in app.url_map.iter_rules() if not _access(app, r))
+    assert not undeclared, f"declare with @requires(Access.X) (api/auth.py): {undeclared}"
+    for rule in app.url_map.iter_rules():
+        access = _access(app, rule)
+        methods = set(rule.methods or ()) - {"HEAD", "OPTIONS"}
+        # A route that changes something never needs only READ; a page that offers an
+        # action needs what the action needs.
+        if access is Access.READ and methods != {"GET"}:
+            assert rule.endpoint in READ_WRITES, rule.endpoint
+        if rule.endpoint in ACTING_PAGES:
+            assert access in (Access.OPERATE, Access.ADMINISTER), rule.endpoint
+
+
+def test_every_route_answers_every_role_as_declared(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    app = app_client.application
+    admin = {"Authorization": f"Bearer {api_key}"}
+    published = app_client.post("/api/v1/workflows/open/versions", json=OPEN, headers=admin)
+    assert published.status_code == 201, published.get_data(as_text=True)
+    execution_id = app_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    keys = {role: apikeys.create(db, role.value, role=role)[1] for role in Role}
+    consoles = {role: _signed_in(app, key) for role, key in keys.items()}
+    mismatches: list[str] = []
+    checked = 0
+    for rule in _rules(app):
+        access = _access(app, rule)
+        assert access is not None, rule.endpoint
+        path = _url(rule, execution_id)
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            for role in Role:
+                if rule.rule.startswith("/ui"):
+                    client, csrf = consoles[role]
+                    form = {"csrf": csrf} if method == "POST" else None
+                    r = client.open(path, method=method, data=form)
+                    text = r.get_data(as_text=True)
+                    refused = r.status_code == 403 and "role; this API key is a" in text
+                    named = access.role is not None and f"needs the {access.role} role" in text
+                else:
+                    bearer = {"Authorization": f"Bearer {keys[role]}"}
+                    r = app_client.open(path, method=method, headers=bearer)
+                    body = r.get_json(silent=True) or {}
+                    refused = r.status_code == 403 and "required_role" in body
+                    named = access.role is not None and body.get("required_role") == access.role
+                checked += 1
+                expected = "allowed" if access.allows(role) else "refused"
+                if expected == "refused" and not (refused and named):
+                    mismatches.append(f"{method} {rule.rule} {role}: {r.status_code}, not refused")
+                elif expected == "allowed" and (refused or r.status_code in (401, 500)):
+                    mismatches.append(f"{method} {rule.rule} {role}: {r.status_code}, refused")
+    assert checked >= 3 * 85  # the whole app, API and console
+    assert not mismatches, "\n".join(mismatches)
+
+
+@pytest.mark.parametrize(
+    ("role", "read_only", "secrets", "made"),
+    [
+        (None, False, False, Role.ADMIN),  # as before roles: read-write
+        (None, True, False, Role.VIEWER),  # read_only: true means viewer
+        (None, False, True, Role.ADMIN),
+        ("operator", False, False, Role.OPERATOR),
+        ("viewer", True, False, Role.VIEWER),
+    ],
+)
+def test_a_new_keys_role_comes_from_role_or_the_old_flags(
+    db: psycopg.Connection, role: str | None, read_only: bool, secrets: bool, made: Role
+) -> None:
+    key_id, _ = apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
+    row = db.execute("SELECT role FROM api_keys WHERE id = %s", (key_id,)).fetchone()
+    assert row == (made.value,)
+    listed = next(k for k in apikeys.list_keys(db) if k["id"] == key_id)
+    assert (listed["role"], listed["read_only"]) == (made.value, made is Role.VIEWER)
+
+
+@pytest.mark.parametrize(
+    ("role", "read_only", "secrets"),
+    [("operator", True, False), ("operator", False, True), ("root", False, False)],
+)
+def test_a_contradictory_role_is_refused_and_nothing_is_made(
+    db: psycopg.Connection, role: str, read_only: bool, secrets: bool
+) -> None:
+    with pytest.raises(Exception, match="role") as refused:
+        apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
+    assert getattr(refused.value, "status", None) == 400
+    assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+    # The database holds the same rules whatever writes the row.
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute(
+            "INSERT INTO api_keys (name, key_hash, key_prefix, role, publish_secrets)"
+            " VALUES ('x', 'x', 'x', 'operator', true)"
+        )
