@@ -8,6 +8,7 @@ declare it with `@requires(Access.X)` under its route decorator (flowforge/api/a
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,6 +21,8 @@ from flowforge.domain.roles import Access, Role
 from flowforge.store import apikeys
 from tests.support.definitions import OPEN
 
+SECURITY = Path(__file__).resolve().parents[2] / "docs" / "reference" / "security.md"
+ROW = re.compile(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/[^`]*)` \| (\w+) \|", re.MULTILINE)
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 # A valid value per converter (path arguments not otherwise known: "open").
 VALID = {"workflow_key": "open", "int": "1"}
@@ -73,6 +76,26 @@ def test_every_route_declares_its_access(app_client: Any) -> None:
             assert rule.endpoint in READ_WRITES, rule.endpoint
         if rule.endpoint in ACTING_PAGES:
             assert access in (Access.OPERATE, Access.ADMINISTER), rule.endpoint
+
+
+def test_the_security_reference_lists_every_api_route_with_its_access(app_client: Any) -> None:
+    app = app_client.application
+    declared_rows = {}
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith(("/ui", "/static")):
+            continue
+        path = re.sub(r"<(?:[^>:]+:)?([^>]+)>", r"{\1}", rule.rule)
+        access = _access(app, rule)
+        for method in sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}):
+            declared_rows[(method, path)] = access.name.lower() if access else "undeclared"
+    documented = {(m, p): a for m, p, a in ROW.findall(SECURITY.read_text())}
+    wrong = [
+        f"| `{method} {path}` | {access} |"
+        for (method, path), access in sorted(declared_rows.items())
+        if documented.get((method, path)) != access
+    ]
+    assert not wrong, f"docs/reference/security.md#roles should have these rows: {wrong}"
+    assert not documented.keys() - declared_rows.keys()
 
 
 def test_every_route_answers_every_role_as_declared(
