@@ -714,7 +714,10 @@ DOCUMENT: dict[str, Any] = {
             "management request body a whole number written with a fraction (761228.0) "
             "is that integer. Management endpoints need "
             "`Authorization: Bearer <api key>`; webhooks are signed per workflow "
-            "(Standard Webhooks) unless the workflow chose auth none."
+            "(Standard Webhooks) unless the workflow chose auth none. A key's role decides "
+            "what it may do: viewer reads, operator also acts on executions, admin also "
+            "publishes and manages secrets, sources, notification endpoints and limits; a "
+            "route the role may not use answers 403 with required_role."
         ),
     },
     "security": [{"apiKey": []}],
