@@ -8,6 +8,8 @@ declare it with `@requires(Access.X)` under its route decorator (flowforge/api/a
 from __future__ import annotations
 
 import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from werkzeug.routing import Rule
 from flowforge.api.auth import declared
 from flowforge.domain.roles import Access, Role
 from flowforge.store import apikeys
+from flowforge.store.migrate import discover
+from tests.integration.test_migrate import empty_db  # noqa: F401  (fixture)
 from tests.support.definitions import OPEN
 
 SECURITY = Path(__file__).resolve().parents[2] / "docs" / "reference" / "security.md"
@@ -176,3 +180,55 @@ def test_a_contradictory_role_is_refused_and_nothing_is_made(
             "INSERT INTO api_keys (name, key_hash, key_prefix, role, publish_secrets)"
             " VALUES ('x', 'x', 'x', 'operator', true)"
         )
+
+
+def test_0064_gives_every_existing_key_the_role_of_its_powers(
+    empty_db: Callable[[], str],  # noqa: F811
+) -> None:
+    url = empty_db()
+    migrations = discover()
+    at = next(i for i, m in enumerate(migrations) if m.version == "0064_api_key_roles")
+
+    def apply(upto: slice) -> None:
+        for migration in migrations[upto]:
+            command = ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", str(migration.path)]
+            subprocess.run(command, check=True, capture_output=True)
+
+    apply(slice(0, at))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO api_keys (name, key_hash, key_prefix, read_only, publish_secrets)"
+            " VALUES ('ro', 'a', 'a', true, false), ('rw', 'b', 'b', false, false),"
+            " ('rws', 'c', 'c', false, true), ('ros', 'd', 'd', true, true)"
+        )
+    apply(slice(at, at + 1))
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT name, role, publish_secrets FROM api_keys ORDER BY id")
+        # Read-only: a viewer (its secrets grant could never publish); read-write: an admin.
+        assert rows.fetchall() == [
+            ("ro", "viewer", False),
+            ("rw", "admin", False),
+            ("rws", "admin", True),
+            ("ros", "viewer", False),
+        ]
+
+
+def test_the_console_shows_the_role_and_offers_only_what_it_may_do(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    app = app_client.application
+    admin = {"Authorization": f"Bearer {api_key}"}
+    app_client.post("/api/v1/workflows/open/versions", json=OPEN, headers=admin)
+    execution_id = app_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    for role in Role:
+        client, _ = _signed_in(app, apikeys.create(db, role.value, role=role)[1])
+        workflow = client.get("/ui/workflows/open").get_data(as_text=True)
+        assert f'id="role">{role}</span>' in workflow
+        operates = Access.OPERATE.allows(role)
+        assert ('id="pause-workflow"' in workflow) is operates, role
+        assert ('id="reingest-link"' in workflow) is operates, role
+        assert ('id="edit-link"' in workflow) is (role is Role.ADMIN), role
+        execution = client.get(f"/ui/executions/{execution_id}").get_data(as_text=True)
+        assert (f"/ui/executions/{execution_id}/cancel" in execution) is operates, role
+        listing = client.get("/ui/executions").get_data(as_text=True)
+        assert ('id="bulk-cancel"' in listing) is operates, role
