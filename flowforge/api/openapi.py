@@ -158,6 +158,16 @@ PATHS: dict[str, Any] = {
             tags=["workflows"],
         )
     },
+    "/api/v1/me": {
+        "get": endpoint(
+            "The calling API key: its role, workflow scope and secrets grant",
+            {
+                "200": json_answer(ref("Me"), "The key"),
+                **problem_answers(*AUTHENTICATED),
+            },
+            tags=["keys"],
+        )
+    },
     "/api/v1/workflows/{key}": {
         "get": endpoint(
             "One workflow and its versions",

@@ -232,3 +232,18 @@ def test_the_console_shows_the_role_and_offers_only_what_it_may_do(
         assert (f"/ui/executions/{execution_id}/cancel" in execution) is operates, role
         listing = client.get("/ui/executions").get_data(as_text=True)
         assert ('id="bulk-cancel"' in listing) is operates, role
+
+
+def test_me_answers_the_calling_keys_role_and_scope(
+    app_client: Any, db: psycopg.Connection
+) -> None:
+    for role in Role:
+        key_id, key = apikeys.create(db, f"k-{role}", ["a", "b"], role=role)
+        me = app_client.get("/api/v1/me", headers={"Authorization": f"Bearer {key}"})
+        assert me.get_json() == {
+            "id": key_id,
+            "name": f"k-{role}",
+            "role": role.value,
+            "workflows": ["a", "b"],
+            "publish_secrets": False,
+        }
