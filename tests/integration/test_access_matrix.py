@@ -247,3 +247,23 @@ def test_me_answers_the_calling_keys_role_and_scope(
             "workflows": ["a", "b"],
             "publish_secrets": False,
         }
+
+
+def test_the_workflow_scope_still_applies_within_the_role(
+    app_client: Any, api_key: str, db: psycopg.Connection
+) -> None:
+    admin = {"Authorization": f"Bearer {api_key}"}
+    app_client.post("/api/v1/workflows/open/versions", json=OPEN, headers=admin)
+    execution_id = app_client.post("/hooks/open", json={"x": 1}).get_json()["execution_id"]
+    elsewhere = apikeys.create(db, "elsewhere", ["other"], role=Role.OPERATOR)[1]
+    refused = app_client.post(
+        f"/api/v1/executions/{execution_id}/cancel",
+        headers={"Authorization": f"Bearer {elsewhere}"},
+    )
+    assert refused.status_code == 403
+    assert "required_role" not in refused.get_json()  # the scope's refusal, not the role's
+    here = apikeys.create(db, "here", ["open"], role=Role.OPERATOR)[1]
+    done = app_client.post(
+        f"/api/v1/executions/{execution_id}/cancel", headers={"Authorization": f"Bearer {here}"}
+    )
+    assert done.status_code in (200, 202), done.get_data(as_text=True)
