@@ -20,6 +20,7 @@ from werkzeug.routing import Rule
 
 from flowforge.api.auth import declared
 from flowforge.domain.roles import Access, Role
+from flowforge.errors import InvalidParameter
 from flowforge.store import apikeys
 from flowforge.store.migrate import discover
 from tests.integration.test_migrate import empty_db  # noqa: F401  (fixture)
@@ -67,7 +68,7 @@ def _signed_in(app: Flask, key: str) -> tuple[Any, str]:
     return client, CSRF.search(listing).group(1)
 
 
-def test_every_route_declares_its_access(app_client: Any) -> None:
+def test_every_route_declares_its_access_as_the_reference_says(app_client: Any) -> None:
     app = app_client.application
     undeclared = sorted(r.endpoint for r in app.url_map.iter_rules() if not _access(app, r))
     assert not undeclared, f"declare with @requires(Access.X) (api/auth.py): {undeclared}"
@@ -80,10 +81,10 @@ def test_every_route_declares_its_access(app_client: Any) -> None:
             assert rule.endpoint in READ_WRITES, rule.endpoint
         if rule.endpoint in ACTING_PAGES:
             assert access in (Access.OPERATE, Access.ADMINISTER), rule.endpoint
+    _check_the_security_reference(app)
 
 
-def test_the_security_reference_lists_every_api_route_with_its_access(app_client: Any) -> None:
-    app = app_client.application
+def _check_the_security_reference(app: Flask) -> None:
     declared_rows = {}
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith(("/ui", "/static")):
@@ -143,37 +144,30 @@ def test_every_route_answers_every_role_as_declared(
     assert not mismatches, "\n".join(mismatches)
 
 
-@pytest.mark.parametrize(
-    ("role", "read_only", "secrets", "made"),
-    [
-        (None, False, False, Role.ADMIN),  # as before roles: read-write
-        (None, True, False, Role.VIEWER),  # read_only: true means viewer
-        (None, False, True, Role.ADMIN),
-        ("operator", False, False, Role.OPERATOR),
-        ("viewer", True, False, Role.VIEWER),
-    ],
-)
-def test_a_new_keys_role_comes_from_role_or_the_old_flags(
-    db: psycopg.Connection, role: str | None, read_only: bool, secrets: bool, made: Role
-) -> None:
-    key_id, _ = apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
-    row = db.execute("SELECT role FROM api_keys WHERE id = %s", (key_id,)).fetchone()
-    assert row == (made.value,)
-    listed = next(k for k in apikeys.list_keys(db) if k["id"] == key_id)
-    assert (listed["role"], listed["read_only"]) == (made.value, made is Role.VIEWER)
+# (role, read_only, publish_secrets) -> the role made: the old flags still decide without one.
+MADE = [
+    ((None, False, False), Role.ADMIN),  # as before roles: read-write
+    ((None, True, False), Role.VIEWER),  # read_only: true means viewer
+    ((None, False, True), Role.ADMIN),
+    (("operator", False, False), Role.OPERATOR),
+    (("viewer", True, False), Role.VIEWER),
+]
+REFUSED = [("operator", True, False), ("operator", False, True), ("root", False, False)]
 
 
-@pytest.mark.parametrize(
-    ("role", "read_only", "secrets"),
-    [("operator", True, False), ("operator", False, True), ("root", False, False)],
-)
-def test_a_contradictory_role_is_refused_and_nothing_is_made(
-    db: psycopg.Connection, role: str, read_only: bool, secrets: bool
-) -> None:
-    with pytest.raises(Exception, match="role") as refused:
-        apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
-    assert getattr(refused.value, "status", None) == 400
-    assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+def test_a_new_keys_role_comes_from_role_or_the_old_flags(db: psycopg.Connection) -> None:
+    for (role, read_only, secrets), made in MADE:
+        key_id, _ = apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
+        row = db.execute("SELECT role FROM api_keys WHERE id = %s", (key_id,)).fetchone()
+        assert row == (made.value,)
+        listed = next(k for k in apikeys.list_keys(db) if k["id"] == key_id)
+        assert (listed["role"], listed["read_only"]) == (made.value, made is Role.VIEWER)
+    made_before = db.execute("SELECT count(*) FROM api_keys").fetchone()
+    for role, read_only, secrets in REFUSED:
+        with pytest.raises(InvalidParameter, match="role") as refused:
+            apikeys.create(db, "k", read_only=read_only, publish_secrets=secrets, role=role)
+        assert refused.value.status == 400
+    assert db.execute("SELECT count(*) FROM api_keys").fetchone() == made_before
     # The database holds the same rules whatever writes the row.
     with pytest.raises(psycopg.errors.CheckViolation):
         db.execute(
