@@ -23,6 +23,7 @@ from flowforge.domain.roles import Access, Role
 from flowforge.errors import InvalidParameter
 from flowforge.store import apikeys
 from flowforge.store.migrate import discover
+from tests.integration.test_api_keys import cli, create_with_cli
 from tests.integration.test_migrate import empty_db  # noqa: F401  (fixture)
 from tests.support.definitions import OPEN
 
@@ -261,3 +262,16 @@ def test_the_workflow_scope_still_applies_within_the_role(
         f"/api/v1/executions/{execution_id}/cancel", headers={"Authorization": f"Bearer {here}"}
     )
     assert done.status_code in (200, 202), done.get_data(as_text=True)
+
+
+def test_the_cli_makes_a_key_of_a_role_and_lists_it(
+    app_client: Any, database_url: str, db: psycopg.Connection
+) -> None:
+    key = create_with_cli(database_url, "--name", "oncall", "--role", "operator")
+    me = app_client.get("/api/v1/me", headers={"Authorization": f"Bearer {key}"}).get_json()
+    assert me["role"] == "operator"
+    listing = cli(database_url, "apikey", "list").stdout
+    assert "operator" in next(line for line in listing.splitlines() if "oncall" in line)
+    refused = cli(database_url, "apikey", "create", "--name", "x", "--role", "viewer", "--secrets")
+    assert refused.returncode == 2 and "admin role" in refused.stderr, refused  # as typed
+    assert db.execute("SELECT count(*) FROM api_keys WHERE name = 'x'").fetchone() == (0,)
