@@ -34,6 +34,11 @@ class ClientError(FlowForgeError):
     errors: list[dict[str, str]] | None = None
 
     @property
+    def extensions(self) -> dict[str, str]:
+        """RFC 9457 extension members of the problem document beyond the standard ones."""
+        return {}
+
+    @property
     def detail(self) -> str:
         """What the problem document says; the message unless a subclass knows better."""
         return str(self)
@@ -51,6 +56,21 @@ class Forbidden(ClientError):
 
     status = 403
     title = "Forbidden"
+
+
+class RoleRequired(Forbidden):
+    """The key's role lacks what the route needs (docs/contract.md#roles); the problem
+    document names the role in `required_role`, and the detail says it in words."""
+
+    def __init__(self, required: str, held: str) -> None:
+        super().__init__(f"this needs the {required} role; this API key is a {held}")
+        self.required = required
+        self.held = held
+
+    @property
+    def extensions(self) -> dict[str, str]:
+        """RFC 9457 extension members of the problem document."""
+        return {"required_role": self.required, "role": self.held}
 
 
 class Conflict(ClientError):

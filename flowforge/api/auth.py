@@ -1,4 +1,12 @@
-"""Bearer API keys for /api/v1: who is calling, and whether the key's scope allows it."""
+"""Bearer API keys for /api/v1: who is calling, whether the key's role has what the route
+declares it needs (docs/contract.md#roles), and whether the key's scope allows the workflow.
+
+Every route declares its access once, with `@requires(Access.X)` between its route
+decorator and the view (for the console too); `key_required` and the console's
+`signed_in` check the role before the view runs, so a view only checks the workflow. A
+route that declares nothing is treated as ADMINISTER (refused to viewers and operators)
+and fails tests/integration/test_access_matrix.py until it declares.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,44 @@ from flask import g, request
 
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
-from flowforge.errors import Forbidden
+from flowforge.domain.roles import Access
+from flowforge.errors import Forbidden, RoleRequired
 from flowforge.store import apikeys
 
 P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., object])
+
+# Where `requires` writes a view's declared access; functools.wraps copies it outward, so
+# the function the app routes to carries it whatever order the decorators are in.
+ATTRIBUTE = "flowforge_access"
+# Flask's own static-file routes, which serve the console's CSS and scripts to anyone.
+BUILT_IN = {"static": Access.PUBLIC, "console.static": Access.PUBLIC}
+# What a route that declares nothing needs: the most, so forgetting is never a grant.
+UNDECLARED = Access.ADMINISTER
+
+
+def requires(access: Access) -> Callable[[F], F]:
+    """Declare the access a route needs (place it under the route decorator)."""
+
+    def declare(view: F) -> F:
+        setattr(view, ATTRIBUTE, access)
+        return view
+
+    return declare
+
+
+def declared(view: Callable[..., object], endpoint: str = "") -> Access | None:
+    """The access a view (the one an endpoint routes to) declares, or None."""
+    found = getattr(view, ATTRIBUTE, None) or BUILT_IN.get(endpoint)
+    return found if isinstance(found, Access) else None
+
+
+def check_role(view: Callable[..., object], key: apikeys.ApiKey) -> None:
+    """Refuse (403, naming the role needed) a key whose role lacks the view's access."""
+    needed = declared(view) or UNDECLARED
+    if not key.may(needed) and needed.role is not None:
+        raise RoleRequired(needed.role.value, key.role.value)
 
 
 def key_required(view: Callable[P, R]) -> Callable[P, R]:
@@ -24,6 +65,7 @@ def key_required(view: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(view)
     def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
         g.api_key = _authenticate()
+        check_role(wrapped, g.api_key)
         return view(*args, **kwargs)
 
     return wrapped

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden, NotFound
 from flowforge.store import outbound
 
@@ -17,6 +18,7 @@ bp = Blueprint("circuits", __name__, url_prefix="/api/v1/circuits")
 
 @bp.get("")
 @key_required
+@requires(Access.READ)
 def list_open() -> Response:
     """Every limit whose circuit is open or half-open or that a Retry-After holds."""
     api_key = authorize(None, write=False)
@@ -26,6 +28,7 @@ def list_open() -> Response:
 
 @bp.post("/<path:key>/close")
 @key_required
+@requires(Access.ADMINISTER)
 def close(key: str) -> Response:
     """Close a limit's circuit and end its hold now: its waiting steps go at once. A
     workflow's own limit is named with ?workflow=NAME; the operator's as host:NAME or

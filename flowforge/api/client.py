@@ -153,6 +153,14 @@ class Client:
             (200,),
         )
 
+    def get_me(self) -> Any:
+        """GET /api/v1/me: The calling API key: its role, workflow scope and secrets grant"""
+        return self._call(
+            "GET",
+            "/api/v1/me",
+            (200,),
+        )
+
     def get_workflows_by_key(
         self,
         key: str,

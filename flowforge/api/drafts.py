@@ -12,11 +12,12 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.domain import defdiff
 from flowforge.domain.definitions import Definition
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden, NotFound
 from flowforge.store import catalog
 from flowforge.store.apikeys import ApiKey
@@ -73,6 +74,7 @@ def graph(definition: Definition) -> list[dict[str, Any]]:
 
 @bp.post("/<workflow_key(answer='publish'):key>/check")
 @key_required
+@requires(Access.ADMINISTER)
 def check(key: str) -> Response:
     """Check a draft as publishing would, publishing nothing."""
     api_key = authorize(key, write=True)

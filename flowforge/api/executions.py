@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
@@ -27,6 +27,7 @@ from flowforge.domain.model import (
     is_key,
 )
 from flowforge.domain.operations import ACTIONS, Action, Kind
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import outbound, timeline
 from flowforge.store.apikeys import ApiKey
@@ -49,6 +50,7 @@ def _authorize_execution(execution_id: str, *, write: bool) -> None:
 
 @bp.get("/<execution_id:execution_id>")
 @key_required
+@requires(Access.READ)
 def show(execution_id: str) -> Response:
     """The execution with its steps, attempts and event history."""
     _authorize_execution(execution_id, write=False)
@@ -65,6 +67,7 @@ def show(execution_id: str) -> Response:
 
 @bp.get("/<execution_id:execution_id>/steps/<step_id>/items")
 @key_required
+@requires(Access.READ)
 def map_items(execution_id: str, step_id: str) -> Response:
     """A page of a map step's items (docs/contract.md#map): counts by status, then items in index
     order, each with its steps; `status` keeps one status, `after` an index continues."""
@@ -96,6 +99,7 @@ def map_items(execution_id: str, step_id: str) -> Response:
 
 @bp.get("")
 @key_required
+@requires(Access.READ)
 def list_page() -> Response:
     """A keyset-paginated list, newest first."""
     key: ApiKey = g.api_key
@@ -184,7 +188,7 @@ def _route(action: Action) -> Callable[..., tuple[Response, int]]:
         return jsonify(done.body()), action.code(done)
 
     act.__doc__ = action.summary
-    return key_required(act)
+    return key_required(requires(Access.OPERATE)(act))
 
 
 for _action in ACTIONS:
@@ -224,6 +228,7 @@ def _unexpected(body: dict[str, Any], allowed: set[str], prefix: str = "$") -> N
 
 @bp.post("/<execution_id:execution_id>/replay")
 @key_required
+@requires(Access.OPERATE)
 def replay_one(execution_id: str) -> tuple[Response, int]:
     """Replay / fork from a step onto a version (docs/contract.md#replay): 201 with the new
     execution."""
@@ -246,6 +251,7 @@ FILTER_FIELDS = {"workflow", "version", "status", "from", "to", "error"}
 
 @bp.post("/replay")
 @key_required
+@requires(Access.OPERATE)
 def replay_bulk() -> tuple[Response, int]:
     """Bulk replay by filter: `dry_run` previews the count and the `upto` to confirm with;
     a confirmed call (with that `upto`) replays one batch, oldest first."""

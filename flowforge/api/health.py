@@ -7,8 +7,10 @@ import json
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
+from flowforge.api.auth import requires
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
+from flowforge.domain.roles import Access
 from flowforge.observe import metrics
 from flowforge.store import gauges
 
@@ -20,12 +22,14 @@ RESUME_ENDPOINT = "resume.resume"
 
 
 @bp.get("/healthz")
+@requires(Access.PUBLIC)
 def healthz() -> Response:
     """The process answers: nothing else is checked, so a database outage never kills it."""
     return jsonify({"status": "ok"})
 
 
 @bp.get("/readyz")
+@requires(Access.PUBLIC)
 def readyz() -> Response:
     """Ready when the database answers (a 503 problem otherwise)."""
     with connection() as conn:
@@ -34,6 +38,7 @@ def readyz() -> Response:
 
 
 @bp.get("/metrics")
+@requires(Access.PUBLIC)
 def prometheus() -> Response:
     """This server's counters and the cluster-wide gauges read from PostgreSQL, in
     Prometheus text format; only to the bearer of FLOWFORGE_METRICS_TOKEN when it is set

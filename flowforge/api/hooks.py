@@ -9,11 +9,13 @@ from typing import Any
 import psycopg
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from flowforge.api.auth import requires
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
 from flowforge.api.problems import Problem
 from flowforge.domain import inputschema
 from flowforge.domain.model import MAX_IDEMPOTENCY_KEY, ExecutionStatus
+from flowforge.domain.roles import Access
 from flowforge.errors import Conflict, InvalidParameter, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, sources
@@ -223,6 +225,7 @@ def _replicate(conn: psycopg.Connection) -> None:
 
 
 @bp.post("/hooks/<workflow_key(answer='hook'):key>")
+@requires(Access.PUBLIC)
 def receive(key: str) -> tuple[Response, int, dict[str, str]]:
     """Accept an event as a durable execution of the workflow's newest version."""
     with tracing.intake(request.headers, key) as span:

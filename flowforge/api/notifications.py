@@ -8,9 +8,10 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden
 from flowforge.store import notifications
 
@@ -25,6 +26,7 @@ def _admin(write: bool) -> None:
 
 @bp.post("")
 @key_required
+@requires(Access.ADMINISTER)
 def create() -> tuple[Response, int]:
     """Subscribe an endpoint; the answer shows its signing secret this once."""
     _admin(write=True)
@@ -51,6 +53,7 @@ def create() -> tuple[Response, int]:
 
 @bp.get("")
 @key_required
+@requires(Access.READ)
 def list_endpoints() -> Response:
     _admin(write=False)
     with connection() as conn:
@@ -59,6 +62,7 @@ def list_endpoints() -> Response:
 
 @bp.get("/<name>")
 @key_required
+@requires(Access.READ)
 def show(name: str) -> Response:
     """One endpoint and its newest deliveries."""
     _admin(write=False)
@@ -68,6 +72,7 @@ def show(name: str) -> Response:
 
 @bp.post("/<name>/enable")
 @key_required
+@requires(Access.ADMINISTER)
 def enable(name: str) -> Response:
     _admin(write=True)
     with connection() as conn:
@@ -76,6 +81,7 @@ def enable(name: str) -> Response:
 
 @bp.post("/<name>/disable")
 @key_required
+@requires(Access.ADMINISTER)
 def disable(name: str) -> Response:
     _admin(write=True)
     with connection() as conn:
@@ -84,6 +90,7 @@ def disable(name: str) -> Response:
 
 @bp.delete("/<name>")
 @key_required
+@requires(Access.ADMINISTER)
 def delete(name: str) -> tuple[str, int]:
     _admin(write=True)
     with connection() as conn:

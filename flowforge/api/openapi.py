@@ -13,6 +13,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from flowforge.api import notifications_openapi
+from flowforge.api.auth import requires
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.api.openapi_definition import DEFINITION_SCHEMAS, STEP_SCHEMAS
 from flowforge.api.openapi_links import LINKS
@@ -43,6 +44,7 @@ from flowforge.api.openapi_storable import JSON_VALUE, storable, storable_paths
 from flowforge.api.openapi_store_bound import STORE_BOUND
 from flowforge.domain import definitions, model
 from flowforge.domain.operations import ACTIONS, Action, Kind
+from flowforge.domain.roles import Access
 
 __all__ = ["DOCUMENT", "PATHS", "STEP_SCHEMAS", "WEBHOOK_HEADERS", "bp", "operation_id"]
 
@@ -154,6 +156,16 @@ PATHS: dict[str, Any] = {
                 **problem_answers(*AUTHENTICATED),
             },
             tags=["workflows"],
+        )
+    },
+    "/api/v1/me": {
+        "get": endpoint(
+            "The calling API key: its role, workflow scope and secrets grant",
+            {
+                "200": json_answer(ref("Me"), "The key"),
+                **problem_answers(*AUTHENTICATED),
+            },
+            tags=["keys"],
         )
     },
     "/api/v1/workflows/{key}": {
@@ -712,7 +724,10 @@ DOCUMENT: dict[str, Any] = {
             "management request body a whole number written with a fraction (761228.0) "
             "is that integer. Management endpoints need "
             "`Authorization: Bearer <api key>`; webhooks are signed per workflow "
-            "(Standard Webhooks) unless the workflow chose auth none."
+            "(Standard Webhooks) unless the workflow chose auth none. A key's role decides "
+            "what it may do: viewer reads, operator also acts on executions, admin also "
+            "publishes and manages secrets, sources, notification endpoints and limits; a "
+            "route the role may not use answers 403 with required_role."
         ),
     },
     "security": [{"apiKey": []}],
@@ -727,6 +742,7 @@ DOCUMENT: dict[str, Any] = {
 
 
 @bp.get("/openapi.json")
+@requires(Access.PUBLIC)
 def document() -> Response:
     """The OpenAPI document; public, as it holds nothing secret."""
     return jsonify(DOCUMENT)

@@ -18,6 +18,7 @@ from flowforge.domain.model import (
     WebhookAuth,
 )
 from flowforge.domain.operations import Action, Kind
+from flowforge.domain.roles import Role
 
 
 def whole(pattern: re.Pattern[str]) -> str:
@@ -46,7 +47,10 @@ WEBHOOK_AUTHS = [auth.value for auth in WebhookAuth]
 PROBLEM_TEXT = {
     400: "Malformed JSON or an invalid parameter",
     401: "Missing, invalid or revoked credentials (API key or webhook signature)",
-    403: "The API key's scope does not allow this",
+    403: (
+        "The API key's role (required_role names the one needed) or its workflow scope "
+        "does not allow this"
+    ),
     404: "No such resource",
     405: "Method not allowed on this resource",
     409: "Conflict with the current state",
@@ -244,6 +248,16 @@ PROBLEM = {
                 "required": ["path", "message"],
                 "properties": {"path": {"type": "string"}, "message": {"type": "string"}},
             },
+        },
+        "required_role": {
+            "type": "string",
+            "enum": [role.value for role in Role],
+            "description": "403 for the key's role: the least role the route needs",
+        },
+        "role": {
+            "type": "string",
+            "enum": [role.value for role in Role],
+            "description": "403 for the key's role: the role the key has",
         },
     },
 }

@@ -17,8 +17,20 @@ from flowforge.api.openapi_parts import (
     ref,
 )
 from flowforge.domain import model
+from flowforge.domain.roles import Role
 
 COMPONENTS: dict[str, Any] = {
+    "Me": {
+        "type": "object",
+        "required": ["id", "name", "role", "workflows", "publish_secrets"],
+        "properties": {
+            "id": {"type": "integer"},
+            "name": {"type": "string"},
+            "role": {"type": "string", "enum": [role.value for role in Role]},
+            "workflows": {"type": ["array", "null"], "items": {"type": "string"}},
+            "publish_secrets": {"type": "boolean"},
+        },
+    },
     "Source": {
         "type": "object",
         "properties": {

@@ -28,8 +28,10 @@ class Problem(Exception):
         slug: str | None = None,
         errors: list[dict[str, str]] | None = None,
         headers: dict[str, str] | None = None,
+        extensions: dict[str, str] | None = None,
     ) -> None:
         super().__init__(detail)
+        self.extensions = extensions or {}
         self.status = status
         self.title = title
         self.detail = detail
@@ -55,6 +57,7 @@ def problem_response(problem: Problem) -> Response:
     body = problem_document(problem.status, problem.title, problem.detail, problem.slug)
     if problem.errors is not None:
         body["errors"] = problem.errors
+    body.update(problem.extensions)
     response = jsonify(body)
     response.status_code = problem.status
     response.mimetype = PROBLEM_JSON
@@ -66,7 +69,7 @@ def problem_response(problem: Problem) -> Response:
 def client_problem(exc: ClientError) -> Problem:
     """The problem document a ClientError leaves as: its status, title, detail and the
     JSON paths of what was wrong."""
-    return Problem(exc.status, exc.title, exc.detail, errors=exc.errors)
+    return Problem(exc.status, exc.title, exc.detail, errors=exc.errors, extensions=exc.extensions)
 
 
 def install(app: Flask) -> None:

@@ -12,8 +12,10 @@ import time
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from flowforge.api.auth import requires
 from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import InvalidParameter, NotFound
 from flowforge.trust import resume_tokens, signatures
 from flowforge.usecases import resumes
@@ -40,6 +42,7 @@ def _check_signature(secrets: list[str]) -> None:
 
 
 @bp.post("/hooks/resume/<token>")
+@requires(Access.PUBLIC)
 def resume(token: str) -> tuple[Response, int, dict[str, str]]:
     """Succeed the wait step the token names, with the JSON body as its output."""
     settings = current_app.extensions["flowforge.settings"]

@@ -9,10 +9,11 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.domain.definitions import parse_until
+from flowforge.domain.roles import Access
 from flowforge.errors import InvalidBody
 from flowforge.store import schedules
 from flowforge.store.apikeys import ApiKey
@@ -26,6 +27,7 @@ _TICKER = ticks.Ticker()
 
 @bp.get("/<workflow_key:key>/schedule")
 @key_required
+@requires(Access.READ)
 def show(key: str) -> Response:
     """The schedule, its next fire times (its zone and UTC) and its recent ledger."""
     authorize(key, write=False)
@@ -41,6 +43,7 @@ def _set_paused(key: str, paused: bool) -> Response:
 
 @bp.post("/<workflow_key:key>/schedule/pause")
 @key_required
+@requires(Access.OPERATE)
 def pause(key: str) -> Response:
     """Pause: due ticks are ledgered `paused` and do not fire (idempotent)."""
     return _set_paused(key, True)
@@ -48,6 +51,7 @@ def pause(key: str) -> Response:
 
 @bp.post("/<workflow_key:key>/schedule/resume")
 @key_required
+@requires(Access.OPERATE)
 def resume(key: str) -> Response:
     """Resume: ticks fire again from now on (idempotent)."""
     return _set_paused(key, False)
@@ -55,6 +59,7 @@ def resume(key: str) -> Response:
 
 @bp.post("/<workflow_key:key>/schedule/trigger")
 @key_required
+@requires(Access.OPERATE)
 def trigger(key: str) -> tuple[Response, int]:
     """Fire a tick now, under the overlap policy; the answer says what became of it."""
     authorize(key, write=True)
@@ -65,6 +70,7 @@ def trigger(key: str) -> tuple[Response, int]:
 
 @bp.post("/<workflow_key:key>/schedule/backfill")
 @key_required
+@requires(Access.OPERATE)
 def backfill(key: str) -> Response:
     """Fire the ticks of a past range that have not fired ({from, to, dry_run})."""
     authorize(key, write=True)

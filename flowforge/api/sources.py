@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify
 
-from flowforge.api.auth import key_required
+from flowforge.api.auth import key_required, requires
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden
 from flowforge.store import sources
 from flowforge.store.apikeys import ApiKey
@@ -27,6 +28,7 @@ def _authorize(*, write: bool) -> None:
 
 @bp.post("/<workflow_key(answer='publish'):name>")
 @key_required
+@requires(Access.ADMINISTER)
 def save(name: str) -> tuple[Response, int]:
     """Create or replace a source: its auth preset and its subscriptions."""
     _authorize(write=True)
@@ -37,6 +39,7 @@ def save(name: str) -> tuple[Response, int]:
 
 @bp.get("/<workflow_key:name>")
 @key_required
+@requires(Access.READ)
 def show(name: str) -> Response:
     _authorize(write=False)
     with connection() as conn:
@@ -45,6 +48,7 @@ def show(name: str) -> Response:
 
 @bp.post("/<workflow_key:name>/webhook-secrets")
 @key_required
+@requires(Access.ADMINISTER)
 def create_secret(name: str) -> tuple[Response, int]:
     """Add a signing secret: the provider's `{"value": ...}`, or (no body) a Standard
     Webhooks one made here and shown in this answer only."""
@@ -62,6 +66,7 @@ def create_secret(name: str) -> tuple[Response, int]:
 
 @bp.delete("/<workflow_key:name>/webhook-secrets/<int:secret_id>")
 @key_required
+@requires(Access.ADMINISTER)
 def revoke_secret(name: str, secret_id: int) -> tuple[str, int]:
     _authorize(write=True)
     with connection() as conn:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from flowforge.api import drafts
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body, supplied_secret
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import InvalidBody, InvalidParameter
 from flowforge.store import catalog
 from flowforge.store.apikeys import ApiKey
@@ -21,6 +22,7 @@ bp = Blueprint("workflows", __name__, url_prefix="/api/v1/workflows")
 
 @bp.post("/<workflow_key(answer='publish'):key>/versions")
 @key_required
+@requires(Access.ADMINISTER)
 def publish(key: str) -> tuple[Response, int, dict[str, str]]:
     """Publish the next immutable version of a workflow."""
     api_key = authorize(key, write=True)
@@ -34,6 +36,7 @@ def publish(key: str) -> tuple[Response, int, dict[str, str]]:
 
 @bp.get("")
 @key_required
+@requires(Access.READ)
 def list_all() -> Response:
     """Workflows the key may see, each with its newest version."""
     api_key: ApiKey = g.api_key
@@ -46,6 +49,7 @@ def list_all() -> Response:
 
 @bp.get("/<workflow_key:key>")
 @key_required
+@requires(Access.READ)
 def show(key: str) -> Response:
     """One workflow and its versions."""
     authorize(key, write=False)
@@ -57,6 +61,7 @@ def show(key: str) -> Response:
 
 @bp.post("/<workflow_key:key>/pause")
 @key_required
+@requires(Access.OPERATE)
 def pause(key: str) -> Response:
     """Pause a workflow (docs/contract.md#pause): webhooks are still accepted and queue; nothing of
     it starts or continues until it is resumed."""
@@ -69,6 +74,7 @@ def pause(key: str) -> Response:
 
 @bp.post("/<workflow_key:key>/resume")
 @key_required
+@requires(Access.OPERATE)
 def resume(key: str) -> Response:
     """Resume a workflow: its paused executions in arrival order, then its queues. With
     {"onto": "latest" | N}, its executions that never started a step are re-pinned onto
@@ -99,6 +105,7 @@ def _onto() -> pausing.Onto:
 
 @bp.post("/<workflow_key:key>/reingest")
 @key_required
+@requires(Access.OPERATE)
 def reingest_range(key: str) -> Response:
     """Re-ingest archived webhooks of a time range as new executions of the newest version
     (docs/contract.md#reingest), or count them (dry_run); at most reingest.MAX_PER_REQUEST per
@@ -112,6 +119,7 @@ def reingest_range(key: str) -> Response:
 
 @bp.get("/<workflow_key:key>/groups")
 @key_required
+@requires(Access.READ)
 def list_groups(key: str) -> Response:
     """The workflow's debounce or batch groups (docs/contract.md#debounce-batch), newest first:
     `?status=open` for the ones still gathering events."""
@@ -128,6 +136,7 @@ def list_groups(key: str) -> Response:
 
 @bp.get("/<workflow_key:key>/groups/<int:group_id>")
 @key_required
+@requires(Access.READ)
 def show_group(key: str, group_id: int) -> Response:
     """One debounce or batch group with its first events."""
     authorize(key, write=False)
@@ -137,6 +146,7 @@ def show_group(key: str, group_id: int) -> Response:
 
 @bp.get("/<workflow_key:key>/versions/<int:version>")
 @key_required
+@requires(Access.READ)
 def show_version(key: str, version: int) -> Response:
     """One immutable version, with its definition."""
     authorize(key, write=False)
@@ -146,6 +156,7 @@ def show_version(key: str, version: int) -> Response:
 
 @bp.post("/<workflow_key:key>/webhook-secrets")
 @key_required
+@requires(Access.ADMINISTER)
 def create_secret(key: str) -> tuple[Response, int]:
     """Create a signing secret; its value is shown in this answer only. Without a body
     FlowForge makes a Standard Webhooks secret; with `{"value": "..."}` it stores the one
@@ -170,6 +181,7 @@ def create_secret(key: str) -> tuple[Response, int]:
 
 @bp.get("/<workflow_key:key>/webhook-secrets")
 @key_required
+@requires(Access.READ)
 def list_secrets(key: str) -> Response:
     """The workflow's secrets, without their values."""
     authorize(key, write=False)
@@ -179,6 +191,7 @@ def list_secrets(key: str) -> Response:
 
 @bp.delete("/<workflow_key:key>/webhook-secrets/<int:secret_id>")
 @key_required
+@requires(Access.ADMINISTER)
 def revoke_secret(key: str, secret_id: int) -> tuple[str, int]:
     """Revoke a signing secret."""
     authorize(key, write=True)

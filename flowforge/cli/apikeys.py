@@ -12,12 +12,13 @@ from flowforge.cli.tables import table
 
 def create(ops: Ops, args: argparse.Namespace) -> None:
     created = on_the_box(ops, args).create_key(
-        args.name, args.workflow or None, args.read_only, args.secrets
+        args.name, args.workflow or None, args.read_only, args.secrets, args.role
     )
     emit(
         args,
         created,
-        f"created API key {created['id']} ({args.name}); it is shown only once:\n{created['key']}",
+        f"created API key {created['id']} ({args.name}, {created['role']}); it is shown only "
+        f"once:\n{created['key']}",
     )
 
 
@@ -30,8 +31,7 @@ def list_keys(ops: Ops, args: argparse.Namespace) -> None:
                 **row,
                 "prefix": f"{row['prefix']}…",
                 "state": "revoked" if row["revoked_at"] else "active",
-                "mode": ("read-only" if row["read_only"] else "read-write")
-                + ("+secrets" if row["publish_secrets"] else ""),
+                "role": row["role"] + ("+secrets" if row["publish_secrets"] else ""),
                 "scope": ",".join(row["workflows"]) if row["workflows"] else "*",
                 "last_used": row["last_used_at"] or "never",
             }
@@ -41,7 +41,7 @@ def list_keys(ops: Ops, args: argparse.Namespace) -> None:
             ("ID", "id"),
             ("PREFIX", "prefix"),
             ("STATE", "state"),
-            ("MODE", "mode"),
+            ("ROLE", "role"),
             ("SCOPE", "scope"),
             ("LAST USED", "last_used"),
             ("NAME", "name"),

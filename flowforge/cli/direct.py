@@ -176,11 +176,20 @@ class Database:
         catalog.revoke_secret(self.conn, key, secret_id)
 
     def create_key(
-        self, name: str, workflows: list[str] | None, read_only: bool, publish_secrets: bool
+        self,
+        name: str,
+        workflows: list[str] | None,
+        read_only: bool,
+        publish_secrets: bool,
+        role: str | None = None,
     ) -> dict[str, Any]:
-        """A new API key; the plain key is in this answer only."""
-        key_id, key = apikeys.create(self.conn, name, workflows, read_only, publish_secrets)
-        return {"id": key_id, "name": name, "key": key}
+        """A new API key with its role (docs/contract.md#roles); the plain key is in this
+        answer only."""
+        chosen = apikeys.role_of(role, read_only, publish_secrets)
+        key_id, key = apikeys.create(
+            self.conn, name, workflows, publish_secrets=publish_secrets, role=chosen
+        )
+        return {"id": key_id, "name": name, "role": chosen.value, "key": key}
 
     def keys(self) -> list[dict[str, Any]]:
         """Every API key, revoked ones included, without secrets."""

@@ -26,6 +26,7 @@ from flowforge.cli.arguments import (
 )
 from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus, NotifyKind, NotifyShape
 from flowforge.domain.operations import ACTIONS, Kind, Param
+from flowforge.domain.roles import Role
 
 DESCRIPTION = """\
 Operate FlowForge: publish workflows, inspect executions, cancel, retry and resolve them.
@@ -41,7 +42,7 @@ Exit codes: 0 done, 1 refused or failed, 2 wrong as typed."""
 EXAMPLES = {
     "": "flowforge executions list --status needs_attention",
     "apikey": "flowforge --db apikey create --name ops --workflow orders",
-    "apikey create": "flowforge --db apikey create --name deploy --workflow orders --secrets",
+    "apikey create": "flowforge --db apikey create --name oncall --role operator --workflow orders",
     "apikey list": "flowforge --db apikey list",
     "apikey revoke": "flowforge --db apikey revoke 3",
     "workflow": "flowforge workflow publish orders.json",
@@ -219,11 +220,19 @@ def _apikey_commands(tree: _Tree) -> None:
         type=workflow_key,
         help="limit the key to this workflow (repeatable)",
     )
-    create.add_argument("--read-only", action="store_true", help="GET only")
+    create.add_argument(
+        "--role",
+        choices=[role.value for role in Role],
+        help="viewer reads; operator also acts on executions; admin also publishes and "
+        "manages secrets, sources, notification endpoints and limits (default: admin, "
+        "or viewer with --read-only)",
+    )
+    create.add_argument("--read-only", action="store_true", help="the viewer role (GET only)")
     create.add_argument(
         "--secrets",
         action="store_true",
-        help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow)",
+        help="may publish definitions that use {{ secrets.NAME }} (bound to their workflow; "
+        "admin only)",
     )
     tree.command(apikey, "list", "apikeys.list_keys", "list keys")
     tree.command(apikey, "revoke", "apikeys.revoke", "revoke a key").add_argument(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from flowforge.store.apikeys import ApiKey
+from flowforge.store.apikeys import ApiKey, from_row
 
 # How long a console session lasts after sign-in; it does not slide.
 SESSION_TTL_S = 12 * 3600
@@ -22,7 +22,7 @@ VALUES (%(token_hash)s, %(api_key_id)s, %(csrf_token)s,
 # The session and its key, only while the session has not expired and the key is not
 # revoked: revocation needs no session cleanup to take effect.
 FIND_SESSION = """
-SELECT k.id, k.name, k.workflows, k.read_only, k.publish_secrets, s.csrf_token
+SELECT k.id, k.name, k.workflows, k.role, k.publish_secrets, s.csrf_token
 FROM console_sessions s JOIN api_keys k ON k.id = s.api_key_id
 WHERE s.token_hash = %(token_hash)s AND s.expires_at > now() AND k.revoked_at IS NULL
 """
@@ -69,9 +69,8 @@ def find(conn: psycopg.Connection, token: str) -> Session | None:
     row = conn.execute(FIND_SESSION, {"token_hash": _hash(token)}).fetchone()
     if row is None:
         return None
-    key_id, name, workflows, read_only, publish_secrets, csrf_token = row
-    scope = tuple(workflows) if workflows is not None else None
-    return Session(ApiKey(key_id, name, scope, read_only, publish_secrets), csrf_token)
+    *key, csrf_token = row
+    return Session(from_row(tuple(key)), csrf_token)
 
 
 def end(conn: psycopg.Connection, token: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from flask import current_app, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from flowforge.api.auth import requires
 from flowforge.api.console import graph, operate
 from flowforge.api.console.session import require, signed_in
 from flowforge.api.console.site import bp, csrf_token
@@ -20,6 +21,7 @@ from flowforge.api.drafts import check_draft
 from flowforge.api.pool import connection
 from flowforge.domain import defdiff
 from flowforge.domain.definitions import DefinitionInvalid
+from flowforge.domain.roles import Access
 from flowforge.errors import ClientError, InvalidParameter, NotFound
 from flowforge.store import catalog
 
@@ -59,6 +61,7 @@ def _checked(key: str, text: str) -> dict[str, Any]:
 
 @bp.get("/workflows/<workflow_key:key>/edit")
 @signed_in
+@requires(Access.ADMINISTER)
 def edit(key: str) -> str:
     """The editor, with the newest version's definition (or a skeleton) as the draft."""
     require(key, write=True)
@@ -76,6 +79,7 @@ def edit(key: str) -> str:
 
 @bp.post("/workflows/<workflow_key:key>/edit")
 @signed_in
+@requires(Access.ADMINISTER)
 def check_page(key: str) -> str:
     """The editor's "Check" without JavaScript: the page again, with the answer."""
     require(key, write=True)
@@ -87,6 +91,7 @@ def check_page(key: str) -> str:
 
 @bp.post("/workflows/<workflow_key:key>/check")
 @signed_in
+@requires(Access.ADMINISTER)
 def check_fragment(key: str) -> str:
     """The answer alone, for the script to swap in as the author types."""
     require(key, write=True)
@@ -96,6 +101,7 @@ def check_fragment(key: str) -> str:
 
 @bp.post("/workflows/<workflow_key:key>/publish")
 @signed_in
+@requires(Access.ADMINISTER)
 def publish(key: str) -> BaseResponse | str:
     """Publish the draft, only when the confirmation is ticked and the checker passes it
     (the same checks as the API's publish); then the new version's page."""

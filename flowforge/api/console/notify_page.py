@@ -7,9 +7,11 @@ from __future__ import annotations
 from flask import Blueprint, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from flowforge.api.auth import requires
 from flowforge.api.console import operate
 from flowforge.api.console.session import may, signed_in
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden
 from flowforge.store import notifications
 
@@ -24,6 +26,7 @@ def _admin(write: bool) -> None:
 
 
 @signed_in
+@requires(Access.READ)
 def page() -> str:
     """Every endpoint and its newest messages."""
     _admin(write=False)
@@ -35,13 +38,14 @@ def page() -> str:
     return render_template(
         "notifications.html",
         endpoints=endpoints,
-        may_switch=may(None, write=True),
+        may_switch=may(None, write=True, access=Access.ADMINISTER),
         switched=request.args.get("switched"),
         csrf=str(g.console_session.csrf_token),
     )
 
 
 @signed_in
+@requires(Access.ADMINISTER)
 def switch() -> BaseResponse:
     """Enable or disable one endpoint (form fields `name` and `to`)."""
     _admin(write=True)

@@ -19,7 +19,9 @@ from typing import ParamSpec, TypeVar
 from flask import g, request
 from werkzeug.wrappers import Response
 
+from flowforge.api.auth import check_role
 from flowforge.api.pool import connection
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden
 from flowforge.store import sessions
 from flowforge.store.apikeys import ApiKey
@@ -87,14 +89,19 @@ def signed_in(view: Callable[P, R]) -> Callable[P, R]:
             raise Forbidden("the form's CSRF token is missing or wrong")
         g.api_key = found.key
         g.console_session = found
+        check_role(wrapped, found.key)
         return view(*args, **kwargs)
 
     return wrapped
 
 
-def may(workflow: str | None, *, write: bool) -> bool:
-    """Whether the signed-in key may read (or act on) this workflow."""
+def may(workflow: str | None, *, write: bool, access: Access | None = None) -> bool:
+    """Whether the signed-in key may read (or act on) this workflow and, when given, has
+    the access of the action a page would offer (a page hides what the role may not do;
+    the action's own route refuses it anyway)."""
     key: ApiKey = g.api_key
+    if access is not None and not key.may(access):
+        return False
     return key.allows(workflow, write=write)
 
 

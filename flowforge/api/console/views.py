@@ -22,6 +22,7 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
+from flowforge.api.auth import requires
 from flowforge.api.console import forms, graph, operate
 from flowforge.api.console.session import (
     COOKIE,
@@ -49,6 +50,7 @@ from flowforge.domain.model import (
     is_key,
 )
 from flowforge.domain.operations import Kind
+from flowforge.domain.roles import Access
 from flowforge.errors import ClientError, Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import apikeys, catalog, search, sessions, timeline
 from flowforge.usecases import grouping, replay
@@ -94,12 +96,14 @@ def _safe_next(target: str | None, default: str) -> str:
 
 
 @bp.get("/")
+@requires(Access.READ)
 def index() -> BaseResponse:
     """The console starts at the executions list."""
     return redirect(url_for("console.executions"), 303)
 
 
 @bp.get("/signin")
+@requires(Access.PUBLIC)
 def signin() -> Response:
     """The sign-in form: paste an API key."""
     return _signin_page(None, 200, new_signin_token())
@@ -117,6 +121,7 @@ def _signin_page(error: str | None, status: int, token: str) -> Response:
 
 
 @bp.post("/signin")
+@requires(Access.PUBLIC)
 def signin_post() -> BaseResponse:
     """Check the key, open a session, set its cookie."""
     if not same_token(request.form.get("csrf"), request.cookies.get(SIGNIN_COOKIE)):
@@ -140,6 +145,7 @@ def signin_post() -> BaseResponse:
 
 @bp.post("/signout")
 @signed_in
+@requires(Access.READ)
 def signout() -> BaseResponse:
     """End the session (its row goes; the cookie is dropped)."""
     with connection() as conn:
@@ -160,6 +166,7 @@ def _workflow_choices(conn: psycopg.Connection) -> list[str]:
 
 @bp.get("/executions")
 @signed_in
+@requires(Access.READ)
 def executions() -> str:
     """The filtered list, newest first, with bounded counts per status."""
     after = request.args.get("after")
@@ -186,7 +193,7 @@ def executions() -> str:
         statuses=search.STATUSES,
         workflows=workflows,
         next_link=next_link,
-        can_write=not g.api_key.read_only,
+        can_write=g.api_key.may(Access.OPERATE),
     )
 
 
@@ -257,7 +264,7 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     live = detail["status"] in MOVES_ON or any(
         s["status"] in {StepStatus.READY, StepStatus.RUNNING} for s in detail["steps"]
     )
-    writable = may(detail["workflow"], write=True)
+    writable = may(detail["workflow"], write=True, access=Access.OPERATE)
     shown = operations.Shown(
         status=detail["status"],
         steps=tuple((s["id"], s["status"]) for s in detail["steps"]),
@@ -301,6 +308,7 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
 
 @bp.get("/executions/<execution_id:execution_id>")
 @signed_in
+@requires(Access.READ)
 def execution(execution_id: str) -> str:
     """One execution: DAG, attempts on a time axis, history, request and response."""
     with connection() as conn:
@@ -310,6 +318,7 @@ def execution(execution_id: str) -> str:
 
 @bp.get("/executions/<execution_id:execution_id>/live")
 @signed_in
+@requires(Access.READ)
 def execution_live(execution_id: str) -> Response:
     """The part of the execution page that changes, for the page's polling script;
     X-Live says whether it is worth asking again."""
@@ -367,7 +376,7 @@ def _action_route(action: operations.Action) -> Callable[..., BaseResponse]:
         return _back(execution_id)
 
     act.__doc__ = f"{action.summary}; then back to the execution."
-    return signed_in(act)
+    return signed_in(requires(Access.OPERATE)(act))
 
 
 for _action in operations.ACTIONS:
@@ -381,6 +390,7 @@ for _action in operations.ACTIONS:
 
 @bp.post("/executions/<execution_id:execution_id>/replay")
 @signed_in
+@requires(Access.OPERATE)
 def replay_one(execution_id: str) -> BaseResponse:
     """Replay from the chosen step onto the chosen version (its own or the newest), then
     on to the new execution."""
@@ -400,6 +410,7 @@ def replay_one(execution_id: str) -> BaseResponse:
 
 @bp.get("/attention")
 @signed_in
+@requires(Access.READ)
 def attention() -> str:
     """Every unknown step (under any execution status) and needs_attention execution,
     oldest first, with what was sent and when, and the resolve forms."""
@@ -409,7 +420,7 @@ def attention() -> str:
     for row in steps:
         by_id = {s["id"]: s for s in row["definition"].get("steps", [])}
         row["request"] = by_id.get(row["step_id"], {}).get("request")
-        row["writable"] = may(row["workflow"], write=True)
+        row["writable"] = may(row["workflow"], write=True, access=Access.OPERATE)
     return render_template(
         "attention.html",
         steps=steps,
@@ -426,6 +437,7 @@ FAILED_ACTIONS = ("replay", "retry")
 
 @bp.get("/failed")
 @signed_in
+@requires(Access.READ)
 def failed() -> str:
     """Failed executions not replayed yet, grouped by workflow, failed step and error,
     oldest group first, each with its bulk replay (onto the newest version, from the
@@ -434,12 +446,13 @@ def failed() -> str:
     with connection() as conn:
         groups = replay.failed_groups(conn, key.workflows)
     for group in groups:
-        group["writable"] = may(group["workflow"], write=True)
+        group["writable"] = may(group["workflow"], write=True, access=Access.OPERATE)
     return render_template("failed.html", groups=groups, csrf=csrf_token(), result=None)
 
 
 @bp.post("/failed")
 @signed_in
+@requires(Access.OPERATE)
 def failed_post() -> str:
     """One batch of a group's bulk action, oldest first, up to the `upto` the inbox
     showed; each execution in its own unit of work with the signed-in key as actor. One
@@ -497,6 +510,7 @@ def _bulk_action(text: str | None) -> str:
 
 @bp.get("/bulk")
 @signed_in
+@requires(Access.OPERATE)
 def bulk() -> str:
     """Preview: how many executions the current filter's action would touch, bounded,
     and the confirmation form, which fixes the newest one so later arrivals stay out."""
@@ -522,6 +536,7 @@ def bulk() -> str:
 
 @bp.post("/bulk")
 @signed_in
+@requires(Access.OPERATE)
 def bulk_post() -> str:
     """One batch of the confirmed action, newest first from the cursor; each execution
     in its own unit of work, recorded in its history with the actor. Executions that

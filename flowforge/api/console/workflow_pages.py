@@ -19,6 +19,7 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
+from flowforge.api.auth import requires
 from flowforge.api.console import operate
 from flowforge.api.console.session import (
     may,
@@ -28,6 +29,7 @@ from flowforge.api.console.session import (
 from flowforge.api.console.site import bp, csrf_token
 from flowforge.api.pool import connection
 from flowforge.domain import defdiff, definitions
+from flowforge.domain.roles import Access
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import apikeys, catalog, outbound, schedules
 from flowforge.usecases import grouping, reingest
@@ -38,6 +40,7 @@ GROUPS_SHOWN = 50
 
 @bp.get("/workflows")
 @signed_in
+@requires(Access.READ)
 def workflows() -> str:
     """Every workflow the key may read, with its newest version."""
     key: apikeys.ApiKey = g.api_key
@@ -57,6 +60,7 @@ def _version_number(name: str, default: int, latest: int) -> int:
 
 @bp.get("/workflows/<workflow_key:key>")
 @signed_in
+@requires(Access.READ)
 def workflow(key: str) -> str:
     """A workflow's versions, one definition, a diff between any two versions, and its
     schedule with the next fire times and the ledger, as the API's GET …/schedule."""
@@ -87,7 +91,8 @@ def workflow(key: str) -> str:
         "workflow.html",
         w=found,
         paused=paused,
-        writable=may(key, write=True),
+        writable=may(key, write=True, access=Access.OPERATE),
+        editable=may(key, write=True, access=Access.ADMINISTER),
         csrf=csrf_token(),
         shown=shown,
         definition=definition,
@@ -125,6 +130,7 @@ def _reingest_request(form: Any, *, dry_run: bool) -> tuple[reingest.Request, di
 
 @bp.get("/workflows/<workflow_key:key>/reingest")
 @signed_in
+@requires(Access.OPERATE)
 def reingest_page(key: str) -> str:
     """Re-ingest archived webhooks of a range: the form, then (with a range) a dry run —
     how many of this page match and a sample — and the confirmation form."""
@@ -142,6 +148,7 @@ def reingest_page(key: str) -> str:
 
 @bp.post("/workflows/<workflow_key:key>/reingest")
 @signed_in
+@requires(Access.OPERATE)
 def reingest_post(key: str) -> str:
     """The confirmed re-ingest of one page (at most reingest.MAX_PER_REQUEST executions of
     the newest version, with the signed-in key as actor); `next` continues the range."""
@@ -156,6 +163,7 @@ def reingest_post(key: str) -> str:
 
 @bp.post("/workflows/<workflow_key:key>/pause")
 @signed_in
+@requires(Access.OPERATE)
 def pause_workflow(key: str) -> BaseResponse:
     """Pause a workflow (docs/contract.md#pause), then back to its page."""
     api_key = require(key, write=True)
@@ -166,6 +174,7 @@ def pause_workflow(key: str) -> BaseResponse:
 
 @bp.post("/workflows/<workflow_key:key>/resume")
 @signed_in
+@requires(Access.OPERATE)
 def resume_workflow(key: str) -> BaseResponse:
     """Resume a workflow (with `onto`, a version number: its never-started executions
     re-pinned onto it first), then back to its page."""
@@ -195,6 +204,7 @@ def _on_schedule(
 
 @bp.post("/workflows/<workflow_key:key>/schedule/pause")
 @signed_in
+@requires(Access.OPERATE)
 def pause_schedule(key: str) -> BaseResponse:
     """Pause the schedule (due ticks are ledgered paused), then back to the workflow."""
     return _on_schedule(key, operate.pause_schedule)
@@ -202,6 +212,7 @@ def pause_schedule(key: str) -> BaseResponse:
 
 @bp.post("/workflows/<workflow_key:key>/schedule/resume")
 @signed_in
+@requires(Access.OPERATE)
 def resume_schedule(key: str) -> BaseResponse:
     """Resume the schedule, then back to the workflow."""
     return _on_schedule(key, operate.resume_schedule)
@@ -209,6 +220,7 @@ def resume_schedule(key: str) -> BaseResponse:
 
 @bp.post("/workflows/<workflow_key:key>/schedule/trigger")
 @signed_in
+@requires(Access.OPERATE)
 def trigger_schedule(key: str) -> BaseResponse:
     """Fire a tick now; on to its execution, or back to the ledger, whose newest row says
     why none started (skipped under the overlap policy, buffered)."""
@@ -237,6 +249,7 @@ def _form_instant(name: str) -> datetime:
 
 @bp.post("/workflows/<workflow_key:key>/schedule/backfill")
 @signed_in
+@requires(Access.OPERATE)
 def backfill_schedule(key: str) -> str:
     """A backfill's dry run (the ticks it would fire, and a button to fire them) or the
     backfill itself (what became of each tick)."""
@@ -263,6 +276,7 @@ def backfill_schedule(key: str) -> str:
 
 @bp.get("/circuits")
 @signed_in
+@requires(Access.READ)
 def circuits() -> str:
     """The limits whose circuit is open or half-open or that a Retry-After holds, with a
     close button where the key may write: a workflow's own limits for a key that may
@@ -273,9 +287,11 @@ def circuits() -> str:
         found = outbound.open_or_held(conn, key.workflows)
     for row in found:
         if row["workflow"] is None:
-            row["closable"] = key.workflows is None and may(None, write=True)
+            row["closable"] = key.workflows is None and may(
+                None, write=True, access=Access.ADMINISTER
+            )
         else:
-            row["closable"] = may(row["workflow"], write=True)
+            row["closable"] = may(row["workflow"], write=True, access=Access.ADMINISTER)
     return render_template(
         "circuits.html",
         circuits=found,
@@ -287,6 +303,7 @@ def circuits() -> str:
 
 @bp.post("/circuits/close")
 @signed_in
+@requires(Access.ADMINISTER)
 def close_circuit() -> BaseResponse:
     """Close a limit's circuit and end its hold by hand (the operator knows the host is
     back): its waiting steps go at once. The same rule as POST
