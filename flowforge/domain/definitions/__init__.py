@@ -91,9 +91,11 @@ from flowforge.domain.definitions.shapes import (
     SHARED_LIMIT_NAME,
     STEP_ID,
     STEP_TYPES,
+    ApprovalForm,
     Circuit,
     Concurrency,
     Definition,
+    FormField,
     Grouping,
     LimitSpec,
     RetryPolicy,
@@ -104,6 +106,7 @@ from flowforge.domain.definitions.shapes import (
     item_row,
     split_item_row,
 )
+from flowforge.domain.definitions.forms import FormSection, check_values, from_html
 from flowforge.domain.definitions.steps import StepsSection
 from flowforge.domain.definitions.waits import WaitSection
 from flowforge.domain.definitions.webhooks import WebhookSection
@@ -173,9 +176,11 @@ __all__ = [
     "SHARED_LIMIT_NAME",
     "STEP_ID",
     "STEP_TYPES",
+    "ApprovalForm",
     "Circuit",
     "Concurrency",
     "Definition",
+    "FormField",
     "DefinitionInvalid",
     "Grouping",
     "KeyUnrendered",
@@ -184,7 +189,9 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Step",
+    "check_values",
     "execution_priority",
+    "from_html",
     "is_step_id",
     "is_step_row",
     "item_row",
@@ -226,6 +233,7 @@ class _Parser(
     RetrySection,
     DelaySection,
     WaitSection,
+    FormSection,
     MapSection,
     ChildSection,
 ):
