@@ -10,6 +10,7 @@ import re
 from flask import Flask, Response, has_request_context, request
 
 from flowforge.api import (
+    approvals,
     circuits,
     console,
     drafts,
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         openapi.bp,
         sources.bp,
         notifications.bp,
+        approvals.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

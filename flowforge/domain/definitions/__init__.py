@@ -65,6 +65,14 @@ from flowforge.domain.definitions.flowcontrol import (
     execution_priority,
     render_concurrency_key,
 )
+from flowforge.domain.definitions.forms import (
+    FormSection,
+    FormValuesInvalid,
+    check_values,
+    form_schema,
+    from_html,
+    require_values,
+)
 from flowforge.domain.definitions.graph import count_steps
 from flowforge.domain.definitions.http_request import RequestSection
 from flowforge.domain.definitions.limits import LimitsSection
@@ -106,7 +114,6 @@ from flowforge.domain.definitions.shapes import (
     item_row,
     split_item_row,
 )
-from flowforge.domain.definitions.forms import FormSection, check_values, from_html
 from flowforge.domain.definitions.steps import StepsSection
 from flowforge.domain.definitions.waits import WaitSection
 from flowforge.domain.definitions.webhooks import WebhookSection
@@ -180,8 +187,9 @@ __all__ = [
     "Circuit",
     "Concurrency",
     "Definition",
-    "FormField",
     "DefinitionInvalid",
+    "FormField",
+    "FormValuesInvalid",
     "Grouping",
     "KeyUnrendered",
     "LimitSpec",
@@ -191,6 +199,7 @@ __all__ = [
     "Step",
     "check_values",
     "execution_priority",
+    "form_schema",
     "from_html",
     "is_step_id",
     "is_step_row",
@@ -200,6 +209,7 @@ __all__ = [
     "parse_schedule",
     "parse_until",
     "render_concurrency_key",
+    "require_values",
     "split_item_row",
 ]
 

@@ -25,6 +25,7 @@ from flowforge.domain.definitions.bounds import (
 from flowforge.domain.definitions.checker import Checker, is_whole
 from flowforge.domain.definitions.shapes import STEP_ID, ApprovalForm, FormField
 from flowforge.domain.jsonvalues import is_number
+from flowforge.errors import ClientError
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
 _FORM_KEYS = frozenset({"title", "description", "fields"})
@@ -92,9 +93,7 @@ class FormSection(Checker):
             self.error(f"{path}.type", 'a form is an object: type must be "object"')
         properties = fields.get("properties")
         if not isinstance(properties, dict) or not 0 < len(properties) <= MAX_FORM_FIELDS:
-            self.error(
-                f"{path}.properties", f"properties must hold 1 to {MAX_FORM_FIELDS} fields"
-            )
+            self.error(f"{path}.properties", f"properties must hold 1 to {MAX_FORM_FIELDS} fields")
             return ()
         required = fields.get("required", [])
         if not isinstance(required, list) or any(name not in properties for name in required):
@@ -167,7 +166,7 @@ class FormSection(Checker):
             ):
                 self.error(f"{path}[{index}]", 'a choice is {"const": "<string>", "title": "…"}')
                 continue
-            choices.append((option["const"], option.get("title", option["const"])))
+            choices.append((str(option["const"]), str(option.get("title", option["const"]))))
         return choices
 
     def _number(self, prop: dict[str, Any], path: str, field: FormField) -> FormField:
@@ -182,6 +181,24 @@ class FormSection(Checker):
         if low is not None and high is not None and low > high:
             self.error(path, "minimum must not be more than maximum")
         return FormField(**{**field.__dict__, "minimum": low, "maximum": high})
+
+
+class FormValuesInvalid(ClientError):
+    """A submission does not fit its approval form; nothing was decided."""
+
+    status = 422
+    title = "Form values invalid"
+
+    def __init__(self, problems: list[dict[str, str]]) -> None:
+        super().__init__(f"the form's values have {len(problems)} problem(s); nothing was decided")
+        self.errors = problems
+
+
+def require_values(form: ApprovalForm, values: Any, path: str) -> None:
+    """Raise FormValuesInvalid (422, every problem by its path) unless `values` fit."""
+    problems = check_values(form, values, path)
+    if problems:
+        raise FormValuesInvalid(problems)
 
 
 def check_values(form: ApprovalForm, values: Any, path: str) -> list[dict[str, str]]:
@@ -260,3 +277,29 @@ def from_html(
 
 def _a(field: FormField) -> str:
     return "an integer" if field.type == "integer" else "a number"
+
+
+def form_schema(form: ApprovalForm) -> dict[str, Any]:
+    """The form as its declaration spells it (choices as `oneOf`), for the API's answers."""
+    properties: dict[str, Any] = {}
+    for field in form.fields:
+        prop: dict[str, Any] = {"type": field.type, "title": field.title}
+        if field.description is not None:
+            prop["description"] = field.description
+        if field.choices:
+            prop["oneOf"] = [{"const": value, "title": title} for value, title in field.choices]
+        elif field.max_length is not None:
+            prop["maxLength"] = field.max_length
+        for key in ("minimum", "maximum"):
+            if getattr(field, key) is not None:
+                prop[key] = getattr(field, key)
+        properties[field.name] = prop
+    fields = {
+        "type": "object",
+        "properties": properties,
+        "required": [field.name for field in form.fields if field.required],
+    }
+    shown: dict[str, Any] = {"title": form.title, "fields": fields}
+    if form.description is not None:
+        shown["description"] = form.description
+    return shown

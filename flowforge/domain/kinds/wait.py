@@ -89,7 +89,9 @@ def resume(run: Run, step_id: str, body: Any, *, actor: dict[str, Any] | None = 
 def fail_wait(run: Run, step_id: str, actor: dict[str, Any]) -> None:
     """An operator says the awaited answer is no: the step fails, and so does the run."""
     run.events.append((step_id, EventKind.WAIT_FAILED, {"actor": dict(actor)}))
-    run.fail_step(step_id, f"failed by {actor.get('name', 'an operator')}")
+    # An approval's reject (docs/contract.md#approvals) says so in the step's error.
+    verb = "rejected" if actor.get("decision") == "reject" else "failed"
+    run.fail_step(step_id, f"{verb} by {actor.get('name', 'an operator')}")
 
 
 def time_out(run: Run, step_id: str) -> None:
