@@ -75,19 +75,14 @@ def decide(
                 f"step {step_id!r} is {run.steps[step_id].status}: decided already, "
                 "expired or cancelled"
             )
-        decided_at = run.now.isoformat()
         actor = {**key.actor(), "decision": decision}
-        output = None
         if decision == "approve":
             require_values(form, values, "$.values")
-            output = {
-                "values": values,
-                "decision": "approved",
-                "decided_by": key.name,
-                "decided_at": decided_at,
-            }
-            run.resume(step_id, output, actor=actor)
+            run.resume(step_id, values, actor=actor)  # its output says who and when
         else:
             run.fail_wait(step_id, actor)
         save_run(conn, run.take_changes())
-    return Decided(execution_id, step_id, decision, key.name, decided_at, str(run.status), output)
+    output = run.steps[step_id].output if decision == "approve" else None
+    return Decided(
+        execution_id, step_id, decision, key.name, run.now.isoformat(), str(run.status), output
+    )

@@ -80,13 +80,15 @@ def decide(execution_id: str, step_id: str) -> BaseResponse | tuple[str, int]:
     require(row["workflow"], write=True)
     decision = "reject" if request.form.get("decision") == "reject" else "approve"
     values, problems = from_html(row["form"], request.form, "$.values")
+    # Shown again as typed (the page's fields hold text), with each field's problem.
+    typed = request.form.to_dict()
     if decision == "approve" and problems:
-        return _form_page(row, values, problems, 422)
+        return _form_page(row, typed, problems, 422)
     try:
         with connection() as conn:
             operate.decide_approval(conn, g.api_key, execution_id, step_id, decision, values)
     except FormValuesInvalid as refused:
-        return _form_page(row, values, refused.errors or [], 422)
+        return _form_page(row, typed, refused.errors or [], 422)
     return redirect(url_for("console.approvals", decided=f"{execution_id}/{step_id}"), 303)
 
 
