@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from flowforge.domain.definitions import ApprovalForm, require_values
+from flowforge.domain.definitions import ApprovalForm, may_decide, require_values
 from flowforge.domain.engine import Run
 from flowforge.domain.model import StepType
 from flowforge.errors import Conflict, Forbidden, NotFound
@@ -37,12 +37,6 @@ class Decided:
     decided_at: str
     status: str
     output: dict[str, Any] | None
-
-
-def may_decide(form: ApprovalForm, key: ApiKey) -> bool:
-    """An assignee (a key's name) or anyone, when the form names nobody; a key that may
-    write the workflow either way (checked by the caller, as for every operator action)."""
-    return not form.assignees or key.name in form.assignees
 
 
 def _approval(run: Run, execution_id: str, step_id: str) -> ApprovalForm:
@@ -68,7 +62,7 @@ def decide(
         if run is None:
             raise NotFound(f"execution {execution_id} does not exist")
         form = _approval(run, execution_id, step_id)
-        if not may_decide(form, key):
+        if not may_decide(form, key.name):
             raise Forbidden(f"this approval is assigned to {', '.join(form.assignees)}")
         if not run.wait_open(step_id):
             raise Conflict(

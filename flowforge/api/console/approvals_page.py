@@ -19,10 +19,9 @@ from flowforge.api.console import operate
 from flowforge.api.console.session import may, require, signed_in
 from flowforge.api.console.site import csrf_token
 from flowforge.api.pool import connection
-from flowforge.domain.definitions import FormValuesInvalid, from_html, is_step_id
+from flowforge.domain.definitions import FormValuesInvalid, from_html, is_step_id, may_decide
 from flowforge.errors import NotFound
 from flowforge.store import approvals, timeline
-from flowforge.usecases.approvals import may_decide
 
 OPERATOR_ENDPOINTS = ("console.decide_approval",)
 
@@ -62,7 +61,7 @@ def _form_page(
         values=values,
         errors=errors,
         problems=problems,
-        may_decide=may_decide(form, g.api_key) and may(row["workflow"], write=True),
+        may_decide=may_decide(form, g.api_key.name) and may(row["workflow"], write=True),
         csrf=csrf_token(),
     ), status
 

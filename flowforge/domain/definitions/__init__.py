@@ -71,6 +71,7 @@ from flowforge.domain.definitions.forms import (
     check_values,
     form_schema,
     from_html,
+    may_decide,
     require_values,
 )
 from flowforge.domain.definitions.graph import count_steps
@@ -204,6 +205,7 @@ __all__ = [
     "is_step_id",
     "is_step_row",
     "item_row",
+    "may_decide",
     "parse_definition",
     "parse_operator_limit",
     "parse_schedule",

@@ -183,6 +183,13 @@ class FormSection(Checker):
         return FormField(**{**field.__dict__, "minimum": low, "maximum": high})
 
 
+def may_decide(form: ApprovalForm, user: str) -> bool:
+    """Whether a console user (an API key's name) may decide: an assignee, or anyone when
+    the form names nobody (any operator); the key must also be one that may act on the
+    workflow, which the callers check as for every operator action."""
+    return not form.assignees or user in form.assignees
+
+
 class FormValuesInvalid(ClientError):
     """A submission does not fit its approval form; nothing was decided."""
 
