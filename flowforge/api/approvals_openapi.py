@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowforge.api.openapi_parts import STEP_ID_PATTERN, ref
+from flowforge.api.openapi_parts import EXECUTION_ID, STEP_PARAM, ref
 from flowforge.usecases.approvals import DECISIONS
 
 APPROVAL = {
@@ -67,20 +67,6 @@ def paths(
         "description": "only approvals that name this user (an API key's name) or nobody",
         "schema": {"type": "string"},
     }
-    execution = {
-        "name": "execution_id",
-        "in": "path",
-        "required": True,
-        "description": "The execution id",
-        "schema": {"type": "string", "format": "uuid"},
-    }
-    step = {
-        "name": "step_id",
-        "in": "path",
-        "required": True,
-        "description": "The wait step's id",
-        "schema": {"type": "string", "pattern": STEP_ID_PATTERN},
-    }
     listed = {"type": "object", "required": ["approvals"], "properties": {
         "approvals": {"type": "array", "items": APPROVAL}}}  # fmt: skip
     return {
@@ -92,7 +78,7 @@ def paths(
                 parameters=[assignee],
             ),
         },
-        "/api/v1/approvals/{execution_id}/{step_id}": {
+        "/api/v1/approvals/{id}/{step}": {
             "post": operation(
                 "Approve (the form's values) or reject an open approval; an operator action",
                 {
@@ -100,7 +86,7 @@ def paths(
                     **problems(400, 403, 404, 409, 413, 415, 422, *authenticated),
                 },
                 tags=tags,
-                parameters=[execution, step],
+                parameters=[EXECUTION_ID, STEP_PARAM],
                 body=DECISION,
             ),
         },
