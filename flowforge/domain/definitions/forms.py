@@ -96,7 +96,9 @@ class FormSection(Checker):
             self.error(f"{path}.properties", f"properties must hold 1 to {MAX_FORM_FIELDS} fields")
             return ()
         required = fields.get("required", [])
-        if not isinstance(required, list) or any(name not in properties for name in required):
+        if not isinstance(required, list) or any(
+            not isinstance(name, str) or name not in properties for name in required
+        ):
             self.error(f"{path}.required", "required must list names of properties")
             required = []
         return tuple(
