@@ -156,6 +156,12 @@ def test_the_api_decides_and_the_resume_url_is_held_to_the_form(
         headers={"Authorization": f"Bearer {bob}"},
     )
     assert refused.status_code == 403
+    csrf = _sign_in(app, bob)  # the console: bob sees the form, no buttons, and may not post
+    assert app.get("/ui/approvals").get_data(as_text=True).count('class="approval"') == 0
+    page = app.get(f"/ui/approvals/{first}/approve").get_data(as_text=True)
+    assert 'id="not-yours"' in page and 'id="approve"' not in page
+    posted = app.post(f"/ui/approvals/{first}/approve", data={"csrf": csrf, "decision": "reject"})
+    assert posted.status_code == 403
     assert _step(ff, first, "approve")["status"] == "waiting"
 
     r = ff.post(f"/api/v1/approvals/{first}/approve", {"decision": "approve",
