@@ -10,6 +10,7 @@ import re
 from flask import Flask, Response, has_request_context, request
 
 from flowforge.api import (
+    approvals,
     circuits,
     console,
     drafts,
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         sources.bp,
         notifications.bp,
         me.bp,
+        approvals.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

@@ -914,3 +914,40 @@ class Client:
             ),
             (200,),
         )
+
+    def get_approvals(
+        self,
+        *,
+        assignee: Any = None,
+    ) -> Any:
+        """GET /api/v1/approvals: Open approvals (wait steps with a form), soonest to
+        expire first
+        """
+        return self._call(
+            "GET",
+            "/api/v1/approvals",
+            (200,),
+            query={
+                "assignee": assignee,
+            },
+        )
+
+    def post_approvals_by_execution_id_by_step_id(
+        self,
+        execution_id: str,
+        step_id: str,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/approvals/{execution_id}/{step_id}: Approve (the form's values) or
+        reject an open approval; an operator action
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/approvals/{execution_id}/{step_id}",
+                execution_id=execution_id,
+                step_id=step_id,
+            ),
+            (200,),
+            body=body,
+        )

@@ -128,6 +128,18 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
                 "default": "token",
                 "description": "whether a resume must also be signed",
             },
+            form=ref("ApprovalForm"),
+            assignees={
+                "type": "array",
+                "maxItems": definitions.MAX_ASSIGNEES,
+                "uniqueItems": True,
+                "items": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": definitions.MAX_NAME_CHARS,
+                },
+                "description": "API key names who may decide the form; none: any operator",
+            },
         ),
     ),
     "map": (
@@ -229,6 +241,68 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                 "scheme, host or port from the execution's data",
             },
         },
+    },
+    "ApprovalForm": {
+        "type": "object",
+        "description": "a wait step's form (docs/contract.md#approvals): a JSON Schema subset",
+        "required": ["title", "fields"],
+        "additionalProperties": False,
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": definitions.MAX_NAME_CHARS},
+            "description": {"type": "string"},
+            "fields": {
+                "type": "object",
+                "required": ["properties"],
+                "additionalProperties": False,
+                "properties": {
+                    "type": {"const": "object"},
+                    "properties": {
+                        "type": "object",
+                        "minProperties": 1,
+                        "maxProperties": definitions.MAX_FORM_FIELDS,
+                        "propertyNames": {"pattern": STEP_ID_PATTERN},
+                        "additionalProperties": ref("FormField"),
+                    },
+                    "required": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+    "FormField": {
+        "type": "object",
+        "required": ["type"],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"type": "string", "enum": ["string", "number", "integer", "boolean"]},
+            "title": {"type": "string", "minLength": 1, "maxLength": definitions.MAX_NAME_CHARS},
+            "description": {"type": "string"},
+            "maxLength": {"type": "integer", "minimum": 1, "maximum": definitions.MAX_FORM_TEXT},
+            "enum": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": definitions.MAX_FORM_CHOICES,
+                "uniqueItems": True,
+                "items": {"type": "string"},
+            },
+            "oneOf": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": definitions.MAX_FORM_CHOICES,
+                "items": {
+                    "type": "object",
+                    "required": ["const"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "const": {"type": "string"},
+                        "title": {"type": "string", "minLength": 1},
+                    },
+                },
+            },
+            "minimum": {"type": "number"},
+            "maximum": {"type": "number"},
+        },
+        "description": "string (maxLength; a choice by enum, or oneOf of const and title), "
+        "number or integer (minimum, maximum), boolean; a key of another type is refused",
     },
     "Retry": {
         "type": "object",

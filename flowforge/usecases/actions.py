@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.definitions import require_values
 from flowforge.domain.engine import Run
 from flowforge.domain.model import ExecutionStatus, PauseReason, StepStatus, StepType, StopReason
 from flowforge.domain.operations import (
@@ -225,6 +226,10 @@ def complete_wait(
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
+        form = run.definition.step(step_id).form
+        if form is not None:
+            # docs/contract.md#approvals: an operator's output is held to the form too.
+            require_values(form, output, "$.output")
         run.resume(step_id, output, actor=actor)
         save_run(conn, run.take_changes())
     return run.status

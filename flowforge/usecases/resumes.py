@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from flowforge.domain.definitions import require_values
 from flowforge.domain.model import StepStatus, StepType
 from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.store import waits
@@ -79,6 +80,11 @@ def resume(
             check_signature(
                 [sealing.unseal(encryption_key, sealed, wf, sid) for sid, wf, sealed in rows]
             )
+        form = run.definition.step(step_id).form
+        if form is not None:
+            # docs/contract.md#approvals: a machine's resume of an approval is held to its
+            # form as a person's submission is; refused whole, before anything is written.
+            require_values(form, body, "$")
         existing = conn.execute(
             waits.FIND_RESUME, {"execution_id": execution_id, "step_id": step_id}
         ).fetchone()

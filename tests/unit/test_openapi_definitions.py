@@ -44,7 +44,13 @@ STEP_BASES: dict[str, dict[str, Any]] = {
     },
     "delay": {"id": "pause", "type": "delay", "duration_s": 1},
     "transform": SHAPE,
-    "wait": {"id": "approve", "type": "wait", "timeout_s": 60},
+    # With a form, so that its assignees may be set alone (they need one).
+    "wait": {
+        "id": "approve",
+        "type": "wait",
+        "timeout_s": 60,
+        "form": {"title": "Approve", "fields": {"properties": {"ok": {"type": "boolean"}}}},
+    },
     "map": {"id": "lines", "type": "map", "items": "{{ input.lines }}", "steps": [SHAPE]},
     "workflow": {"id": "invoice", "type": "workflow", "workflow": "invoicing"},
 }
@@ -196,6 +202,11 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "timeout_s": 3600,
         "on_timeout": "continue",
         "auth": "signature",
+        "form": {
+            "title": "Approve",
+            "fields": {"properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        },
+        "assignees": ["alice"],
     },
     "step map": {
         "id": "each",

@@ -14,7 +14,7 @@ from flowforge.domain.definitions import Definition
 from flowforge.domain.operations import Action
 from flowforge.store import notifications, outbound, schedules
 from flowforge.store.apikeys import ApiKey
-from flowforge.usecases import actions, pausing, publishing, ticks
+from flowforge.usecases import actions, approvals, pausing, publishing, ticks
 from flowforge.usecases import reingest as reingest_module
 from flowforge.usecases import replay as replay_module
 
@@ -33,6 +33,18 @@ def act(
     """A declared action on an execution (flowforge/domain/operations.py); its status
     after."""
     return actions.perform(conn, action, execution_id, values, actor=key.actor()).status
+
+
+def decide_approval(
+    conn: psycopg.Connection,
+    key: ApiKey,
+    execution_id: str,
+    step_id: str,
+    decision: str,
+    values: dict[str, Any],
+) -> approvals.Decided:
+    """Approve or reject an open approval (docs/contract.md#approvals) as the signed-in key."""
+    return approvals.decide(conn, execution_id, step_id, key, decision, values)
 
 
 def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:

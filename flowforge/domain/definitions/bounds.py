@@ -19,6 +19,11 @@ MAX_MAP_ITEMS = 10_000
 MAX_MAP_PARALLEL = 1_000
 DEFAULT_MAP_PARALLEL = 10
 MAX_WAIT_S = 31_536_000  # a year, like a delay
+# docs/contract.md#approvals: an approval form's size, and its assignees.
+MAX_FORM_FIELDS = 30
+MAX_FORM_TEXT = 10_000  # a string field's maxLength at most; also its default
+MAX_FORM_CHOICES = 100
+MAX_ASSIGNEES = 50
 # docs/contract.md#priority: an execution's priority, a literal or "{{ input.<path> }}" rendered
 # when the execution is created; higher is claimed first among ready steps, with ageing
 # (flowforge/worker/executor.py). The range keeps the ageing's arithmetic small and

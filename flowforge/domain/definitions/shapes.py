@@ -162,6 +162,34 @@ class Grouping:
 
 
 @dataclass(frozen=True)
+class FormField:
+    """One field of an approval form (docs/contract.md#approvals): a string (at most
+    `max_length` characters, or one of `choices`, each a value and its title), a number or
+    an integer (within `minimum`/`maximum`), or a boolean (a checkbox)."""
+
+    name: str
+    type: str  # "string", "number", "integer" or "boolean"
+    title: str
+    description: str | None = None
+    required: bool = False
+    max_length: int | None = None
+    choices: tuple[tuple[str, str], ...] = ()  # (value, title) of an enum, in order
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalForm:
+    """What a wait step asks a person (docs/contract.md#approvals): a titled form of a few
+    fields, and the console users (API key names) who may decide it; none: any operator."""
+
+    title: str
+    fields: tuple[FormField, ...]
+    assignees: tuple[str, ...] = ()
+    description: str | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     """One validated node of the workflow graph."""
 
@@ -180,6 +208,8 @@ class Step:
     timeout_s: float | None = None
     on_timeout: OnTimeout = OnTimeout.FAIL
     resume_auth: ResumeAuth = ResumeAuth.TOKEN
+    # wait steps that ask a person (docs/contract.md#approvals): the form and its assignees.
+    form: ApprovalForm | None = None
     # http_request: the name of the definition's outbound limit it goes through (a
     # template over input renders one key per value).
     limit: str | None = None

@@ -28,7 +28,7 @@ _TYPE_KEYS = {
     "http_request": frozenset({"request", "retry", "budget_s", "limit"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
-    "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
+    "wait": frozenset({"timeout_s", "on_timeout", "auth", "form", "assignees"}),
     "map": frozenset({"items", "steps", "max_parallel", "on_item_failure"}),
     "workflow": frozenset({"workflow", "input"}),
 }
@@ -151,6 +151,7 @@ class StepsSection(Checker):
         request, retry = None, RetryPolicy(max_attempts=1)
         duration_s, until, output, budget_s = None, None, None, None
         timeout_s, on_timeout, resume_auth = None, OnTimeout.FAIL, ResumeAuth.TOKEN
+        form = None
         limit: Any = None
         mapped: dict[str, Any] = {}
         if step_type == StepType.MAP:
@@ -165,6 +166,7 @@ class StepsSection(Checker):
             mapped = self.child(raw, path, ancestors)
         elif step_type == StepType.WAIT:
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
+            form = self.approval(raw, path)
         elif step_type == StepType.HTTP_REQUEST:
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
@@ -196,6 +198,7 @@ class StepsSection(Checker):
             timeout_s=timeout_s,
             on_timeout=on_timeout,
             resume_auth=resume_auth,
+            form=form,
             limit=limit if isinstance(limit, str) else None,
             **mapped,
         )

@@ -34,7 +34,7 @@ class WaitKind(StepKind):
             run.set_step(
                 step.id,
                 S.SUCCEEDED,
-                output=run.early_resumes.pop(step.id),
+                output=approved(run, step.id, run.early_resumes.pop(step.id), None),
                 started_at=run.now,
                 reason="resumed before the wait began",
             )
@@ -82,14 +82,31 @@ def resume(run: Run, step_id: str, body: Any, *, actor: dict[str, Any] | None = 
         run.events.append((step_id, EventKind.WAIT_RESUMED, {}))
     else:
         run.events.append((step_id, EventKind.WAIT_COMPLETED, {"actor": dict(actor)}))
-    run.set_step(step_id, S.SUCCEEDED, output=body, wake_at=None, error=None)
+    output = approved(run, step_id, body, actor)
+    run.set_step(step_id, S.SUCCEEDED, output=output, wake_at=None, error=None)
     run.advance()
+
+
+def approved(run: Run, step_id: str, body: Any, actor: dict[str, Any] | None) -> Any:
+    """The output of a wait: its resume's body, or for an approval (a wait with a form,
+    docs/contract.md#approvals) the form's values with who decided (None: a machine,
+    through the resume URL) and when, whichever way it was decided."""
+    if run.definition.step(step_id).form is None:
+        return body
+    return {
+        "values": body,
+        "decision": "approved",
+        "decided_by": actor.get("name") if actor is not None else None,
+        "decided_at": run.now.isoformat(),
+    }
 
 
 def fail_wait(run: Run, step_id: str, actor: dict[str, Any]) -> None:
     """An operator says the awaited answer is no: the step fails, and so does the run."""
     run.events.append((step_id, EventKind.WAIT_FAILED, {"actor": dict(actor)}))
-    run.fail_step(step_id, f"failed by {actor.get('name', 'an operator')}")
+    # An approval's reject (docs/contract.md#approvals) says so in the step's error.
+    verb = "rejected" if actor.get("decision") == "reject" else "failed"
+    run.fail_step(step_id, f"{verb} by {actor.get('name', 'an operator')}")
 
 
 def time_out(run: Run, step_id: str) -> None:

@@ -1,0 +1,140 @@
+"""Approval forms (docs/contract.md#approvals): the declaration's subset of JSON Schema
+checked at publish, and submissions checked against it, each problem by its JSON path."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from flowforge.domain import definitions
+from flowforge.domain.definitions import check_values, form_schema, from_html, may_decide
+
+FORM: dict[str, Any] = {
+    "title": "Approve refund",
+    "fields": {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number", "minimum": 0, "maximum": 500},
+            "count": {"type": "integer", "minimum": 1},
+            "reason": {"type": "string", "maxLength": 5},
+            "plan": {"type": "string", "enum": ["a", "b"]},
+            "channel": {"type": "string", "oneOf": [{"const": "card", "title": "Card"}]},
+            "notify": {"type": "boolean", "title": "Tell them"},
+        },
+        "required": ["amount", "channel"],
+    },
+}
+
+
+def _doc(form: Any, **step: Any) -> dict[str, Any]:
+    wait = {"id": "approve", "type": "wait", "timeout_s": 60, "form": form, **step}
+    return {"name": "refund", "steps": [wait]}
+
+
+def _form() -> definitions.ApprovalForm:
+    form = definitions.parse_definition(_doc(FORM, assignees=["alice"])).step("approve").form
+    assert form is not None
+    return form
+
+
+def _errors(doc: Any) -> list[str]:
+    with pytest.raises(definitions.DefinitionInvalid) as refused:
+        definitions.parse_definition(doc)
+    return [error["path"] for error in refused.value.errors]
+
+
+def test_a_form_is_parsed_with_its_fields_choices_and_assignees() -> None:
+    form = _form()
+    assert form.assignees == ("alice",)
+    by_name = {field.name: field for field in form.fields}
+    assert by_name["channel"].choices == (("card", "Card"),)
+    assert by_name["plan"].choices == (("a", "a"), ("b", "b"))
+    assert by_name["amount"].required and not by_name["notify"].required
+    assert form_schema(form)["fields"]["required"] == ["amount", "channel"]
+    assert may_decide(form, "alice") and not may_decide(form, "bob")
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (lambda f: f.pop("title"), "$.steps[0].form.title"),
+        (lambda f: f.update(colour="red"), "$.steps[0].form.colour"),
+        (lambda f: f["fields"].update(type="array"), "$.steps[0].form.fields.type"),
+        (lambda f: f["fields"].update(properties={}), "$.steps[0].form.fields.properties"),
+        (lambda f: f["fields"].update(required=[{}]), "$.steps[0].form.fields.required"),
+        (
+            lambda f: f["fields"]["properties"]["amount"].update(type="date"),
+            "$.steps[0].form.fields.properties.amount.type",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["amount"].update(maximum=-1),
+            "$.steps[0].form.fields.properties.amount",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["reason"].update(maxLength=0),
+            "$.steps[0].form.fields.properties.reason.maxLength",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["reason"].update(format="email"),
+            "$.steps[0].form.fields.properties.reason.format",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["plan"].update(enum=["a", "a"]),
+            "$.steps[0].form.fields.properties.plan",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["plan"].update(oneOf=[]),
+            "$.steps[0].form.fields.properties.plan",
+        ),
+        (
+            lambda f: f["fields"]["properties"]["channel"]["oneOf"].append({"const": 1}),
+            "$.steps[0].form.fields.properties.channel.oneOf[1]",
+        ),
+        (
+            lambda f: f["fields"]["properties"].update({"a b": {"type": "boolean"}}),
+            "$.steps[0].form.fields.properties.a b",
+        ),
+    ],
+)
+def test_a_bad_declaration_is_refused_at_its_path(change: Any, path: str) -> None:
+    form = copy.deepcopy(FORM)
+    change(form)
+    assert path in _errors(_doc(form))
+
+
+def test_assignees_need_a_form_and_are_names() -> None:
+    plain = _doc(FORM, assignees=["alice"])
+    del plain["steps"][0]["form"]
+    assert _errors(plain) == ["$.steps[0].assignees"]
+    assert _errors(_doc(FORM, assignees=["a", "a"])) == ["$.steps[0].assignees"]
+    assert _errors(_doc(FORM, assignees=[""])) == ["$.steps[0].assignees[0]"]
+
+
+def test_values_are_checked_field_by_field() -> None:
+    form = _form()
+    good = {"amount": 12.5, "count": 2, "reason": "ok", "plan": "a", "channel": "card"}
+    assert check_values(form, good, "$.values") == []
+    bad = {"amount": 501, "count": 1.5, "reason": "toolong", "plan": "c", "notify": "yes",
+           "extra": 1}  # fmt: skip
+    problems = {p["path"]: p["message"] for p in check_values(form, bad, "$.values")}
+    assert set(problems) == {f"$.values.{name}" for name in
+        ("amount", "count", "reason", "plan", "notify", "extra", "channel")}  # fmt: skip
+    assert "toolong" not in " ".join(problems.values())  # the rule, never the value
+    assert check_values(form, {"amount": True, "channel": "card"}, "$")[0]["path"] == "$.amount"
+    assert check_values(form, [], "$") == [
+        {"path": "$", "message": "the form's values must be a JSON object"}
+    ]
+
+
+def test_a_browser_form_is_read_as_json_values() -> None:
+    form = _form()
+    values, problems = from_html(
+        form, {"amount": "7", "count": "3", "channel": "card", "notify": "true", "reason": ""}, "$"
+    )
+    assert values == {"amount": 7.0, "count": 3, "channel": "card", "notify": True}
+    assert problems == []
+    values, problems = from_html(form, {"amount": "x", "count": "1.5", "plan": "nan"}, "$")
+    assert {p["path"] for p in problems} == {"$.amount", "$.count", "$.channel", "$.plan"}
+    assert values["notify"] is False
