@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
@@ -45,8 +45,15 @@ def create() -> tuple[Response, int]:
             shape=body.get("shape", "standard"),
             kinds=body.get("kinds", []),
             workflow=workflow,
+            key=_key(),
         )
     return jsonify(endpoint), 201
+
+
+def _key() -> bytes | None:
+    """FLOWFORGE_NOTIFY_KEY, which seals endpoints' secrets (None: this server has none)."""
+    key: bytes | None = current_app.extensions["flowforge.settings"].notify_key
+    return key
 
 
 @bp.get("")
@@ -64,6 +71,19 @@ def show(name: str) -> Response:
     _admin(write=False)
     with connection() as conn:
         return jsonify(notifications.get(conn, name, deliveries=notifications.HISTORY))
+
+
+@bp.post("/<name>/rotate")
+@key_required
+def rotate(name: str) -> Response:
+    """A new signing secret (shown once), or a Slack endpoint's new URL ({"url": ...})."""
+    _admin(write=True)
+    empty = not request.content_length and not request.get_data(cache=True)
+    body: Any = {} if empty else json_body()
+    if not isinstance(body, dict) or set(body) - {"url"}:
+        raise notifications.EndpointInvalid('the body is {} or {"url": ...} (Slack)')
+    with connection() as conn:
+        return jsonify(notifications.rotate(conn, name, _key(), body.get("url")))
 
 
 @bp.post("/<name>/enable")

@@ -6,13 +6,26 @@ triggers are off, so a failure writes nothing for notifications (docs/contract.m
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from typing import Any
 
 import psycopg
 
 from flowforge.store import notifications
-from tests.integration.test_api_keys import cli
+from flowforge.trust.sealing import parse_key
+from tests.integration.test_api_keys import FLOWFORGE
 from tests.integration.test_console import _sign_in
+from tests.support.processes import TEST_NOTIFY_KEY
+
+
+def cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script against the test database, with the notify key."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
+    env |= {"FLOWFORGE_DATABASE_URL": database_url, "FLOWFORGE_NOTIFY_KEY": TEST_NOTIFY_KEY}
+    return subprocess.run(
+        [str(FLOWFORGE), *args], env=env, capture_output=True, text=True, timeout=30
+    )
 
 
 def _fail_one(db: psycopg.Connection) -> str:
@@ -76,7 +89,13 @@ def test_each_kind_is_recorded_by_its_trigger(
     (an operator's pause)."""
     kinds = ["execution.failed", "execution.paused", "outcome.unknown", "circuit.opened"]
     notifications.create(
-        db, name="all", url="http://127.0.0.1:9/n", shape="slack", kinds=kinds, workflow=None
+        db,
+        name="all",
+        url="http://127.0.0.1:9/n",
+        shape="slack",
+        kinds=kinds,
+        workflow=None,
+        key=parse_key(TEST_NOTIFY_KEY),
     )
     ids = [row[0] for row in db.execute("SELECT id FROM executions ORDER BY id").fetchall()]
     pause = "UPDATE executions SET status = 'paused', paused_from = 'running', pause_reason = %s"
