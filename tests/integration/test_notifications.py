@@ -1,8 +1,9 @@
 """Operational notifications (docs/contract.md#notifications) with a real bin/api, a real
 bin/worker and a receiver on 127.0.0.1: every message verifies with the `standardwebhooks`
 library, a 410 disables the endpoint until an operator enables it again, a burst of a
-thousand failures is a bounded number of messages, and a receiver that holds its answer
-for 30 s delays no execution."""
+thousand failures is a bounded number of messages, a receiver that holds its answer
+for 30 s delays no execution nor another endpoint's messages, and a real worker's pause on
+exhausted retries and opened circuit are told."""
 
 from __future__ import annotations
 
@@ -159,7 +160,8 @@ def test_a_burst_of_a_thousand_failures_is_a_few_messages(
     notifying: tuple[Api, Target], db: psycopg.Connection
 ) -> None:
     """The failures are a thousand executions' status changes through the real trigger,
-    made in SQL: the worker would take minutes to fail a thousand executions here."""
+    made in SQL: the worker would take minutes to fail a thousand executions here. Then,
+    with the same processes, a slow receiver and the pause and circuit kinds (below)."""
     client, target = notifying
     _subscribe(client, target)
     client.publish("held", unsigned([wait("approve", 3600)]))
@@ -190,6 +192,8 @@ def test_a_burst_of_a_thousand_failures_is_a_few_messages(
     assert len(messages) <= bound
     assert all(len(m.json()["data"]["events"]) <= 20 for m in messages)
     assert len({m.headers["webhook-id"] for m in messages}) == len(messages)
+    # The same processes serve the next part (their start and stop are most of a test).
+    _a_slow_receiver_holds_only_its_own_and_pause_and_circuit_are_told(client, target, db)
 
 
 def _endpoint(client: Api) -> dict[str, Any]:
@@ -203,15 +207,14 @@ def _triggers(db: psycopg.Connection) -> set[str]:
     return {row[0] for row in rows}
 
 
-def test_a_slow_receiver_holds_only_its_own_and_pause_and_circuit_are_told(
-    notifying: tuple[Api, Target], db: psycopg.Connection
+def _a_slow_receiver_holds_only_its_own_and_pause_and_circuit_are_told(
+    client: Api, target: Target, db: psycopg.Connection
 ) -> None:
     """Endpoint `slow` holds its answer; endpoint `fast`, subscribed after `slow`'s message
     is already held, gets its own while that attempt is still open (nothing recorded of it
     yet: one after the other, it would have been sent only once `slow`'s attempt had timed
     out and been recorded). Then a step whose tries run out with on_exhausted pause, through
     a circuit that opens at its first failure: `fast` is told both."""
-    client, target = notifying
     released = threading.Event()
 
     def script(r: Received) -> Reply:
