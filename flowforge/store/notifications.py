@@ -32,6 +32,7 @@ class NotifyKeyMissing(sealing.EncryptionKeyMissing):
     """FLOWFORGE_NOTIFY_KEY (or the systemd credential notify_key) is not set, so an
     endpoint's secret can be neither sealed nor opened."""
 
+    title = "Notify key missing"
     detail = "notification endpoints are unavailable: this server has no FLOWFORGE_NOTIFY_KEY"
 
 
@@ -227,6 +228,8 @@ class Message:
         until bin/migrate sealed them."""
         if self.sealed is None:
             return self.url, self.secret
+        if key is None:
+            raise NotifyKeyMissing
         value = sealing.unseal(key, self.sealed, 0, self.endpoint_id, SEALED_TABLE)
         return (value, None) if self.shape == NotifyShape.SLACK else (self.url, value)
 

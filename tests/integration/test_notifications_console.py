@@ -15,8 +15,10 @@ import psycopg
 import psycopg_pool
 import pytest
 
+from flowforge.api import create_app
 from flowforge.steps import netguard
 from flowforge.store import notifications
+from flowforge.store.config import Settings
 from flowforge.trust.sealing import parse_key
 from flowforge.worker.notifier import IDLE_S, PASS_S, Notifier
 from tests.integration.test_api_keys import FLOWFORGE
@@ -221,7 +223,7 @@ def test_queue_full_once_per_crossing_and_again_below_half(
 
 
 def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
-    open_client: Any, db: psycopg.Connection
+    open_client: Any, db: psycopg.Connection, database_url: str, api_key: str
 ) -> None:
     """What the database holds is sealed: a standard endpoint's secret, a Slack one's URL
     (shown masked); rotation answers a new secret once; bin/migrate's seal_clear seals
@@ -272,6 +274,20 @@ def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
             db, name="nokey", url=hook, shape="slack", kinds=["queue.full"], workflow=None,
             key=None,
         )  # fmt: skip
+    assert db.execute("SELECT count(*) FROM notify_endpoints WHERE name = 'nokey'").fetchone() == (
+        0,
+    )
+    app = create_app(Settings(database_url=database_url, max_body_bytes=65_536))
+    try:
+        refused = app.test_client().post(
+            "/api/v1/notifications",
+            json={**body, "name": "nokey"},
+            headers={"Authorization": f"Bearer {api_key}"},
+        )
+    finally:
+        app.extensions["flowforge.pool"].close()
+    assert refused.status_code == 503, refused.get_data(as_text=True)
+    assert refused.get_json()["type"] == "urn:flowforge:problem:notify-key-missing"
     assert db.execute("SELECT count(*) FROM notify_endpoints WHERE name = 'nokey'").fetchone() == (
         0,
     )
