@@ -35,7 +35,6 @@ PASS_S = 1.0
 IDLE_S = 60.0
 # How often a sleeping notifier looks at its stop flag (no query).
 STOP_CHECK_S = 1.0
-BATCH = 20
 # Endpoints sent to at once: a slow receiver holds one of these, never the others' messages.
 SENDERS = 4
 # How long one attempt may take; a message is claimed for a little longer.
@@ -103,8 +102,10 @@ class Notifier(Loop):
             notifications.coalesce(conn, self.window_s)
             with self._lock:
                 busy = sorted(self.busy)
+            # No more than the free senders take at once: a claimed message never waits
+            # for a sender behind a slow receiver (its claim would run out meanwhile).
             free = SENDERS - len(busy)
-            due = notifications.claim_due(conn, BATCH, CLAIM_S, busy) if free > 0 else []
+            due = notifications.claim_due(conn, free, CLAIM_S, busy) if free > 0 else []
         by_endpoint: dict[int, list[notifications.Message]] = {}
         for message in due:
             by_endpoint.setdefault(message.endpoint_id, []).append(message)
@@ -112,7 +113,7 @@ class Notifier(Loop):
             with self._lock:
                 self.busy.add(endpoint_id)
             self.senders.submit(self._send_all, endpoint_id, messages)
-        return 0.0 if len(due) == BATCH and len(by_endpoint) < free else self.interval
+        return 0.0 if due and len(due) == free and len(by_endpoint) < free else self.interval
 
     def _send_all(self, endpoint_id: int, messages: list[notifications.Message]) -> None:
         """One endpoint's messages in order, on a sender thread; an error is logged, and
