@@ -881,7 +881,8 @@ class Client:
         body: Any,
     ) -> Any:
         """POST /api/v1/notifications/{name}/rotate: A new whsec_ signing secret, shown
-        once (standard), or a Slack endpoint's new URL; the old one stops at once
+        once (standard), or a Slack endpoint's new URL; the old one stops at once (409:
+        the other one for this shape)
         """
         return self._call(
             "POST",

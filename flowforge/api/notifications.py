@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify
 
 from flowforge.api.auth import authorize, key_required
 from flowforge.api.bodies import json_body
@@ -76,10 +76,10 @@ def show(name: str) -> Response:
 @bp.post("/<name>/rotate")
 @key_required
 def rotate(name: str) -> Response:
-    """A new signing secret (shown once), or a Slack endpoint's new URL ({"url": ...})."""
+    """A new signing secret (shown once; body {}), or a Slack endpoint's new URL
+    ({"url": ...})."""
     _admin(write=True)
-    empty = not request.content_length and not request.get_data(cache=True)
-    body: Any = {} if empty else json_body()
+    body: Any = json_body()
     if not isinstance(body, dict) or set(body) - {"url"}:
         raise notifications.EndpointInvalid('the body is {} or {"url": ...} (Slack)')
     with connection() as conn:

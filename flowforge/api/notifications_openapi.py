@@ -122,8 +122,8 @@ def paths(
         "/api/v1/notifications/{name}/rotate": {
             "post": operation(
                 "A new whsec_ signing secret, shown once (standard), or a Slack endpoint's new "
-                "URL; the old one stops at once",
-                {"200": one, **problems(400, 403, 404, 413, 415, 422, *authenticated)},
+                "URL; the old one stops at once (409: the other one for this shape)",
+                {"200": one, **problems(400, 403, 404, 409, 413, 415, 422, *authenticated)},
                 tags=tags,
                 parameters=[name],
                 body=ROTATION,

@@ -305,11 +305,14 @@ def rotate(
     endpoint = get(conn, name)
     if key is None:
         raise NotifyKeyMissing
+    if url is not None and (not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL):
+        raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
+    # Which one the endpoint takes depends on its shape, not on the request: a conflict.
     slack = endpoint["shape"] == NotifyShape.SLACK
-    if slack and (not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL):
-        raise EndpointInvalid(f"url: a Slack endpoint's new http(s) URL, at most {MAX_URL}")
+    if slack and url is None:
+        raise Conflict(f"{name!r} is a Slack endpoint: rotate it with its new URL (url)")
     if not slack and url is not None:
-        raise EndpointInvalid("url: only a Slack endpoint's URL is rotated")
+        raise Conflict(f"{name!r} is a standard endpoint: its secret is rotated, not its URL")
     secret = None if slack else signatures.new_secret()
     with conn.transaction():
         _seal(conn, key, endpoint["id"], endpoint["shape"], url or endpoint["url"], secret)
