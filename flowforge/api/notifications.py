@@ -82,6 +82,8 @@ def rotate(name: str) -> Response:
     body: Any = json_body()
     if not isinstance(body, dict) or set(body) - {"url"}:
         raise notifications.EndpointInvalid('the body is {} or {"url": ...} (Slack)')
+    if "url" in body and not isinstance(body["url"], str):
+        raise notifications.EndpointInvalid("url: a Slack endpoint's new URL, a string")
     with connection() as conn:
         return jsonify(notifications.rotate(conn, name, _key(), body.get("url")))
 

@@ -253,6 +253,8 @@ def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
     assert moved.status_code == 200 and _opened(db, "chat") == (hook + "2", None)
     refused = open_client.post("/api/v1/notifications/std/rotate", json={"url": hook})
     assert refused.status_code == 409
+    untyped = open_client.post("/api/v1/notifications/chat/rotate", json={"url": None})
+    assert untyped.status_code == 422 and _opened(db, "chat") == (hook + "2", None)
 
     db.execute(
         "INSERT INTO notify_endpoints (name, url, shape, secret, kinds) VALUES"
