@@ -24,7 +24,7 @@ from flowforge.worker.notifier import IDLE_S, PASS_S, Notifier
 from tests.integration.test_api_keys import FLOWFORGE
 from tests.integration.test_console import _sign_in
 from tests.support.definitions import transform, unsigned
-from tests.support.processes import TEST_NOTIFY_KEY
+from tests.support.processes import TEST_NOTIFY_KEY, run_migrate
 
 KEY = parse_key(TEST_NOTIFY_KEY)
 
@@ -226,7 +226,7 @@ def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
     open_client: Any, db: psycopg.Connection, database_url: str, api_key: str
 ) -> None:
     """What the database holds is sealed: a standard endpoint's secret, a Slack one's URL
-    (shown masked); rotation answers a new secret once; bin/migrate's seal_clear seals
+    (shown masked); rotation answers a new secret once; bin/migrate seals
     rows from before sql/0067, and without the key refuses and changes nothing."""
     body = {"name": "std", "url": "http://127.0.0.1:9/std", "kinds": ["execution.failed"]}
     made = open_client.post("/api/v1/notifications", json=body).get_json()
@@ -262,10 +262,11 @@ def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
         " ('oldchat', %s, 'slack', NULL, '{execution.failed}')",
         (hook,),
     )
-    with pytest.raises(notifications.NotifyKeyMissing):
-        notifications.seal_clear(db, None)
+    without = _migrate(database_url, "")
+    assert without.returncode == 1 and "FLOWFORGE_NOTIFY_KEY" in without.stderr
     assert _opened(db, "old", None) == ("http://127.0.0.1:9/old", "whsec_b2xk")  # still sent
-    assert notifications.seal_clear(db, KEY) == 2
+    done = _migrate(database_url, TEST_NOTIFY_KEY)
+    assert done.returncode == 0 and "sealed 2 notification" in done.stdout, done.stderr
     assert _opened(db, "old") == ("http://127.0.0.1:9/old", "whsec_b2xk")
     assert _opened(db, "oldchat") == (hook, None)
     assert db.execute("SELECT count(*) FROM notify_endpoints WHERE sealed IS NULL").fetchone() == (
@@ -304,3 +305,9 @@ def _opened(db: psycopg.Connection, name: str, key: bytes | None = KEY) -> tuple
     endpoint_id, url, shape, secret, sealed = row
     message = notifications.Message("0", endpoint_id, {}, None, 1, url, shape, secret, sealed)  # type: ignore[arg-type]
     return message.opened(key)
+
+
+def _migrate(database_url: str, notify_key: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWFORGE_")}
+    env |= {"FLOWFORGE_DATABASE_URL": database_url, "FLOWFORGE_NOTIFY_KEY": notify_key}
+    return run_migrate(env)
