@@ -22,6 +22,7 @@ from tests.support.inprocess import InProcess, Runner
 from tests.support.own_servers import own_postgres, own_rabbitmq  # noqa: F401 - fixtures
 from tests.support.processes import (
     TEST_ENCRYPTION_KEY,
+    TEST_NOTIFY_KEY,
     TEST_RESUME_KEY,
     Process,
     process_env,
@@ -192,6 +193,7 @@ def app_client(database_url: str) -> Iterator[Any]:
             max_body_bytes=65_536,
             encryption_key=parse_key(TEST_ENCRYPTION_KEY),
             resume_key=parse_key(TEST_RESUME_KEY),
+            notify_key=parse_key(TEST_NOTIFY_KEY),
         )
     )
     app.extensions["flowforge.pool"].wait(timeout=10)

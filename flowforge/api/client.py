@@ -883,6 +883,25 @@ class Client:
             (204,),
         )
 
+    def post_notifications_by_name_rotate(
+        self,
+        name: str,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/notifications/{name}/rotate: A new whsec_ signing secret, shown
+        once (standard), or a Slack endpoint's new URL; the old one stops at once (409:
+        the other one for this shape)
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/notifications/{name}/rotate",
+                name=name,
+            ),
+            (200,),
+            body=body,
+        )
+
     def post_notifications_by_name_enable(
         self,
         name: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, current_app, jsonify
 
 from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
@@ -47,8 +47,15 @@ def create() -> tuple[Response, int]:
             shape=body.get("shape", "standard"),
             kinds=body.get("kinds", []),
             workflow=workflow,
+            key=_key(),
         )
     return jsonify(endpoint), 201
+
+
+def _key() -> bytes | None:
+    """FLOWFORGE_NOTIFY_KEY, which seals endpoints' secrets (None: this server has none)."""
+    key: bytes | None = current_app.extensions["flowforge.settings"].notify_key
+    return key
 
 
 @bp.get("")
@@ -68,6 +75,21 @@ def show(name: str) -> Response:
     _admin(write=False)
     with connection() as conn:
         return jsonify(notifications.get(conn, name, deliveries=notifications.HISTORY))
+
+
+@bp.post("/<name>/rotate")
+@key_required
+def rotate(name: str) -> Response:
+    """A new signing secret (shown once; body {}), or a Slack endpoint's new URL
+    ({"url": ...})."""
+    _admin(write=True)
+    body: Any = json_body()
+    if not isinstance(body, dict) or set(body) - {"url"}:
+        raise notifications.EndpointInvalid('the body is {} or {"url": ...} (Slack)')
+    if "url" in body and not isinstance(body["url"], str):
+        raise notifications.EndpointInvalid("url: a Slack endpoint's new URL, a string")
+    with connection() as conn:
+        return jsonify(notifications.rotate(conn, name, _key(), body.get("url")))
 
 
 @bp.post("/<name>/enable")

@@ -14,12 +14,28 @@ ENDPOINT = {
     "required": ["name", "url", "shape", "kinds", "enabled"],
     "properties": {
         "name": {"type": "string"},
-        "url": {"type": "string"},
+        "url": {
+            "type": "string",
+            "description": "a Slack endpoint's shows only its scheme and host (it is stored "
+            "sealed)",
+        },
         "shape": {"type": "string", "enum": list(notifications.SHAPES)},
         "kinds": {"type": "array", "items": {"type": "string"}},
         "workflow": {"type": ["string", "null"]},
         "enabled": {"type": "boolean"},
         "disabled_reason": {"type": ["string", "null"]},
+    },
+}
+ROTATION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "url": {
+            "type": "string",
+            "pattern": notifications.URL.pattern,
+            "maxLength": notifications.MAX_URL,
+            "description": "a Slack endpoint's new URL (only for the slack shape)",
+        },
     },
 }
 NEW_ENDPOINT = {
@@ -101,6 +117,16 @@ def paths(
                 {"204": {"description": "Removed"}, **problems(403, 404, *authenticated)},
                 tags=tags,
                 parameters=[name],
+            ),
+        },
+        "/api/v1/notifications/{name}/rotate": {
+            "post": operation(
+                "A new whsec_ signing secret, shown once (standard), or a Slack endpoint's new "
+                "URL; the old one stops at once (409: the other one for this shape)",
+                {"200": one, **problems(400, 403, 404, 409, 413, 415, 422, *authenticated)},
+                tags=tags,
+                parameters=[name],
+                body=ROTATION,
             ),
         },
         "/api/v1/notifications/{name}/enable": action(

@@ -246,6 +246,12 @@ class ApiClient:
         """Enable or disable an endpoint."""
         return self._json("POST", f"{NOTIFICATIONS}/{quote(name, safe='')}/{verb}")
 
+    def rotate_notification(self, name: str, url: str | None) -> dict[str, Any]:
+        """A new signing secret (in this answer only), or a Slack endpoint's new URL."""
+        body = {} if url is None else {"url": url}
+        path = f"{NOTIFICATIONS}/{quote(name, safe='')}/rotate"
+        return self._json("POST", path, body=body, send_body=True)
+
     def unsubscribe(self, name: str) -> None:
         """Remove an endpoint."""
         self.call("DELETE", f"{NOTIFICATIONS}/{quote(name, safe='')}")

@@ -120,7 +120,12 @@ class Database:
 
     def subscribe(self, body: dict[str, Any]) -> dict[str, Any]:
         """A new endpoint, its signing secret in this answer only."""
-        return notifications.create(self.conn, workflow=body.pop("workflow", None), **body)
+        key = Settings.from_env().notify_key
+        return notifications.create(self.conn, workflow=body.pop("workflow", None), key=key, **body)
+
+    def rotate_notification(self, name: str, url: str | None) -> dict[str, Any]:
+        """A new signing secret (in this answer only), or a Slack endpoint's new URL."""
+        return notifications.rotate(self.conn, name, Settings.from_env().notify_key, url)
 
     def switch_notification(self, name: str, verb: str) -> dict[str, Any]:
         """Enable or disable an endpoint."""

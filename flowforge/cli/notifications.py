@@ -50,6 +50,13 @@ def create(ops: Ops, args: argparse.Namespace) -> None:
     emit(args, made, f"endpoint {made['name']!r} subscribed{signed}")
 
 
+def rotate(ops: Ops, args: argparse.Namespace) -> None:
+    made = ops.rotate_notification(args.name, args.url)
+    secret = made.get("secret")
+    said = f"; new signing secret (shown once): {secret}" if secret else "; new URL saved"
+    emit(args, made, f"endpoint {args.name!r} rotated{said}")
+
+
 def enable(ops: Ops, args: argparse.Namespace) -> None:
     emit(args, ops.switch_notification(args.name, "enable"), f"endpoint {args.name!r} enabled")
 

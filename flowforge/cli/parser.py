@@ -72,6 +72,7 @@ EXAMPLES = {
     "notifications show": "flowforge notifications show oncall",
     "notifications create": "flowforge notifications create oncall https://hooks.example.com/ff "
     "--kind execution.failed --kind outcome.unknown",
+    "notifications rotate": "flowforge notifications rotate oncall",
     "notifications enable": "flowforge notifications enable oncall",
     "notifications disable": "flowforge notifications disable oncall",
     "notifications delete": "flowforge notifications delete oncall",
@@ -322,7 +323,7 @@ def _circuit_commands(tree: _Tree) -> None:
 def _notification_commands(tree: _Tree) -> None:
     """Endpoints told of failures, unknown outcomes and open circuits."""
     notify = tree.group(
-        "notifications", "endpoints told of failures, unknown outcomes, open circuits"
+        "notifications", "endpoints told of failures, unknown outcomes, open circuits, full queues"
     )
     tree.command(notify, "list", "notifications.list_endpoints", "every notification endpoint")
     for verb, handler, help_ in (
@@ -334,6 +335,11 @@ def _notification_commands(tree: _Tree) -> None:
         tree.command(notify, verb, f"notifications.{handler}", help_).add_argument(
             "name", help="the endpoint's name"
         )
+    rotate = tree.command(
+        notify, "rotate", "notifications.rotate", "a new signing secret, or a Slack endpoint's URL"
+    )
+    rotate.add_argument("name", help="the endpoint's name")
+    rotate.add_argument("--url", help="a Slack endpoint's new incoming-webhook URL")
     subscribe = tree.command(notify, "create", "notifications.create", "subscribe an endpoint")
     subscribe.add_argument("name", help="a name: lowercase letters, digits, - and _")
     subscribe.add_argument("url", help="where to POST each message")

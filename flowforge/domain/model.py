@@ -484,12 +484,14 @@ class ExecutionQuery:
 
 class NotifyKind(StrEnum):
     """What a notification endpoint may subscribe to (docs/contract.md#notifications),
-    each recorded by a trigger of sql/0060."""
+    each recorded by a trigger of sql/0060, or (queue.full) by the refused intake through
+    sql/0067's notify_queue_full."""
 
     EXECUTION_FAILED = "execution.failed"
     OUTCOME_UNKNOWN = "outcome.unknown"
     EXECUTION_PAUSED = "execution.paused"  # paused on exhausted retries
     CIRCUIT_OPENED = "circuit.opened"
+    QUEUE_FULL = "queue.full"  # concurrency.max_queued reached; again once below half
 
 
 class DeliveryStatus(StrEnum):

@@ -140,6 +140,13 @@ def _encryption_key(env: Mapping[str, str]) -> bytes | None:
     return _key(env, "FLOWFORGE_ENCRYPTION_KEY", "encryption_key", "flowforge.trust.sealing")
 
 
+def _notify_key(env: Mapping[str, str]) -> bytes | None:
+    """FLOWFORGE_NOTIFY_KEY, else the systemd credential notify_key: seals the secrets of
+    notification endpoints at rest (store/notifications.py). Not FLOWFORGE_ENCRYPTION_KEY:
+    the worker, which signs and sends notifications, must hold this one and never that."""
+    return _key(env, "FLOWFORGE_NOTIFY_KEY", "notify_key", "flowforge.trust.sealing")
+
+
 def _resume_key(env: Mapping[str, str]) -> bytes | None:
     """FLOWFORGE_RESUME_KEY, else the systemd credential resume_key: signs resume URLs of
     wait steps (flowforge/trust/resume_tokens.py). The API checks them and the worker renders
@@ -292,6 +299,14 @@ VARIABLES = (
         "32 bytes, base64url (`python -m flowforge.trust.sealing` makes one): seals webhook "
         "signing secrets at rest; or the systemd credential `encryption_key`. Not for the worker",
         read_by="api, migrate, cli",
+    ),
+    Variable(
+        "FLOWFORGE_NOTIFY_KEY",
+        "32 bytes, base64url (`python -m flowforge.trust.sealing` makes one), the same for API, "
+        "worker and migrate: seals notification endpoints' signing secrets and Slack URLs at "
+        "rest; or the systemd credential `notify_key`. Not FLOWFORGE_ENCRYPTION_KEY; without "
+        "it no endpoint can be created or sent to",
+        read_by="api, worker, migrate, cli",
     ),
     Variable(
         "FLOWFORGE_RESUME_KEY",
@@ -540,6 +555,8 @@ class Settings:
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/trust/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
+    # Seals notification endpoints' secrets (store/notifications.py); never printed.
+    notify_key: bytes | None = field(default=None, repr=False)
     # Signs and checks resume URLs of wait steps (flowforge/trust/resume_tokens.py); never printed.
     resume_key: bytes | None = field(default=None, repr=False)
     # FLOWFORGE_PUBLIC_URL: the base of resume URLs; None refuses to render them.
@@ -618,6 +635,7 @@ class Settings:
             webhook_rate=_webhook_rate(env),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             encryption_key=_encryption_key(env),
+            notify_key=_notify_key(env),
             resume_key=_resume_key(env),
             public_url=_public_url(env),
             test_mode=test_mode,

@@ -244,11 +244,17 @@ GROUP BY w.key ORDER BY w.key
 QUEUED_KEYS = f"""
 SELECT DISTINCT workflow_id, concurrency_key FROM executions WHERE {IN_QUEUE} LIMIT 1000
 """
-# How fast a workflow's queue drains: slots handed out in the last minute.
+# How fast a workflow's queue drains: slots handed out in the last minute. Run on a
+# refusal only, it also records the queue.full notification of a max_queued crossing
+# (sql/0067: once per crossing, only while an endpoint subscribes), no statement more.
 DRAIN_RATE = """
-SELECT count(*) FROM executions
-WHERE workflow_id = %(workflow_id)s AND slot_at > now() - interval '60 seconds'
+SELECT (SELECT count(*) FROM executions
+        WHERE workflow_id = %(workflow_id)s AND slot_at > now() - interval '60 seconds'),
+       (SELECT notify_queue_full(%(workflow_id)s, %(max_queued)s::int)
+        WHERE %(max_queued)s::int IS NOT NULL)
 """
+# A child refused for max_queued records the same (in its parent's transaction).
+QUEUE_FULL = "SELECT notify_queue_full(%(workflow_id)s, %(max_queued)s::int)"
 # Why one queued execution waits: its key, how many are ahead, who holds the slots.
 WHY_QUEUED = f"""
 SELECT e.concurrency_key AS key,
@@ -363,7 +369,7 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
         conn.execute(FLUSH_BARRIER)
     if mode == "refuse" and current:
         # Only the Retry-After's estimate: it need not be read under the locks.
-        (started,) = one(conn.execute(DRAIN_RATE, params))
+        started, _ = one(conn.execute(DRAIN_RATE, params))
     if woke:
         notify_relay(conn)
     replaced = tuple(oldest) if mode == "replace" else ()
@@ -402,6 +408,8 @@ def admit_child(
         conn.execute(QUEUE_LOCK, params)
     conn.execute(SLOT_LOCK, params)
     current, created, mode, _, _ = one(conn.execute(GATED_CHILD, params))
+    if mode == "refuse" and current and concurrency.max_queued is not None:
+        conn.execute(QUEUE_FULL, params)
     return bool(current), bool(created), str(mode)
 
 

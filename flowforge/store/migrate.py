@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from flowforge.errors import DatabaseError, DatabaseExists, DatabaseUnavailable, FlowForgeError
+from flowforge.store import notifications
 from flowforge.store.config import Settings
 from flowforge.store.db import conninfo, wrap_exceptions
 from flowforge.store.hints import database_hint
@@ -174,4 +175,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if sealed:
         print(f"migrate: sealed {sealed} webhook signing secret(s) that were stored in clear")
+    return _seal_notify_endpoints(settings)
+
+
+def _seal_notify_endpoints(settings: Settings) -> int:
+    """Seal what sql/0067 left in clear: notification endpoints' secrets and Slack URLs,
+    under FLOWFORGE_NOTIFY_KEY (the worker sends from the clear values until then)."""
+    try:
+        with (
+            wrap_exceptions(every_error=True),
+            psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn,
+        ):
+            sealed = notifications.seal_clear(conn, settings.notify_key)
+    except notifications.NotifyKeyMissing:
+        print(
+            "migrate: notification endpoints' secrets are still stored in clear; set "
+            "FLOWFORGE_NOTIFY_KEY (python -m flowforge.trust.sealing makes one) for bin/migrate, "
+            "bin/api and bin/worker and run bin/migrate again",
+            file=sys.stderr,
+        )
+        return 1
+    except (DatabaseUnavailable, DatabaseError) as exc:
+        print(f"migrate: {exc}", file=sys.stderr)
+        return 1
+    if sealed:
+        print(f"migrate: sealed {sealed} notification endpoint secret(s) stored in clear")
     return 0

@@ -24,7 +24,16 @@ import psycopg
 from flowforge.domain.model import NotifyKind, NotifyShape
 from flowforge.errors import ClientError, Conflict, NotFound
 from flowforge.store.db import one
-from flowforge.trust import signatures
+from flowforge.store.flowcontrol import IN_QUEUE
+from flowforge.trust import sealing, signatures
+
+
+class NotifyKeyMissing(sealing.EncryptionKeyMissing):
+    """FLOWFORGE_NOTIFY_KEY (or the systemd credential notify_key) is not set, so an
+    endpoint's secret can be neither sealed nor opened."""
+
+    title = "Notify key missing"
+    detail = "notification endpoints are unavailable: this server has no FLOWFORGE_NOTIFY_KEY"
 
 
 class EndpointInvalid(ClientError):
@@ -55,6 +64,11 @@ TRIGGERS = (
     "ALTER TABLE steps {} TRIGGER notify_step",
     "ALTER TABLE outbound_limits {} TRIGGER notify_circuit",
 )
+# Enabling an endpoint wakes the notifiers, which sleep while none is (the relay's LISTEN
+# connection hears it for them); delivered at commit.
+WAKE_CHANNEL = "flowforge_notify"
+LISTEN_WAKE = f"LISTEN {WAKE_CHANNEL}"
+WAKE = f"SELECT pg_notify('{WAKE_CHANNEL}', '')"
 TRIGGER_LOCK = "SELECT pg_advisory_xact_lock(hashtext('flowforge.notify_triggers'))"
 ANY_ENABLED = "SELECT EXISTS (SELECT 1 FROM notify_endpoints WHERE disabled_at IS NULL)"
 TRIGGERS_ON = """
@@ -64,11 +78,21 @@ WHERE tgname = 'notify_execution' AND tgrelid = 'executions'::regclass
 
 WORKFLOW_ID = "SELECT id FROM workflows WHERE key = %(workflow)s"
 INSERT_ENDPOINT = """
-INSERT INTO notify_endpoints (name, url, shape, secret, kinds, workflow_id)
-VALUES (%(name)s, %(url)s, %(shape)s, %(secret)s, %(kinds)s, %(workflow_id)s)
+INSERT INTO notify_endpoints (name, url, shape, kinds, workflow_id)
+VALUES (%(name)s, %(url)s, %(shape)s, %(kinds)s, %(workflow_id)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING id
 """
+# The secret of an endpoint (a standard one's whsec_ secret, a Slack one's URL) sealed
+# under FLOWFORGE_NOTIFY_KEY for its row (sql/0067); a Slack URL is shown masked.
+SEAL_ENDPOINT = """
+UPDATE notify_endpoints SET sealed = %(sealed)s, secret = NULL, url = %(url)s WHERE id = %(id)s
+"""
+# Rows from before sql/0067, sealed by bin/migrate (seal_clear), locked against a race.
+CLEAR_ENDPOINTS = """
+SELECT id, shape, url, secret FROM notify_endpoints WHERE sealed IS NULL ORDER BY id FOR UPDATE
+"""
+SEALED_TABLE = "notify_endpoints"
 ENDPOINT_COLUMNS = """
 e.id, e.name, e.url, e.shape, e.kinds, w.key AS workflow, e.created_at, e.disabled_at,
 e.disabled_reason, e.failing_since
@@ -133,13 +157,15 @@ CLAIM_DUE = """
 WITH due AS (
     SELECT d.id FROM notify_deliveries d
     WHERE d.status = 'pending' AND d.next_at <= now()
+      AND d.endpoint_id <> ALL (%(busy)s::bigint[])
     ORDER BY d.next_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
 UPDATE notify_deliveries d SET next_at = now() + %(claim_s)s * interval '1 second',
                                attempts = d.attempts + 1
 FROM due, notify_endpoints e
 WHERE d.id = due.id AND e.id = d.endpoint_id
-RETURNING d.id, d.endpoint_id, d.payload, d.created_at, d.attempts, e.url, e.shape, e.secret
+RETURNING d.id, d.endpoint_id, d.payload, d.created_at, d.attempts, e.url, e.shape, e.secret,
+          e.sealed
 """
 DELIVERED = """
 WITH ok AS (
@@ -164,6 +190,13 @@ UPDATE notify_deliveries SET
 WHERE id = %(id)s
 RETURNING (SELECT too_long FROM endpoint)
 """
+# A queue.full crossing re-arms once its queue holds fewer than half its bound.
+REARM = f"""
+DELETE FROM notify_queue_alarms a
+WHERE 2 * (SELECT count(*) FROM (SELECT 1 FROM executions
+                                 WHERE workflow_id = a.workflow_id AND {IN_QUEUE}
+                                 LIMIT a.bound) q) < a.bound
+"""
 # Finished messages are kept HISTORY_DAYS, then forgotten in batches (the notifier, hourly).
 HISTORY_DAYS = 30
 FORGET = """
@@ -187,6 +220,18 @@ class Message:
     url: str
     shape: str
     secret: str | None
+    sealed: bytes | None
+
+    def opened(self, key: bytes | None) -> tuple[str, str | None]:
+        """Where to send and what to sign with: the sealed secret opened with
+        FLOWFORGE_NOTIFY_KEY (a Slack endpoint's is its URL), or a row's clear values
+        until bin/migrate sealed them."""
+        if self.sealed is None:
+            return self.url, self.secret
+        if key is None:
+            raise NotifyKeyMissing
+        value = sealing.unseal(key, self.sealed, 0, self.endpoint_id, SEALED_TABLE)
+        return (value, None) if self.shape == NotifyShape.SLACK else (self.url, value)
 
     @property
     def message_id(self) -> str:
@@ -202,10 +247,14 @@ def create(
     shape: str,
     kinds: list[str],
     workflow: str | None,
+    key: bytes | None,
 ) -> dict[str, Any]:
     """Save an endpoint and switch the triggers on; the answer holds its signing secret,
-    shown this once (docs/contract.md#notifications)."""
+    shown this once (docs/contract.md#notifications). The secret (a Slack endpoint's URL)
+    is stored sealed under `key` only."""
     _check(name, url, shape, kinds)
+    if key is None:
+        raise NotifyKeyMissing
     workflow_id = None
     if workflow is not None:
         row = conn.execute(WORKFLOW_ID, {"workflow": workflow}).fetchone()
@@ -214,12 +263,75 @@ def create(
         workflow_id = row[0]
     secret = signatures.new_secret() if shape == "standard" else None
     with conn.transaction():
-        params: dict[str, Any] = {"name": name, "url": url, "shape": shape, "secret": secret}
+        params: dict[str, Any] = {"name": name, "url": url, "shape": shape}
         params |= {"kinds": sorted(set(kinds)), "workflow_id": workflow_id}
-        if conn.execute(INSERT_ENDPOINT, params).fetchone() is None:
+        row = conn.execute(INSERT_ENDPOINT, params).fetchone()
+        if row is None:
             raise Conflict(f"a notification endpoint is already named {name!r}")
+        _seal(conn, key, row[0], shape, url, secret)
         sync_triggers(conn)
     return get(conn, name) | {"secret": secret}
+
+
+def _seal(
+    conn: psycopg.Connection,
+    key: bytes | None,
+    endpoint_id: int,
+    shape: str,
+    url: str,
+    secret: str | None,
+) -> None:
+    """Store an endpoint's secret sealed for its row: a standard one's signing secret, a
+    Slack one's URL (which is all it takes to post there), then shown masked."""
+    slack = shape == NotifyShape.SLACK
+    value = url if slack else secret
+    assert value is not None, "a standard endpoint always has its secret"
+    sealed = sealing.seal(key, value, 0, endpoint_id, SEALED_TABLE)
+    shown = mask(url) if slack else url
+    conn.execute(SEAL_ENDPOINT, {"id": endpoint_id, "sealed": sealed, "url": shown})
+
+
+def mask(url: str) -> str:
+    """A Slack webhook URL as shown after its creation: scheme and host, the path hidden."""
+    found = URL.match(url)
+    return (found.group(0) if found else "") + "/…"
+
+
+def rotate(
+    conn: psycopg.Connection, name: str, key: bytes | None, url: str | None = None
+) -> dict[str, Any]:
+    """A new signing secret for a standard endpoint (shown this once), or a new URL for a
+    Slack one; the old stops at once, and messages still pending are sent with the new."""
+    endpoint = get(conn, name)
+    if key is None:
+        raise NotifyKeyMissing
+    if url is not None and (not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL):
+        raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
+    # Which one the endpoint takes depends on its shape, not on the request: a conflict.
+    slack = endpoint["shape"] == NotifyShape.SLACK
+    if slack and url is None:
+        raise Conflict(f"{name!r} is a Slack endpoint: rotate it with its new URL (url)")
+    if not slack and url is not None:
+        raise Conflict(f"{name!r} is a standard endpoint: its secret is rotated, not its URL")
+    secret = None if slack else signatures.new_secret()
+    with conn.transaction():
+        _seal(conn, key, endpoint["id"], endpoint["shape"], url or endpoint["url"], secret)
+    return get(conn, name) | ({} if slack else {"secret": secret})
+
+
+def seal_clear(conn: psycopg.Connection, key: bytes | None) -> int:
+    """Seal every endpoint stored before sql/0067 (bin/migrate, on every run); return how
+    many. With such rows and no key this raises NotifyKeyMissing and changes nothing."""
+    with conn.transaction():
+        rows = conn.execute(CLEAR_ENDPOINTS).fetchall()
+        if rows and key is None:
+            raise NotifyKeyMissing
+        for endpoint_id, shape, url, secret in rows:
+            _seal(conn, key, endpoint_id, shape, url, secret)
+    if rows:
+        # The clear values live on in dead row versions until the table is rewritten.
+        conn.execute("VACUUM FULL notify_endpoints")
+    return len(rows)
 
 
 def _check(name: str, url: str, shape: str, kinds: list[str]) -> None:
@@ -239,11 +351,18 @@ def sync_triggers(conn: psycopg.Connection) -> None:
     an endpoint that cannot switch them on is not saved (503, try again)."""
     conn.execute(TRIGGER_LOCK)
     (wanted,) = one(conn.execute(ANY_ENABLED))
+    if wanted:
+        conn.execute(WAKE)
     if one(conn.execute(TRIGGERS_ON))[0] == wanted:
         return
     conn.execute("SET LOCAL lock_timeout = '5s'")
     for statement in TRIGGERS:
         conn.execute(statement.format("ENABLE" if wanted else "DISABLE"))
+
+
+def any_enabled(conn: psycopg.Connection) -> bool:
+    """Whether some endpoint is enabled: the notifier's one question while none is."""
+    return bool(one(conn.execute(ANY_ENABLED))[0])
 
 
 def list_endpoints(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -358,11 +477,21 @@ def batch_payload(endpoint: str, events: list[tuple[Any, ...]]) -> dict[str, Any
     }
 
 
-def claim_due(conn: psycopg.Connection, limit: int, claim_s: float) -> list[Message]:
-    """Take up to `limit` due messages for this notifier to send (one transaction)."""
+def claim_due(
+    conn: psycopg.Connection, limit: int, claim_s: float, busy: list[int] | None = None
+) -> list[Message]:
+    """Take up to `limit` due messages for this notifier to send (one transaction), none
+    of the endpoints in `busy` (this notifier is still sending to them)."""
+    params = {"limit": limit, "claim_s": claim_s, "busy": busy or []}
     with conn.transaction():
-        rows = conn.execute(CLAIM_DUE, {"limit": limit, "claim_s": claim_s}).fetchall()
+        rows = conn.execute(CLAIM_DUE, params).fetchall()
     return [Message(str(row[0]), *row[1:]) for row in rows]
+
+
+def rearm_queues(conn: psycopg.Connection) -> int:
+    """Forget the queue.full crossings of queues now below half their bound, so that the
+    next crossing is news again (hysteresis); return how many."""
+    return conn.execute(REARM).rowcount
 
 
 def delivered(conn: psycopg.Connection, message: Message, status: int) -> None:

@@ -441,7 +441,7 @@ class Starter:
             if not current:
                 continue
             if mode == "refuse":
-                (started,) = conn.execute(flowcontrol.DRAIN_RATE, params).fetchone() or (0,)
+                started, _ = conn.execute(flowcontrol.DRAIN_RATE, params).fetchone() or (0, 0)
                 return (
                     flowcontrol.retry_after(int(started)),
                     "the workflow's queue is full (concurrency.max_queued); tried again later",

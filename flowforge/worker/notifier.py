@@ -3,9 +3,11 @@
 Each pass gathers the events the triggers of sql/0060 recorded into one message per
 endpoint and window (`notifications.coalesce`), then sends the due messages through the
 address guard of steps/netguard.py, signed the Standard Webhooks way or in Slack's
-incoming-webhook shape. A thread of its own, beside the executors: a slow or dead
-receiver delays only other notifications, never an execution, whose events were already
-committed with its own change.
+incoming-webhook shape. A thread of its own, beside the executors, never delays an
+execution, whose events were already committed with its own change; its sends run on a
+few threads of their own, one endpoint each, so a slow or dead receiver holds only its
+own messages. While no endpoint is enabled it runs no query but one a minute: enabling
+one wakes it through the relay's LISTEN connection.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg_pool
 
@@ -21,13 +24,19 @@ from flowforge.domain.model import NotifyShape
 from flowforge.steps import netguard
 from flowforge.store import notifications
 from flowforge.store.db import wrap_exceptions
-from flowforge.trust import signatures
-from flowforge.worker.loop import Loop
+from flowforge.trust import sealing, signatures
+from flowforge.worker.loop import Loop, report
 
 logger = logging.getLogger(__name__)
 
 PASS_S = 1.0
-BATCH = 20
+# While no endpoint is enabled the notifier asks only this often whether one is: enabling
+# one wakes it at once (notifications.WAKE, heard by the relay), this is the fallback.
+IDLE_S = 60.0
+# How often a sleeping notifier looks at its stop flag (no query).
+STOP_CHECK_S = 1.0
+# Endpoints sent to at once: a slow receiver holds one of these, never the others' messages.
+SENDERS = 4
 # How long one attempt may take; a message is claimed for a little longer.
 SEND_TIMEOUT_S = 10.0
 CLAIM_S = 3 * SEND_TIMEOUT_S
@@ -37,7 +46,9 @@ FORGET_EVERY_S = 3600.0
 
 
 class Notifier(Loop):
-    """Coalesces events into messages and sends the due ones, once a second."""
+    """Coalesces events into messages and sends the due ones, once a second while some
+    endpoint is enabled; otherwise one question a minute, or none until an endpoint is
+    enabled (docs/contract.md#notifications: no endpoint, no cost)."""
 
     interval = PASS_S
 
@@ -49,36 +60,89 @@ class Notifier(Loop):
         allow: netguard.Allowlist,
         window_s: float,
         disable_after_s: float,
+        key: bytes | None = None,
     ) -> None:
         super().__init__("notifier", stop)
         self.pool = pool
         self.allow = allow
         self.window_s = window_s
         self.disable_after_s = disable_after_s
+        self.key = key
         self.forgotten_at = 0.0
+        self.woken = threading.Event()
+        self.senders = ThreadPoolExecutor(SENDERS, thread_name_prefix="notifier-send")
+        # Endpoints this notifier is sending to (a task of `senders` each); guarded by _lock.
+        self.busy: set[int] = set()
+        self._lock = threading.Lock()
+
+    def wake(self) -> None:
+        """An endpoint was enabled: pass now, not after IDLE_S (the relay calls this)."""
+        self.woken.set()
+
+    def idle(self, seconds: float) -> bool:
+        """Sleep `seconds` or until woken; True once the worker stops."""
+        deadline = time.monotonic() + seconds
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.woken.wait(min(left, STOP_CHECK_S)):
+                self.woken.clear()
+                return False
+        return True
 
     def step(self) -> float:
         with wrap_exceptions(), self.pool.connection() as conn:
             if time.monotonic() - self.forgotten_at > FORGET_EVERY_S:
                 notifications.forget(conn)
                 self.forgotten_at = time.monotonic()
+            if not notifications.any_enabled(conn):
+                return IDLE_S
+            notifications.rearm_queues(conn)
             notifications.coalesce(conn, self.window_s)
-            due = notifications.claim_due(conn, BATCH, CLAIM_S)
+            with self._lock:
+                busy = sorted(self.busy)
+            # No more than the free senders take at once: a claimed message never waits
+            # for a sender behind a slow receiver (its claim would run out meanwhile).
+            free = SENDERS - len(busy)
+            due = notifications.claim_due(conn, free, CLAIM_S, busy) if free > 0 else []
+        by_endpoint: dict[int, list[notifications.Message]] = {}
         for message in due:
-            if self.stop.is_set():
-                break
-            self.send(message)
-        return 0.0 if len(due) == BATCH else self.interval
+            by_endpoint.setdefault(message.endpoint_id, []).append(message)
+        for endpoint_id, messages in by_endpoint.items():
+            with self._lock:
+                self.busy.add(endpoint_id)
+            self.senders.submit(self._send_all, endpoint_id, messages)
+        return 0.0 if due and len(due) == free and len(by_endpoint) < free else self.interval
+
+    def _send_all(self, endpoint_id: int, messages: list[notifications.Message]) -> None:
+        """One endpoint's messages in order, on a sender thread; an error is logged, and
+        what was not sent is due again when its claim ends."""
+        try:
+            for message in messages:
+                if self.stop.is_set():
+                    break
+                self.send(message)
+        except Exception as exc:
+            report("notifier-send", exc)
+        finally:
+            with self._lock:
+                self.busy.discard(endpoint_id)
+
+    def close(self) -> None:
+        """Sends under way end by their timeout; unsent claimed messages fall due again."""
+        self.senders.shutdown(wait=False, cancel_futures=True)
 
     def send(self, message: notifications.Message) -> None:
         """One attempt, its outcome recorded (never across an open transaction)."""
-        body, headers = render(message)
         status: int | None = None
         retry_after_s: float | None = None
         try:
+            url, secret = message.opened(self.key)
+            body, headers = render(message, secret)
             result = netguard.send(
                 "POST",
-                message.url,
+                url,
                 headers=headers,
                 body=body,
                 timeout_s=SEND_TIMEOUT_S,
@@ -87,8 +151,10 @@ class Notifier(Loop):
             )
             status, retry_after_s = result.status, result.retry_after_s
             error = "" if 200 <= status < 300 else f"HTTP {status}"
-        except (netguard.NotSent, netguard.SentNoResponse) as exc:
+        except (netguard.NotSent, netguard.SentNoResponse, sealing.EncryptionKeyMissing) as exc:
             error = str(exc)
+        except sealing.SecretUnreadable:
+            error = "the endpoint's secret does not open with FLOWFORGE_NOTIFY_KEY"
         with wrap_exceptions(), self.pool.connection() as conn:
             if status is not None and 200 <= status < 300:
                 notifications.delivered(conn, message, status)
@@ -107,8 +173,9 @@ class Notifier(Loop):
         )
 
 
-def render(message: notifications.Message) -> tuple[bytes, dict[str, str]]:
-    """The request body and headers of one message in its endpoint's shape."""
+def render(message: notifications.Message, secret: str | None) -> tuple[bytes, dict[str, str]]:
+    """The request body and headers of one message in its endpoint's shape, signed with
+    `secret` (a standard endpoint's)."""
     headers = {"Content-Type": "application/json", "User-Agent": "FlowForge-Notifier"}
     if message.shape == NotifyShape.SLACK:
         return json.dumps({"text": slack_text(message.payload)}).encode(), headers
@@ -116,10 +183,8 @@ def render(message: notifications.Message) -> tuple[bytes, dict[str, str]]:
     timestamp = int(time.time())
     headers["webhook-id"] = message.message_id
     headers["webhook-timestamp"] = str(timestamp)
-    assert message.secret is not None, "a standard endpoint always has its secret"
-    headers["webhook-signature"] = signatures.sign(
-        message.secret, message.message_id, timestamp, body
-    )
+    assert secret is not None, "a standard endpoint always has its secret"
+    headers["webhook-signature"] = signatures.sign(secret, message.message_id, timestamp, body)
     return body, headers
 
 

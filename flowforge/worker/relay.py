@@ -34,6 +34,7 @@ import psycopg_pool
 from flowforge.domain.engine import PURE_TYPES
 from flowforge.errors import BrokerUnavailable, DatabaseUnavailable
 from flowforge.observe import metrics
+from flowforge.store import notifications
 from flowforge.store.db import pipelined_transaction, wrap_exceptions
 from flowforge.store.outbox import LISTEN_OUTBOX, NOTIFY_IF_PENDING, PUT_BACK, TAKE_BATCH
 from flowforge.store.runs import after_commit
@@ -69,8 +70,13 @@ class Relay(BrokerLoop):
         *,
         run_pure: Callable[[psycopg.Connection, Wakeup], bool] | None = None,
         taking_work: Callable[[], bool] = lambda: True,
+        wake_notifier: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__("relay", stop)
+        # The notifier sleeps while no notification endpoint is enabled; enabling one
+        # NOTIFYs WAKE_CHANNEL, which this LISTEN connection hears for it (no connection
+        # of its own).
+        self.wake_notifier = wake_notifier
         # Runs a lone pure wake-up here instead of publishing it (None: always publish),
         # while the worker still takes work (not once its drain began).
         self.run_pure = run_pure
@@ -286,6 +292,7 @@ class Relay(BrokerLoop):
         with wrap_exceptions():
             self._listener = psycopg.connect(self.database_url, autocommit=True)
             self._listener.execute(LISTEN_OUTBOX)
+            self._listener.execute(notifications.LISTEN_WAKE)
 
     def _wait_for_notify(self) -> None:
         """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile.
@@ -304,11 +311,18 @@ class Relay(BrokerLoop):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                for _ in self._listener.notifies(timeout=min(slice_s, left), stop_after=1):
-                    notified = True
+                for heard in self._listener.notifies(timeout=min(slice_s, left), stop_after=1):
+                    notified = self._for_relay(heard) or notified
             # Several commits may have notified while we published: one pass serves them all.
-            for _ in self._listener.notifies(timeout=0):
-                pass
+            for heard in self._listener.notifies(timeout=0):
+                self._for_relay(heard)
+
+    def _for_relay(self, heard: psycopg.Notify) -> bool:
+        """Whether a NOTIFY is the outbox's; the notifier's wake-up is handed on."""
+        if heard.channel == notifications.WAKE_CHANNEL:
+            self.wake_notifier()
+            return False
+        return True
 
     def _close_broker(self) -> None:
         broker, self._broker, self._channel, self._confirms = self._broker, None, None, None

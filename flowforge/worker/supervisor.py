@@ -158,6 +158,14 @@ class Worker:
     ) -> list[Loop]:
         """The threads beside the executors, on the services' pool: the relay, the timers,
         the scheduler, the reaper, housekeeping, the heartbeat and the notifier."""
+        notifier = Notifier(
+            self.services_pool,
+            self.background,
+            allow=allow,
+            window_s=settings.notify_window_s,
+            disable_after_s=settings.notify_disable_after_s,
+            key=settings.notify_key,
+        )
         return [
             Relay(
                 self.services_pool,
@@ -169,6 +177,7 @@ class Worker:
                 self.heartbeat_s,
                 run_pure=self.executor.run_pure,
                 taking_work=lambda: not self.stop.is_set(),
+                wake_notifier=notifier.wake,
             ),
             timers,
             places,
@@ -186,13 +195,7 @@ class Worker:
             Heartbeat(
                 self.services_pool, self.executor.leases, settings.worker_id, self.background
             ),
-            Notifier(
-                self.services_pool,
-                self.background,
-                allow=allow,
-                window_s=settings.notify_window_s,
-                disable_after_s=settings.notify_disable_after_s,
-            ),
+            notifier,
         ]
 
     def run(self) -> int:

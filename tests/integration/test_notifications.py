@@ -1,14 +1,16 @@
 """Operational notifications (docs/contract.md#notifications) with a real bin/api, a real
 bin/worker and a receiver on 127.0.0.1: every message verifies with the `standardwebhooks`
 library, a 410 disables the endpoint until an operator enables it again, a burst of a
-thousand failures is a bounded number of messages, and a receiver that holds its answer
-for 30 s delays no execution."""
+thousand failures is a bounded number of messages, a receiver that holds its answer
+for 30 s delays no execution nor another endpoint's messages, and a real worker's pause on
+exhausted retries and opened circuit are told."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -158,7 +160,8 @@ def test_a_burst_of_a_thousand_failures_is_a_few_messages(
     notifying: tuple[Api, Target], db: psycopg.Connection
 ) -> None:
     """The failures are a thousand executions' status changes through the real trigger,
-    made in SQL: the worker would take minutes to fail a thousand executions here."""
+    made in SQL: the worker would take minutes to fail a thousand executions here. Then,
+    with the same processes, a slow receiver and the pause and circuit kinds (below)."""
     client, target = notifying
     _subscribe(client, target)
     client.publish("held", unsigned([wait("approve", 3600)]))
@@ -189,6 +192,8 @@ def test_a_burst_of_a_thousand_failures_is_a_few_messages(
     assert len(messages) <= bound
     assert all(len(m.json()["data"]["events"]) <= 20 for m in messages)
     assert len({m.headers["webhook-id"] for m in messages}) == len(messages)
+    # The same processes serve the next part (their start and stop are most of a test).
+    _a_slow_receiver_holds_only_its_own_and_pause_and_circuit_are_told(client, target, db)
 
 
 def _endpoint(client: Api) -> dict[str, Any]:
@@ -200,3 +205,59 @@ def _endpoint(client: Api) -> dict[str, Any]:
 def _triggers(db: psycopg.Connection) -> set[str]:
     rows = db.execute("SELECT tgenabled FROM pg_trigger WHERE tgname LIKE 'notify_%'").fetchall()
     return {row[0] for row in rows}
+
+
+def _a_slow_receiver_holds_only_its_own_and_pause_and_circuit_are_told(
+    client: Api, target: Target, db: psycopg.Connection
+) -> None:
+    """Endpoint `slow` holds its answer; endpoint `fast`, subscribed after `slow`'s message
+    is already held, gets its own while that attempt is still open (nothing recorded of it
+    yet: one after the other, it would have been sent only once `slow`'s attempt had timed
+    out and been recorded). Then a step whose tries run out with on_exhausted pause, through
+    a circuit that opens at its first failure: `fast` is told both."""
+    released = threading.Event()
+
+    def script(r: Received) -> Reply:
+        if r.path == "/notify/slow":
+            released.wait(30)
+            return Reply(200)
+        return Reply(200) if r.path.startswith("/notify") else Reply(500, json={"no": 1})
+
+    target.script = script
+    _subscribe(client, target, "slow", url=f"{target.url}/notify/slow")
+    try:
+        client.wait(client.start("failing", {}), "failed")
+        wait_for(lambda: _at(target, "/notify/slow"), timeout=20, message="slow's message held")
+        kinds = ["execution.failed", "execution.paused", "circuit.opened"]
+        _subscribe(client, target, "fast", url=f"{target.url}/notify/fast", kinds=kinds)
+        failed = client.start("failing", {})
+        client.wait(failed, "failed")
+        wait_for(lambda: _at(target, "/notify/fast"), timeout=20, message="fast's message")
+        held = db.execute(
+            "SELECT d.status, d.last_error FROM notify_deliveries d"
+            " JOIN notify_endpoints e ON e.id = d.endpoint_id WHERE e.name = 'slow'"
+        ).fetchall()
+        assert not released.is_set() and held[0] == ("pending", None), held
+        assert _executions(_at(target, "/notify/fast")[0]) == [failed]
+
+        pausing = http("call", "GET", f"{target.url}/down")
+        pausing |= {"limit": "down", "retry": {"max_attempts": 1, "on_exhausted": "pause"}}
+        circuit = {"circuit": {"failures": 1, "window_s": 60, "cool_down_s": 600}}
+        client.publish("down", {**unsigned([pausing]), "limits": {"down": circuit}})
+        paused = client.start("down", {})
+        told: Counter[str] = Counter()
+
+        def both() -> bool:
+            told.clear()
+            for note in _at(target, "/notify/fast")[1:]:
+                told.update(note.json()["data"]["kinds"])
+            return told["execution.paused"] == 1 and told["circuit.opened"] == 1
+
+        wait_for(both, timeout=30, message=f"pause and circuit told ({told})")
+        assert client.execution(paused)["status"] == "paused"
+    finally:
+        released.set()
+
+
+def _at(target: Target, path: str) -> list[Received]:
+    return [r for r in list(target.received) if r.path == path]

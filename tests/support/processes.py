@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_ENCRYPTION_KEY = "dGVzdC1vbmx5LWVuY3J5cHRpb24ta2V5LTMyYnl0ZXM"
 # The key that signs resume URLs of wait steps in every test process (32 bytes).
 TEST_RESUME_KEY = "cmVzdW1lLWtleS1mb3ItdGVzdHMtb25seS0zMmJ5dGU"
+# The key that seals notification endpoints' secrets (API, worker, migrate; 32 bytes).
+TEST_NOTIFY_KEY = "bm90aWZ5LWtleS1mb3ItdGVzdHMtb25seS0zMmJ5dGU"
 
 
 def process_env(
@@ -39,6 +41,7 @@ def process_env(
         "FLOWFORGE_AMQP_PREFIX": amqp_prefix,
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
         "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        "FLOWFORGE_NOTIFY_KEY": TEST_NOTIFY_KEY,
         "FLOWFORGE_RECONCILE_SECONDS": "2",
         "FLOWFORGE_HTTP_ALLOW": "127.0.0.1",
         # Load tests send far more than the default 100 webhooks/s per workflow; the
@@ -207,6 +210,7 @@ def start_api(env: Mapping[str, str], log_path: Path, workers: int = 2) -> tuple
     env = {
         "FLOWFORGE_ENCRYPTION_KEY": TEST_ENCRYPTION_KEY,
         "FLOWFORGE_RESUME_KEY": TEST_RESUME_KEY,
+        "FLOWFORGE_NOTIFY_KEY": TEST_NOTIFY_KEY,
         **env,
     }
     proc = Process(api_argv(port, workers), env, log_path)
