@@ -951,21 +951,21 @@ class Client:
             },
         )
 
-    def post_approvals_by_execution_id_by_step_id(
+    def post_approvals_by_id_by_step(
         self,
-        execution_id: str,
-        step_id: str,
+        id: str,
+        step: str,
         body: Any,
     ) -> Any:
-        """POST /api/v1/approvals/{execution_id}/{step_id}: Approve (the form's values) or
-        reject an open approval; an operator action
+        """POST /api/v1/approvals/{id}/{step}: Approve (the form's values) or reject an
+        open approval; an operator action
         """
         return self._call(
             "POST",
             _path(
-                "/api/v1/approvals/{execution_id}/{step_id}",
-                execution_id=execution_id,
-                step_id=step_id,
+                "/api/v1/approvals/{id}/{step}",
+                id=id,
+                step=step,
             ),
             (200,),
             body=body,
