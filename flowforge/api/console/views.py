@@ -54,6 +54,8 @@ from flowforge.store import apikeys, catalog, search, sessions, timeline
 from flowforge.usecases import grouping, replay
 
 PAGE_SIZE = 50
+# How often the list's script asks how many executions changed since it was loaded.
+CHANGED_EVERY_S = 30
 # A bulk action walks at most this many executions per POST (one unit of work each),
 # well inside gunicorn's 15 s worker timeout; the page then offers (and, with JavaScript,
 # submits) the next batch.
@@ -163,6 +165,8 @@ def _workflow_choices(conn: psycopg.Connection) -> list[str]:
 def executions() -> str:
     """The filtered list, newest first, with bounded counts per status."""
     after = request.args.get("after")
+    # "N changed since you loaded it" counts from here (console/live.py).
+    loaded = datetime.now(UTC).isoformat()
     with connection() as conn:
         query = forms.parse_query(conn, request.args, g.api_key)
         after_id = timeline.decode_cursor(after) if after else None
@@ -187,6 +191,8 @@ def executions() -> str:
         workflows=workflows,
         next_link=next_link,
         can_write=not g.api_key.read_only,
+        loaded=loaded,
+        changed_every=CHANGED_EVERY_S,
     )
 
 
@@ -227,6 +233,9 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What the execution page shows: the read model plus the definition and geometry."""
     workflow = timeline.workflow_of(conn, execution_id)
     require(workflow, write=False)
+    # Read before the rest: a change in between shows now and makes the next poll answer
+    # at once (one refresh more), never a change missed (docs/contract.md#live-progress).
+    change_version, _ = timeline.change_version(conn, execution_id) or ("", "")
     detail = timeline.execution_detail(conn, execution_id)
     item_query = _item_page(conn, detail)
     document = catalog.get_version(conn, detail["workflow"], detail["version"])["definition"]
@@ -274,6 +283,9 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "axis_w": graph.AXIS_W,
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
+        # The page watches for changes (console/live.py) until the execution is over.
+        "watch": detail["status"] not in TERMINAL_EXECUTION,
+        "change_version": change_version,
         "buttons": [
             (action, action.button.text(shown))
             for action in operations.ACTIONS
@@ -311,12 +323,13 @@ def execution(execution_id: str) -> str:
 @bp.get("/executions/<execution_id:execution_id>/live")
 @signed_in
 def execution_live(execution_id: str) -> Response:
-    """The part of the execution page that changes, for the page's polling script;
-    X-Live says whether it is worth asking again."""
+    """The part of the execution page that changes, for the page's script; X-Live says
+    whether to watch on, X-Version is the version it shows (console/live.py)."""
     with connection() as conn:
         context = _detail(conn, execution_id)
     response = make_response(render_template("_execution_live.html", **context))
-    response.headers["X-Live"] = "1" if context["live"] else "0"
+    response.headers["X-Live"] = "1" if context["watch"] else "0"
+    response.headers["X-Version"] = context["change_version"]
     return response
 
 

@@ -1,0 +1,170 @@
+"""Live progress in the console (docs/contract.md#live-progress): the execution page's long
+poll for its next change, and the list's count of what changed since it was loaded.
+
+bin/api's gunicorn workers are sync: a request holds its whole process until it answers,
+so a long poll (like a server-sent-events stream) holds a worker. How many may wait at
+once is therefore bounded across the workers of one bin/api (FLOWFORGE_LIVE_WAITS), by
+slots that are files locked with flock(2) in the server's private directory: the kernel
+releases a slot when its holder answers or dies (a worker killed by gunicorn's timeout
+holds nothing). Beyond the bound a poll is answered at once, with `Retry-After`, and the
+page asks again that much later: slower, never wrong.
+
+A wait reads the change version every CHECK_S on a pooled connection, given back while
+it sleeps (timeline.CHANGE_VERSION, two index lookups, about 0.1 ms of the database). LISTEN would
+wake it sooner but needs every change to NOTIFY: a cost on every execution of every
+workflow, watched or not. A wait ends before LONGEST_WAIT_S, well inside the 15 s after
+which gunicorn kills a silent worker (serve.DEFAULTS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from flask import Response, current_app, g, jsonify, request
+
+from flowforge.api.console import forms
+from flowforge.api.console.session import require, signed_in
+from flowforge.api.console.site import bp
+from flowforge.api.pool import connection, release_early
+from flowforge.domain.model import TERMINAL_EXECUTION
+from flowforge.errors import NotFound
+from flowforge.launcher import METRICS_DIR_ENV
+from flowforge.store import search, timeline
+
+# The longest a poll waits for a change (a client may ask less with `wait`).
+LONGEST_WAIT_S = 10.0
+# How often a waiting poll reads the version.
+CHECK_S = 0.5
+# What a poll beyond FLOWFORGE_LIVE_WAITS is told: ask again no sooner than this (the
+# live bench phase's figure: 500 pages polling this often cost bin/api under 10 % of a CPU).
+RETRY_AFTER_S = 15
+# The list's "N changed" stops counting here ("100+").
+CHANGED_CAP = 100
+VERSION = re.compile(r"\d{1,19}\.-?\d{1,19}")
+
+
+class Slots:
+    """At most `size` holders at once among every process that opens the same directory."""
+
+    def __init__(self, directory: Path, size: int) -> None:
+        self.directory = directory
+        self.size = size
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def taken(self) -> Iterator[bool]:
+        """Yields whether a slot was free (and is held until the block ends)."""
+        held: IO[bytes] | None = None
+        for n in range(self.size):
+            handle = open(self.directory / f"slot-{n}", "ab")  # noqa: SIM115 - held below
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            held = handle
+            break
+        try:
+            yield held is not None
+        finally:
+            if held is not None:
+                held.close()  # closing the descriptor releases the lock
+
+
+def wait_slots() -> Slots:
+    """This server's slots: in bin/api's private directory, which all its workers share
+    (launcher.private_metrics_dir); an app without one (in-process) gets its own."""
+    found = current_app.extensions.get("flowforge.live_slots")
+    if found is None:
+        shared = os.environ.get(METRICS_DIR_ENV)
+        base = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="flowforge-live-"))
+        size = current_app.extensions["flowforge.settings"].live_waits
+        found = current_app.extensions["flowforge.live_slots"] = Slots(base / "live-waits", size)
+    return found
+
+
+def _version_now(execution_id: str) -> tuple[str, str]:
+    with connection() as conn:
+        found = timeline.change_version(conn, execution_id)
+    if found is None:
+        raise NotFound(f"execution {execution_id} does not exist")
+    return found
+
+
+def _answer(version: str, status: str, since: str | None, retry: bool) -> Response:
+    response = jsonify(
+        version=version,
+        changed=version != since,
+        status=status,
+        live=status not in TERMINAL_EXECUTION,
+    )
+    if retry:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def _wait_s() -> float:
+    raw = request.args.get("wait")
+    if raw is None:
+        return LONGEST_WAIT_S
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise forms.bad("wait", "seconds, a number") from None
+    if not 0 <= wait <= LONGEST_WAIT_S:
+        raise forms.bad("wait", f"from 0 to {LONGEST_WAIT_S:g} seconds")
+    return wait
+
+
+@bp.get("/executions/<execution_id:execution_id>/changes")
+@signed_in
+def execution_changes(execution_id: str) -> Response:
+    """`?since=<version>[&wait=<s>]`: the execution's version, at once when it is not
+    `since` (or the execution is over), else when it moves, or after `wait` seconds
+    unchanged; at once with Retry-After when FLOWFORGE_LIVE_WAITS polls already wait."""
+    since = request.args.get("since")
+    if since is not None and not VERSION.fullmatch(since):
+        raise forms.bad("since", "a version this page was given")
+    wait = _wait_s()
+    with connection() as conn:
+        require(timeline.workflow_of(conn, execution_id), write=False)
+    version, status = _version_now(execution_id)
+    if version != since or status in TERMINAL_EXECUTION or wait == 0:
+        return _answer(version, status, since, retry=False)
+    with wait_slots().taken() as waiting:
+        if not waiting:
+            return _answer(version, status, since, retry=True)
+        deadline = time.monotonic() + wait
+        while version == since and time.monotonic() < deadline:
+            release_early()  # no connection held while asleep (a threaded server's pool)
+            time.sleep(min(CHECK_S, max(0.0, deadline - time.monotonic())))
+            version, status = _version_now(execution_id)
+    return _answer(version, status, since, retry=False)
+
+
+@bp.get("/executions/changed")
+@signed_in
+def executions_changed() -> Response:
+    """`?since=<ISO 8601>` and the list's own filter: how many of its executions changed
+    after `since` (the page's load time), counting to CHANGED_CAP."""
+    raw = request.args.get("since", "")
+    try:
+        since = datetime.fromisoformat(raw)
+    except ValueError:
+        raise forms.bad("since", "the page's load time, ISO 8601") from None
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    with connection() as conn:
+        query = forms.parse_query(conn, request.args, g.api_key)
+        with search.bounded(conn):
+            n, capped = search.changed_since(conn, query.filter, since, CHANGED_CAP)
+    return jsonify(changed=n, capped=capped)
