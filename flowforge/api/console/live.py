@@ -52,13 +52,23 @@ CHANGED_CAP = 100
 VERSION = re.compile(r"\d{1,19}\.-?\d{1,19}")
 
 
-class Slots:
-    """At most `size` holders at once among every process that opens the same directory."""
+SLOTS_DIR = "live-waits"
 
-    def __init__(self, directory: Path, size: int) -> None:
+
+class Slots:
+    """At most one holder per slot file among every process that opens the directory."""
+
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.size = size
+        self.size = len(list(directory.glob("slot-*")))
+
+    @classmethod
+    def prepare(cls, directory: Path, size: int) -> Slots:
+        """Make `size` slot files in a new directory (bin/api's master, before it forks)."""
         directory.mkdir(parents=True, exist_ok=True)
+        for n in range(size):
+            (directory / f"slot-{n}").touch()
+        return cls(directory)
 
     @contextlib.contextmanager
     def taken(self) -> Iterator[bool]:
@@ -80,15 +90,28 @@ class Slots:
                 held.close()  # closing the descriptor releases the lock
 
 
+def server_slots(private_dir: str, live_waits: int, workers: int) -> int:
+    """bin/api's master: the slots all its workers share, in its private directory
+    (launcher.private_metrics_dir); at most workers - 1, so one worker is always free for
+    webhooks and the API. Returns how many."""
+    size = max(0, min(live_waits, workers - 1))
+    Slots.prepare(Path(private_dir) / SLOTS_DIR, size)
+    return size
+
+
 def wait_slots() -> Slots:
-    """This server's slots: in bin/api's private directory, which all its workers share
-    (launcher.private_metrics_dir); an app without one (in-process) gets its own."""
+    """This server's slots: those bin/api's master made; an app without them (in-process)
+    makes its own, FLOWFORGE_LIVE_WAITS of them."""
     found = current_app.extensions.get("flowforge.live_slots")
     if found is None:
         shared = os.environ.get(METRICS_DIR_ENV)
-        base = Path(shared) if shared else Path(tempfile.mkdtemp(prefix="flowforge-live-"))
-        size = current_app.extensions["flowforge.settings"].live_waits
-        found = current_app.extensions["flowforge.live_slots"] = Slots(base / "live-waits", size)
+        if shared and (Path(shared) / SLOTS_DIR).is_dir():
+            found = Slots(Path(shared) / SLOTS_DIR)
+        else:
+            size = current_app.extensions["flowforge.settings"].live_waits
+            own = Path(tempfile.mkdtemp(prefix="flowforge-live-")) / SLOTS_DIR
+            found = Slots.prepare(own, size)
+        current_app.extensions["flowforge.live_slots"] = found
     return found
 
 
