@@ -9,9 +9,9 @@ two windows of `--seconds` each, both with the same steady load (webhooks of the
 `--pages` threads that each behave as one open execution page's script: long poll
 GET /ui/executions/{id}/changes?since=, honour Retry-After, fetch the fragment when it
 changed. Four times in the window one watched execution's wait is completed through the
-API, so some pages see a change (and stop: their execution is over). The figure is bin/api's CPU (master and workers, from
-/proc/PID/stat) in the second window minus the first, as a share of one CPU. A figure,
-not a test: nothing is asserted.
+API, so some pages see a change (and stop: their execution is over). The figure is
+bin/api's CPU (master and workers, from /proc/PID/stat) in the second window minus the
+first, as a share of one CPU. A figure, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
