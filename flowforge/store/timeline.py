@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -127,7 +128,8 @@ SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.
 CHANGE_VERSION = """
 SELECT e.status,
        coalesce((SELECT max(v.id) FROM execution_events v WHERE v.execution_id = e.id), 0),
-       (extract(epoch FROM e.updated_at) * 1000000)::bigint
+       (extract(epoch FROM e.updated_at) * 1000000)::bigint,
+       (SELECT w.key FROM workflows w WHERE w.id = e.workflow_id)
 FROM executions e WHERE e.id = %(id)s
 """
 
@@ -150,14 +152,23 @@ def workflow_of(conn: psycopg.Connection, execution_id: str) -> str:
     return row[0]
 
 
-def change_version(conn: psycopg.Connection, execution_id: str) -> tuple[str, str] | None:
-    """The execution's change version, an opaque `<event>.<micros>` that moves whenever
-    its steps, history or status do, and its status; None when it does not exist."""
+@dataclass(frozen=True)
+class ChangeVersion:
+    """Where an execution stands, for a live page: `version` is an opaque `<event>.<micros>`
+    that moves whenever its steps, history or status do."""
+
+    version: str
+    status: str
+    workflow: str
+
+
+def change_version(conn: psycopg.Connection, execution_id: str) -> ChangeVersion | None:
+    """The execution's change version, status and workflow; None when it does not exist."""
     row = conn.execute(CHANGE_VERSION, {"id": execution_id}).fetchone()
     if row is None:
         return None
-    status, event, micros = row
-    return f"{event}.{micros}", status
+    status, event, micros, workflow = row
+    return ChangeVersion(f"{event}.{micros}", status, workflow)
 
 
 def map_items(

@@ -115,7 +115,7 @@ def wait_slots() -> Slots:
     return found
 
 
-def _version_now(execution_id: str) -> tuple[str, str]:
+def _version_now(execution_id: str) -> timeline.ChangeVersion:
     with connection() as conn:
         found = timeline.change_version(conn, execution_id)
     if found is None:
@@ -123,12 +123,12 @@ def _version_now(execution_id: str) -> tuple[str, str]:
     return found
 
 
-def _answer(version: str, status: str, since: str | None, retry: bool) -> Response:
+def _answer(now: timeline.ChangeVersion, since: str | None, retry: bool) -> Response:
     response = jsonify(
-        version=version,
-        changed=version != since,
-        status=status,
-        live=status not in TERMINAL_EXECUTION,
+        version=now.version,
+        changed=now.version != since,
+        status=now.status,
+        live=now.status not in TERMINAL_EXECUTION,
     )
     if retry:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
@@ -158,20 +158,19 @@ def execution_changes(execution_id: str) -> Response:
     if since is not None and not VERSION.fullmatch(since):
         raise forms.bad("since", "a version this page was given")
     wait = _wait_s()
-    with connection() as conn:
-        require(timeline.workflow_of(conn, execution_id), write=False)
-    version, status = _version_now(execution_id)
-    if version != since or status in TERMINAL_EXECUTION or wait == 0:
-        return _answer(version, status, since, retry=False)
+    now = _version_now(execution_id)
+    require(now.workflow, write=False)
+    if now.version != since or now.status in TERMINAL_EXECUTION or wait == 0:
+        return _answer(now, since, retry=False)
     with wait_slots().taken() as waiting:
         if not waiting:
-            return _answer(version, status, since, retry=True)
+            return _answer(now, since, retry=True)
         deadline = time.monotonic() + wait
-        while version == since and time.monotonic() < deadline:
+        while now.version == since and time.monotonic() < deadline:
             release_early()  # no connection held while asleep (a threaded server's pool)
             time.sleep(min(CHECK_S, max(0.0, deadline - time.monotonic())))
-            version, status = _version_now(execution_id)
-    return _answer(version, status, since, retry=False)
+            now = _version_now(execution_id)
+    return _answer(now, since, retry=False)
 
 
 @bp.get("/executions/changed")

@@ -235,7 +235,8 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     require(workflow, write=False)
     # Read before the rest: a change in between shows now and makes the next poll answer
     # at once (one refresh more), never a change missed (docs/contract.md#live-progress).
-    change_version, _ = timeline.change_version(conn, execution_id) or ("", "")
+    now = timeline.change_version(conn, execution_id)
+    change_version = now.version if now is not None else ""
     detail = timeline.execution_detail(conn, execution_id)
     item_query = _item_page(conn, detail)
     document = catalog.get_version(conn, detail["workflow"], detail["version"])["definition"]
