@@ -233,10 +233,8 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What the execution page shows: the read model plus the definition and geometry."""
     workflow = timeline.workflow_of(conn, execution_id)
     require(workflow, write=False)
-    # Read before the rest: a change in between shows now and makes the next poll answer
-    # at once (one refresh more), never a change missed (docs/contract.md#live-progress).
+    # Read first: a change in between makes the next poll answer at once, never missed.
     now = timeline.change_version(conn, execution_id)
-    change_version = now.version if now is not None else ""
     detail = timeline.execution_detail(conn, execution_id)
     item_query = _item_page(conn, detail)
     document = catalog.get_version(conn, detail["workflow"], detail["version"])["definition"]
@@ -286,7 +284,7 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "live": live,
         # The page watches for changes (console/live.py) until the execution is over.
         "watch": detail["status"] not in TERMINAL_EXECUTION,
-        "change_version": change_version,
+        "change_version": now.version if now is not None else "",
         "buttons": [
             (action, action.button.text(shown))
             for action in operations.ACTIONS
