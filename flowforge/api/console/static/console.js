@@ -55,14 +55,17 @@
     var every = (parseInt(changed.dataset.every, 10) || 30) * 1000;
     var count = function () {
       fetch(changed.dataset.src, asking).then(function (response) {
-        return response.ok ? response.json() : null;
+        // A refusal (signed out, a filter too costly to count) ends the counting.
+        if (response.status >= 400 && response.status < 500) { return null; }
+        if (!response.ok) { throw new Error(String(response.status)); }
+        return response.json();
       }).then(function (body) {
         if (body && body.changed > 0) {
           document.getElementById("changed-n").textContent =
             body.changed + (body.capped ? "+" : "");
           changed.hidden = false;
         }
-        if (!body || !body.capped) { window.setTimeout(count, every); }
+        if (body && !body.capped) { window.setTimeout(count, every); }
       }).catch(function () { window.setTimeout(count, 2 * every); });
     };
     window.setTimeout(count, every);
