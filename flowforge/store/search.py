@@ -136,6 +136,8 @@ CROSS JOIN LATERAL (
 ) y
 """
 ALL_WORKFLOW_IDS = "SELECT id FROM workflows ORDER BY id"
+# The list's load time, on the clock updated_at and finished_at are written with.
+DATABASE_NOW = "SELECT statement_timestamp()"
 # The inbox: every step whose outcome is unknown (the partial index steps_unknown holds
 # only those), whatever its execution's status, oldest execution first, with the last
 # attempt: what was sent, by which worker, and when.
@@ -410,6 +412,13 @@ def bulk_count(conn: psycopg.Connection, flt: Filter, cap: int) -> tuple[int, bo
     at `cap` (per status) before the end."""
     found = _counts(conn, flt, flt.statuses or STATUSES, cap, apart=False)
     return sum(n for n, _ in found.values()), any(capped for _, capped in found.values())
+
+
+def database_now(conn: psycopg.Connection) -> datetime:
+    """The database's clock now (a page's load time, compared with its timestamps)."""
+    (now,) = conn.execute(DATABASE_NOW).fetchone() or (None,)
+    assert isinstance(now, datetime)
+    return now
 
 
 def changed_since(

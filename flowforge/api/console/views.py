@@ -165,12 +165,12 @@ def _workflow_choices(conn: psycopg.Connection) -> list[str]:
 def executions() -> str:
     """The filtered list, newest first, with bounded counts per status."""
     after = request.args.get("after")
-    # "N changed since you loaded it" counts from here (console/live.py).
-    loaded = datetime.now(UTC).isoformat()
     with connection() as conn:
         query = forms.parse_query(conn, request.args, g.api_key)
         after_id = timeline.decode_cursor(after) if after else None
         with search.bounded(conn):
+            # "N changed since you loaded it" counts from here (console/live.py).
+            loaded = search.database_now(conn).isoformat()
             rows = search.page(conn, query.filter, limit=PAGE_SIZE + 1, after=after_id)
             counts = search.status_counts(conn, query.filter)
         workflows = _workflow_choices(conn)
