@@ -412,7 +412,7 @@ VARIABLES = (
     Variable(
         "FLOWFORGE_LIVE_WAITS",
         "how many of one `bin/api`'s sync workers may hold a console page's long poll for its "
-        "execution's next change at once (each holds its worker up to 10 s); beyond it a poll "
+        "execution's next change at once (each holds its worker up to 8 s); beyond it a poll "
         "is answered at once with `Retry-After: 15` and the page asks again then. Keep it "
         "well below `FLOWFORGE_API_WORKERS`; `0`: every page polls every 15 s",
         "live_waits",

@@ -54,7 +54,7 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     assert first.get_json()["version"] == version and first.get_json()["live"] is True
     assert published.get(f"{changes}?since=1.2&wait=5").get_json()["changed"] is True
     assert published.get(f"{changes}?since=x").status_code == 400
-    assert published.get(f"{changes}?since={version}&wait=11").status_code == 400
+    assert published.get(f"{changes}?since={version}&wait=9").status_code == 400
     unchanged = published.get(f"{changes}?since={version}&wait=0")
     assert unchanged.get_json()["changed"] is False and "Retry-After" not in unchanged.headers
 
@@ -64,14 +64,14 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     assert slots.size == 2
     with contextlib.ExitStack() as held:
         assert all(held.enter_context(slots.taken()) for _ in range(slots.size))
-        refused = published.get(f"{changes}?since={version}&wait=10")
+        refused = published.get(f"{changes}?since={version}&wait=8")
     assert refused.get_json()["changed"] is False
     assert refused.headers["Retry-After"] == str(live.RETRY_AFTER_S)
 
     # A slot free: the poll waits, and ends when the execution changes.
     answers: list[Any] = []
     waiter = threading.Thread(
-        target=lambda: answers.append(published.get(f"{changes}?since={version}&wait=10"))
+        target=lambda: answers.append(published.get(f"{changes}?since={version}&wait=8"))
     )
     waiter.start()
     deadline = time.monotonic() + 5
@@ -87,7 +87,7 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     assert body["status"] == "cancelled" and body["live"] is False, body
     assert not _slot_taken(slots)
     # Over: answered at once, even at its own version, and the page stops watching.
-    over = published.get(f"{changes}?since={body['version']}&wait=10").get_json()
+    over = published.get(f"{changes}?since={body['version']}&wait=8").get_json()
     assert over["changed"] is False and over["live"] is False
     fragment = published.get(f"/ui/executions/{eid}/live")
     assert fragment.headers["X-Live"] == "0" and fragment.headers["X-Version"] == body["version"]
