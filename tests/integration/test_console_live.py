@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from flowforge.api.console import live
+from flowforge.store import apikeys
 from tests.integration.test_console import _sign_in
 
 VERSION = re.compile(r'data-version="([0-9.-]+)"')
@@ -97,7 +98,7 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     )
 
 
-def test_the_list_counts_what_changed_since_it_was_loaded(
+def test_the_list_counts_what_changed_since_it_was_loaded_within_the_keys_scope(
     published: Any, api_key: str, db: psycopg.Connection
 ) -> None:
     _sign_in(published, api_key)
@@ -124,3 +125,20 @@ def test_the_list_counts_what_changed_since_it_was_loaded(
     ).get_json()
     assert narrowed["changed"] == 0
     assert published.get("/ui/executions/changed?since=soon").status_code == 400
+
+    # The live routes are a viewer's, within the key's scope.
+    eid = _queued(db)
+    since = datetime.now(UTC).isoformat()
+    _, viewer = apikeys.create(db, "viewer", read_only=True)
+    _sign_in(published, viewer)
+    assert published.get(f"/ui/executions/{eid}/changes?wait=0").status_code == 200
+    assert published.get("/ui/executions/changed", query_string={"since": since}).status_code == 200
+    _, elsewhere = apikeys.create(db, "other only", workflows=["other"])
+    _sign_in(published, elsewhere)
+    assert published.get(f"/ui/executions/{eid}/changes?wait=0").status_code == 403
+    scoped = {"since": since, "workflow": "open"}
+    assert published.get("/ui/executions/changed", query_string=scoped).status_code == 403
+    # Its own scope only: the three executions of `open` are not counted.
+    before = "2000-01-01T00:00:00+00:00"
+    mine = published.get("/ui/executions/changed", query_string={"since": before}).get_json()
+    assert mine == {"changed": 0, "capped": False}
