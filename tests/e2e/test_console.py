@@ -110,8 +110,8 @@ def shot(driver: WebDriver, tmp_path: Path, name: str) -> None:
 
 
 def until(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
-    """Wait for `condition`; a live page swaps its fragment every 2 s, so an element found
-    a moment ago may be gone when read: that is a retry, not a failure."""
+    """Wait for `condition`; a live page swaps its fragment when its execution changes, so
+    an element found a moment ago may be gone when read: that is a retry, not a failure."""
     return WebDriverWait(
         driver,
         timeout,

@@ -10,10 +10,10 @@ holds nothing). Beyond the bound a poll is answered at once, with `Retry-After`,
 page asks again that much later: slower, never wrong.
 
 A wait reads the change version every CHECK_S on a pooled connection, given back while
-it sleeps (timeline.CHANGE_VERSION, two index lookups, about 0.1 ms of the database). LISTEN would
-wake it sooner but needs every change to NOTIFY: a cost on every execution of every
-workflow, watched or not. A wait ends after LONGEST_WAIT_S at most, inside the 15 s after
-which gunicorn kills a silent worker (serve.DEFAULTS).
+it sleeps (timeline.CHANGE_VERSION: three index lookups). LISTEN would wake it sooner but
+needs every change to NOTIFY: a cost on every execution of every workflow, watched or
+not. A wait ends after LONGEST_WAIT_S at most, inside the 15 s after which gunicorn kills
+a silent worker (serve.DEFAULTS).
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ RETRY_AFTER_S = 15
 # The list's "N changed" stops counting here ("100+").
 CHANGED_CAP = 100
 VERSION = re.compile(r"\d{1,19}\.-?\d{1,19}")
-
-
+# The slot files' directory, in bin/api's private one.
 SLOTS_DIR = "live-waits"
 
 
