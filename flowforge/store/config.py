@@ -413,8 +413,8 @@ VARIABLES = (
         "FLOWFORGE_LIVE_WAITS",
         "how many of one `bin/api`'s sync workers may hold a console page's long poll for its "
         "execution's next change at once (each holds its worker up to 8 s); beyond it a poll "
-        "is answered at once with `Retry-After: 15` and the page asks again then. Keep it "
-        "well below `FLOWFORGE_API_WORKERS`; `0`: every page polls every 15 s",
+        "is answered at once with `Retry-After: 20` and the page asks again then. Keep it "
+        "well below `FLOWFORGE_API_WORKERS`; `0`: every page polls every 20 s",
         "live_waits",
         read_by="api",
     ),
