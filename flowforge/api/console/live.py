@@ -156,7 +156,7 @@ def execution_changes(execution_id: str) -> Response:
     """`?since=<version>[&wait=<s>]`: the execution's version, at once when it is not
     `since` (or the execution is over), else when it moves, or after `wait` seconds
     unchanged; at once with Retry-After when FLOWFORGE_LIVE_WAITS polls already wait."""
-    since = request.args.get("since")
+    since = request.args.get("since") or None  # none yet: answered at once
     if since is not None and not VERSION.fullmatch(since):
         raise forms.bad("since", "a version this page was given")
     wait = _wait_s()

@@ -20,7 +20,8 @@
     };
     var watch;
     var later = function (seconds) { window.setTimeout(watch, seconds * 1000); };
-    var gone = function (status) { return status === 401 || status === 403 || status === 404; };
+    // Signed out, no longer allowed, deleted, refused: a reload says why; stop asking.
+    var gone = function (status) { return status >= 400 && status < 500; };
     var refresh = function () {
       if (busy()) { window.setTimeout(refresh, 2000); return; }
       fetch(live.dataset.src, asking).then(function (response) {
