@@ -1,9 +1,7 @@
 """Approvals for tools (docs/contract.md#approvals): the open approvals a key may see, and a
 decision on one. The user is the API key's name, as in the console.
 
-Roles (for the integrator of the viewer/operator/admin roles): `GET /api/v1/approvals` is a
-viewer's read; `POST /api/v1/approvals/{execution_id}/{step_id}` is an operator action
-(`OPERATOR_ENDPOINTS`).
+Listing is a viewer's read; a decision is an operator's action (docs/contract.md#roles).
 """
 
 from __future__ import annotations
@@ -12,19 +10,17 @@ from typing import Any
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from flowforge.api.auth import authorize, key_required
+from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
 from flowforge.domain.definitions import form_schema, is_step_id
+from flowforge.domain.roles import Access
 from flowforge.errors import InvalidBody, InvalidParameter, NotFound
 from flowforge.store import approvals, timeline
 from flowforge.store.apikeys import ApiKey
 from flowforge.usecases import approvals as deciding
 
 bp = Blueprint("approvals", __name__, url_prefix="/api/v1/approvals")
-
-# The endpoints that change an execution: an operator's, in the roles' terms.
-OPERATOR_ENDPOINTS = ("approvals.decide",)
 
 
 def view(row: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +41,7 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
 
 @bp.get("")
 @key_required
+@requires(Access.READ)
 def list_open() -> Response:
     """Open approvals, soonest to expire first; `assignee` keeps those that name it or
     name nobody."""
@@ -62,6 +59,7 @@ def list_open() -> Response:
 
 @bp.post("/<execution_id:execution_id>/<step_id>")
 @key_required
+@requires(Access.OPERATE)
 def decide(execution_id: str, step_id: str) -> Response:
     """Approve with the form's values, or reject: `{"decision": "approve"|"reject",
     "values": {...}}` (an operator action)."""

@@ -79,6 +79,7 @@ def show(name: str) -> Response:
 
 @bp.post("/<name>/rotate")
 @key_required
+@requires(Access.ADMINISTER)
 def rotate(name: str) -> Response:
     """A new signing secret (shown once; body {}), or a Slack endpoint's new URL
     ({"url": ...})."""

@@ -146,6 +146,12 @@ def connection() -> Iterator[psycopg.Connection]:
         raise
 
 
+def release_early() -> None:
+    """Give the request's connection back before the request ends (a long poll between
+    its reads: docs/contract.md#live-progress); the next connection() takes one again."""
+    _release()
+
+
 def _release(_error: BaseException | None = None) -> None:
     """Give the request's connection back; the pool discards it if it broke."""
     conn = g.pop("db", None)

@@ -26,6 +26,7 @@ from gunicorn import glogging, util
 from gunicorn.http import errors
 from gunicorn.workers.sync import SyncWorker
 
+from flowforge.api.console import live
 from flowforge.api.problems import PROBLEM_JSON, problem_document
 from flowforge.errors import ConfigError
 from flowforge.launcher import METRICS_DIR_ENV
@@ -283,6 +284,15 @@ def main(args: Sequence[str], env: Mapping[str, str]) -> int:
             # In the master, once: all its workers' pools together against the server.
             settings = Settings.from_env(env)
             budget.check(settings, budget.api_budget(settings, self.cfg.workers))
+            # docs/contract.md#live-progress: the long-poll slots every worker shares.
+            waits = live.server_slots(env[METRICS_DIR_ENV], settings.live_waits, self.cfg.workers)
+            if waits < settings.live_waits:
+                logging.getLogger(__name__).warning(
+                    "FLOWFORGE_LIVE_WAITS=%d cut to %d: one of %d workers stays free of long polls",
+                    settings.live_waits,
+                    waits,
+                    self.cfg.workers,
+                )
 
     sys.argv = gunicorn_argv(args, env)
     try:

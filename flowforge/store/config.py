@@ -425,6 +425,15 @@ VARIABLES = (
         read_by="api",
     ),
     Variable(
+        "FLOWFORGE_LIVE_WAITS",
+        "how many of one `bin/api`'s sync workers may hold a console page's long poll for its "
+        "execution's next change at once (each holds its worker up to 8 s); beyond it a poll "
+        "is answered at once with `Retry-After: 20` and the page asks again then. Keep it "
+        "well below `FLOWFORGE_API_WORKERS`; `0`: every page polls every 20 s",
+        "live_waits",
+        read_by="api",
+    ),
+    Variable(
         "FLOWFORGE_DB_POOL_SIZE", "connections per API process", "db_pool_size", read_by="api"
     ),
     Variable(
@@ -552,6 +561,9 @@ class Settings:
     # is awaited this long plus a margin, a free pool connection this long.
     db_timeout_seconds: float = 15.0
     webhook_rate: float = 0.0
+    # FLOWFORGE_LIVE_WAITS: how many of one bin/api's sync workers may hold a live page's
+    # long poll at once (docs/contract.md#live-progress); 0: every page polls.
+    live_waits: int = 2
     worker_id: str = ""
     # Seals webhook signing secrets at rest (flowforge/trust/sealing.py); never printed.
     encryption_key: bytes | None = field(default=None, repr=False)
@@ -633,6 +645,7 @@ class Settings:
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),
             db_timeout_seconds=_float(env, "FLOWFORGE_DB_TIMEOUT_SECONDS", cls.db_timeout_seconds),
             webhook_rate=_webhook_rate(env),
+            live_waits=_int(env, "FLOWFORGE_LIVE_WAITS", cls.live_waits, minimum=0),
             worker_id=env.get("FLOWFORGE_WORKER_ID") or f"{socket.gethostname()}:{os.getpid()}",
             encryption_key=_encryption_key(env),
             notify_key=_notify_key(env),

@@ -24,7 +24,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.model import ExecutionStatus, StepStatus, sql_list
+from flowforge.domain.model import (
+    LIVE_EXECUTION,
+    TERMINAL_EXECUTION,
+    ExecutionStatus,
+    StepStatus,
+    sql_list,
+)
 from flowforge.errors import ClientError, StatementCancelled
 from flowforge.store.attention import BEYOND_THE_STATUS
 from flowforge.store.db import wrap_exceptions
@@ -99,6 +105,39 @@ CROSS JOIN LATERAL (
 ) c
 GROUP BY s.status
 """
+# "N changed since you loaded it" (docs/contract.md#live-progress): executions of the filter
+# whose row changed after `since`. No index holds updated_at (one would cost every
+# execution's every update), so the two ways a row changes are each read from an index
+# that exists: a live one is found among the live (executions_by_status, few rows), a
+# finished one by its finished_at (sql/0012's executions_finished and _keyed, per
+# workflow). Each branch stops at `cap`.
+_CHANGED_LIVE = f"""
+SELECT count(*) FROM unnest(%(workflow_ids)s::bigint[]) AS w(workflow_id)
+CROSS JOIN LATERAL (
+    SELECT 1 FROM executions e
+    WHERE e.status IN {sql_list(LIVE_EXECUTION)} AND e.status = ANY(%(statuses)s::text[])
+      AND e.updated_at > %(since)s AND {{where}}
+    LIMIT %(cap)s
+) y
+"""
+_TERMINAL = sql_list(tuple(s for s in ExecutionStatus if s in TERMINAL_EXECUTION))
+_CHANGED_FINISHED = f"""
+SELECT count(*) FROM unnest(%(workflow_ids)s::bigint[]) AS w(workflow_id)
+CROSS JOIN LATERAL (
+    (SELECT 1 FROM executions e
+     WHERE e.status IN {_TERMINAL} AND e.idempotency_key IS NULL
+       AND e.status = ANY(%(statuses)s::text[]) AND e.finished_at > %(since)s AND {{where}}
+     LIMIT %(cap)s)
+    UNION ALL
+    (SELECT 1 FROM executions e
+     WHERE e.status IN {_TERMINAL} AND e.idempotency_key IS NOT NULL
+       AND e.status = ANY(%(statuses)s::text[]) AND e.finished_at > %(since)s AND {{where}}
+     LIMIT %(cap)s)
+) y
+"""
+ALL_WORKFLOW_IDS = "SELECT id FROM workflows ORDER BY id"
+# The list's load time, on the clock updated_at and finished_at are written with.
+DATABASE_NOW = "SELECT statement_timestamp()"
 # The inbox: every step whose outcome is unknown (the partial index steps_unknown holds
 # only those), whatever its execution's status, oldest execution first, with the last
 # attempt: what was sent, by which worker, and when.
@@ -373,6 +412,35 @@ def bulk_count(conn: psycopg.Connection, flt: Filter, cap: int) -> tuple[int, bo
     at `cap` (per status) before the end."""
     found = _counts(conn, flt, flt.statuses or STATUSES, cap, apart=False)
     return sum(n for n, _ in found.values()), any(capped for _, capped in found.values())
+
+
+def database_now(conn: psycopg.Connection) -> datetime:
+    """The database's clock now (a page's load time, compared with its timestamps)."""
+    (now,) = conn.execute(DATABASE_NOW).fetchone() or (None,)
+    assert isinstance(now, datetime)
+    return now
+
+
+def changed_since(
+    conn: psycopg.Connection, flt: Filter, since: datetime, cap: int
+) -> tuple[int, bool]:
+    """How many executions of the filter changed after `since` (created, moved on or
+    finished), and whether counting stopped at `cap`."""
+    if flt.statuses == ():
+        return 0, False
+    if flt.workflow_ids is None:
+        ids = tuple(wid for (wid,) in conn.execute(ALL_WORKFLOW_IDS))
+        flt = replace(flt, workflow_ids=ids or (-1,))
+    extra = {"statuses": list(flt.statuses or STATUSES), "since": since, "cap": cap}
+    found = 0
+    with _planned(conn, flt):
+        for template in (_CHANGED_LIVE, _CHANGED_FINISHED):
+            sql, params = _query(template, flt, extra, statuses=False)
+            (n,) = conn.execute(sql, params).fetchone() or (0,)
+            found += n
+            if found >= cap:
+                return cap, True
+    return found, False
 
 
 def attention(

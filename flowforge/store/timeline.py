@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -120,6 +121,17 @@ LIMIT %(limit)s
 WORKFLOW_OF = """
 SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.id = %(id)s
 """
+# What a live page compares to know the execution changed (docs/contract.md#live-progress):
+# its newest history row (every transition writes one, execution_events_by_execution
+# answers it from the index's last entry) and its row's updated_at; two primary-key-sized
+# lookups, no parse.
+CHANGE_VERSION = """
+SELECT e.status,
+       coalesce((SELECT max(v.id) FROM execution_events v WHERE v.execution_id = e.id), 0),
+       (extract(epoch FROM e.updated_at) * 1000000)::bigint,
+       (SELECT w.key FROM workflows w WHERE w.id = e.workflow_id)
+FROM executions e WHERE e.id = %(id)s
+"""
 
 
 class BadCursor(ClientError):
@@ -138,6 +150,25 @@ def workflow_of(conn: psycopg.Connection, execution_id: str) -> str:
     if row is None:
         raise NotFound(f"execution {execution_id} does not exist")
     return row[0]
+
+
+@dataclass(frozen=True)
+class ChangeVersion:
+    """Where an execution stands, for a live page: `version` is an opaque `<event>.<micros>`
+    that moves whenever its steps, history or status do."""
+
+    version: str
+    status: str
+    workflow: str
+
+
+def change_version(conn: psycopg.Connection, execution_id: str) -> ChangeVersion | None:
+    """The execution's change version, status and workflow; None when it does not exist."""
+    row = conn.execute(CHANGE_VERSION, {"id": execution_id}).fetchone()
+    if row is None:
+        return None
+    status, event, micros, workflow = row
+    return ChangeVersion(f"{event}.{micros}", status, workflow)
 
 
 def map_items(

@@ -1,6 +1,6 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all|tracing|outbound|counts] [--quick] [--json FILE]
+    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live] [--quick] [--json FILE]
               [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
@@ -36,6 +36,7 @@ from tests.bench import (
     figures,
     flow_control,
     limits,
+    live,
     load,
     outbound,
     priorities,
@@ -603,16 +604,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all", "tracing", "outbound", "counts"),
+        choices=("saturation", "steady", "all", "tracing", "outbound", "counts", "live"),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
         "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
         "outbound: slow and https targets, a shared rate limit (issue 27, not part of all; "
         "--quick about 3 min, full 20 min or more); counts: statements, round trips, commits, "
         "NOTIFYs and bytes per webhook, chain3 and step at 1 and 8 senders (not part of all; "
-        "about 2 min)",
+        "about 2 min); live: bin/api's CPU for --pages open console execution pages (not part "
+        "of all; about 3 min)",
     )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
+    p.add_argument("--pages", type=int, default=500, help="live: open execution pages (500)")
+    p.add_argument("--watched", type=int, default=40, help="live: executions they watch (40)")
+    p.add_argument("--seconds", type=float, default=60, help="live: each window's length (60)")
+    p.add_argument("--rate", type=float, default=5, help="live: steady load, webhooks/s (5)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
     p.add_argument(
         "--api-workers",
@@ -656,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "counts":
             report["counts"] = counts.run(args, log)
             print(counts.table(report["counts"]), flush=True)
+        if args.phase == "live":
+            report["live"] = live.run(args, log)
+            print(live.table(report["live"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)

@@ -140,6 +140,7 @@ def _pages(conn: psycopg.Connection) -> dict[str, str]:
     (newest,) = conn.execute("SELECT id FROM executions ORDER BY id DESC LIMIT 1").fetchone()
     day = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 10 * 86400))
     next_day = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 9 * 86400))
+    hour_ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 3600))
     return {
         "executions": "/ui/executions",
         "executions, page 2": "first-page-cursor",
@@ -156,6 +157,8 @@ def _pages(conn: psycopg.Connection) -> dict[str, str]:
         ),
         "execution": f"/ui/executions/{attention_id}",
         "execution live fragment": f"/ui/executions/{attention_id}/live",
+        "execution changes (at once)": f"/ui/executions/{attention_id}/changes?wait=0",
+        "executions changed since (1 h)": f"/ui/executions/changed?since={hour_ago}",
         "execution (no steps)": f"/ui/executions/{newest}",
         "attention": "/ui/attention",
         "bulk retry preview (all)": "/ui/bulk?action=retry",

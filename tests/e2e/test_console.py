@@ -110,8 +110,8 @@ def shot(driver: WebDriver, tmp_path: Path, name: str) -> None:
 
 
 def until(driver: WebDriver, condition: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
-    """Wait for `condition`; a live page swaps its fragment every 2 s, so an element found
-    a moment ago may be gone when read: that is a retry, not a failure."""
+    """Wait for `condition`; a live page swaps its fragment when its execution changes, so
+    an element found a moment ago may be gone when read: that is a retry, not a failure."""
     return WebDriverWait(
         driver,
         timeout,
@@ -188,15 +188,17 @@ def test_an_operator_filters_resolves_completes_and_bulk_retries_in_the_browser(
         workers()
         paid = client.start("pay", {"order": 1})
         waiting = client.start("approve", {"order": 2})
+        watched = client.start("approve", {"order": 3})
         failed = [client.start("flaky", {"batch": "b1", "n": n}) for n in range(3)]
         client.wait(paid, "needs_attention")
         client.wait(waiting, "waiting")
+        client.wait(watched, "waiting")
         for eid in failed:
             client.wait(eid, "failed")
 
     # Sign in, then filter by workflow and status, and by an input path.
     sign_in(browser, api, api_key, tmp_path)
-    assert set(listed(browser)) == {paid, waiting, *failed}
+    assert set(listed(browser)) == {paid, waiting, watched, *failed}
     Select(browser.find_element(By.ID, "f-workflow")).select_by_value("flaky")
     Select(browser.find_element(By.ID, "f-status")).select_by_value("failed")
     browser.find_element(By.ID, "apply").click()
@@ -231,6 +233,19 @@ def test_an_operator_filters_resolves_completes_and_bulk_retries_in_the_browser(
         "api_key",
         "tests",
     )
+
+    # A page left open follows its execution: resumed through the API, the page shows it
+    # finish without a reload (the marker set on this document is still there).
+    browser.get(f"{api}/ui/executions/{watched}")
+    assert browser.find_element(By.ID, "execution-status").text == "waiting"
+    browser.execute_script("window.stillThisPage = true;")
+    done = client.post(
+        f"/api/v1/executions/{watched}/steps/approval/complete", {"output": {"approved": True}}
+    )
+    assert done.status_code == 200, done.text
+    until(browser, lambda d: d.find_element(By.ID, "execution-status").text == "succeeded")
+    assert browser.execute_script("return window.stillThisPage === true;")
+    assert browser.find_element(By.ID, "live").get_attribute("data-live") == "0"
 
     # Complete the wait on its execution page, which then follows the run by itself.
     browser.get(f"{api}/ui/executions/{waiting}")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from flowforge.api.console import live
 from flowforge.store.config import Settings
 from tests.support.processes import Process, free_port, start_api, wait_answering, wait_for
 
@@ -98,6 +99,9 @@ def test_the_shipped_configuration_passes_nginx_t_and_matches_the_body_limit(
     (limit,) = re.findall(r"^\s*client_max_body_size (\d+)m;", site, re.MULTILINE)
     assert int(limit) * 1024 * 1024 == Settings().max_body_bytes
     assert f"{Settings().max_body_bytes} bytes" in site  # the 413 problem's detail
+    # A live page's long poll answers before nginx gives up on the upstream.
+    (read_timeout,) = re.findall(r"^\s*proxy_read_timeout (\d+)s;", site, re.MULTILINE)
+    assert int(read_timeout) > live.LONGEST_WAIT_S
 
 
 HALF_HEADERS = b"POST /hooks/orders HTTP/1.1\r\nHost: x\r\nContent-Type: applica"

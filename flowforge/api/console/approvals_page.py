@@ -4,8 +4,8 @@ decided by its two buttons, approve or reject. A form that does not fit is shown
 with each field's problem, and nothing is decided. Installed on the console's blueprint
 by `install`, so this module imports none of views.py.
 
-Roles (for the integrator): the list and the form are a viewer's reads; the POST is an
-operator action (`OPERATOR_ENDPOINTS`).
+The list and the form are a viewer's reads; the decision is an operator's action
+(docs/contract.md#roles).
 """
 
 from __future__ import annotations
@@ -15,18 +15,19 @@ from typing import Any
 from flask import Blueprint, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from flowforge.api.auth import requires
 from flowforge.api.console import operate
 from flowforge.api.console.session import may, require, signed_in
 from flowforge.api.console.site import csrf_token
 from flowforge.api.pool import connection
 from flowforge.domain.definitions import FormValuesInvalid, from_html, is_step_id, may_decide
+from flowforge.domain.roles import Access
 from flowforge.errors import NotFound
 from flowforge.store import approvals, timeline
 
-OPERATOR_ENDPOINTS = ("console.decide_approval",)
-
 
 @signed_in
+@requires(Access.READ)
 def page() -> str:
     """The open approvals the signed-in user may decide: assigned to them or to nobody."""
     with connection() as conn:
@@ -67,12 +68,14 @@ def _form_page(
 
 
 @signed_in
+@requires(Access.READ)
 def show(execution_id: str, step_id: str) -> tuple[str, int]:
     """One approval's form."""
     return _form_page(_open(execution_id, step_id), {}, [], 200)
 
 
 @signed_in
+@requires(Access.OPERATE)
 def decide(execution_id: str, step_id: str) -> BaseResponse | tuple[str, int]:
     """Approve (the form's values checked first) or reject; then back to the list."""
     row = _open(execution_id, step_id)

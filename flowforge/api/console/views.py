@@ -56,6 +56,8 @@ from flowforge.store import apikeys, catalog, search, sessions, timeline
 from flowforge.usecases import grouping, replay
 
 PAGE_SIZE = 50
+# How often the list's script asks how many executions changed since it was loaded.
+CHANGED_EVERY_S = 30
 # A bulk action walks at most this many executions per POST (one unit of work each),
 # well inside gunicorn's 15 s worker timeout; the page then offers (and, with JavaScript,
 # submits) the next batch.
@@ -174,6 +176,8 @@ def executions() -> str:
         query = forms.parse_query(conn, request.args, g.api_key)
         after_id = timeline.decode_cursor(after) if after else None
         with search.bounded(conn):
+            # "N changed since you loaded it" counts from here (console/live.py).
+            loaded = search.database_now(conn).isoformat()
             rows = search.page(conn, query.filter, limit=PAGE_SIZE + 1, after=after_id)
             counts = search.status_counts(conn, query.filter)
         workflows = _workflow_choices(conn)
@@ -194,6 +198,8 @@ def executions() -> str:
         workflows=workflows,
         next_link=next_link,
         can_write=g.api_key.may(Access.OPERATE),
+        loaded=loaded,
+        changed_every=CHANGED_EVERY_S,
     )
 
 
@@ -234,6 +240,8 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """What the execution page shows: the read model plus the definition and geometry."""
     workflow = timeline.workflow_of(conn, execution_id)
     require(workflow, write=False)
+    # Read first: a change in between makes the next poll answer at once, never missed.
+    now = timeline.change_version(conn, execution_id)
     detail = timeline.execution_detail(conn, execution_id)
     item_query = _item_page(conn, detail)
     document = catalog.get_version(conn, detail["workflow"], detail["version"])["definition"]
@@ -281,6 +289,9 @@ def _detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
         "axis_w": graph.AXIS_W,
         "box": {"w": graph.BOX_W, "h": graph.BOX_H},
         "live": live,
+        # The page watches for changes (console/live.py) until the execution is over.
+        "watch": detail["status"] not in TERMINAL_EXECUTION,
+        "change_version": now.version if now is not None else "",
         "buttons": [
             (action, action.button.text(shown))
             for action in operations.ACTIONS
@@ -320,12 +331,13 @@ def execution(execution_id: str) -> str:
 @signed_in
 @requires(Access.READ)
 def execution_live(execution_id: str) -> Response:
-    """The part of the execution page that changes, for the page's polling script;
-    X-Live says whether it is worth asking again."""
+    """The part of the execution page that changes, for the page's script; X-Live says
+    whether to watch on, X-Version is the version it shows (console/live.py)."""
     with connection() as conn:
         context = _detail(conn, execution_id)
     response = make_response(render_template("_execution_live.html", **context))
-    response.headers["X-Live"] = "1" if context["live"] else "0"
+    response.headers["X-Live"] = "1" if context["watch"] else "0"
+    response.headers["X-Version"] = context["change_version"]
     return response
 
 
