@@ -163,6 +163,8 @@ REPLACED = f"""ARRAY(SELECT id::text FROM executions
              LIMIT (SELECT greatest(live.n + in_queue.n + 1 - %(limit)s::int, 0)
                     FROM live, in_queue))"""
 GATED_INTAKE = create_execution(DECISION, REPLACED)
+# The same with the execution's search attributes (docs/contract.md#search-attributes).
+GATED_ATTRIBUTED = create_execution(DECISION, REPLACED, attributes=True)
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
 # make their root steps ready (roots read from the pinned definition) with their
 # wake-ups, and record it. The limit is the one of the version the queue's head pins.
@@ -357,7 +359,8 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
             conn.execute(SLOT_LOCK, params)
             if alone:
                 conn.execute(COMMIT_WITHOUT_FLUSH)
-        intake = conn.execute(GATED_INTAKE, params)
+        statement = GATED_ATTRIBUTED if "attr_names" in params else GATED_INTAKE
+        intake = conn.execute(statement, params)
     current, created, mode, oldest, woke = one(intake)
     if gated and alone:
         conn.execute(FLUSH_BARRIER)

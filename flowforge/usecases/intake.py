@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 from flowforge.cache import BoundedCache, Rechecks
 from flowforge.domain import inputschema
-from flowforge.domain.definitions import Definition, execution_priority
+from flowforge.domain.definitions import Definition, execution_priority, render_attributes
 from flowforge.domain.model import (
     FLOW_CONTROL_ACTOR,
     KeyOrigin,
@@ -49,6 +49,8 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # The whole intake in one statement (creation.py); the relay's NOTIFY follows the commit
 # (db.notify_relay).
 CREATE_EXECUTION = create_execution()
+# The same with the execution's search attributes (docs/contract.md#search-attributes).
+CREATE_ATTRIBUTED = create_execution(attributes=True)
 # Each read of an intake target from PostgreSQL (a cache miss, a re-check) is told to
 # whoever counts them: the API subscribes its counter (api.create_app), so the store
 # imports no observer.
@@ -238,6 +240,19 @@ def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
     return {"priority": execution_priority(definition, json.loads(body))}
 
 
+def attribute_params(definition: Definition, body: bytes) -> dict[str, Any]:
+    """The search attributes of a new execution (docs/contract.md#search-attributes) as the
+    creation statement's `attr_names` and `attr_values`; nothing (and no parse of the body)
+    for a version that declares none, and nothing when none rendered to a value: the
+    intake then runs the statement without them."""
+    if not definition.attributes:
+        return {}
+    found = render_attributes(definition, json.loads(body))
+    if not found:
+        return {}
+    return {"attr_names": list(found), "attr_values": list(found.values())}
+
+
 def _execution_params(
     execution_id: str,
     target: Target,
@@ -279,6 +294,7 @@ def _execution_params(
         **(system or {}),
         # Before anything is written: a priority that is no priority refuses the webhook.
         **priority_params(target.definition, body),
+        **attribute_params(target.definition, body),
     }
 
 
@@ -333,7 +349,8 @@ def accept(
             except flowcontrol.QueueFull as exc:
                 refused, current, created = exc, True, False
         else:
-            (current, created) = one(conn.execute(CREATE_EXECUTION, params))
+            statement = CREATE_ATTRIBUTED if "attr_names" in params else CREATE_EXECUTION
+            (current, created) = one(conn.execute(statement, params))
             if created:
                 notify_relay(conn)
         if not current:

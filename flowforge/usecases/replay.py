@@ -298,6 +298,8 @@ def replay(
             ),
         }
         conn.execute(creation.CREATE_REPLAY, params)
+        if attributes := intake.attribute_params(target, body):
+            conn.execute(creation.INSERT_ATTRIBUTES, {"id": new_id, **attributes})
         conn.execute(CREATE_STEPS, params)
         conn.execute(RECORD, params)
         if ckey is not None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowforge.domain.definitions.attributes import (
+    AttributesSection,
+    attribute_value,
+    is_attribute_name,
+    render_attributes,
+)
 from flowforge.domain.definitions.bounds import (
+    ATTRIBUTE_NAME,
     DEFAULT_CATCHUP_WINDOW_S,
     DEFAULT_MAP_PARALLEL,
     DEFAULT_MAX_WAIT_WINDOWS,
@@ -17,6 +24,8 @@ from flowforge.domain.definitions.bounds import (
     EARLIEST_INSTANT,
     LATEST_INSTANT,
     MAX_ATTEMPTS,
+    MAX_ATTRIBUTE_CHARS,
+    MAX_ATTRIBUTES,
     MAX_BACKOFF_COEFFICIENT,
     MAX_BATCH_ITEMS,
     MAX_CATCHUP_WINDOW_S,
@@ -109,6 +118,7 @@ from flowforge.domain.definitions.waits import WaitSection
 from flowforge.domain.definitions.webhooks import WebhookSection
 
 __all__ = [
+    "ATTRIBUTE_NAME",
     "DEFAULT_CATCHUP_WINDOW_S",
     "DEFAULT_MAP_PARALLEL",
     "DEFAULT_MAX_WAIT_WINDOWS",
@@ -123,6 +133,8 @@ __all__ = [
     "ITEM_STEP_TYPES",
     "LATEST_INSTANT",
     "MAX_ATTEMPTS",
+    "MAX_ATTRIBUTES",
+    "MAX_ATTRIBUTE_CHARS",
     "MAX_BACKOFF_COEFFICIENT",
     "MAX_BATCH_ITEMS",
     "MAX_CATCHUP_WINDOW_S",
@@ -184,7 +196,9 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Step",
+    "attribute_value",
     "execution_priority",
+    "is_attribute_name",
     "is_step_id",
     "is_step_row",
     "item_row",
@@ -192,6 +206,7 @@ __all__ = [
     "parse_operator_limit",
     "parse_schedule",
     "parse_until",
+    "render_attributes",
     "render_concurrency_key",
     "split_item_row",
 ]
@@ -210,6 +225,7 @@ _TOP_KEYS = frozenset(
         "limits",
         "archive_days",
         "priority",
+        "attributes",
     }
 )
 
@@ -228,6 +244,7 @@ class _Parser(
     WaitSection,
     MapSection,
     ChildSection,
+    AttributesSection,
 ):
     """Walks one definition, each section in the order an author reads them."""
 
@@ -267,6 +284,7 @@ class _Parser(
         retention_days = self.retention_days(doc)
         archive_days = self.archive_days(doc)
         priority = self.priority(doc)
+        attributes = self.attributes(doc)
         input_schema = self.input_schema(doc)
         self.limit_names = (
             frozenset(doc["limits"]) if isinstance(doc.get("limits"), dict) else frozenset()
@@ -289,6 +307,7 @@ class _Parser(
             grouping=grouping,
             limits=limits,
             priority=priority,
+            attributes=attributes,
         )
 
 
