@@ -14,7 +14,8 @@ from flowforge.domain.model import ExecutionQuery, StepStatus
 
 
 def query(args: argparse.Namespace, *, limit: int, cursor: str | None) -> ExecutionQuery:
-    """The executions the command's filter names (--workflow, --status, --since, --until)."""
+    """The executions the command's filter names (--workflow, --status, --since, --until,
+    --where)."""
     return ExecutionQuery(
         workflow=args.workflow,
         status=args.status,
@@ -22,6 +23,7 @@ def query(args: argparse.Namespace, *, limit: int, cursor: str | None) -> Execut
         cursor=cursor,
         since=args.since,
         until=args.until,
+        attributes=tuple(args.where or ()),
     )
 
 

@@ -71,6 +71,26 @@ _FRAGMENTS = {
     "id_prefix": "e.id BETWEEN %(id_lo)s AND %(id_hi)s",
     "ids": "e.id = ANY(%(ids)s::uuid[])",
 }
+# docs/contract.md#search-attributes: the first attribute a filter names is a range of
+# execution_attributes_lookup (a rare value drives the branch from it, newest id first);
+# each further one is a lookup of the primary key (execution_id, name) per candidate row.
+# Numbered by position in the filter, never by anything a request says.
+MAX_FILTER_ATTRIBUTES = 8
+_FIRST_ATTRIBUTE = (
+    "e.id IN (SELECT a.execution_id FROM execution_attributes a"
+    " WHERE a.name = %(attr_name_0)s AND a.value = %(attr_value_0)s)"
+)
+_FRAGMENTS.update(
+    {
+        "attribute_0": _FIRST_ATTRIBUTE,
+        **{
+            f"attribute_{n}": f"EXISTS (SELECT 1 FROM execution_attributes a{n}"
+            f" WHERE a{n}.execution_id = e.id AND a{n}.name = %(attr_name_{n})s"
+            f" AND a{n}.value = %(attr_value_{n})s)"
+            for n in range(1, MAX_FILTER_ATTRIBUTES)
+        },
+    }
+)
 # One page, newest first: each (workflow, status) branch yields its newest `limit` rows
 # after the cursor, and the merge keeps the newest `limit` of those.
 _PAGE = """
@@ -183,6 +203,8 @@ class Filter:
     input_match: Any = None  # a containment document: {"customer": {"id": 42}}
     upto: str | None = None  # bulk actions: nothing newer than the preview's newest
     id_prefix: str | None = None  # hex digits an execution id starts with (dashes dropped)
+    # (name, value) pairs an execution must all have (docs/contract.md#search-attributes).
+    attributes: tuple[tuple[str, str], ...] = ()
 
     def narrowed(self, statuses: tuple[str, ...]) -> Filter:
         """The same filter, its statuses cut to `statuses` (an action's eligible ones)."""
@@ -254,6 +276,9 @@ def _query(
     if flt.id_prefix is not None:
         chosen.append("id_prefix")
         params["id_lo"], params["id_hi"] = id_range(flt.id_prefix)
+    for n, (name, value) in enumerate(flt.attributes[:MAX_FILTER_ATTRIBUTES]):
+        chosen.append(f"attribute_{n}")
+        params[f"attr_name_{n}"], params[f"attr_value_{n}"] = name, value
     if flt.upto is not None:
         chosen.append("upto")
         params["upto"] = flt.upto

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from flowforge.domain.model import (
@@ -117,6 +118,39 @@ WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
 ORDER BY e.id DESC
 LIMIT %(limit)s
 """
+# A page by search attributes (docs/contract.md#search-attributes): driven from the first
+# attribute's range of execution_attributes_lookup, newest id first, each execution then
+# read by its primary key and held to the other filters until the page is full; each
+# further attribute is one lookup of the primary key (execution_id, name). A rare value
+# reads a few index entries; a common one walks them in order, a page's worth apart.
+ATTRIBUTE_PAGE = sql.SQL("""
+SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
+       e.started_at, e.finished_at
+FROM execution_attributes a
+JOIN executions e ON e.id = a.execution_id
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE a.name = %(attr_name_0)s AND a.value = %(attr_value_0)s
+  AND (%(after)s::uuid IS NULL OR a.execution_id < %(after)s)
+  AND (%(since)s::uuid IS NULL OR a.execution_id >= %(since)s)
+  AND (%(until)s::uuid IS NULL OR a.execution_id < %(until)s)
+  AND (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
+  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
+  AND {status}{more}
+ORDER BY a.execution_id DESC
+LIMIT %(limit)s
+""")
+ATTRIBUTE_STATUS = sql.SQL("(%(status)s::text IS NULL OR e.status = %(status)s)")
+# needs_attention as everywhere (attention.py), for the rows of the page only.
+ATTRIBUTE_NEEDS_ATTENTION = sql.SQL(
+    "(e.status = 'needs_attention' OR EXISTS ("
+    "SELECT 1 FROM steps s WHERE s.execution_id = e.id AND s.status = 'unknown'))"
+)
+MORE_ATTRIBUTE = sql.SQL("""
+  AND EXISTS (SELECT 1 FROM execution_attributes {b}
+              WHERE {b}.execution_id = e.id AND {b}.name = {name} AND {b}.value = {value})""")
+# An execution's search attributes, for its detail.
+ATTRIBUTES = "SELECT name, value FROM execution_attributes WHERE execution_id = %(id)s"
 WORKFLOW_OF = """
 SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.id = %(id)s
 """
@@ -296,23 +330,26 @@ def map_page(
 def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """The execution with its steps, every attempt, and its event history; a map step
     carries its items' counts by status and a first page of them (map_items)."""
-    # The four reads are sent before any is fetched: one round trip, not four.
+    # The five reads are sent before any is fetched: one round trip, not five.
     with (
         conn.pipeline(),
         conn.cursor(row_factory=dict_row) as cur,
         conn.cursor(row_factory=dict_row) as step_rows,
         conn.cursor(row_factory=dict_row) as attempt_rows,
         conn.cursor(row_factory=dict_row) as event_rows,
+        conn.cursor() as attribute_rows,
     ):
         params = {"id": execution_id}
         cur.execute(EXECUTION, params)
         step_rows.execute(STEPS, params)
         attempt_rows.execute(ATTEMPTS, params)
         event_rows.execute(EVENTS, params)
+        attribute_rows.execute(ATTRIBUTES, params)
         head = cur.fetchone()
         steps = step_rows.fetchall()
         attempts = attempt_rows.fetchall()
         events = event_rows.fetchall()
+        attributes = dict(sorted(attribute_rows.fetchall()))
     if head is None:
         raise NotFound(f"execution {execution_id} does not exist")
     items = _first_item_pages(conn, execution_id, head["version_id"], steps)
@@ -335,6 +372,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         "trigger": head["trigger"],
         "idempotency_key": head["idempotency_key"],
         "priority": head["priority"],
+        # docs/contract.md#search-attributes: what it can be found by ({} without any).
+        "attributes": attributes,
         "input": head["input"],
         "created_at": _iso(head["created_at"]),
         "started_at": _iso(head["started_at"]),
@@ -451,19 +490,26 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
     """
     after = decode_cursor(query.cursor) if query.cursor else None
     limit = query.limit
+    params: dict[str, Any] = {
+        "workflow": query.workflow,
+        "workflows": list(query.workflows) if query.workflows is not None else None,
+        "status": query.status,
+        "after": after,
+        "since": uuid_floor(query.since) if query.since else None,
+        "until": uuid_floor(query.until) if query.until else None,
+        "limit": limit,
+    }
+    statement: sql.Composable
+    if query.attributes:
+        statement = attribute_page(query)
+        for index, (name, value) in enumerate(query.attributes):
+            params[f"attr_name_{index}"], params[f"attr_value_{index}"] = name, value
+    elif query.status == ExecutionStatus.NEEDS_ATTENTION:
+        statement = sql.SQL(NEEDS_ATTENTION_PAGE)
+    else:
+        statement = sql.SQL(PAGE)
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            NEEDS_ATTENTION_PAGE if query.status == ExecutionStatus.NEEDS_ATTENTION else PAGE,
-            {
-                "workflow": query.workflow,
-                "workflows": list(query.workflows) if query.workflows is not None else None,
-                "status": query.status,
-                "after": after,
-                "since": uuid_floor(query.since) if query.since else None,
-                "until": uuid_floor(query.until) if query.until else None,
-                "limit": limit,
-            },
-        ).fetchall()
+        rows = cur.execute(statement, params).fetchall()
     items = [
         {
             "id": str(r["id"]),
@@ -482,6 +528,22 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
         last = rows[-1]
         next_cursor = encode_cursor(str(last["id"]))
     return {"items": items, "next_cursor": next_cursor}
+
+
+def attribute_page(query: ExecutionQuery) -> sql.Composed:
+    """ATTRIBUTE_PAGE for the query's attributes (at least one) and status: composed from
+    named parts, the values always parameters (attr_name_N, attr_value_N)."""
+    more = sql.SQL("").join(
+        MORE_ATTRIBUTE.format(
+            b=sql.Identifier(f"b{index}"),
+            name=sql.Placeholder(f"attr_name_{index}"),
+            value=sql.Placeholder(f"attr_value_{index}"),
+        )
+        for index in range(1, len(query.attributes))
+    )
+    needs = query.status == ExecutionStatus.NEEDS_ATTENTION
+    status = ATTRIBUTE_NEEDS_ATTENTION if needs else ATTRIBUTE_STATUS
+    return ATTRIBUTE_PAGE.format(status=status, more=more)
 
 
 def encode_cursor(execution_id: str) -> str:

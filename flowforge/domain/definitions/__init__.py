@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from flowforge.domain.definitions.attributes import (
+    AttributeFilterInvalid,
     AttributesSection,
+    attribute_filter,
     attribute_value,
     is_attribute_name,
     render_attributes,
@@ -196,6 +198,8 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Step",
+    "AttributeFilterInvalid",
+    "attribute_filter",
     "attribute_value",
     "execution_priority",
     "is_attribute_name",

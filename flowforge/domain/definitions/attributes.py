@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from flowforge.domain import templating
@@ -22,6 +23,7 @@ from flowforge.domain.definitions.bounds import (
     MAX_TEMPLATE_CHARS,
 )
 from flowforge.domain.definitions.checker import Checker
+from flowforge.errors import ClientError
 
 if TYPE_CHECKING:
     from flowforge.domain.definitions.shapes import Definition
@@ -115,3 +117,52 @@ class AttributesSection(Checker):
                 self.error(path, f"{dotted!r}: an attribute may read input only")
                 ok = False
         return ok
+
+
+class AttributeFilterInvalid(ClientError):
+    """A filter by search attributes names no attribute or no value one could hold: 422,
+    each bad one by its parameter (`attr.NAME`, `--where`, `$.filter.attributes.NAME`)."""
+
+    status = 422
+    title = "Invalid attribute filter"
+
+    def __init__(self, errors: list[dict[str, str]]) -> None:
+        super().__init__("; ".join(f"{error['path']}: {error['message']}" for error in errors))
+        self.errors = errors
+
+
+def attribute_filter(pairs: Iterable[tuple[str, str, Any]]) -> tuple[tuple[str, str], ...]:
+    """A filter `name = value` per (where, name, value), `where` the parameter as its
+    caller spells it; every one must hold: at most MAX_ATTRIBUTES, each name a valid
+    attribute name named once, each value text a stored value could be (1 to
+    MAX_ATTRIBUTE_CHARS characters, no NUL). Raises AttributeFilterInvalid naming each."""
+    errors: list[dict[str, str]] = []
+    found: dict[str, str] = {}
+    for where, name, value in pairs:
+        if not isinstance(name, str) or not is_attribute_name(name):
+            errors.append(
+                {
+                    "path": where,
+                    "message": "an attribute name is lowercase letters, digits and '_',"
+                    " starting with a letter, at most 40 characters",
+                }
+            )
+        elif name in found:
+            errors.append({"path": where, "message": f"attribute {name!r} is named twice"})
+        elif not isinstance(value, str) or attribute_value(value) != value:
+            errors.append(
+                {
+                    "path": where,
+                    "message": f"a value is text of 1 to {MAX_ATTRIBUTE_CHARS} characters"
+                    " without NUL (an attribute that rendered empty is not stored)",
+                }
+            )
+        else:
+            found[name] = value
+    if len(found) > MAX_ATTRIBUTES:
+        errors.append(
+            {"path": "attr", "message": f"at most {MAX_ATTRIBUTES} attributes in one filter"}
+        )
+    if errors:
+        raise AttributeFilterInvalid(errors)
+    return tuple(found.items())
