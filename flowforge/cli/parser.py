@@ -170,6 +170,17 @@ def _window(parser: argparse.ArgumentParser, since_help: str) -> None:
     )
 
 
+def _where(parser: argparse.ArgumentParser) -> None:
+    """--where NAME=VALUE, repeatable: a search attribute (docs/contract.md#search-attributes)."""
+    parser.add_argument(
+        "--where",
+        type=where,
+        action="append",
+        metavar="NAME=VALUE",
+        help="only executions with this search attribute (repeat: all of them)",
+    )
+
+
 def _from_step(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from-step",
@@ -359,13 +370,7 @@ def _execution_commands(tree: _Tree) -> None:
     )
     listing.add_argument("--limit", type=limit, default=20, help=f"1-{MAX_PAGE}")
     listing.add_argument("--cursor", help="next_cursor of the previous page")
-    listing.add_argument(
-        "--where",
-        type=where,
-        action="append",
-        metavar="NAME=VALUE",
-        help="only executions with this search attribute (repeat: all of them)",
-    )
+    _where(listing)
     _window(
         listing,
         "created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
@@ -408,13 +413,7 @@ def _bulk_commands(tree: _Tree) -> None:
     bulk.add_argument("--from", dest="start", help="created at or after (ISO-8601)")
     bulk.add_argument("--to", dest="end", help="created before (ISO-8601)")
     bulk.add_argument("--error", help="a step's error contains this text")
-    bulk.add_argument(
-        "--where",
-        type=where,
-        action="append",
-        metavar="NAME=VALUE",
-        help="only executions with this search attribute (repeat: all of them)",
-    )
+    _where(bulk)
     bulk.add_argument("--batch", type=limit, default=100, help=f"per call, 1-{MAX_PAGE}")
     bulk.add_argument("--yes", action="store_true", help="replay them (default: preview)")
     for name, handler, help_ in (
@@ -429,13 +428,7 @@ def _bulk_commands(tree: _Tree) -> None:
             help="only in this status (needs_attention: every execution with an unknown step)",
         )
         _window(by_filter, "created at or after WHEN (30m, 6h, 2d or an ISO 8601 instant)")
-    by_filter.add_argument(
-        "--where",
-        type=where,
-        action="append",
-        metavar="NAME=VALUE",
-        help="only executions with this search attribute (repeat: all of them)",
-    )
+        _where(by_filter)
         by_filter.add_argument(
             "--yes",
             action="store_true",

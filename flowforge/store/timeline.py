@@ -349,7 +349,7 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         steps = step_rows.fetchall()
         attempts = attempt_rows.fetchall()
         events = event_rows.fetchall()
-        attributes = dict(sorted(attribute_rows.fetchall()))
+        attributes: dict[str, str] = dict(sorted(attribute_rows.fetchall()))
     if head is None:
         raise NotFound(f"execution {execution_id} does not exist")
     items = _first_item_pages(conn, execution_id, head["version_id"], steps)
