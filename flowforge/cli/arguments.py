@@ -68,7 +68,8 @@ def where(text: str) -> tuple[str, str]:
     try:
         return attribute_filter([("--where", name, value)])[0]
     except AttributeFilterInvalid as exc:
-        raise argparse.ArgumentTypeError(f"{text!r}: {(exc.errors or [{}])[0].get('message')}")
+        message = (exc.errors or [{}])[0].get("message")
+        raise argparse.ArgumentTypeError(f"{text!r}: {message}") from None
 
 
 def workflow_key(text: str) -> str:
