@@ -71,6 +71,8 @@ def test_the_api_the_client_and_the_cli_filter_by_attributes(client: Api, api_ke
         )
     )
     assert [item["id"] for item in both["items"]] == [other]
+    shown = ok(remote(client.base, api_key, "executions", "show", mine))
+    assert "attributes customer=acme  order_id=4711" in shown
     usage = remote(client.base, api_key, "executions", "list", "--where", "Order=1")
     assert usage.returncode == 2 and "lowercase letters" in usage.stderr
 
