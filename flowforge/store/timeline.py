@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from flowforge.domain.model import (
@@ -21,7 +21,7 @@ from flowforge.domain.model import (
     sql_list,
 )
 from flowforge.errors import ClientError, NotFound
-from flowforge.store import attention, children, flowcontrol
+from flowforge.store import attention, children, flowcontrol, search
 from flowforge.store.db import one
 from flowforge.store.runs import definition_for
 from flowforge.store.search import uuid_floor
@@ -118,37 +118,20 @@ WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
 ORDER BY e.id DESC
 LIMIT %(limit)s
 """
-# A page by search attributes (docs/contract.md#search-attributes): driven from the first
-# attribute's range of execution_attributes_lookup, newest id first, each execution then
-# read by its primary key and held to the other filters until the page is full; each
-# further attribute is one lookup of the primary key (execution_id, name). A rare value
-# reads a few index entries; a common one walks them in order, a page's worth apart.
-ATTRIBUTE_PAGE = sql.SQL("""
+# A page by search attributes (docs/contract.md#search-attributes): the ids come from the
+# console's list (search.page), whose query is shaped for the indexes whichever filters
+# are set (a rare attribute drives it from execution_attributes_lookup, a common one with
+# a narrow workflow and status from the executions' own index); the page's rows are then
+# read by primary key.
+PAGE_OF_IDS = """
 SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
        e.started_at, e.finished_at
-FROM execution_attributes a
-JOIN executions e ON e.id = a.execution_id
+FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
-WHERE a.name = %(attr_name_0)s AND a.value = %(attr_value_0)s
-  AND (%(after)s::uuid IS NULL OR a.execution_id < %(after)s)
-  AND (%(since)s::uuid IS NULL OR a.execution_id >= %(since)s)
-  AND (%(until)s::uuid IS NULL OR a.execution_id < %(until)s)
-  AND (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
-  AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
-  AND {status}{more}
-ORDER BY a.execution_id DESC
-LIMIT %(limit)s
-""")
-ATTRIBUTE_STATUS = sql.SQL("(%(status)s::text IS NULL OR e.status = %(status)s)")
-# needs_attention as everywhere (attention.py), for the rows of the page only.
-ATTRIBUTE_NEEDS_ATTENTION = sql.SQL(
-    "(e.status = 'needs_attention' OR EXISTS ("
-    "SELECT 1 FROM steps s WHERE s.execution_id = e.id AND s.status = 'unknown'))"
-)
-MORE_ATTRIBUTE = sql.SQL("""
-  AND EXISTS (SELECT 1 FROM execution_attributes {b}
-              WHERE {b}.execution_id = e.id AND {b}.name = {name} AND {b}.value = {value})""")
+WHERE e.id = ANY(%(ids)s::uuid[])
+ORDER BY e.id DESC
+"""
 # An execution's search attributes, for its detail.
 ATTRIBUTES = "SELECT name, value FROM execution_attributes WHERE execution_id = %(id)s"
 WORKFLOW_OF = """
@@ -490,26 +473,22 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
     """
     after = decode_cursor(query.cursor) if query.cursor else None
     limit = query.limit
-    params: dict[str, Any] = {
-        "workflow": query.workflow,
-        "workflows": list(query.workflows) if query.workflows is not None else None,
-        "status": query.status,
-        "after": after,
-        "since": uuid_floor(query.since) if query.since else None,
-        "until": uuid_floor(query.until) if query.until else None,
-        "limit": limit,
-    }
-    statement: sql.Composable
     if query.attributes:
-        statement = attribute_page(query)
-        for index, (name, value) in enumerate(query.attributes):
-            params[f"attr_name_{index}"], params[f"attr_value_{index}"] = name, value
-    elif query.status == ExecutionStatus.NEEDS_ATTENTION:
-        statement = sql.SQL(NEEDS_ATTENTION_PAGE)
+        rows = _attribute_page(conn, query, after)
     else:
-        statement = sql.SQL(PAGE)
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(statement, params).fetchall()
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                NEEDS_ATTENTION_PAGE if query.status == ExecutionStatus.NEEDS_ATTENTION else PAGE,
+                {
+                    "workflow": query.workflow,
+                    "workflows": list(query.workflows) if query.workflows is not None else None,
+                    "status": query.status,
+                    "after": after,
+                    "since": uuid_floor(query.since) if query.since else None,
+                    "until": uuid_floor(query.until) if query.until else None,
+                    "limit": limit,
+                },
+            ).fetchall()
     items = [
         {
             "id": str(r["id"]),
@@ -530,20 +509,32 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
     return {"items": items, "next_cursor": next_cursor}
 
 
-def attribute_page(query: ExecutionQuery) -> sql.Composed:
-    """ATTRIBUTE_PAGE for the query's attributes (at least one) and status: composed from
-    named parts, the values always parameters (attr_name_N, attr_value_N)."""
-    more = sql.SQL("").join(
-        MORE_ATTRIBUTE.format(
-            b=sql.Identifier(f"b{index}"),
-            name=sql.Placeholder(f"attr_name_{index}"),
-            value=sql.Placeholder(f"attr_value_{index}"),
-        )
-        for index in range(1, len(query.attributes))
+def _attribute_page(
+    conn: psycopg.Connection, query: ExecutionQuery, after: str | None
+) -> list[dict[str, Any]]:
+    """One page of a query with attributes, through search.page under its time bound
+    (a filter too slow to answer is a 422, search.FilterTooExpensive)."""
+    keys: list[str] | None = None
+    if query.workflow is not None:
+        allowed = query.workflows is None or query.workflow in query.workflows
+        keys = [query.workflow] if allowed else []
+    elif query.workflows is not None:
+        keys = list(query.workflows)
+    flt = search.Filter(
+        statuses=(query.status,) if query.status else None,
+        created_from=query.since,
+        created_to=query.until,
+        attributes=query.attributes,
     )
-    needs = query.status == ExecutionStatus.NEEDS_ATTENTION
-    status = ATTRIBUTE_NEEDS_ATTENTION if needs else ATTRIBUTE_STATUS
-    return ATTRIBUTE_PAGE.format(status=status, more=more)
+    with search.bounded(conn):
+        if keys is not None:
+            found = tuple(search.workflow_ids(conn, keys).values())
+            flt = replace(flt, workflow_ids=found or (-1,))  # -1: matches nothing
+        ids = [str(row["id"]) for row in search.page(conn, flt, limit=query.limit, after=after)]
+    if not ids:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(PAGE_OF_IDS, {"ids": ids}).fetchall()
 
 
 def encode_cursor(execution_id: str) -> str:

@@ -104,6 +104,13 @@ def _filters(conn: psycopg.Connection, executions: int) -> dict[str, Callable[[A
             search.Filter(workflow_ids=tuple(ids.values()), attributes=(("customer", "42"),))
         ),
         "console where tier (half)": _console(search.Filter(attributes=(("tier", "gold"),))),
+        "console where tier & wf3 & failed": _console(
+            search.Filter(
+                workflow_ids=tuple(ids.values()),
+                statuses=("failed",),
+                attributes=(("tier", "gold"),),
+            )
+        ),
     }
 
 
