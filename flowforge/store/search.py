@@ -24,6 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.definitions import MAX_ATTRIBUTES
 from flowforge.domain.model import ExecutionStatus, StepStatus, sql_list
 from flowforge.errors import ClientError, StatementCancelled
 from flowforge.store.attention import BEYOND_THE_STATUS
@@ -75,7 +76,7 @@ _FRAGMENTS = {
 # execution_attributes_lookup (a rare value drives the branch from it, newest id first);
 # each further one is a lookup of the primary key (execution_id, name) per candidate row.
 # Numbered by position in the filter, never by anything a request says.
-MAX_FILTER_ATTRIBUTES = 8
+MAX_FILTER_ATTRIBUTES = MAX_ATTRIBUTES
 _FIRST_ATTRIBUTE = (
     "e.id IN (SELECT a.execution_id FROM execution_attributes a"
     " WHERE a.name = %(attr_name_0)s AND a.value = %(attr_value_0)s)"

@@ -82,9 +82,20 @@ def test_attributes_are_stored_at_intake_filtered_and_shown(
     assert detail["attributes"] == {"customer": "c-1", "order_id": "4711"}
     assert app_client.get(f"/api/v1/executions/{plain}").get_json()["attributes"] == {}
 
+    # A replay takes its version's attributes from the original's input.
+    assert app_client.post(f"/api/v1/executions/{mine}/cancel", json={}).status_code == 202
+    replayed = app_client.post(f"/api/v1/executions/{mine}/replay", json={"from_step": "shape"})
+    assert replayed.status_code in (200, 201), replayed.get_data(as_text=True)
+    new = replayed.get_json()["execution_id"]
+    assert app_client.get(f"/api/v1/executions/{new}").get_json()["attributes"] == {
+        "customer": "c-1",
+        "order_id": "4711",
+    }
+    assert _ids(app_client, "attr.order_id=4711&workflow=orders") == [new, mine]
+
     # A bulk replay takes the same filter (all of its attributes).
     for attributes, count in (
-        ({"order_id": "4711"}, 1),
+        ({"order_id": "4711"}, 1),  # its replay; the replayed original is left out
         ({"customer": "c-1"}, 2),
         ({"customer": "c-1", "order_id": "4712"}, 1),
         ({"customer": "c-2"}, 0),
