@@ -41,7 +41,7 @@ from flowforge.domain.model import (
 )
 from flowforge.errors import FlowForgeError
 from flowforge.store import archive
-from flowforge.store.creation import create_execution, version_steps
+from flowforge.store.creation import attribute_params, create_execution, version_steps
 from flowforge.store.db import one
 from flowforge.store.outbox import INSERT_WAKEUPS
 
@@ -88,6 +88,8 @@ COUNT_DESCENDANTS = "SELECT count(*) FROM executions WHERE root_id = %(root)s::u
 # The child, through the one builder of executions (creation.py); a child of a workflow
 # with a concurrency limit goes through flowcontrol.admit_child instead.
 CREATE_CHILD = create_execution(child=True)
+# The same with the child's search attributes (docs/contract.md#search-attributes).
+CREATE_CHILD_ATTRIBUTED = create_execution(child=True, attributes=True)
 # The parent's workflow step is woken by the child's end (runs.save_run).
 WAKE_PARENT = f"{INSERT_WAKEUPS} VALUES (%(execution_id)s, %(step_id)s)"
 # A child its parent's cancel found locked: the reaper applies it (actions.apply_pending_cancels).
@@ -217,10 +219,12 @@ def start(
             "priority": child.priority,
             "deadline_s": target.definition.deadline_s,
             "start_within_s": target.definition.start_within_s,
+            **attribute_params(target.definition, child.input),
         }
         concurrency = target.definition.concurrency
         if concurrency is None:
-            current, _ = one(conn.execute(CREATE_CHILD, params))
+            statement = CREATE_CHILD_ATTRIBUTED if "attr_names" in params else CREATE_CHILD
+            current, _ = one(conn.execute(statement, params))
         else:
             params["ckey"] = child.concurrency_key
             current, created, mode = admit(conn, params, concurrency)

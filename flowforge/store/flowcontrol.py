@@ -383,6 +383,7 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
 # A workflow step's child (docs/contract.md#child-workflows) of a workflow with a concurrency limit:
 # the same decision as GATED_INTAKE, written with the child's links; refused, it is recorded.
 GATED_CHILD = create_execution(DECISION, REPLACED, child=True)
+GATED_CHILD_ATTRIBUTED = create_execution(DECISION, REPLACED, child=True, attributes=True)
 
 
 def admit_child(
@@ -404,7 +405,8 @@ def admit_child(
     if concurrency.max_queued is not None:
         conn.execute(QUEUE_LOCK, params)
     conn.execute(SLOT_LOCK, params)
-    current, created, mode, _, _ = one(conn.execute(GATED_CHILD, params))
+    statement = GATED_CHILD_ATTRIBUTED if "attr_names" in params else GATED_CHILD
+    current, created, mode, _, _ = one(conn.execute(statement, params))
     return bool(current), bool(created), str(mode)
 
 

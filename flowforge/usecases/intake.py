@@ -19,13 +19,13 @@ from jsonschema import Draft202012Validator
 
 from flowforge.cache import BoundedCache, Rechecks
 from flowforge.domain import inputschema
-from flowforge.domain.definitions import Definition, execution_priority, render_attributes
+from flowforge.domain.definitions import Definition, execution_priority
 from flowforge.domain.model import (
     FLOW_CONTROL_ACTOR,
     KeyOrigin,
 )
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.store import archive, flowcontrol
+from flowforge.store import archive, creation, flowcontrol
 from flowforge.store.creation import create_execution, uuid7, version_steps
 from flowforge.store.db import notify_relay, one
 from flowforge.store.runs import definition_for
@@ -241,16 +241,11 @@ def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
 
 
 def attribute_params(definition: Definition, body: bytes) -> dict[str, Any]:
-    """The search attributes of a new execution (docs/contract.md#search-attributes) as the
-    creation statement's `attr_names` and `attr_values`; nothing (and no parse of the body)
-    for a version that declares none, and nothing when none rendered to a value: the
-    intake then runs the statement without them."""
+    """The search attributes of a new execution (docs/contract.md#search-attributes):
+    nothing, and no parse of the body, for a version that declares none."""
     if not definition.attributes:
         return {}
-    found = render_attributes(definition, json.loads(body))
-    if not found:
-        return {}
-    return {"attr_names": list(found), "attr_values": list(found.values())}
+    return creation.attribute_params(definition, json.loads(body))
 
 
 def _execution_params(

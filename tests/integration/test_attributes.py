@@ -190,3 +190,38 @@ def test_the_console_searches_by_attribute_and_bulk_takes_the_search(
     body = preview.get_data(as_text=True)
     assert re.search(r'id="preview-count">(\d+)<', body).group(1) == "1"
     assert 'name="where" value="order_id=4712"' in body
+
+
+def test_a_child_workflow_takes_its_version_attributes_from_its_input(
+    in_process: Any, db: psycopg.Connection
+) -> None:
+    child = workflow(transform("issue", {"n": "{{ input.order }}"}), name="Invoicing")
+    child["attributes"] = {"order_id": "{{ input.order }}"}
+    in_process.publish("invoicing", child)
+    gated = {**child, "concurrency": {"limit": 1}}
+    in_process.publish("gated-invoicing", gated)
+    parent = workflow(
+        {
+            "id": "invoice",
+            "type": "workflow",
+            "workflow": "invoicing",
+            "input": {"order": "{{ input.order }}"},
+        },
+        {
+            "id": "gated",
+            "type": "workflow",
+            "workflow": "gated-invoicing",
+            "input": {"order": "{{ input.order }}"},
+        },
+        name="Orders",
+    )
+    in_process.publish("orders", parent)
+    eid = in_process.start("orders", {"order": "o-7"})
+    done = in_process.wait(eid, timeout=30)
+    assert done["status"] == "succeeded", done
+    assert done["attributes"] == {}
+    found = {
+        link["workflow"]: in_process.execution(link["execution_id"])["attributes"]
+        for link in done["children"]
+    }
+    assert found == {"invoicing": {"order_id": "o-7"}, "gated-invoicing": {"order_id": "o-7"}}
