@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.definitions.attributes import render_attributes
 from flowforge.domain.model import (
     DEFAULT_MAX_CHILD_DEPTH,
     DEFAULT_MAX_DESCENDANTS,
@@ -41,12 +42,12 @@ from flowforge.domain.model import (
 )
 from flowforge.errors import FlowForgeError
 from flowforge.store import archive
-from flowforge.store.creation import attribute_params, create_execution, version_steps
+from flowforge.store.creation import create_execution, version_steps
 from flowforge.store.db import one
 from flowforge.store.outbox import INSERT_WAKEUPS
 
 if TYPE_CHECKING:
-    from flowforge.domain.definitions import Concurrency
+    from flowforge.domain.definitions import Concurrency, Definition
     from flowforge.domain.kinds.workflow import ChildStart
 
 # The newest version of each workflow a parent's workflow steps may start.
@@ -180,6 +181,18 @@ def load_children(conn: psycopg.Connection, execution_id: str) -> list[tuple[Any
 # flowcontrol.admit_child, handed in by runs.save_run (this module does not import flow
 # control: that keeps the chain of imports short).
 Admit = Callable[[psycopg.Connection, dict[str, Any], "Concurrency"], tuple[bool, bool, str]]
+
+
+def attribute_params(definition: Definition, input_value: Any) -> dict[str, Any]:
+    """A new execution's search attributes (docs/contract.md#search-attributes) as the
+    statements' `attr_names` and `attr_values`; {} when its version declares none or none
+    rendered, and the caller then runs the statement without them."""
+    if not definition.attributes:
+        return {}
+    found = render_attributes(definition, input_value)
+    if not found:
+        return {}
+    return {"attr_names": list(found), "attr_values": list(found.values())}
 
 
 def start(

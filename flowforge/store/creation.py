@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from flowforge.domain.definitions.attributes import render_attributes
 from flowforge.domain.model import (
     EventKind,
     ExecutionStatus,
@@ -358,18 +357,6 @@ INSERT INTO execution_attributes (execution_id, name, value)
 SELECT %(id)s, a.name, a.value
 FROM unnest(%(attr_names)s::text[], %(attr_values)s::text[]) AS a(name, value)
 """
-
-
-def attribute_params(definition: Definition, input_value: Any) -> dict[str, Any]:
-    """A new execution's search attributes (docs/contract.md#search-attributes) as the
-    statements' `attr_names` and `attr_values`; {} when its version declares none or none
-    rendered, and the caller then runs the statement without them."""
-    if not definition.attributes:
-        return {}
-    found = render_attributes(definition, input_value)
-    if not found:
-        return {}
-    return {"attr_names": list(found), "attr_values": list(found.values())}
 
 
 def uuid7() -> uuid.UUID:

@@ -24,7 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.definitions import MAX_ATTRIBUTES
+from flowforge.domain.definitions.bounds import MAX_ATTRIBUTES
 from flowforge.domain.model import ExecutionStatus, StepStatus, sql_list
 from flowforge.errors import ClientError, StatementCancelled
 from flowforge.store.attention import BEYOND_THE_STATUS

@@ -25,7 +25,7 @@ from flowforge.domain.model import (
     KeyOrigin,
 )
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.store import archive, creation, flowcontrol
+from flowforge.store import archive, children, flowcontrol
 from flowforge.store.creation import create_execution, uuid7, version_steps
 from flowforge.store.db import notify_relay, one
 from flowforge.store.runs import definition_for
@@ -245,7 +245,7 @@ def attribute_params(definition: Definition, body: bytes) -> dict[str, Any]:
     nothing, and no parse of the body, for a version that declares none."""
     if not definition.attributes:
         return {}
-    return creation.attribute_params(definition, json.loads(body))
+    return children.attribute_params(definition, json.loads(body))
 
 
 def _execution_params(
