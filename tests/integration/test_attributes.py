@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 
+from flowforge.store import apikeys
 from tests.support.definitions import transform, workflow
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -77,6 +78,13 @@ def test_attributes_are_stored_at_intake_filtered_and_shown(
     assert _ids(app_client, "attr.order_id=9999") == []
     page = app_client.get("/api/v1/executions?attr.customer=c-1&limit=1").get_json()
     assert _ids(app_client, f"attr.customer=c-1&cursor={page['next_cursor']}") == [mine]
+
+    # A key scoped to workflows finds only theirs.
+    scoped = apikeys.create(db, "gated only", workflows=["gated"])[1]
+    seen = app_client.get(
+        "/api/v1/executions?attr.order_id=4711", headers={"Authorization": f"Bearer {scoped}"}
+    )
+    assert [item["id"] for item in seen.get_json()["items"]] == [held]
 
     detail = app_client.get(f"/api/v1/executions/{mine}").get_json()
     assert detail["attributes"] == {"customer": "c-1", "order_id": "4711"}
