@@ -72,10 +72,12 @@ _FRAGMENTS = {
     "id_prefix": "e.id BETWEEN %(id_lo)s AND %(id_hi)s",
     "ids": "e.id = ANY(%(ids)s::uuid[])",
 }
-# docs/contract.md#search-attributes: the first attribute a filter names is a range of
-# execution_attributes_lookup (a rare value drives the branch from it, newest id first);
-# each further one is a lookup of the primary key (execution_id, name) per candidate row.
-# Numbered by position in the filter, never by anything a request says.
+# docs/contract.md#search-attributes: each attribute a filter names is a range of
+# execution_attributes_lookup, the first as the ids it holds, each further one as a
+# semi-join on the same index. Planned with their values (_prepare), the rarest drives the
+# branch, newest id first, and the others are checked per row; a common one with a narrow
+# workflow and status lets the executions' own index drive. Numbered by position in the
+# filter, never by anything a request says.
 MAX_FILTER_ATTRIBUTES = MAX_ATTRIBUTES
 _FIRST_ATTRIBUTE = (
     "e.id IN (SELECT a.execution_id FROM execution_attributes a"
