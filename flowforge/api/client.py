@@ -470,6 +470,7 @@ class Client:
         cursor: Any = None,
         since: Any = None,
         until: Any = None,
+        attr: Any = None,
     ) -> Any:
         """GET /api/v1/executions: Executions, newest first (keyset pagination)"""
         return self._call(
@@ -483,6 +484,7 @@ class Client:
                 "cursor": cursor,
                 "since": since,
                 "until": until,
+                **{f"attr.{k}": v for k, v in (attr or {}).items()},
             },
         )
 

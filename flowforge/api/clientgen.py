@@ -145,12 +145,22 @@ def _method(path: str, method: str, operation: dict[str, Any]) -> str:
         given = [p for p in optional if p["in"] == where]
         if given:
             lines.append(f"            {argument}={{")
-            lines += [f'                "{p["name"]}": {_name(p["name"])},' for p in given]
+            lines += [_entry(p) for p in given]
             lines.append("            },")
     if body is not None:
         lines.append("            body=body,")
     lines.append("        )")
     return "\n".join(lines)
+
+
+def _entry(parameter: dict[str, Any]) -> str:
+    """A parameter's entry in the query or headers; an object with x-flowforge-prefix (the
+    list's `attr.NAME=VALUE`) is one entry per property, its name after the prefix."""
+    name = parameter["name"]
+    prefix = parameter.get("x-flowforge-prefix")
+    if prefix is None:
+        return f'                "{name}": {_name(name)},'
+    return f'                **{{f"{prefix}{{k}}": v for k, v in ({_name(name)} or {{}}).items()}},'
 
 
 def _python_type(schema: dict[str, Any]) -> str:

@@ -36,6 +36,8 @@ from flowforge.usecases import actions, grouping, replay
 bp = Blueprint("executions", __name__, url_prefix="/api/v1/executions")
 
 STATUSES = tuple(status.value for status in ExecutionStatus)
+# A list's filter by a search attribute: `attr.order_id=4711`.
+ATTR_PREFIX = "attr."
 
 
 def _authorize_execution(execution_id: str, *, write: bool) -> None:
@@ -120,6 +122,7 @@ def list_page() -> Response:
     if workflow is not None and not key.allows(workflow, write=False):
         raise Forbidden("this API key may not read this workflow")
     since, until = _instant(args, "since"), _instant(args, "until")
+    attributes = attribute_args(args)
     with connection() as conn:
         query = ExecutionQuery(
             workflow=workflow,
@@ -129,9 +132,21 @@ def list_page() -> Response:
             since=since,
             until=until,
             workflows=key.workflows,
+            attributes=attributes,
         )
         page = timeline.list_executions(conn, query)
     return jsonify(page)
+
+
+def attribute_args(args: Any) -> tuple[tuple[str, str], ...]:
+    """The `attr.NAME=value` parameters of a list (docs/contract.md#search-attributes), all
+    of which an execution must have; 422 naming each parameter that is no such filter."""
+    pairs = [
+        (name, name.removeprefix(ATTR_PREFIX), value)
+        for name, value in args.items(multi=True)
+        if name.startswith(ATTR_PREFIX)
+    ]
+    return definitions.attribute_filter(pairs) if pairs else ()
 
 
 def _instant(args: Mapping[str, str], name: str) -> datetime | None:
@@ -246,7 +261,7 @@ def replay_one(execution_id: str) -> tuple[Response, int]:
 
 
 BULK_FIELDS = {"filter", "from_step", "version", "dry_run", "upto", "after", "limit"}
-FILTER_FIELDS = {"workflow", "version", "status", "from", "to", "error"}
+FILTER_FIELDS = {"workflow", "version", "status", "from", "to", "error", "attributes"}
 
 
 @bp.post("/replay")
@@ -345,6 +360,7 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         )
     elif isinstance(error, str) and "\x00" in error:
         errors.append({"path": "$.filter.error", "message": "no NUL characters"})
+    attributes = _bulk_attributes(raw.get("attributes"), errors)
     if errors:
         raise InvalidBody("Invalid replay", "the filter", errors=errors)
     return replay.Filter(
@@ -354,7 +370,26 @@ def _bulk_filter(raw: Any) -> replay.Filter:
         since=instants["from"],
         until=instants["to"],
         error=error,
+        attributes=attributes,
     )
+
+
+def _bulk_attributes(raw: Any, errors: list[dict[str, str]]) -> tuple[tuple[str, str], ...]:
+    """A bulk filter's `attributes` object (docs/contract.md#search-attributes); each
+    problem is added to `errors` with its path."""
+    if raw is None:
+        return ()
+    path = "$.filter.attributes"
+    if not isinstance(raw, dict) or not raw:
+        errors.append({"path": path, "message": "an object of attribute names and values"})
+        return ()
+    try:
+        return definitions.attribute_filter(
+            (f"{path}.{name}", name, value) for name, value in raw.items()
+        )
+    except definitions.AttributeFilterInvalid as exc:
+        errors.extend(exc.errors or [])
+        return ()
 
 
 def _request_key() -> ApiKey:

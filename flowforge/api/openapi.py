@@ -18,6 +18,7 @@ from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.api.openapi_definition import DEFINITION_SCHEMAS, STEP_SCHEMAS
 from flowforge.api.openapi_links import LINKS
 from flowforge.api.openapi_parts import (
+    ATTRIBUTE_FILTER,
     AUTHENTICATED,
     CURSOR_PATTERN,
     EXECUTION_ID,
@@ -451,7 +452,7 @@ PATHS: dict[str, Any] = {
             "Executions, newest first (keyset pagination)",
             {
                 "200": json_answer(ref("ExecutionPage"), "One page"),
-                **problem_answers(400, 403, *AUTHENTICATED),
+                **problem_answers(400, 403, 422, *AUTHENTICATED),
             },
             tags=["executions"],
             parameters=[
@@ -496,6 +497,7 @@ PATHS: dict[str, Any] = {
                     "description": "only executions created before this instant (ISO 8601)",
                     "schema": {"type": "string", "format": "date-time"},
                 },
+                ATTRIBUTE_FILTER,
             ],
         )
     },

@@ -533,6 +533,20 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                     {"type": "string", "pattern": r"^\{\{\s*input\.[A-Za-z0-9_.-]+\s*\}\}$"},
                 ],
             },
+            "attributes": {
+                "type": "object",
+                "description": "search attributes: each a template over input only "
+                "(never secrets), rendered when the execution is created and stored as "
+                "text; one that renders missing, null, empty or too long is not stored",
+                "maxProperties": definitions.MAX_ATTRIBUTES,
+                "propertyNames": {"pattern": f"^{definitions.ATTRIBUTE_NAME}$"},
+                "additionalProperties": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": definitions.MAX_TEMPLATE_CHARS,
+                    "pattern": r"\{\{\s*input[.\s]",
+                },
+            },
             "limits": {
                 "type": "object",
                 "description": "named outbound limits; a name with "

@@ -39,6 +39,32 @@ STEP_ID_PATTERN = whole(definitions.STEP_ID)
 # A step row: a step of the workflow, or one of a map's items' (`lines[3].reserve`).
 STEP_ROW_PATTERN = f"^({definitions.STEP_ID.pattern}|{definitions.ITEM_ROW.pattern})$"
 ITEM_STATUSES = [status.value for status in ItemStatus]
+# docs/contract.md#search-attributes: a search attribute's name, and the values an
+# execution's attributes (and a filter by them) hold.
+ATTRIBUTE_NAME_PATTERN = f"^{definitions.ATTRIBUTE_NAME}$"
+ATTRIBUTE_VALUES = {
+    "type": "object",
+    "maxProperties": definitions.MAX_ATTRIBUTES,
+    "propertyNames": {"pattern": ATTRIBUTE_NAME_PATTERN},
+    "additionalProperties": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": definitions.MAX_ATTRIBUTE_CHARS,
+    },
+}
+# The list's filter by search attributes: each property is sent as its own query parameter
+# `attr.NAME=VALUE` (x-flowforge-prefix; the generated client spells them so), all of which
+# an execution must have. A name or value no attribute could have is a 422 naming it.
+ATTRIBUTE_FILTER = {
+    "name": "attr",
+    "in": "query",
+    "style": "form",
+    "explode": True,
+    "x-flowforge-prefix": "attr.",
+    "description": "attr.NAME=VALUE, repeatable for different names: only executions whose "
+    "search attribute NAME is VALUE (all of them); 422 names a bad one by its parameter",
+    "schema": ATTRIBUTE_VALUES,
+}
 STATUSES = [status.value for status in ExecutionStatus]
 STEP_STATUSES = [status.value for status in StepStatus]
 OUTCOMES = [outcome.value for outcome in AttemptOutcome]

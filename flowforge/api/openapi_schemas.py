@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowforge.api.openapi_parts import (
+    ATTRIBUTE_VALUES,
     ITEM_STATUSES,
     KEY_PATTERN,
     OUTCOMES,
@@ -165,6 +166,12 @@ COMPONENTS: dict[str, Any] = {
                         "type": "string",
                         "minLength": 1,
                         "maxLength": model.MAX_ERROR_FILTER_CHARS,
+                    },
+                    "attributes": {
+                        **ATTRIBUTE_VALUES,
+                        "minProperties": 1,
+                        "description": "search attributes an execution must all have "
+                        "(422 names a bad one: $.filter.attributes.NAME)",
                     },
                 },
             },
@@ -398,6 +405,11 @@ COMPONENTS: dict[str, Any] = {
             "priority": {
                 "type": "integer",
                 "description": "fixed when the execution was created",
+            },
+            "attributes": {
+                **ATTRIBUTE_VALUES,
+                "description": "its search attributes, rendered from the input when it was "
+                "created ({} when its version declares none or none rendered)",
             },
             "input": {},
             "steps": {"type": "array", "items": ref("ExecutionStep")},

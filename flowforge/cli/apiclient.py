@@ -149,13 +149,15 @@ class ApiClient:
 
     def list_executions(self, query: ExecutionQuery) -> dict[str, Any]:
         """A page of executions, newest first (the API key's scope applies)."""
-        params = {
+        params: dict[str, Any] = {
             "workflow": query.workflow,
             "status": query.status,
             "limit": query.limit,
             "cursor": query.cursor,
             "since": query.since.isoformat() if query.since else None,
             "until": query.until.isoformat() if query.until else None,
+            # docs/contract.md#search-attributes: attr.NAME=VALUE, all of them.
+            **{f"attr.{name}": value for name, value in query.attributes},
         }
         return dict(self._json("GET", EXECUTIONS, params=params))
 

@@ -57,6 +57,21 @@ def step_row(text: str) -> str:
     return text
 
 
+def where(text: str) -> tuple[str, str]:
+    """--where NAME=VALUE: an execution's search attribute (docs/contract.md#search-attributes),
+    held to the rules the API holds `attr.NAME` to."""
+    from flowforge.domain.definitions import AttributeFilterInvalid, attribute_filter
+
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: say NAME=VALUE, such as order_id=4711")
+    try:
+        return attribute_filter([("--where", name, value)])[0]
+    except AttributeFilterInvalid as exc:
+        message = (exc.errors or [{}])[0].get("message")
+        raise argparse.ArgumentTypeError(f"{text!r}: {message}") from None
+
+
 def workflow_key(text: str) -> str:
     if not WORKFLOW_KEY.fullmatch(text):
         raise argparse.ArgumentTypeError(

@@ -27,6 +27,8 @@ def replay_bulk(ops: Ops, args: argparse.Namespace) -> None:
     ):
         if value is not None:
             flt[name] = value
+    if args.where:
+        flt["attributes"] = dict(args.where)
     body: dict[str, Any] = {
         "filter": flt,
         "from_step": args.from_step,
@@ -97,9 +99,9 @@ def _bulk(ops: Ops, args: argparse.Namespace, action: str) -> None:
     """Cancel or retry every execution a filter names: a preview count first, then one
     call per execution, each recorded in its history with the key (or cli@host) as the
     actor; one that moved on since the preview is counted as skipped."""
-    if not (args.workflow or args.status or args.since or args.until):
+    if not (args.workflow or args.status or args.since or args.until or args.where):
         raise UsageError(
-            f"name what to {action}: --workflow, --status, --since or --until "
+            f"name what to {action}: --workflow, --status, --since, --until or --where "
             "(a bulk action over every execution is not a default)"
         )
     ids, capped = _selection(ops, args, action)

@@ -14,7 +14,8 @@ from flowforge.domain.model import ExecutionQuery, StepStatus
 
 
 def query(args: argparse.Namespace, *, limit: int, cursor: str | None) -> ExecutionQuery:
-    """The executions the command's filter names (--workflow, --status, --since, --until)."""
+    """The executions the command's filter names (--workflow, --status, --since, --until,
+    --where)."""
     return ExecutionQuery(
         workflow=args.workflow,
         status=args.status,
@@ -22,6 +23,7 @@ def query(args: argparse.Namespace, *, limit: int, cursor: str | None) -> Execut
         cursor=cursor,
         since=args.since,
         until=args.until,
+        attributes=tuple(args.where or ()),
     )
 
 
@@ -41,13 +43,16 @@ def list_executions(ops: Ops, args: argparse.Namespace) -> None:
         print(f"next page: --cursor {page['next_cursor']}", file=sys.stderr)
 
 
-def execution_text(detail: dict[str, Any]) -> str:
-    """The execution as an operator reads it: status, steps and attempts, then who did what."""
+def _head(detail: dict[str, Any]) -> list[str]:
+    """What the execution is, where it stands and what it waits for, before its steps."""
     lines = [
         f"execution {detail['id']}  {detail['workflow']} v{detail['version']}  "
         + paint(detail["status"], detail["status"]),
         f"  created {detail['created_at']}  finished {detail['finished_at'] or '-'}",
     ]
+    if attributes := detail.get("attributes"):
+        # docs/contract.md#search-attributes: what `executions list --where` finds it by.
+        lines.append("  attributes " + "  ".join(f"{k}={v}" for k, v in attributes.items()))
     flow = detail.get("flow_control") or {}
     if flow.get("stop_reason"):
         lines.append(f"  stopped: {flow['stop_reason']}")
@@ -79,6 +84,12 @@ def execution_text(detail: dict[str, Any]) -> str:
             f"({limited['reason']}) until {limited['until']}, since {limited['since']}"
             + (f"; held: {limited['held_reason']}" if limited["reason"] == "held" else "")
         )
+    return lines
+
+
+def execution_text(detail: dict[str, Any]) -> str:
+    """The execution as an operator reads it: status, steps and attempts, then who did what."""
+    lines = _head(detail)
     for s in detail["steps"]:
         line = f"  {s['id']:<20} {s['type']:<13} " + paint(f"{s['status']:<10}", s["status"])
         if s["wake_at"] and s["status"] == StepStatus.WAITING:

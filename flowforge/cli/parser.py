@@ -22,6 +22,7 @@ from flowforge.cli.arguments import (
     step_row,
     target_version,
     version_or_latest,
+    where,
     workflow_key,
 )
 from flowforge.domain.model import MAX_PAGE, RESOLUTIONS, GroupStatus, NotifyKind, NotifyShape
@@ -168,6 +169,17 @@ def _window(parser: argparse.ArgumentParser, since_help: str) -> None:
     parser.add_argument("--since", type=instant, metavar="WHEN", help=since_help)
     parser.add_argument(
         "--until", type=instant, metavar="WHEN", help="created before WHEN (as --since)"
+    )
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    """--where NAME=VALUE, repeatable: a search attribute (docs/contract.md#search-attributes)."""
+    parser.add_argument(
+        "--where",
+        type=where,
+        action="append",
+        metavar="NAME=VALUE",
+        help="only executions with this search attribute (repeat: all of them)",
     )
 
 
@@ -373,6 +385,7 @@ def _execution_commands(tree: _Tree) -> None:
     )
     listing.add_argument("--limit", type=limit, default=20, help=f"1-{MAX_PAGE}")
     listing.add_argument("--cursor", help="next_cursor of the previous page")
+    _where(listing)
     _window(
         listing,
         "created at or after WHEN: an ISO 8601 instant (UTC unless it says) or an age "
@@ -415,6 +428,7 @@ def _bulk_commands(tree: _Tree) -> None:
     bulk.add_argument("--from", dest="start", help="created at or after (ISO-8601)")
     bulk.add_argument("--to", dest="end", help="created before (ISO-8601)")
     bulk.add_argument("--error", help="a step's error contains this text")
+    _where(bulk)
     bulk.add_argument("--batch", type=limit, default=100, help=f"per call, 1-{MAX_PAGE}")
     bulk.add_argument("--yes", action="store_true", help="replay them (default: preview)")
     for name, handler, help_ in (
@@ -429,6 +443,7 @@ def _bulk_commands(tree: _Tree) -> None:
             help="only in this status (needs_attention: every execution with an unknown step)",
         )
         _window(by_filter, "created at or after WHEN (30m, 6h, 2d or an ISO 8601 instant)")
+        _where(by_filter)
         by_filter.add_argument(
             "--yes",
             action="store_true",

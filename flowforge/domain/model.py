@@ -480,6 +480,8 @@ class ExecutionQuery:
     since: datetime | None = None
     until: datetime | None = None
     workflows: tuple[str, ...] | None = None
+    # docs/contract.md#search-attributes: (name, value) pairs an execution must all have.
+    attributes: tuple[tuple[str, str], ...] = ()
 
 
 class NotifyKind(StrEnum):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.definitions.attributes import render_attributes
 from flowforge.domain.model import (
     DEFAULT_MAX_CHILD_DEPTH,
     DEFAULT_MAX_DESCENDANTS,
@@ -46,7 +47,7 @@ from flowforge.store.db import one
 from flowforge.store.outbox import INSERT_WAKEUPS
 
 if TYPE_CHECKING:
-    from flowforge.domain.definitions import Concurrency
+    from flowforge.domain.definitions import Concurrency, Definition
     from flowforge.domain.kinds.workflow import ChildStart
 
 # The newest version of each workflow a parent's workflow steps may start.
@@ -88,6 +89,8 @@ COUNT_DESCENDANTS = "SELECT count(*) FROM executions WHERE root_id = %(root)s::u
 # The child, through the one builder of executions (creation.py); a child of a workflow
 # with a concurrency limit goes through flowcontrol.admit_child instead.
 CREATE_CHILD = create_execution(child=True)
+# The same with the child's search attributes (docs/contract.md#search-attributes).
+CREATE_CHILD_ATTRIBUTED = create_execution(child=True, attributes=True)
 # The parent's workflow step is woken by the child's end (runs.save_run).
 WAKE_PARENT = f"{INSERT_WAKEUPS} VALUES (%(execution_id)s, %(step_id)s)"
 # A child its parent's cancel found locked: the reaper applies it (actions.apply_pending_cancels).
@@ -180,6 +183,18 @@ def load_children(conn: psycopg.Connection, execution_id: str) -> list[tuple[Any
 Admit = Callable[[psycopg.Connection, dict[str, Any], "Concurrency"], tuple[bool, bool, str]]
 
 
+def attribute_params(definition: Definition, input_value: Any) -> dict[str, Any]:
+    """A new execution's search attributes (docs/contract.md#search-attributes) as the
+    statements' `attr_names` and `attr_values`; {} when its version declares none or none
+    rendered, and the caller then runs the statement without them."""
+    if not definition.attributes:
+        return {}
+    found = render_attributes(definition, input_value)
+    if not found:
+        return {}
+    return {"attr_names": list(found), "attr_values": list(found.values())}
+
+
 def start(
     conn: psycopg.Connection, parent_id: str, starts: Iterable[ChildStart], admit: Admit
 ) -> None:
@@ -217,10 +232,12 @@ def start(
             "priority": child.priority,
             "deadline_s": target.definition.deadline_s,
             "start_within_s": target.definition.start_within_s,
+            **attribute_params(target.definition, child.input),
         }
         concurrency = target.definition.concurrency
         if concurrency is None:
-            current, _ = one(conn.execute(CREATE_CHILD, params))
+            statement = CREATE_CHILD_ATTRIBUTED if "attr_names" in params else CREATE_CHILD
+            current, _ = one(conn.execute(statement, params))
         else:
             params["ckey"] = child.concurrency_key
             current, created, mode = admit(conn, params, concurrency)

@@ -162,14 +162,26 @@ WITH current AS (
 ), history AS (
     INSERT INTO execution_events (execution_id, kind, detail)
     SELECT %(id)s, {queued_kind}, %(event)s::jsonb FROM accepted{history}
-)
+){attributes}
 SELECT (SELECT count(*) FROM current), (SELECT count(*) FROM accepted){result}
 """)
 _EMPTY = sql.SQL("")
+# docs/contract.md#search-attributes: the attributes rendered at intake
+# (intake.attribute_params), written with the execution; only in the statement of an intake
+# that has some, so a version without attributes runs the statement it always ran.
+ATTRIBUTES = sql.SQL(""", attributes AS (
+    INSERT INTO execution_attributes (execution_id, name, value)
+    SELECT %(id)s, a.name, a.value
+    FROM accepted, unnest(%(attr_names)s::text[], %(attr_values)s::text[]) AS a(name, value)
+)""")
 
 
 def create_execution(
-    decision: str | None = None, replaced: str | None = None, *, child: bool = False
+    decision: str | None = None,
+    replaced: str | None = None,
+    *,
+    child: bool = False,
+    attributes: bool = False,
 ) -> sql.Composed:
     """The statement that creates one execution from one parameter set: one implicit
     transaction and one round trip.
@@ -191,7 +203,10 @@ def create_execution(
     the trigger `workflow`, and takes its version's deadline_s and start_within_s (`deadline_s`,
     `start_within_s`). A gated child is never `refuse`d without a trace: a full queue
     (max_queued) writes it like a `drop`, cancelled with reason concurrency and saying why,
-    so its parent's step has a child whose end it takes (children.start wakes it)."""
+    so its parent's step has a child whose end it takes (children.start wakes it).
+
+    `attributes` (docs/contract.md#search-attributes): also the execution's search attributes,
+    from the arrays `attr_names` and `attr_values`."""
     parts = _gated(decision, replaced or "NULL", child) if decision else _plain(child)
     return CREATE.format(
         still_current=sql.SQL(STILL_CURRENT),
@@ -200,6 +215,7 @@ def create_execution(
         archive=sql.SQL(archive.ARCHIVE_CTE),
         insert_wakeups=sql.SQL(INSERT_WAKEUPS),
         queued_kind=sql.Literal(QUEUED_KIND),
+        attributes=ATTRIBUTES if attributes else _EMPTY,
         **parts,
     )
 
@@ -332,6 +348,14 @@ INSERT INTO executions (id, workflow_id, version_id, status, input, trigger, rep
 SELECT %(id)s, workflow_id, %(version_id)s, %(queued)s, input, 'replay', id, %(from_step)s,
        %(ckey)s, now() + make_interval(secs => %(deadline_s)s::float8), %(priority)s
 FROM executions WHERE id = %(original)s
+"""
+
+# A replay's search attributes (docs/contract.md#search-attributes): its version's, rendered
+# from the original's input, run only when there are some.
+INSERT_ATTRIBUTES = """
+INSERT INTO execution_attributes (execution_id, name, value)
+SELECT %(id)s, a.name, a.value
+FROM unnest(%(attr_names)s::text[], %(attr_values)s::text[]) AS a(name, value)
 """
 
 

@@ -163,6 +163,8 @@ REPLACED = f"""ARRAY(SELECT id::text FROM executions
              LIMIT (SELECT greatest(live.n + in_queue.n + 1 - %(limit)s::int, 0)
                     FROM live, in_queue))"""
 GATED_INTAKE = create_execution(DECISION, REPLACED)
+# The same with the execution's search attributes (docs/contract.md#search-attributes).
+GATED_ATTRIBUTED = create_execution(DECISION, REPLACED, attributes=True)
 # Hand the free slots of one key to its queue, oldest first, under SLOT_LOCK: mark them,
 # make their root steps ready (roots read from the pinned definition) with their
 # wake-ups, and record it. The limit is the one of the version the queue's head pins.
@@ -363,7 +365,8 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
             conn.execute(SLOT_LOCK, params)
             if alone:
                 conn.execute(COMMIT_WITHOUT_FLUSH)
-        intake = conn.execute(GATED_INTAKE, params)
+        statement = GATED_ATTRIBUTED if "attr_names" in params else GATED_INTAKE
+        intake = conn.execute(statement, params)
     current, created, mode, oldest, woke = one(intake)
     if gated and alone:
         conn.execute(FLUSH_BARRIER)
@@ -386,6 +389,7 @@ def create(conn: psycopg.Connection, params: dict[str, Any]) -> Decision:
 # A workflow step's child (docs/contract.md#child-workflows) of a workflow with a concurrency limit:
 # the same decision as GATED_INTAKE, written with the child's links; refused, it is recorded.
 GATED_CHILD = create_execution(DECISION, REPLACED, child=True)
+GATED_CHILD_ATTRIBUTED = create_execution(DECISION, REPLACED, child=True, attributes=True)
 
 
 def admit_child(
@@ -407,7 +411,8 @@ def admit_child(
     if concurrency.max_queued is not None:
         conn.execute(QUEUE_LOCK, params)
     conn.execute(SLOT_LOCK, params)
-    current, created, mode, _, _ = one(conn.execute(GATED_CHILD, params))
+    statement = GATED_CHILD_ATTRIBUTED if "attr_names" in params else GATED_CHILD
+    current, created, mode, _, _ = one(conn.execute(statement, params))
     if mode == "refuse" and current and concurrency.max_queued is not None:
         conn.execute(QUEUE_FULL, params)
     return bool(current), bool(created), str(mode)

@@ -24,6 +24,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.definitions.bounds import MAX_ATTRIBUTES
 from flowforge.domain.model import (
     LIVE_EXECUTION,
     TERMINAL_EXECUTION,
@@ -77,6 +78,28 @@ _FRAGMENTS = {
     "id_prefix": "e.id BETWEEN %(id_lo)s AND %(id_hi)s",
     "ids": "e.id = ANY(%(ids)s::uuid[])",
 }
+# docs/contract.md#search-attributes: each attribute a filter names is a range of
+# execution_attributes_lookup, the first as the ids it holds, each further one as a
+# semi-join on the same index. Planned with their values (_prepare), the rarest drives the
+# branch, newest id first, and the others are checked per row; a common one with a narrow
+# workflow and status lets the executions' own index drive. Numbered by position in the
+# filter, never by anything a request says.
+MAX_FILTER_ATTRIBUTES = MAX_ATTRIBUTES
+_FIRST_ATTRIBUTE = (
+    "e.id IN (SELECT a.execution_id FROM execution_attributes a"
+    " WHERE a.name = %(attr_name_0)s AND a.value = %(attr_value_0)s)"
+)
+_FRAGMENTS.update(
+    {
+        "attribute_0": _FIRST_ATTRIBUTE,
+        **{
+            f"attribute_{n}": f"EXISTS (SELECT 1 FROM execution_attributes a{n}"
+            f" WHERE a{n}.execution_id = e.id AND a{n}.name = %(attr_name_{n})s"
+            f" AND a{n}.value = %(attr_value_{n})s)"
+            for n in range(1, MAX_FILTER_ATTRIBUTES)
+        },
+    }
+)
 # One page, newest first: each (workflow, status) branch yields its newest `limit` rows
 # after the cursor, and the merge keeps the newest `limit` of those.
 _PAGE = """
@@ -222,6 +245,8 @@ class Filter:
     input_match: Any = None  # a containment document: {"customer": {"id": 42}}
     upto: str | None = None  # bulk actions: nothing newer than the preview's newest
     id_prefix: str | None = None  # hex digits an execution id starts with (dashes dropped)
+    # (name, value) pairs an execution must all have (docs/contract.md#search-attributes).
+    attributes: tuple[tuple[str, str], ...] = ()
 
     def narrowed(self, statuses: tuple[str, ...]) -> Filter:
         """The same filter, its statuses cut to `statuses` (an action's eligible ones)."""
@@ -293,6 +318,9 @@ def _query(
     if flt.id_prefix is not None:
         chosen.append("id_prefix")
         params["id_lo"], params["id_hi"] = id_range(flt.id_prefix)
+    for n, (name, value) in enumerate(flt.attributes[:MAX_FILTER_ATTRIBUTES]):
+        chosen.append(f"attribute_{n}")
+        params[f"attr_name_{n}"], params[f"attr_value_{n}"] = name, value
     if flt.upto is not None:
         chosen.append("upto")
         params["upto"] = flt.upto
@@ -320,6 +348,15 @@ def _planned(conn: psycopg.Connection, flt: Filter) -> Iterator[None]:
         yield
 
 
+def _prepare(flt: Filter) -> bool | None:
+    """Never a prepared statement for a filter by attributes: a generic plan cannot tell a
+    rare value from a common one, and with two attributes it may walk the common one's
+    range (half the table) to find the rare one's few rows. Planned with its values, the
+    rarer drives (column statistics know `tier = gold` from `customer = 42`); planning
+    costs well under a millisecond. None: psycopg's default for every other filter."""
+    return False if flt.attributes else None
+
+
 def _beyond_the_status(conn: psycopg.Connection, flt: Filter) -> list[str]:
     """The executions `needs_attention` in the filter adds beyond its statuses: those of
     another status with an unknown step (none when the filter names no such status)."""
@@ -344,7 +381,7 @@ def page(
             statuses=False,
         )
         with conn.cursor(row_factory=dict_row) as cur:
-            rows += cur.execute(sql, params).fetchall()
+            rows += cur.execute(sql, params, prepare=_prepare(flt)).fetchall()
         rows = sorted(rows, key=lambda row: str(row["id"]), reverse=True)[:limit]
     return rows
 
@@ -363,7 +400,7 @@ def _page(
         statuses=flt.statuses is not None,
     )
     with _planned(conn, flt), conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(sql, params).fetchall()
+        return cur.execute(sql, params, prepare=_prepare(flt)).fetchall()
 
 
 def _counts(
@@ -380,7 +417,7 @@ def _counts(
     sql, params = _query(_COUNTS, flt, {"statuses": list(statuses), "cap": cap}, statuses=True)
     found = dict.fromkeys(statuses, (0, False))
     with _planned(conn, flt):
-        for status, n, capped in conn.execute(sql, params).fetchall():
+        for status, n, capped in conn.execute(sql, params, prepare=_prepare(flt)).fetchall():
             found[status] = (n, capped)
     if ExecutionStatus.NEEDS_ATTENTION in found:
         # Counted as everywhere: also the executions of other statuses with an unknown
@@ -394,7 +431,8 @@ def _counts(
                 statuses=False,
             )
             with _planned(conn, flt):
-                extra = sum(n for _, n, _ in conn.execute(sql, params).fetchall())
+                counted = conn.execute(sql, params, prepare=_prepare(flt)).fetchall()
+                extra = sum(n for _, n, _ in counted)
             n, capped = found[ExecutionStatus.NEEDS_ATTENTION]
             found[ExecutionStatus.NEEDS_ATTENTION] = (n + extra, capped)
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from flowforge.domain.model import (
     sql_list,
 )
 from flowforge.errors import ClientError, NotFound
-from flowforge.store import attention, children, flowcontrol
+from flowforge.store import attention, children, flowcontrol, search
 from flowforge.store.db import one
 from flowforge.store.runs import definition_for
 from flowforge.store.search import uuid_floor
@@ -118,6 +118,22 @@ WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
 ORDER BY e.id DESC
 LIMIT %(limit)s
 """
+# A page by search attributes (docs/contract.md#search-attributes): the ids come from the
+# console's list (search.page), whose query is shaped for the indexes whichever filters
+# are set (a rare attribute drives it from execution_attributes_lookup, a common one with
+# a narrow workflow and status from the executions' own index); the page's rows are then
+# read by primary key.
+PAGE_OF_IDS = """
+SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
+       e.started_at, e.finished_at
+FROM executions e
+JOIN workflows w ON w.id = e.workflow_id
+JOIN workflow_versions v ON v.id = e.version_id
+WHERE e.id = ANY(%(ids)s::uuid[])
+ORDER BY e.id DESC
+"""
+# An execution's search attributes, for its detail.
+ATTRIBUTES = "SELECT name, value FROM execution_attributes WHERE execution_id = %(id)s"
 WORKFLOW_OF = """
 SELECT w.key FROM executions e JOIN workflows w ON w.id = e.workflow_id WHERE e.id = %(id)s
 """
@@ -327,23 +343,26 @@ def map_page(
 def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, Any]:
     """The execution with its steps, every attempt, and its event history; a map step
     carries its items' counts by status and a first page of them (map_items)."""
-    # The four reads are sent before any is fetched: one round trip, not four.
+    # The five reads are sent before any is fetched: one round trip, not five.
     with (
         conn.pipeline(),
         conn.cursor(row_factory=dict_row) as cur,
         conn.cursor(row_factory=dict_row) as step_rows,
         conn.cursor(row_factory=dict_row) as attempt_rows,
         conn.cursor(row_factory=dict_row) as event_rows,
+        conn.cursor() as attribute_rows,
     ):
         params = {"id": execution_id}
         cur.execute(EXECUTION, params)
         step_rows.execute(STEPS, params)
         attempt_rows.execute(ATTEMPTS, params)
         event_rows.execute(EVENTS, params)
+        attribute_rows.execute(ATTRIBUTES, params)
         head = cur.fetchone()
         steps = step_rows.fetchall()
         attempts = attempt_rows.fetchall()
         events = event_rows.fetchall()
+        attributes: dict[str, str] = dict(sorted(attribute_rows.fetchall()))
     if head is None:
         raise NotFound(f"execution {execution_id} does not exist")
     items = _first_item_pages(conn, execution_id, head["version_id"], steps)
@@ -366,6 +385,8 @@ def execution_detail(conn: psycopg.Connection, execution_id: str) -> dict[str, A
         "trigger": head["trigger"],
         "idempotency_key": head["idempotency_key"],
         "priority": head["priority"],
+        # docs/contract.md#search-attributes: what it can be found by ({} without any).
+        "attributes": attributes,
         "input": head["input"],
         "created_at": _iso(head["created_at"]),
         "started_at": _iso(head["started_at"]),
@@ -482,19 +503,22 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
     """
     after = decode_cursor(query.cursor) if query.cursor else None
     limit = query.limit
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            NEEDS_ATTENTION_PAGE if query.status == ExecutionStatus.NEEDS_ATTENTION else PAGE,
-            {
-                "workflow": query.workflow,
-                "workflows": list(query.workflows) if query.workflows is not None else None,
-                "status": query.status,
-                "after": after,
-                "since": uuid_floor(query.since) if query.since else None,
-                "until": uuid_floor(query.until) if query.until else None,
-                "limit": limit,
-            },
-        ).fetchall()
+    if query.attributes:
+        rows = _attribute_page(conn, query, after)
+    else:
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                NEEDS_ATTENTION_PAGE if query.status == ExecutionStatus.NEEDS_ATTENTION else PAGE,
+                {
+                    "workflow": query.workflow,
+                    "workflows": list(query.workflows) if query.workflows is not None else None,
+                    "status": query.status,
+                    "after": after,
+                    "since": uuid_floor(query.since) if query.since else None,
+                    "until": uuid_floor(query.until) if query.until else None,
+                    "limit": limit,
+                },
+            ).fetchall()
     items = [
         {
             "id": str(r["id"]),
@@ -513,6 +537,34 @@ def list_executions(conn: psycopg.Connection, query: ExecutionQuery) -> dict[str
         last = rows[-1]
         next_cursor = encode_cursor(str(last["id"]))
     return {"items": items, "next_cursor": next_cursor}
+
+
+def _attribute_page(
+    conn: psycopg.Connection, query: ExecutionQuery, after: str | None
+) -> list[dict[str, Any]]:
+    """One page of a query with attributes, through search.page under its time bound
+    (a filter too slow to answer is a 422, search.FilterTooExpensive)."""
+    keys: list[str] | None = None
+    if query.workflow is not None:
+        allowed = query.workflows is None or query.workflow in query.workflows
+        keys = [query.workflow] if allowed else []
+    elif query.workflows is not None:
+        keys = list(query.workflows)
+    flt = search.Filter(
+        statuses=(query.status,) if query.status else None,
+        created_from=query.since,
+        created_to=query.until,
+        attributes=query.attributes,
+    )
+    with search.bounded(conn):
+        if keys is not None:
+            found = tuple(search.workflow_ids(conn, keys).values())
+            flt = replace(flt, workflow_ids=found or (-1,))  # -1: matches nothing
+        ids = [str(row["id"]) for row in search.page(conn, flt, limit=query.limit, after=after)]
+    if not ids:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(PAGE_OF_IDS, {"ids": ids}).fetchall()
 
 
 def encode_cursor(execution_id: str) -> str:

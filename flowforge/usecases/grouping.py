@@ -435,7 +435,10 @@ class Starter:
                 if params["max_queued"] is not None:
                     conn.execute(flowcontrol.QUEUE_LOCK, params)
                 conn.execute(flowcontrol.SLOT_LOCK, params)
-            row = conn.execute(flowcontrol.GATED_INTAKE, params).fetchone()
+            statement = (
+                flowcontrol.GATED_ATTRIBUTED if "attr_names" in params else flowcontrol.GATED_INTAKE
+            )
+            row = conn.execute(statement, params).fetchone()
             assert row is not None
             current, created, mode, oldest, _ = row
             if not current:
@@ -471,6 +474,7 @@ def _params(target: intake.Target, execution_id: str, body: bytes) -> dict[str, 
         **target.steps,
         **flowcontrol.intake_params(target.definition, body),
         **intake.priority_params(target.definition, body),
+        **intake.attribute_params(target.definition, body),
     }
 
 

@@ -25,7 +25,7 @@ from flowforge.domain.model import (
     KeyOrigin,
 )
 from flowforge.errors import Conflict, FlowForgeError, NotFound
-from flowforge.store import archive, flowcontrol
+from flowforge.store import archive, children, flowcontrol
 from flowforge.store.creation import create_execution, uuid7, version_steps
 from flowforge.store.db import notify_relay, one
 from flowforge.store.runs import definition_for
@@ -49,6 +49,8 @@ WHERE w.key = %(key)s AND w.archived_at IS NULL
 # The whole intake in one statement (creation.py); the relay's NOTIFY follows the commit
 # (db.notify_relay).
 CREATE_EXECUTION = create_execution()
+# The same with the execution's search attributes (docs/contract.md#search-attributes).
+CREATE_ATTRIBUTED = create_execution(attributes=True)
 # Each read of an intake target from PostgreSQL (a cache miss, a re-check) is told to
 # whoever counts them: the API subscribes its counter (api.create_app), so the store
 # imports no observer.
@@ -238,6 +240,14 @@ def priority_params(definition: Definition, body: bytes) -> dict[str, Any]:
     return {"priority": execution_priority(definition, json.loads(body))}
 
 
+def attribute_params(definition: Definition, body: bytes) -> dict[str, Any]:
+    """The search attributes of a new execution (docs/contract.md#search-attributes):
+    nothing, and no parse of the body, for a version that declares none."""
+    if not definition.attributes:
+        return {}
+    return children.attribute_params(definition, json.loads(body))
+
+
 def _execution_params(
     execution_id: str,
     target: Target,
@@ -279,6 +289,7 @@ def _execution_params(
         **(system or {}),
         # Before anything is written: a priority that is no priority refuses the webhook.
         **priority_params(target.definition, body),
+        **attribute_params(target.definition, body),
     }
 
 
@@ -333,7 +344,8 @@ def accept(
             except flowcontrol.QueueFull as exc:
                 refused, current, created = exc, True, False
         else:
-            (current, created) = one(conn.execute(CREATE_EXECUTION, params))
+            statement = CREATE_ATTRIBUTED if "attr_names" in params else CREATE_EXECUTION
+            (current, created) = one(conn.execute(statement, params))
             if created:
                 notify_relay(conn)
         if not current:

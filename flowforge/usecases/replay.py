@@ -90,6 +90,11 @@ WHERE w.key = %(workflow)s
         AND (%(step)s::text IS NULL OR (s.step_id = %(step)s AND s.status = 'failed'))
         AND (%(error)s::text IS NULL OR strpos(lower(s.error), lower(%(error)s)) > 0)))
   AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)
+  AND (%(attr_names)s::text[] IS NULL OR e.id IN (
+      SELECT a.execution_id FROM execution_attributes a
+      JOIN unnest(%(attr_names)s::text[], %(attr_values)s::text[]) AS f(name, value)
+        ON a.name = f.name AND a.value = f.value
+      GROUP BY a.execution_id HAVING count(*) = cardinality(%(attr_names)s::text[])))
   AND (%(upto)s::uuid IS NULL OR e.id <= %(upto)s)
   AND (%(after)s::uuid IS NULL OR e.id > %(after)s)
 """
@@ -298,6 +303,8 @@ def replay(
             ),
         }
         conn.execute(creation.CREATE_REPLAY, params)
+        if attributes := intake.attribute_params(target, body):
+            conn.execute(creation.INSERT_ATTRIBUTES, {"id": new_id, **attributes})
         conn.execute(CREATE_STEPS, params)
         conn.execute(RECORD, params)
         if ckey is not None:
@@ -357,6 +364,8 @@ class Filter:
     error: str | None = None
     # The failed inbox's groups: the step that failed (status `failed`).
     step: str | None = None
+    # docs/contract.md#search-attributes: (name, value) pairs an execution must all have.
+    attributes: tuple[tuple[str, str], ...] = ()
 
     def params(self, upto: str | None = None, after: str | None = None) -> dict[str, Any]:
         """The SELECTION parameters."""
@@ -368,6 +377,8 @@ class Filter:
             "until": self.until,
             "error": self.error,
             "step": self.step,
+            "attr_names": [name for name, _ in self.attributes] if self.attributes else None,
+            "attr_values": [value for _, value in self.attributes] if self.attributes else None,
             "upto": upto,
             "after": after,
         }

@@ -1,7 +1,7 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live] [--quick] [--json FILE]
-              [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
+    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live|attributes] [--quick]
+              [--json FILE] [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
 (tests/bench/steady.py) sends a steady stream, where nothing batches.
@@ -32,6 +32,7 @@ import psycopg
 from flowforge.store.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import (
+    attributes,
     counts,
     figures,
     flow_control,
@@ -604,7 +605,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all", "tracing", "outbound", "counts", "live"),
+        choices=(
+            "saturation",
+            "steady",
+            "all",
+            "tracing",
+            "outbound",
+            "counts",
+            "live",
+            "attributes",
+        ),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
         "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
@@ -612,7 +622,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--quick about 3 min, full 20 min or more); counts: statements, round trips, commits, "
         "NOTIFYs and bytes per webhook, chain3 and step at 1 and 8 senders (not part of all; "
         "about 2 min); live: bin/api's CPU for --pages open console execution pages (not part "
-        "of all; about 3 min)",
+        "of all; about 3 min); attributes: filters by search attributes on 1,000,000 "
+        "executions filled by SQL (--quick: 100,000; not part of all)",
     )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--pages", type=int, default=500, help="live: open execution pages (500)")
@@ -665,6 +676,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "live":
             report["live"] = live.run(args, log)
             print(live.table(report["live"]), flush=True)
+        if args.phase == "attributes":
+            report["attributes"] = attributes.run(args, log)
+            print(attributes.table(report["attributes"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)

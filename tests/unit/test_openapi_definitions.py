@@ -143,6 +143,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "retention_days": 0.5,
         "archive_days": 7,
         "priority": "{{ input.priority }}",
+        "attributes": {"order_id": "{{ input.order_id }}"},
         "limits": {"api": {"concurrency": 2}},
         "input_schema": {"type": "object"},
     },

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 import psycopg
 
+from flowforge.domain.definitions import AttributeFilterInvalid, attribute_filter
 from flowforge.domain.jsonvalues import loads_storable
 from flowforge.domain.model import is_key
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter
@@ -19,7 +20,7 @@ from flowforge.store import search
 from flowforge.store.apikeys import ApiKey
 
 # The filter fields, as the list's form names them; bulk pages carry the same ones.
-FIELDS = ("id", "workflow", "status", "from", "to", "idempotency_key", "path", "value")
+FIELDS = ("id", "workflow", "status", "from", "to", "idempotency_key", "path", "value", "where")
 PATH_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_PATH_DEPTH = 8
 MAX_TEXT = 512
@@ -118,8 +119,20 @@ def parse_query(conn: psycopg.Connection, args: Mapping[str, str], key: ApiKey) 
         idempotency_key=raw["idempotency_key"] or None,
         input_match=_containment(raw["path"], raw["value"]) if raw["path"] else None,
         id_prefix=prefix,
+        attributes=_where(raw["where"]) if raw["where"] else (),
     )
     return Query(raw, flt)
+
+
+def _where(text: str) -> tuple[tuple[str, str], ...]:
+    """The search box's `name=value` (docs/contract.md#search-attributes): one attribute."""
+    name, equals, value = text.partition("=")
+    if not equals:
+        raise bad("where", "name=value, such as order_id=4711")
+    try:
+        return attribute_filter([("where", name.strip(), value.strip())])
+    except AttributeFilterInvalid as exc:
+        raise bad("where", (exc.errors or [{}])[0].get("message", "")) from None
 
 
 def json_field(form: Mapping[str, str], name: str) -> Any:

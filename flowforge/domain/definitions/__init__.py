@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowforge.domain.definitions.attributes import (
+    AttributeFilterInvalid,
+    AttributesSection,
+    attribute_filter,
+    attribute_value,
+    is_attribute_name,
+    render_attributes,
+)
 from flowforge.domain.definitions.bounds import (
+    ATTRIBUTE_NAME,
     DEFAULT_CATCHUP_WINDOW_S,
     DEFAULT_MAP_PARALLEL,
     DEFAULT_MAX_WAIT_WINDOWS,
@@ -18,6 +27,8 @@ from flowforge.domain.definitions.bounds import (
     LATEST_INSTANT,
     MAX_ASSIGNEES,
     MAX_ATTEMPTS,
+    MAX_ATTRIBUTE_CHARS,
+    MAX_ATTRIBUTES,
     MAX_BACKOFF_COEFFICIENT,
     MAX_BATCH_ITEMS,
     MAX_CATCHUP_WINDOW_S,
@@ -124,6 +135,7 @@ from flowforge.domain.definitions.waits import WaitSection
 from flowforge.domain.definitions.webhooks import WebhookSection
 
 __all__ = [
+    "ATTRIBUTE_NAME",
     "DEFAULT_CATCHUP_WINDOW_S",
     "DEFAULT_MAP_PARALLEL",
     "DEFAULT_MAX_WAIT_WINDOWS",
@@ -139,6 +151,8 @@ __all__ = [
     "LATEST_INSTANT",
     "MAX_ASSIGNEES",
     "MAX_ATTEMPTS",
+    "MAX_ATTRIBUTES",
+    "MAX_ATTRIBUTE_CHARS",
     "MAX_BACKOFF_COEFFICIENT",
     "MAX_BATCH_ITEMS",
     "MAX_CATCHUP_WINDOW_S",
@@ -193,6 +207,7 @@ __all__ = [
     "STEP_ID",
     "STEP_TYPES",
     "ApprovalForm",
+    "AttributeFilterInvalid",
     "Circuit",
     "Concurrency",
     "Definition",
@@ -206,10 +221,13 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Step",
+    "attribute_filter",
+    "attribute_value",
     "check_values",
     "execution_priority",
     "form_schema",
     "from_html",
+    "is_attribute_name",
     "is_step_id",
     "is_step_row",
     "item_row",
@@ -218,6 +236,7 @@ __all__ = [
     "parse_operator_limit",
     "parse_schedule",
     "parse_until",
+    "render_attributes",
     "render_concurrency_key",
     "require_values",
     "split_item_row",
@@ -237,6 +256,7 @@ _TOP_KEYS = frozenset(
         "limits",
         "archive_days",
         "priority",
+        "attributes",
     }
 )
 
@@ -256,6 +276,7 @@ class _Parser(
     FormSection,
     MapSection,
     ChildSection,
+    AttributesSection,
 ):
     """Walks one definition, each section in the order an author reads them."""
 
@@ -295,6 +316,7 @@ class _Parser(
         retention_days = self.retention_days(doc)
         archive_days = self.archive_days(doc)
         priority = self.priority(doc)
+        attributes = self.attributes(doc)
         input_schema = self.input_schema(doc)
         self.limit_names = (
             frozenset(doc["limits"]) if isinstance(doc.get("limits"), dict) else frozenset()
@@ -317,6 +339,7 @@ class _Parser(
             grouping=grouping,
             limits=limits,
             priority=priority,
+            attributes=attributes,
         )
 
 

@@ -81,3 +81,9 @@ MAX_BATCH_ITEMS = 1_000
 # session reads them, so a day of margin at each end.
 EARLIEST_INSTANT = datetime(1, 1, 2, tzinfo=UTC)
 LATEST_INSTANT = datetime(9999, 12, 30, tzinfo=UTC)
+# docs/contract.md#search-attributes: named values rendered from a webhook's body when its
+# execution is created and stored indexed, so an operator finds "the execution of order
+# 4711" without scanning inputs. A few per version; a value is short text (an id, a name).
+MAX_ATTRIBUTES = 8
+MAX_ATTRIBUTE_CHARS = 200
+ATTRIBUTE_NAME = r"[a-z][a-z0-9_]{0,39}"

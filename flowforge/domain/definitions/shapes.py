@@ -286,6 +286,9 @@ class Definition:
     # docs/contract.md#priority: an integer, or the template "{{ input.<path> }}" (see
     # execution_priority).
     priority: int | str = DEFAULT_PRIORITY
+    # docs/contract.md#search-attributes: (name, template) pairs rendered at intake
+    # (definitions/attributes.py); () when the version declares none.
+    attributes: tuple[tuple[str, str], ...] = ()
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)
