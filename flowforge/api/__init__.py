@@ -16,6 +16,7 @@ from flowforge.api import (
     executions,
     health,
     hooks,
+    failures,
     notifications,
     openapi,
     paths,
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         openapi.bp,
         sources.bp,
         notifications.bp,
+        failures.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

@@ -15,6 +15,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from flowforge.domain.changes import Changes
+from flowforge.domain.model import ExecutionStatus, StepStatus, execution_event
+
 # The message kept in a group (after normalising), in characters.
 MAX_MESSAGE = 300
 # Placeholders a normalised message shows for what it took out.
@@ -109,3 +112,50 @@ def signature(
     status_class = f"{http_status // 100}xx" if http_status is not None else None
     kind = error_kind(error, http_status, stop_reason or "error")
     return Signature(outcome, status_class, http_status, kind, normalise(error))
+
+
+# ---- which failure a unit of work recorded ----------------------------------------------
+
+_FAILED_EVENT = execution_event(ExecutionStatus.FAILED)
+_UNKNOWN_EVENT = execution_event(ExecutionStatus.NEEDS_ATTENTION)
+_ITEM_INDEX = re.compile(r"\[\d+\]")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What one unit of work's failure is grouped by: the step (a map item's row with its
+    index taken out) and the signature."""
+
+    step_id: str
+    signature: Signature
+
+
+def recorded(changes: Changes) -> Failure | None:
+    """The failure `changes` records, if the execution became `failed` or needs an operator
+    (`unknown`) in it; None otherwise. Cheap for every other unit of work: it looks at
+    nothing unless the execution's row changed."""
+    if not changes.execution_changed:
+        return None
+    outcome = None
+    for step_id, kind, _detail in changes.events:
+        if step_id is None and kind == _FAILED_EVENT:
+            outcome = "failed"
+        elif step_id is None and kind == _UNKNOWN_EVENT:
+            outcome = "unknown"
+    if outcome is None:
+        return None
+    wanted = StepStatus.FAILED if outcome == "failed" else StepStatus.UNKNOWN
+    # The workflow's own step before a map item's row; then by id, so it is stable.
+    culprits = sorted(
+        (s for s in changes.steps.values() if s.status == wanted),
+        key=lambda s: ("[" in s.step_id, s.step_id),
+    )
+    if not culprits:
+        return Failure("", signature(outcome, None, None, changes.stop_reason))
+    step = culprits[0]
+    status = None
+    for attempt in [*changes.new_attempts, *changes.finished_attempts]:
+        if attempt.step_id == step.step_id and attempt.http_status is not None:
+            status = attempt.http_status
+    sig = signature(outcome, step.error, status, changes.stop_reason)
+    return Failure(_ITEM_INDEX.sub("[]", step.step_id), sig)

@@ -490,6 +490,9 @@ class NotifyKind(StrEnum):
     OUTCOME_UNKNOWN = "outcome.unknown"
     EXECUTION_PAUSED = "execution.paused"  # paused on exhausted retries
     CIRCUIT_OPENED = "circuit.opened"
+    # docs/contract.md#failure-groups: a new failure group, or a resolved one recurring
+    # (sql/0063): one event per group opening, never one per execution.
+    FAILURE_GROUP_OPENED = "failure_group.opened"
 
 
 class DeliveryStatus(StrEnum):
