@@ -126,3 +126,41 @@ def test_varying_values_never_split_a_group(data: st.DataObject, parts, outcome:
 def test_words_are_kept(message: str, status: int) -> None:
     assert normalise(message) == message
     assert signature("failed", message, status).code == status
+
+
+# ---- which failure a unit of work records ----------------------------------------------
+
+from flowforge.domain.changes import Changes, FinishedAttempt, StepState  # noqa: E402
+from flowforge.domain.failures import recorded  # noqa: E402
+
+
+def _changes(status: str, *steps: StepState, reason: str | None = None) -> Changes:
+    changes = Changes("e1", execution_changed=True, status=status, stop_reason=reason)
+    changes.events.append((None, f"execution.{status}", {"from": "running", "to": status}))
+    changes.steps = {s.step_id: s for s in steps}
+    return changes
+
+
+def test_recorded_names_the_failed_step_and_its_status() -> None:
+    failed = StepState("charge", "http_request", "failed", error="HTTP 503 from POST request")
+    changes = _changes("failed", failed, StepState("after", "transform", "cancelled", error="x"))
+    changes.finished_attempts.append(FinishedAttempt("charge", 1, "failed", http_status=503))
+    found = recorded(changes)
+    assert found is not None and found.step_id == "charge"
+    assert (found.signature.outcome, found.signature.code) == ("failed", 503)
+
+
+def test_recorded_unknown_items_and_stops() -> None:
+    unknown = StepState("items[7].send", "http_request", "unknown", error="no response: reset")
+    found = recorded(_changes("needs_attention", unknown))
+    assert found is not None and found.step_id == "items[].send"
+    assert (found.signature.outcome, found.signature.kind) == ("unknown", "no_response")
+    stopped = recorded(_changes("failed", reason="deadline"))
+    assert stopped is not None and (stopped.step_id, stopped.signature.kind) == ("", "deadline")
+
+
+def test_nothing_is_recorded_off_the_failure_path() -> None:
+    assert recorded(Changes("e1")) is None
+    assert recorded(_changes("succeeded")) is None
+    quiet = Changes("e1", execution_changed=True, status="failed")  # no transition event
+    assert recorded(quiet) is None
