@@ -54,7 +54,13 @@ class Signature:
     @property
     def digest(self) -> str:
         """A stable hex digest of every part (the group's key beside workflow and step)."""
-        parts = (self.outcome, self.status_class or "", str(self.code or ""), self.kind, self.message)
+        parts = (
+            self.outcome,
+            self.status_class or "",
+            str(self.code or ""),
+            self.kind,
+            self.message,
+        )
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 
@@ -154,8 +160,11 @@ def recorded(changes: Changes) -> Failure | None:
         return Failure("", signature(outcome, None, None, changes.stop_reason))
     step = culprits[0]
     status = None
-    for attempt in [*changes.new_attempts, *changes.finished_attempts]:
+    for attempt in changes.new_attempts:
         if attempt.step_id == step.step_id and attempt.http_status is not None:
             status = attempt.http_status
+    for closed in changes.finished_attempts:
+        if closed.step_id == step.step_id and closed.http_status is not None:
+            status = closed.http_status
     sig = signature(outcome, step.error, status, changes.stop_reason)
     return Failure(_ITEM_INDEX.sub("[]", step.step_id), sig)

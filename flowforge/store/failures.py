@@ -77,7 +77,9 @@ WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
 ORDER BY g.last_seen DESC, g.id DESC
 LIMIT %(limit)s
 """
-GET = f"SELECT {COLUMNS} FROM failure_groups g JOIN workflows w ON w.id = g.workflow_id WHERE g.id = %(id)s"
+GET = f"""
+SELECT {COLUMNS} FROM failure_groups g JOIN workflows w ON w.id = g.workflow_id WHERE g.id = %(id)s
+"""
 SAMPLE_EXECUTIONS = """
 SELECT e.id::text AS id, e.status, e.created_at, e.finished_at, e.updated_at
 FROM executions e WHERE e.failure_group_id = %(id)s
@@ -141,9 +143,7 @@ def set_status(
     return get(conn, group_id, samples=0)
 
 
-def members(
-    conn: psycopg.Connection, group_id: int, *, after: str | None, limit: int
-) -> list[str]:
+def members(conn: psycopg.Connection, group_id: int, *, after: str | None, limit: int) -> list[str]:
     """The ids of a group's executions still failed or held for an operator, oldest first."""
     params = {"id": group_id, "statuses": list(ACTIONABLE), "after": after, "limit": limit}
     return [row[0] for row in conn.execute(MEMBERS, params)]

@@ -24,6 +24,7 @@ from flowforge import faults
 from flowforge.cache import BoundedCache
 from flowforge.domain.definitions import Definition, parse_definition
 from flowforge.domain.engine import KINDS, Changes, Run, StepState
+from flowforge.domain.failures import recorded
 from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 from flowforge.domain.model import (
     PARENT_CANCEL_ACTOR,
@@ -33,7 +34,6 @@ from flowforge.domain.model import (
     StepStatus,
     StopReason,
 )
-from flowforge.domain.failures import recorded
 from flowforge.store import children, failures, flowcontrol
 from flowforge.store.creation import uuid7
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, one, pipelined_transaction

@@ -82,7 +82,9 @@ def test_a_group_counts_reopens_once_and_is_acted_on_whole(
     assert db.execute(ALERTS).fetchone() == (2,) and _opened() == before + 2
 
     # Reopened by hand (no alert), then replayed whole onto the fix.
-    assert in_process.post(f"/api/v1/failure-groups/{group['id']}/reopen").json()["status"] == "open"
+    assert (
+        in_process.post(f"/api/v1/failure-groups/{group['id']}/reopen").json()["status"] == "open"
+    )
     in_process.publish("grouped", unsigned([MARK, FIXED]))
     replayed = in_process.post(f"/api/v1/failure-groups/{group['id']}/replay", {"limit": 3})
     assert replayed.status_code == 200, replayed.text

@@ -59,7 +59,12 @@ def test_error_kind(error: str | None, status: int | None, kind: str) -> None:
 
 def test_signature_parts() -> None:
     sig = signature("failed", "HTTP 503 from POST request")
-    assert (sig.outcome, sig.status_class, sig.code, sig.kind) == ("failed", "5xx", 503, "http_status")
+    assert (sig.outcome, sig.status_class, sig.code, sig.kind) == (
+        "failed",
+        "5xx",
+        503,
+        "http_status",
+    )
     assert sig.message == "HTTP <n> from POST request"
     assert signature("failed", "boom", 404).status_class == "4xx"
     stopped = signature("failed", None, stop_reason="deadline")
@@ -72,7 +77,10 @@ def test_what_splits_groups() -> None:
     assert signature("unknown", "HTTP 503 from POST request").digest != base
     assert signature("failed", "HTTP 502 from POST request").digest != base
     assert signature("failed", "HTTP 503 from GET request").digest != base
-    assert signature("failed", "order 1 missing").digest != signature("failed", "item 1 missing").digest
+    assert (
+        signature("failed", "order 1 missing").digest
+        != signature("failed", "item 1 missing").digest
+    )
     assert len(base) == 32
 
 
