@@ -15,7 +15,7 @@ from flowforge.domain.model import MAX_PAGE, MAX_VERSION, is_key
 from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
 from flowforge.store import failures
 from flowforge.store.apikeys import ApiKey
-from flowforge.usecases import failures as acting
+from flowforge.usecases import replay
 
 bp = Blueprint("failures", __name__, url_prefix="/api/v1/failure-groups")
 
@@ -110,7 +110,7 @@ def _batch_body(allowed: set[str]) -> tuple[dict[str, Any], str | None, int]:
             errors=[{"path": f"$.{k}", "message": "unexpected field"} for k in extra],
         )
     after = body.get("after")
-    if after is not None and (not isinstance(after, str) or not acting.is_uuid(after)):
+    if after is not None and (not isinstance(after, str) or not replay.is_uuid(after)):
         raise InvalidBody(
             "Invalid batch",
             "after must be the previous next_after",
@@ -128,7 +128,7 @@ def _batch_body(allowed: set[str]) -> tuple[dict[str, Any], str | None, int]:
 
 @bp.post("/<int:group_id>/replay")
 @key_required
-def replay(group_id: int) -> Response:
+def replay_all(group_id: int) -> Response:
     """Replay one batch of the group's failed executions from `from_step` (default: the
     group's step) onto `version` (default: the newest)."""
     key: ApiKey = g.api_key
@@ -151,7 +151,7 @@ def replay(group_id: int) -> Response:
         )
     with connection() as conn:
         _group(conn, group_id, write=True)
-        done = acting.replay_batch(
+        done = replay.replay_group(
             conn,
             group_id,
             from_step=from_step,
@@ -165,11 +165,11 @@ def replay(group_id: int) -> Response:
 
 @bp.post("/<int:group_id>/retry")
 @key_required
-def retry(group_id: int) -> Response:
+def retry_all(group_id: int) -> Response:
     """Retry one batch of the group's failed executions in place."""
     key: ApiKey = g.api_key
     _body, after, limit = _batch_body(BATCH_FIELDS)
     with connection() as conn:
         _group(conn, group_id, write=True)
-        done = acting.retry_batch(conn, group_id, after=after, limit=limit, actor=key.actor())
+        done = replay.retry_group(conn, group_id, after=after, limit=limit, actor=key.actor())
     return jsonify(done)

@@ -22,7 +22,6 @@ from flowforge.store import apikeys, catalog, failures, notifications, outbound,
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
 from flowforge.usecases import actions, grouping, pausing, publishing, reingest, replay, ticks
-from flowforge.usecases import failures as failing
 
 
 def _cli_actor() -> dict[str, str]:
@@ -127,9 +126,9 @@ class Database:
         """Replay or retry one batch of a group's failed executions (the API's body)."""
         batch = {"after": body.get("after"), "limit": body.get("limit", 100)}
         if verb == "retry":
-            return failing.retry_batch(self.conn, group_id, actor=_cli_actor(), **batch)
+            return replay.retry_group(self.conn, group_id, actor=_cli_actor(), **batch)
         version = body.get("version", "latest")
-        return failing.replay_batch(
+        return replay.replay_group(
             self.conn,
             group_id,
             from_step=body.get("from_step"),

@@ -14,9 +14,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from flowforge.domain.changes import Changes
 from flowforge.domain.model import ExecutionStatus, StepStatus, execution_event
+
+if TYPE_CHECKING:
+    from flowforge.domain.changes import Changes
 
 # The message kept in a group (after normalising), in characters.
 MAX_MESSAGE = 300

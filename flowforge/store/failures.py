@@ -12,14 +12,16 @@ per opening, however many executions fail into it. An ignored group counts on, s
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.failures import Failure
 from flowforge.errors import NotFound
+
+if TYPE_CHECKING:
+    from flowforge.domain.failures import Failure
 
 STATUSES = ("open", "resolved", "ignored")
 # What an operator's action sets, by the action's name.

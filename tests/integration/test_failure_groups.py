@@ -8,6 +8,7 @@ from __future__ import annotations
 import psycopg
 from prometheus_client import REGISTRY
 
+from tests.integration.test_console import _sign_in
 from tests.support.definitions import unsigned
 from tests.support.inprocess import InProcess
 
@@ -111,3 +112,26 @@ def test_bad_requests_are_refused(in_process: InProcess) -> None:
     assert bad.status_code == 422
     assert bad.json()["errors"] == [{"path": "$.extra", "message": "unexpected field"}]
     assert in_process.post("/api/v1/failure-groups/1/retry", {"after": "no"}).status_code == 422
+
+
+def test_the_failed_inbox_shows_groups_and_acts_behind_the_csrf_token(
+    in_process: InProcess, api_key: str, db: psycopg.Connection
+) -> None:
+    in_process.publish("grouped", unsigned([MARK, BROKEN]))
+    _fail(in_process, 0, 2)
+    group_id = _group(in_process)["id"]
+    app = in_process.app
+    app.environ_base.pop("HTTP_AUTHORIZATION")
+    csrf = _sign_in(app, api_key)
+    page = app.get("/ui/failed").get_data(as_text=True)
+    assert f'id="failure-group-{group_id}"' in page and 'class="failure-resolve"' in page
+    forged = app.post(f"/ui/failed/groups/{group_id}", data={"action": "resolve"})
+    assert forged.status_code == 403
+    done = app.post(f"/ui/failed/groups/{group_id}", data={"action": "resolve", "csrf": csrf})
+    assert done.status_code == 302, done.get_data(as_text=True)
+    status = db.execute("SELECT status FROM failure_groups WHERE id = %s", (group_id,)).fetchone()
+    assert status == ("resolved",)
+    page = app.get("/ui/failed").get_data(as_text=True)
+    assert 'class="failure-reopen"' in page and 'class="failure-resolve"' not in page
+    bad = app.post(f"/ui/failed/groups/{group_id}", data={"action": "drop", "csrf": csrf})
+    assert bad.status_code == 400
