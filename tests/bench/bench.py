@@ -1,6 +1,7 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all|tracing|outbound|counts] [--quick] [--json FILE]
+    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|failure_groups]
+              [--quick] [--json FILE] [--failures N]
               [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
@@ -33,6 +34,7 @@ from flowforge.store.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import (
     counts,
+    failure_groups,
     figures,
     flow_control,
     limits,
@@ -603,14 +605,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all", "tracing", "outbound", "counts"),
+        choices=("saturation", "steady", "all", "tracing", "outbound", "counts", "failure_groups"),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
         "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
         "outbound: slow and https targets, a shared rate limit (issue 27, not part of all; "
         "--quick about 3 min, full 20 min or more); counts: statements, round trips, commits, "
         "NOTIFYs and bytes per webhook, chain3 and step at 1 and 8 senders (not part of all; "
-        "about 2 min)",
+        "about 2 min); failure_groups: the failure path with and without failure groups "
+        "(not part of all; --failures per mode)",
+    )
+    p.add_argument(
+        "--failures",
+        type=int,
+        default=failure_groups.DEFAULT_FAILURES,
+        help="failure_groups: failures per mode",
     )
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
@@ -656,6 +665,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "counts":
             report["counts"] = counts.run(args, log)
             print(counts.table(report["counts"]), flush=True)
+        if args.phase == "failure_groups":
+            report["failure_groups"] = failure_groups.run(args, log)
+            print(failure_groups.table(report["failure_groups"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)
