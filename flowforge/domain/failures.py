@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from flowforge.domain.model import ExecutionStatus, StepStatus, execution_event
+from flowforge.domain.model import ExecutionStatus, FailureOutcome, StepStatus, execution_event
 
 if TYPE_CHECKING:
     from flowforge.domain.changes import Changes
@@ -148,19 +148,19 @@ def recorded(changes: Changes) -> Failure | None:
     outcome = None
     for step_id, kind, _detail in changes.events:
         if step_id is None and kind == _FAILED_EVENT:
-            outcome = "failed"
+            outcome = FailureOutcome.FAILED
         elif step_id is None and kind == _UNKNOWN_EVENT:
-            outcome = "unknown"
+            outcome = FailureOutcome.UNKNOWN
     if outcome is None:
         return None
-    wanted = StepStatus.FAILED if outcome == "failed" else StepStatus.UNKNOWN
+    wanted = StepStatus.FAILED if outcome == FailureOutcome.FAILED else StepStatus.UNKNOWN
     # The workflow's own step before a map item's row; then by id, so it is stable.
     culprits = sorted(
         (s for s in changes.steps.values() if s.status == wanted),
         key=lambda s: ("[" in s.step_id, s.step_id),
     )
     if not culprits:
-        return Failure("", signature(outcome, None, None, changes.stop_reason))
+        return Failure("", signature(outcome.value, None, None, changes.stop_reason))
     step = culprits[0]
     status = None
     for attempt in changes.new_attempts:
@@ -169,5 +169,5 @@ def recorded(changes: Changes) -> Failure | None:
     for closed in changes.finished_attempts:
         if closed.step_id == step.step_id and closed.http_status is not None:
             status = closed.http_status
-    sig = signature(outcome, step.error, status, changes.stop_reason)
+    sig = signature(outcome.value, step.error, status, changes.stop_reason)
     return Failure(_ITEM_INDEX.sub("[]", step.step_id), sig)

@@ -495,6 +495,23 @@ class NotifyKind(StrEnum):
     FAILURE_GROUP_OPENED = "failure_group.opened"
 
 
+class FailureGroupStatus(StrEnum):
+    """A failure group's status (docs/contract.md#failure-groups); `failure_groups.status`.
+    A resolved group that fails again is open again; an ignored one stays ignored."""
+
+    OPEN = "open"
+    RESOLVED = "resolved"
+    IGNORED = "ignored"
+
+
+class FailureOutcome(StrEnum):
+    """What a failure group's executions became: failed, or held for an operator because a
+    step's outcome is unknown; `failure_groups.outcome`."""
+
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
 class DeliveryStatus(StrEnum):
     """A notification message's life (sql/0060): pending until its receiver answers 2xx
     (delivered) or its retries run out or its endpoint is disabled (failed)."""

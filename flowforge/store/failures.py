@@ -18,18 +18,23 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.model import ExecutionStatus, FailureGroupStatus, sql_list
 from flowforge.errors import NotFound
 
 if TYPE_CHECKING:
     from flowforge.domain.failures import Failure
 
-STATUSES = ("open", "resolved", "ignored")
+STATUSES = tuple(status.value for status in FailureGroupStatus)
 # What an operator's action sets, by the action's name.
-ACTION_STATUS = {"resolve": "resolved", "ignore": "ignored", "reopen": "open"}
+ACTION_STATUS = {
+    "resolve": FailureGroupStatus.RESOLVED,
+    "ignore": FailureGroupStatus.IGNORED,
+    "reopen": FailureGroupStatus.OPEN,
+}
 # The executions a group's page shows.
 SAMPLES = 10
 # The executions of a group a replay or a retry acts on: still failed or held for an operator.
-ACTIONABLE = ("failed", "needs_attention")
+ACTIONABLE = (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION)
 
 # A CTE of runs.SAVE_RUN_FAILING: the group counted (or created, or reopened) in the
 # transaction that records the failure; the execution's UPDATE in the same statement links it.
@@ -64,12 +69,12 @@ def upsert_params(failure: Failure) -> dict[str, Any]:
     }
 
 
-COLUMNS = """
+COLUMNS = f"""
 g.id, w.key AS workflow, g.step_id AS step, g.outcome, g.status_class, g.code, g.kind,
 g.message, g.status, g.count, g.first_seen, g.last_seen, g.opened_at, g.status_at,
 g.status_by, g.last_execution_id::text AS last_execution_id,
 (SELECT count(*) FROM executions e
- WHERE e.failure_group_id = g.id AND e.status IN ('failed', 'needs_attention')) AS pending
+ WHERE e.failure_group_id = g.id AND e.status IN {sql_list(ACTIONABLE)}) AS pending
 """
 LIST = f"""
 SELECT {COLUMNS} FROM failure_groups g JOIN workflows w ON w.id = g.workflow_id
@@ -138,7 +143,7 @@ def set_status(
 ) -> dict[str, Any]:
     """Resolve, ignore or reopen a group (an operator's reopen alerts nobody: only a
     recurrence of a resolved group does)."""
-    params = {"id": group_id, "status": ACTION_STATUS[action], "actor": Jsonb(actor)}
+    params = {"id": group_id, "status": ACTION_STATUS[action].value, "actor": Jsonb(actor)}
     with conn.transaction():
         if conn.execute(SET_STATUS, params).fetchone() is None:
             raise NotFound("no such failure group")
@@ -147,7 +152,8 @@ def set_status(
 
 def members(conn: psycopg.Connection, group_id: int, *, after: str | None, limit: int) -> list[str]:
     """The ids of a group's executions still failed or held for an operator, oldest first."""
-    params = {"id": group_id, "statuses": list(ACTIONABLE), "after": after, "limit": limit}
+    statuses = [status.value for status in ACTIONABLE]
+    params = {"id": group_id, "statuses": statuses, "after": after, "limit": limit}
     return [row[0] for row in conn.execute(MEMBERS, params)]
 
 
