@@ -139,6 +139,11 @@ class Failure:
     signature: Signature
 
 
+def group_step(step_id: str) -> str:
+    """The step a failure is grouped under: a map item's row without its index."""
+    return _ITEM_INDEX.sub("[]", step_id)
+
+
 def recorded(changes: Changes) -> Failure | None:
     """The failure `changes` records, if the execution became `failed` or needs an operator
     (`unknown`) in it; None otherwise. Cheap for every other unit of work: it looks at
@@ -170,4 +175,4 @@ def recorded(changes: Changes) -> Failure | None:
         if closed.step_id == step.step_id and closed.http_status is not None:
             status = closed.http_status
     sig = signature(outcome.value, step.error, status, changes.stop_reason)
-    return Failure(_ITEM_INDEX.sub("[]", step.step_id), sig)
+    return Failure(group_step(step.step_id), sig)
