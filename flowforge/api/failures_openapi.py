@@ -38,7 +38,10 @@ GROUP: dict[str, Any] = {
         "message": {"type": "string", "description": "the error, normalised"},
         "status": {"type": "string", "enum": list(failures.STATUSES)},
         "count": {"type": "integer", "description": "failures counted into it"},
-        "pending": {"type": "integer", "description": "its executions still failed or unknown"},
+        "pending": {
+            "type": "integer",
+            "description": "its executions still failed or unknown, not replayed yet",
+        },
         "first_seen": INSTANT,
         "last_seen": INSTANT,
         "opened_at": INSTANT,

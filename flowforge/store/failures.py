@@ -33,7 +33,8 @@ ACTION_STATUS = {
 }
 # The executions a group's page shows.
 SAMPLES = 10
-# The executions of a group a replay or a retry acts on: still failed or held for an operator.
+# The executions of a group a replay or a retry acts on (and its `pending`): still failed or
+# held for an operator, and not replayed yet.
 ACTIONABLE = (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION)
 
 # A CTE of runs.SAVE_RUN_FAILING: the group counted (or created, or reopened) in the
@@ -74,7 +75,8 @@ g.id, w.key AS workflow, g.step_id AS step, g.outcome, g.status_class, g.code, g
 g.message, g.status, g.count, g.first_seen, g.last_seen, g.opened_at, g.status_at,
 g.status_by, g.last_execution_id::text AS last_execution_id,
 (SELECT count(*) FROM executions e
- WHERE e.failure_group_id = g.id AND e.status IN {sql_list(ACTIONABLE)}) AS pending
+ WHERE e.failure_group_id = g.id AND e.status IN {sql_list(ACTIONABLE)}
+   AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)) AS pending
 """
 LIST = f"""
 SELECT {COLUMNS} FROM failure_groups g JOIN workflows w ON w.id = g.workflow_id
@@ -96,10 +98,13 @@ SET_STATUS = """
 UPDATE failure_groups SET status = %(status)s, status_at = now(), status_by = %(actor)s
 WHERE id = %(id)s RETURNING id
 """
-# A group's executions an action takes, oldest first, after a cursor.
+# A group's executions an action takes, oldest first, after a cursor: still failed or unknown
+# and not replayed yet (as the failed inbox's bulk replay takes them), so a replay of the
+# whole group twice replays each execution once.
 MEMBERS = """
 SELECT e.id::text FROM executions e
 WHERE e.failure_group_id = %(id)s AND e.status = ANY(%(statuses)s)
+  AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)
   AND (%(after)s::uuid IS NULL OR e.id > %(after)s)
 ORDER BY e.id LIMIT %(limit)s
 """
@@ -151,7 +156,8 @@ def set_status(
 
 
 def members(conn: psycopg.Connection, group_id: int, *, after: str | None, limit: int) -> list[str]:
-    """The ids of a group's executions still failed or held for an operator, oldest first."""
+    """The ids of a group's executions still failed or held for an operator and not replayed
+    yet, oldest first."""
     statuses = [status.value for status in ACTIONABLE]
     params = {"id": group_id, "statuses": statuses, "after": after, "limit": limit}
     return [row[0] for row in conn.execute(MEMBERS, params)]

@@ -97,6 +97,10 @@ def test_a_group_counts_reopens_once_and_is_acted_on_whole(
     assert len(rest["replayed"]) == 2 and rest["next_after"] is None
     for eid in first["replayed"] + rest["replayed"]:
         in_process.wait(eid, "succeeded")
+    # Each execution is replayed once: the group has none left to replay.
+    again = in_process.post(f"/api/v1/failure-groups/{group['id']}/replay").json()
+    assert again == {"replayed": [], "refused": [], "next_after": None}
+    assert _group(in_process)["pending"] == 0
     assert db.execute(ALERTS).fetchone() == (2,)
 
 
