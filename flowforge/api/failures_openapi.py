@@ -40,7 +40,7 @@ GROUP: dict[str, Any] = {
         "count": {"type": "integer", "description": "failures counted into it"},
         "pending": {
             "type": "integer",
-            "description": "its executions still failed or unknown, not replayed yet",
+            "description": "its executions failed or unknown, not replayed yet (up to 10,000)",
         },
         "first_seen": INSTANT,
         "last_seen": INSTANT,

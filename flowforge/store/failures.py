@@ -36,6 +36,9 @@ SAMPLES = 10
 # The executions of a group a replay or a retry acts on (and its `pending`): still failed or
 # held for an operator, and not replayed yet.
 ACTIONABLE = (ExecutionStatus.FAILED, ExecutionStatus.NEEDS_ATTENTION)
+# `pending` is counted up to this many (read through executions_by_failure_group), so a list
+# of groups costs at most this many rows a group however large a group grows.
+PENDING_CAP = 10_000
 
 # A CTE of runs.SAVE_RUN_FAILING: the group counted (or created, or reopened) in the
 # transaction that records the failure; the execution's UPDATE in the same statement links it.
@@ -74,9 +77,11 @@ COLUMNS = f"""
 g.id, w.key AS workflow, g.step_id AS step, g.outcome, g.status_class, g.code, g.kind,
 g.message, g.status, g.count, g.first_seen, g.last_seen, g.opened_at, g.status_at,
 g.status_by, g.last_execution_id::text AS last_execution_id,
-(SELECT count(*) FROM executions e
- WHERE e.failure_group_id = g.id AND e.status IN {sql_list(ACTIONABLE)}
-   AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)) AS pending
+(SELECT count(*) FROM (
+     SELECT FROM executions e
+     WHERE e.failure_group_id = g.id AND e.status IN {sql_list(ACTIONABLE)}
+       AND NOT EXISTS (SELECT 1 FROM executions r WHERE r.replay_of = e.id)
+     LIMIT {PENDING_CAP}) counted) AS pending
 """
 LIST = f"""
 SELECT {COLUMNS} FROM failure_groups g JOIN workflows w ON w.id = g.workflow_id
