@@ -5,10 +5,13 @@ silently; a group is retried and replayed whole; bad requests are refused whole.
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 from prometheus_client import REGISTRY
 
 from tests.integration.test_console import _sign_in
+from tests.integration.test_webhook_signatures import cli
 from tests.support.definitions import unsigned
 from tests.support.inprocess import InProcess
 
@@ -119,7 +122,7 @@ def test_bad_requests_are_refused(in_process: InProcess) -> None:
 
 
 def test_the_failed_inbox_shows_groups_and_acts_behind_the_csrf_token(
-    in_process: InProcess, api_key: str, db: psycopg.Connection
+    in_process: InProcess, api_key: str, db: psycopg.Connection, database_url: str
 ) -> None:
     in_process.publish("grouped", unsigned([MARK, BROKEN]))
     _fail(in_process, 0, 2)
@@ -139,3 +142,12 @@ def test_the_failed_inbox_shows_groups_and_acts_behind_the_csrf_token(
     assert 'class="failure-reopen"' in page and 'class="failure-resolve"' not in page
     bad = app.post(f"/ui/failed/groups/{group_id}", data={"action": "drop", "csrf": csrf})
     assert bad.status_code == 400
+
+    # The same group from the CLI on the box (--db), as the history names it.
+    assert "reopened" in cli(database_url, "--db", "failures", "reopen", str(group_id))
+    listed = json.loads(cli(database_url, "--db", "failures", "groups", "--output", "json"))
+    assert [(g["id"], g["status"], g["pending"]) for g in listed["groups"]] == [
+        (group_id, "open", 2)
+    ]
+    by = db.execute("SELECT status_by->>'kind' FROM failure_groups").fetchone()
+    assert by == ("cli",)
