@@ -33,8 +33,11 @@ CREATE TABLE failure_groups (
     status_at         timestamptz,
     status_by         jsonb,
     UNIQUE (workflow_id, step_id, signature)
-);
-CREATE INDEX failure_groups_by_seen ON failure_groups (last_seen DESC, id DESC);
+) WITH (fillfactor = 50);  -- room on each page for the HOT updates below
+-- No index on last_seen, status or count: every failure of a group updates its row, and an
+-- update that changes no indexed column is a HOT update (no new index entries, dead
+-- versions pruned on the page), so a group's thousandth failure costs what its first did.
+-- There are few groups: listing them sorts them without an index.
 
 -- No foreign key on the hot executions table (migration 0002); a group outlives the
 -- executions retention deletes. Only failed or unknown executions carry one.
