@@ -15,6 +15,7 @@ from flowforge.api import (
     console,
     drafts,
     executions,
+    failures,
     health,
     hooks,
     me,
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         notifications.bp,
         me.bp,
         approvals.bp,
+        failures.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

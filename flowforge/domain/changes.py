@@ -102,6 +102,9 @@ class Changes:
     wake_parent: tuple[str, str] | None = None
     # For the spans written after the commit (flowforge/observe/tracing.py).
     workflow: str = ""
+    # docs/contract.md#failure-groups: set by runs.save_run, before the listeners hear of the
+    # commit, when this unit of work opened a failure group (new, or resolved and recurring).
+    failure_group_opened: bool = False
     traceparent: str | None = None
 
 

@@ -18,6 +18,8 @@ from flowforge.domain.model import (
     CircuitState,
     DeliveryStatus,
     ExecutionStatus,
+    FailureGroupStatus,
+    FailureOutcome,
     GroupKind,
     GroupStatus,
     KeyOrigin,
@@ -53,6 +55,8 @@ CLOSED_SETS: dict[tuple[str, str], Iterable[str]] = {
     ("intake_groups", "status"): GroupStatus,
     ("notify_endpoints", "shape"): NotifyShape,
     ("notify_deliveries", "status"): DeliveryStatus,
+    ("failure_groups", "status"): FailureGroupStatus,
+    ("failure_groups", "outcome"): FailureOutcome,
 }
 # (table, column) of each pattern CHECK: the regular expression the code matches with.
 PATTERNS: dict[tuple[str, str], str] = {
