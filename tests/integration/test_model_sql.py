@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import psycopg
 import pytest
 
+from flowforge.domain.definitions.bounds import ATTRIBUTE_NAME
 from flowforge.domain.model import (
     PAUSABLE,
     WORKFLOW_KEY,
@@ -30,7 +31,6 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
-from flowforge.domain.definitions.bounds import ATTRIBUTE_NAME
 from flowforge.domain.roles import Role
 from flowforge.observe.tracing import format_traceparent
 
