@@ -13,6 +13,7 @@ from flowforge.api import (
     circuits,
     console,
     drafts,
+    events,
     executions,
     health,
     hooks,
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         openapi.bp,
         sources.bp,
         notifications.bp,
+        events.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

@@ -58,6 +58,7 @@ from flowforge.domain.definitions.checks import Checks, DefinitionInvalid
 from flowforge.domain.definitions.children import ChildSection
 from flowforge.domain.definitions.delays import DelaySection, parse_until
 from flowforge.domain.definitions.document import DocumentSection
+from flowforge.domain.definitions.events import EventsSection
 from flowforge.domain.definitions.flowcontrol import (
     FlowControlSection,
     KeyUnrendered,
@@ -94,6 +95,8 @@ from flowforge.domain.definitions.shapes import (
     Circuit,
     Concurrency,
     Definition,
+    EventEmit,
+    EventWait,
     Grouping,
     LimitSpec,
     RetryPolicy,
@@ -177,6 +180,8 @@ __all__ = [
     "Concurrency",
     "Definition",
     "DefinitionInvalid",
+    "EventEmit",
+    "EventWait",
     "Grouping",
     "KeyUnrendered",
     "LimitSpec",
@@ -210,6 +215,7 @@ _TOP_KEYS = frozenset(
         "limits",
         "archive_days",
         "priority",
+        "emits",
     }
 )
 
@@ -226,6 +232,7 @@ class _Parser(
     RetrySection,
     DelaySection,
     WaitSection,
+    EventsSection,
     MapSection,
     ChildSection,
 ):
@@ -272,6 +279,7 @@ class _Parser(
             frozenset(doc["limits"]) if isinstance(doc.get("limits"), dict) else frozenset()
         )
         limits = self.limits(doc)
+        emits = self.emits(doc)
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
@@ -289,6 +297,7 @@ class _Parser(
             grouping=grouping,
             limits=limits,
             priority=priority,
+            emits=emits,
         )
 
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from flowforge.domain.definitions.shapes import RetryPolicy
+    from flowforge.domain.definitions.shapes import EventWait, RetryPolicy
     from flowforge.domain.model import ItemFailure, OnTimeout, ResumeAuth
 
 # A closed set's member (domain/model.py's enums).
@@ -64,6 +64,10 @@ class Checker(Protocol):
     def wait(
         self, raw: dict[str, Any], path: str
     ) -> tuple[float | None, OnTimeout, ResumeAuth]: ...
+
+    def event_wait(
+        self, raw: dict[str, Any], path: str, ancestors: frozenset[str]
+    ) -> EventWait | None: ...
 
     def map(
         self, raw: dict[str, Any], path: str, ancestors: frozenset[str]

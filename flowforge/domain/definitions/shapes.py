@@ -161,6 +161,32 @@ class Grouping:
     max_items: int | None = None  # batch only
 
 
+# A wait step's event fields (docs/contract.md#events); the others need `event`.
+EVENT_WAIT_KEYS = frozenset({"event", "key", "from", "lookback_s"})
+
+
+@dataclass(frozen=True)
+class EventWait:
+    """What a wait step waits for besides a resume (docs/contract.md#events): the next event
+    `name` whose key is `key` (a template rendered when the wait opens), sent through the API
+    (`sender` None) or emitted by the verified deliveries of the workflow `sender` names;
+    events received up to `lookback_s` before the wait opened count (None: the setting)."""
+
+    name: str
+    key: str
+    sender: str | None = None
+    lookback_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EventEmit:
+    """An event each verified delivery of this workflow emits (docs/contract.md#events):
+    `name`, with the key `key` rendered from the delivery (`{{ input.… }}`)."""
+
+    name: str
+    key: str
+
+
 @dataclass(frozen=True)
 class Step:
     """One validated node of the workflow graph."""
@@ -180,6 +206,8 @@ class Step:
     timeout_s: float | None = None
     on_timeout: OnTimeout = OnTimeout.FAIL
     resume_auth: ResumeAuth = ResumeAuth.TOKEN
+    # wait steps that also end on an event (docs/contract.md#events); None: resumes only.
+    event: EventWait | None = None
     # http_request: the name of the definition's outbound limit it goes through (a
     # template over input renders one key per value).
     limit: str | None = None
@@ -256,6 +284,8 @@ class Definition:
     # docs/contract.md#priority: an integer, or the template "{{ input.<path> }}" (see
     # execution_priority).
     priority: int | str = DEFAULT_PRIORITY
+    # docs/contract.md#events: the event each verified delivery emits; None: none.
+    emits: EventEmit | None = None
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)

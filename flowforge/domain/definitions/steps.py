@@ -11,6 +11,7 @@ from flowforge.domain.definitions.bounds import MAX_PARENTS
 from flowforge.domain.definitions.checker import Checker
 from flowforge.domain.definitions.graph import closure, cycles, topological
 from flowforge.domain.definitions.shapes import (
+    EVENT_WAIT_KEYS,
     ITEM_NAMES,
     ITEM_STEP_TYPES,
     OPS,
@@ -28,7 +29,7 @@ _TYPE_KEYS = {
     "http_request": frozenset({"request", "retry", "budget_s", "limit"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
-    "wait": frozenset({"timeout_s", "on_timeout", "auth"}),
+    "wait": frozenset({"timeout_s", "on_timeout", "auth"}) | EVENT_WAIT_KEYS,
     "map": frozenset({"items", "steps", "max_parallel", "on_item_failure"}),
     "workflow": frozenset({"workflow", "input"}),
 }
@@ -153,6 +154,7 @@ class StepsSection(Checker):
         timeout_s, on_timeout, resume_auth = None, OnTimeout.FAIL, ResumeAuth.TOKEN
         limit: Any = None
         mapped: dict[str, Any] = {}
+        event = None
         if step_type == StepType.MAP:
             items, parallel, policy = self.map(raw, path, ancestors)
             mapped = {
@@ -165,6 +167,7 @@ class StepsSection(Checker):
             mapped = self.child(raw, path, ancestors)
         elif step_type == StepType.WAIT:
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
+            event = self.event_wait(raw, path, ancestors)
         elif step_type == StepType.HTTP_REQUEST:
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
@@ -196,6 +199,7 @@ class StepsSection(Checker):
             timeout_s=timeout_s,
             on_timeout=on_timeout,
             resume_auth=resume_auth,
+            event=event,
             limit=limit if isinstance(limit, str) else None,
             **mapped,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from flowforge.domain.kinds import event_wait
 from flowforge.domain.kinds.base import Loader, StepKind
 from flowforge.domain.model import EventKind, OnTimeout, StepType
 from flowforge.domain.model import StepStatus as S
@@ -38,6 +39,8 @@ class WaitKind(StepKind):
                 started_at=run.now,
                 reason="resumed before the wait began",
             )
+        elif step.event is not None:
+            event_wait.open_wait(run, step)
         else:
             assert step.timeout_s is not None
             run.set_step(
@@ -51,6 +54,9 @@ class WaitKind(StepKind):
     def load(self, run: Run, loader: Loader) -> None:
         """The resumes kept for it (docs/contract.md#wait: no lost early resume)."""
         run.early_resumes = loader.early_resumes()
+        if any(step.event is not None for step in run.definition.steps):
+            # Only a workflow with an event wait reads events (docs/contract.md#events).
+            run.event_port = loader.event_port()
 
 
 def wait_open(run: Run, step_id: str) -> bool:

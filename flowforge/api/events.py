@@ -1,0 +1,125 @@
+"""Events correlated by a business key (docs/contract.md#events): `POST /api/v1/events`
+sends one, `GET /api/v1/events` lists those kept.
+
+Who may send what: an API key for every workflow sends events any workflow's wait may
+take; a key scoped to workflows sends events only the waits of those workflows may take
+(the event's audience is the key's scope), so no key can end another team's waits. Events
+a workflow's verified deliveries emit (`emits`) are taken only by waits that name that
+workflow in `from`: the API cannot forge them.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from flowforge.api.auth import authorize, key_required
+from flowforge.api.bodies import read_body
+from flowforge.api.pool import connection
+from flowforge.domain.definitions.bounds import EVENT_NAME_PATTERN, MAX_EVENT_KEY_CHARS
+from flowforge.domain.jsonvalues import loads_storable
+from flowforge.errors import InvalidBody, InvalidParameter
+from flowforge.store import events as event_store
+from flowforge.usecases import events
+
+bp = Blueprint("events", __name__, url_prefix="/api/v1/events")
+
+_NAME = re.compile(EVENT_NAME_PATTERN)
+MAX_DELIVERY_ID_CHARS = 200
+MAX_LIST = 500
+_FIELDS = frozenset({"name", "key", "payload", "id"})
+
+
+def _text(doc: dict[str, Any], field: str, limit: int, problems: list[dict[str, str]]) -> str:
+    value = doc.get(field)
+    if not isinstance(value, str) or not 0 < len(value) <= limit or not value.isprintable():
+        problems.append(
+            {"path": f"$.{field}", "message": f"{field} must be 1 to {limit} printable characters"}
+        )
+        return ""
+    return value
+
+
+def parse_event(raw: bytes) -> tuple[str, str, Any, str | None]:
+    """The body's name, key, payload and id, or a 422 naming every field at fault."""
+    try:
+        doc = loads_storable(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidParameter("Malformed JSON", "the body is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise InvalidBody("Invalid event", 'send {"name": ..., "key": ..., "payload": ...}')
+    problems = [
+        {"path": f"$.{name}", "message": f"unknown field {name!r}"}
+        for name in sorted(set(doc) - _FIELDS)
+    ]
+    name = doc.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(
+            {
+                "path": "$.name",
+                "message": "name must be lowercase letters, digits and . _ : - (at most 200)",
+            }
+        )
+    key = _text(doc, "key", MAX_EVENT_KEY_CHARS, problems)
+    delivery_id = None
+    if "id" in doc:
+        delivery_id = _text(doc, "id", MAX_DELIVERY_ID_CHARS, problems)
+    if "payload" not in doc:
+        problems.append({"path": "$.payload", "message": "payload is required (null allowed)"})
+    if problems:
+        raise InvalidBody("Invalid event", problems[0]["message"], errors=problems)
+    return str(name), key, doc["payload"], delivery_id
+
+
+@bp.post("")
+@key_required
+def send() -> tuple[Response, int, dict[str, str]]:
+    """Record an event and offer it to the waits open for its name and key."""
+    api_key = authorize(None, write=True)
+    if request.query_string:
+        raise InvalidParameter("Query string not accepted", "put the event in the JSON body")
+    name, key, payload, delivery_id = parse_event(read_body())
+    audience = None if api_key.workflows is None else sorted(api_key.workflows)
+    with connection() as conn:
+        sent = events.send(
+            conn,
+            sender=event_store.API_SENDER,
+            name=name,
+            key=key,
+            delivery_id=delivery_id or str(uuid.uuid4()),
+            payload=payload,
+            audience=audience,
+        )
+    answer = {
+        "id": sent.event_id,
+        "name": name,
+        "key": key,
+        "delivered": sent.delivered,
+        "replayed": sent.replayed,
+    }
+    if sent.replayed:
+        return jsonify(answer), 200, {"Idempotent-Replayed": "true"}
+    return jsonify(answer), 202, {"Location": f"/api/v1/events?name={name}"}
+
+
+@bp.get("")
+@key_required
+def list_events() -> Response:
+    """The events kept (not expired), newest first, by name and key; a key scoped to
+    workflows sees those its workflows may take or emitted."""
+    api_key = authorize(None, write=False)
+    unknown = set(request.args) - {"name", "key", "limit"}
+    if unknown:
+        raise InvalidParameter("Unknown parameter", f"unknown parameter {sorted(unknown)[0]!r}")
+    raw_limit = request.args.get("limit", "100")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST:
+        raise InvalidParameter("Invalid limit", f"limit must be 1 to {MAX_LIST}")
+    scope = None if api_key.workflows is None else sorted(api_key.workflows)
+    with connection() as conn:
+        found = event_store.listed(
+            conn, request.args.get("name"), request.args.get("key"), scope, int(raw_limit)
+        )
+    return jsonify({"events": found})

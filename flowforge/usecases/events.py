@@ -1,0 +1,193 @@
+"""An event correlated by a business key (docs/contract.md#events): recorded once by its
+identity, then offered to every wait step open for its name and key, each taking it in
+its own unit of work (the event's payload as the step's output, the consumption row and
+the wake-ups of what became ready in one transaction, under the execution's row lock).
+
+Sent by `POST /api/v1/events` (sender "api", for the sending key's scope) and emitted by
+a workflow's verified webhook delivery when its definition declares `emits` (sender
+"workflow:<key>", for every workflow whose wait names it in `from`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from flowforge.domain.definitions import Definition
+from flowforge.domain.definitions.bounds import MAX_EVENT_KEY_CHARS
+from flowforge.domain.model import StepType
+from flowforge.domain.templating import TemplateError, render
+from flowforge.errors import Conflict
+from flowforge.store import events
+from flowforge.store.runs import load_run, save_run, unit_of_work
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """The answer to an event: its id, whether it was a redelivery, and how many waiting
+    steps took it now."""
+
+    event_id: str
+    replayed: bool
+    delivered: int
+
+
+def fingerprint(key: str, payload: Any, audience: list[str] | None) -> bytes:
+    """What a redelivery must repeat: the key, the payload and who may take it."""
+    canonical = json.dumps([key, payload, audience], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).digest()
+
+
+def send(
+    conn: psycopg.Connection,
+    *,
+    sender: str,
+    name: str,
+    key: str,
+    delivery_id: str,
+    payload: Any,
+    audience: list[str] | None,
+) -> Sent:
+    """Record an event (or find it again by its identity) and offer it to its waits.
+
+    A redelivery of the same event answers the same id and changes nothing, unless the
+    first delivery's fan-out was cut short (a crash): then it finishes it. The same
+    identity with another key, payload or audience is a conflict."""
+    sha = fingerprint(key, payload, audience)
+    params = {
+        "sender": sender,
+        "name": name,
+        "key": key,
+        "delivery_id": delivery_id,
+        "payload": psycopg.types.json.Jsonb(payload),
+        "sha": sha,
+        "audience": audience,
+        "lookback_s": events.lookback_s(),
+    }
+    with conn.transaction():
+        conn.execute(events.LOCK_NAME_KEY, params)
+        row = conn.execute(events.INSERT_EVENT, params).fetchone()
+        found = None if row is not None else conn.execute(events.FIND_EVENT, params).fetchone()
+    if found is not None:
+        event_id, _key, first_sha, _audience, fanned_out = found
+        if bytes(first_sha) != sha:
+            raise Conflict(
+                f"event {name!r} {delivery_id!r} was already received with another key,"
+                " payload or audience"
+            )
+        if fanned_out:
+            return Sent(event_id, replayed=True, delivered=0)
+    else:
+        assert row is not None
+        event_id = row[0]
+    delivered = fan_out(conn, event_id, name, key, sender, audience, payload)
+    logger.info(
+        "event received",
+        extra={"event": name, "event_id": event_id, "delivered": delivered},
+    )
+    return Sent(event_id, replayed=found is not None, delivered=delivered)
+
+
+def fan_out(
+    conn: psycopg.Connection,
+    event_id: str,
+    name: str,
+    key: str,
+    sender: str,
+    audience: list[str] | None,
+    payload: Any,
+) -> int:
+    """Offer the event to every wait registered for it, one unit of work each (in the
+    order of their execution ids); a wait found closed (timed out, cancelled, ended
+    otherwise) is forgotten. Returns how many steps took it."""
+    waits = conn.execute(
+        events.MATCHING_WAITS,
+        {"name": name, "key": key, "sender": sender, "audience": audience},
+    ).fetchall()
+    delivered = 0
+    for execution_id, step_id in waits:
+        if _deliver(conn, event_id, payload, execution_id, step_id, name):
+            delivered += 1
+    conn.execute(events.FANNED_OUT, {"id": event_id})
+    return delivered
+
+
+def _deliver(
+    conn: psycopg.Connection,
+    event_id: str,
+    payload: Any,
+    execution_id: str,
+    step_id: str,
+    name: str,
+) -> bool:
+    """One waiting step takes the event, if its wait is still open: the step's status is
+    read under the execution row lock, so a timeout that got there first wins and the
+    event is not consumed (docs/contract.md#events: no lost or double outcome)."""
+    ids = {"event_id": event_id, "execution_id": execution_id, "step_id": step_id}
+    with unit_of_work(conn):
+        run = load_run(conn, execution_id)
+        if run is None:
+            return False
+        step = run.definition.step(step_id) if step_id in run.steps else None
+        is_event_wait = (
+            step is not None
+            and step.type == StepType.WAIT
+            and step.event is not None
+            and step.event.name == name
+        )
+        if not is_event_wait or not run.wait_open(step_id):
+            conn.execute(events.DROP_WAIT, ids)
+            return False
+        if conn.execute(events.CONSUMED, ids).fetchone() is not None:
+            return False
+        run.receive_event(step_id, event_id, payload)
+        save_run(conn, run.take_changes())
+    return True
+
+
+def emit(
+    conn: psycopg.Connection,
+    workflow_key: str,
+    definition: Definition,
+    execution_id: str,
+    body: Any,
+) -> Sent | None:
+    """The event a workflow's verified delivery emits (its definition's `emits`), its key
+    rendered from the delivery; its identity is the delivery's execution, so a redelivery
+    of the webhook emits nothing new. None when the key does not render."""
+    emits = definition.emits
+    assert emits is not None
+    try:
+        rendered = render(emits.key, {"input": body})
+    except TemplateError as exc:
+        logger.warning(
+            "event not emitted: its key did not render",
+            extra={"workflow": workflow_key, "execution_id": execution_id, "reason": str(exc)},
+        )
+        return None
+    if (
+        isinstance(rendered, bool)
+        or not isinstance(rendered, str | int)
+        or not 0 < len(str(rendered)) <= MAX_EVENT_KEY_CHARS
+    ):
+        logger.warning(
+            "event not emitted: its key is not a string of 1 to 200 characters",
+            extra={"workflow": workflow_key, "execution_id": execution_id},
+        )
+        return None
+    return send(
+        conn,
+        sender=events.workflow_sender(workflow_key),
+        name=emits.name,
+        key=str(rendered),
+        delivery_id=execution_id,
+        payload=body,
+        audience=None,
+    )
