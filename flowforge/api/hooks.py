@@ -18,7 +18,7 @@ from flowforge.errors import Conflict, InvalidParameter, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, sources
 from flowforge.trust import presets, signatures
-from flowforge.usecases import grouping, intake, routing
+from flowforge.usecases import events, grouping, intake, routing
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +131,13 @@ def _accept(
             secret_id = _secret_id(target.secrets, verified)
             if grouping.is_grouped(target.definition):
                 return grouping.record(conn, target, raw, identity, secret_id)
-            return intake.accept(
+            accepted = intake.accept(
                 conn, target, raw, identity, secret_id, traceparent, headers=dict(request.headers)
             )
+            if target.definition.emits is not None and verified is not None:
+                # docs/contract.md#events: a verified delivery emits its workflow's event.
+                events.emit(conn, key, target.definition, accepted.execution_id, body)
+            return accepted
         except intake.StaleTarget:
             target = intake.TARGETS.get(conn, key, encryption_key, fresh=True)
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from flowforge.domain import interventions
+from flowforge.domain import event_waits, interventions
 from flowforge.domain.changes import Changes, FinishedAttempt, NewAttempt, StepState
 from flowforge.domain.definitions.bounds import MAX_MAP_ITEMS
 from flowforge.domain.definitions.delays import parse_until
@@ -42,9 +42,9 @@ from flowforge.domain.definitions.shapes import (
     item_row,
     split_item_row,
 )
+from flowforge.domain.event_waits import EventPort
 from flowforge.domain.kinds import (
     delay,
-    event_wait,
     http_request,
     map,
     transform,
@@ -52,7 +52,6 @@ from flowforge.domain.kinds import (
     workflow,
 )
 from flowforge.domain.kinds.base import StepKind
-from flowforge.domain.kinds.event_wait import EventPort
 from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 from flowforge.domain.model import (
     CANCELLABLE_STEP,
@@ -684,9 +683,13 @@ class Run:
         """End an open wait with `body` as its output; the execution goes on."""
         wait.resume(self, step_id, body, actor=actor)
 
+    def open_event_wait(self, step: Step) -> None:
+        """Open a wait step that ends on an event (docs/contract.md#events)."""
+        event_waits.open_wait(self, step)
+
     def receive_event(self, step_id: str, event_id: str, payload: Any) -> None:
         """An open event wait takes an event (docs/contract.md#events)."""
-        event_wait.receive(self, step_id, event_id, payload)
+        event_waits.receive(self, step_id, event_id, payload)
 
     def fail_wait(self, step_id: str, actor: dict[str, Any]) -> None:
         """An operator says the awaited answer is no: the step fails, and so does the run."""

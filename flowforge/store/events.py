@@ -12,13 +12,14 @@ and no transaction holds the advisory lock while it waits for an execution's row
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.changes import Changes
-from flowforge.domain.definitions import EventWait
+if TYPE_CHECKING:
+    from flowforge.domain.changes import Changes
+    from flowforge.domain.definitions import EventWait
 
 API_SENDER = "api"
 DEFAULT_LOOKBACK_S = 86_400.0
@@ -132,7 +133,7 @@ def workflow_sender(workflow_key: str) -> str:
 
 
 class EventPort:
-    """kinds/event_wait.EventPort over a unit of work's locked connection."""
+    """domain/event_waits.EventPort over a unit of work's locked connection."""
 
     def __init__(self, conn: psycopg.Connection, execution_id: str, workflow: str) -> None:
         self.conn, self.execution_id, self.workflow = conn, execution_id, workflow

@@ -280,6 +280,12 @@ class _Parser(
         )
         limits = self.limits(doc)
         emits = self.emits(doc)
+        if emits is not None and (auth == "none" or grouping is not None):
+            self.error(
+                "$.emits",
+                "emits needs signed webhooks that start one execution each (an auth other"
+                " than none, no debounce or batch): only a verified delivery emits an event",
+            )
         parsed = self.parse_steps(steps)
         if self.errors:
             return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from flowforge.domain.kinds import event_wait
 from flowforge.domain.kinds.base import Loader, StepKind
 from flowforge.domain.model import EventKind, OnTimeout, StepType
 from flowforge.domain.model import StepStatus as S
@@ -40,7 +39,7 @@ class WaitKind(StepKind):
                 reason="resumed before the wait began",
             )
         elif step.event is not None:
-            event_wait.open_wait(run, step)
+            run.open_event_wait(step)
         else:
             assert step.timeout_s is not None
             run.set_step(
