@@ -107,7 +107,7 @@ LIMIT %(limit)s
 # The housekeeping: expired events, their consumptions with them (ON DELETE CASCADE).
 EXPIRE_EVENTS = """
 DELETE FROM events WHERE id IN (
-    SELECT id FROM events WHERE expires_at <= now() LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    SELECT id FROM events WHERE expires_at <= now() LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 """
 
 
