@@ -33,14 +33,26 @@ MAX_LIST = 500
 _FIELDS = frozenset({"name", "key", "payload", "id"})
 
 
+# A key or an id: no control characters (bounds.EVENT_TEXT_PATTERN, in /openapi.json).
+_CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
+
+
+def is_text(value: Any, limit: int) -> bool:
+    """1 to `limit` characters, none of them a control character."""
+    return isinstance(value, str) and 0 < len(value) <= limit and not _CONTROL.search(value)
+
+
 def _text(doc: dict[str, Any], field: str, limit: int, problems: list[dict[str, str]]) -> str:
     value = doc.get(field)
-    if not isinstance(value, str) or not 0 < len(value) <= limit or not value.isprintable():
+    if not is_text(value, limit):
         problems.append(
-            {"path": f"$.{field}", "message": f"{field} must be 1 to {limit} printable characters"}
+            {
+                "path": f"$.{field}",
+                "message": f"{field} must be 1 to {limit} characters, no control characters",
+            }
         )
         return ""
-    return value
+    return str(value)
 
 
 def parse_event(raw: bytes) -> tuple[str, str, Any, str | None]:
@@ -117,9 +129,12 @@ def list_events() -> Response:
     raw_limit = request.args.get("limit", "100")
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST:
         raise InvalidParameter("Invalid limit", f"limit must be 1 to {MAX_LIST}")
+    name, key = request.args.get("name"), request.args.get("key")
+    if name is not None and not _NAME.match(name):
+        raise InvalidParameter("Invalid name", "name must be an event name such as payment.settled")
+    if key is not None and not is_text(key, MAX_EVENT_KEY_CHARS):
+        raise InvalidParameter("Invalid key", "key must be 1 to 200 characters")
     scope = None if api_key.workflows is None else sorted(api_key.workflows)
     with connection() as conn:
-        found = event_store.listed(
-            conn, request.args.get("name"), request.args.get("key"), scope, int(raw_limit)
-        )
+        found = event_store.listed(conn, name, key, scope, int(raw_limit))
     return jsonify({"events": found})

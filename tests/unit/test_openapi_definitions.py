@@ -139,6 +139,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "priority": "{{ input.priority }}",
         "limits": {"api": {"concurrency": 2}},
         "input_schema": {"type": "object"},
+        "emits": {"event": "payment.settled", "key": "{{ input.data.object.id }}"},
     },
     "trigger": {"webhook": {"auth": "signature"}, "schedule": {"every_s": 60}},
     "trigger.webhook": {
@@ -196,6 +197,10 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "timeout_s": 3600,
         "on_timeout": "continue",
         "auth": "signature",
+        "event": "payment.settled",
+        "key": "{{ input.order_id }}",
+        "from": "stripe-intake",
+        "lookback_s": 600,
     },
     "step map": {
         "id": "each",
@@ -243,6 +248,12 @@ SAMPLES: dict[str, dict[str, Any]] = {
 }
 # Fields that exclude another: the sample drops that one from the location's base.
 EXCLUDES = {("trigger.schedule", "cron"): "every_s", ("step delay", "until"): "duration_s"}
+# Fields that need others (docs/contract.md#events): the sample adds them to the base.
+_EVENT_WAIT = {"event": "payment.settled", "key": "{{ input.order_id }}"}
+REQUIRES: dict[tuple[str, str], dict[str, Any]] = {
+    **{("step wait", name): _EVENT_WAIT for name in ("event", "key", "from", "lookback_s")},
+    ("definition", "emits"): {"trigger": {"webhook": {"auth": "signature"}}},
+}
 
 
 def _json_path(path: list[str | int]) -> str:
@@ -262,6 +273,7 @@ def _with(location: str, field: str, value: Any) -> dict[str, Any]:
     doc = copy.deepcopy(base)
     node = _at(doc, path)
     node.pop(EXCLUDES.get((location, field), ""), None)
+    node.update(copy.deepcopy(REQUIRES.get((location, field), {})))
     node[field] = value
     return doc
 

@@ -25,6 +25,8 @@ MAX_WAIT_S = 31_536_000  # a year, like a delay
 MAX_EVENT_NAME_CHARS = 200
 MAX_EVENT_KEY_CHARS = 200
 EVENT_NAME_PATTERN = r"^[a-z0-9][a-z0-9._:-]{0,199}$"
+# A sent event's key and id: no control characters.
+EVENT_TEXT_PATTERN = r"^[^\u0000-\u001f\u007f]+$"
 MAX_EVENT_LOOKBACK_S = 2_592_000  # thirty days
 # docs/contract.md#priority: an execution's priority, a literal or "{{ input.<path> }}" rendered
 # when the execution is created; higher is claimed first among ready steps, with ageing

@@ -74,9 +74,9 @@ class EventsSection(Checker):
     def emits(self, doc: dict[str, Any]) -> EventEmit | None:
         """`emits`: the event each verified delivery of the workflow sends, its key rendered
         from the delivery (only `input` can be read)."""
-        raw = doc.get("emits")
-        if raw is None:
+        if "emits" not in doc:
             return None
+        raw = doc["emits"]
         if not isinstance(raw, dict):
             self.error("$.emits", "emits must be an object with event and key")
             return None
