@@ -10,80 +10,21 @@ workflow in `from`: the API cannot forge them.
 
 from __future__ import annotations
 
-import re
 import uuid
-from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
 from flowforge.api.auth import authorize, key_required
-from flowforge.api.bodies import read_body
+from flowforge.api.bodies import parse_json, read_body
 from flowforge.api.pool import connection
-from flowforge.domain.definitions.bounds import EVENT_NAME_PATTERN, MAX_EVENT_KEY_CHARS
-from flowforge.domain.jsonvalues import loads_storable
-from flowforge.errors import InvalidBody, InvalidParameter
+from flowforge.domain.definitions.bounds import MAX_EVENT_KEY_CHARS
+from flowforge.errors import InvalidParameter
 from flowforge.store import events as event_store
 from flowforge.usecases import events
 
 bp = Blueprint("events", __name__, url_prefix="/api/v1/events")
 
-_NAME = re.compile(EVENT_NAME_PATTERN)
-MAX_DELIVERY_ID_CHARS = 200
 MAX_LIST = 500
-_FIELDS = frozenset({"name", "key", "payload", "id"})
-
-
-# A key or an id: no control characters (bounds.EVENT_TEXT_PATTERN, in /openapi.json).
-_CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
-
-
-def is_text(value: Any, limit: int) -> bool:
-    """1 to `limit` characters, none of them a control character."""
-    return isinstance(value, str) and 0 < len(value) <= limit and not _CONTROL.search(value)
-
-
-def _text(doc: dict[str, Any], field: str, limit: int, problems: list[dict[str, str]]) -> str:
-    value = doc.get(field)
-    if not is_text(value, limit):
-        problems.append(
-            {
-                "path": f"$.{field}",
-                "message": f"{field} must be 1 to {limit} characters, no control characters",
-            }
-        )
-        return ""
-    return str(value)
-
-
-def parse_event(raw: bytes) -> tuple[str, str, Any, str | None]:
-    """The body's name, key, payload and id, or a 422 naming every field at fault."""
-    try:
-        doc = loads_storable(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidParameter("Malformed JSON", "the body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise InvalidBody("Invalid event", 'send {"name": ..., "key": ..., "payload": ...}')
-    problems = [
-        {"path": f"$.{name}", "message": f"unknown field {name!r}"}
-        for name in sorted(set(doc) - _FIELDS)
-    ]
-    name = doc.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(
-            {
-                "path": "$.name",
-                "message": "name must be lowercase letters, digits and . _ : - (at most 200)",
-            }
-        )
-    key = _text(doc, "key", MAX_EVENT_KEY_CHARS, problems)
-    delivery_id = None
-    if "id" in doc:
-        delivery_id = _text(doc, "id", MAX_DELIVERY_ID_CHARS, problems)
-    if "payload" not in doc:
-        problems.append({"path": "$.payload", "message": "payload is required (null allowed)"})
-    if problems:
-        raise InvalidBody("Invalid event", problems[0]["message"], errors=problems)
-    return str(name), key, doc["payload"], delivery_id
 
 
 @bp.post("")
@@ -93,7 +34,7 @@ def send() -> tuple[Response, int, dict[str, str]]:
     api_key = authorize(None, write=True)
     if request.query_string:
         raise InvalidParameter("Query string not accepted", "put the event in the JSON body")
-    name, key, payload, delivery_id = parse_event(read_body())
+    name, key, payload, delivery_id = events.check_event(parse_json(read_body()))
     audience = None if api_key.workflows is None else sorted(api_key.workflows)
     with connection() as conn:
         sent = events.send(
@@ -130,9 +71,9 @@ def list_events() -> Response:
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST:
         raise InvalidParameter("Invalid limit", f"limit must be 1 to {MAX_LIST}")
     name, key = request.args.get("name"), request.args.get("key")
-    if name is not None and not _NAME.match(name):
+    if name is not None and not events.is_name(name):
         raise InvalidParameter("Invalid name", "name must be an event name such as payment.settled")
-    if key is not None and not is_text(key, MAX_EVENT_KEY_CHARS):
+    if key is not None and not events.is_text(key, MAX_EVENT_KEY_CHARS):
         raise InvalidParameter("Invalid key", "key must be 1 to 200 characters")
     scope = None if api_key.workflows is None else sorted(api_key.workflows)
     with connection() as conn:

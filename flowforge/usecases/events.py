@@ -13,16 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from flowforge.domain.definitions import Definition
-from flowforge.domain.definitions.bounds import MAX_EVENT_KEY_CHARS
+from flowforge.domain.definitions.bounds import EVENT_NAME_PATTERN, MAX_EVENT_KEY_CHARS
 from flowforge.domain.model import StepType
 from flowforge.domain.templating import TemplateError, render
-from flowforge.errors import Conflict
+from flowforge.errors import Conflict, InvalidBody
 from flowforge.store import events
 from flowforge.store.runs import load_run, save_run, unit_of_work
 
@@ -37,6 +38,54 @@ class Sent:
     event_id: str
     replayed: bool
     delivered: int
+
+
+_NAME = re.compile(EVENT_NAME_PATTERN)
+# A key or an id: no control characters (bounds.EVENT_TEXT_PATTERN, in /openapi.json).
+_CONTROL = re.compile("[\\x00-\\x1f\\x7f]")
+MAX_DELIVERY_ID_CHARS = 200
+_FIELDS = frozenset({"name", "key", "payload", "id"})
+
+
+def is_name(value: Any) -> bool:
+    """An event name: lowercase letters, digits and `.`, `_`, `:`, `-`."""
+    return isinstance(value, str) and _NAME.match(value) is not None
+
+
+def is_text(value: Any, limit: int) -> bool:
+    """1 to `limit` characters, none of them a control character."""
+    return isinstance(value, str) and 0 < len(value) <= limit and not _CONTROL.search(value)
+
+
+def check_event(doc: Any) -> tuple[str, str, Any, str | None]:
+    """A sent event's name, key, payload and id (the API's body, the CLI's arguments), or
+    InvalidBody naming every field at fault by its JSON path."""
+    if not isinstance(doc, dict):
+        raise InvalidBody("Invalid event", 'send {"name": ..., "key": ..., "payload": ...}')
+    problems = [
+        {"path": f"$.{name}", "message": f"unknown field {name!r}"}
+        for name in sorted(set(doc) - _FIELDS)
+    ]
+    if not is_name(doc.get("name")):
+        problems.append(
+            {
+                "path": "$.name",
+                "message": "name must be lowercase letters, digits and . _ : - (at most 200)",
+            }
+        )
+    for field, limit in (("key", MAX_EVENT_KEY_CHARS), ("id", MAX_DELIVERY_ID_CHARS)):
+        if (field == "key" or field in doc) and not is_text(doc.get(field), limit):
+            problems.append(
+                {
+                    "path": f"$.{field}",
+                    "message": f"{field} must be 1 to {limit} characters, no control characters",
+                }
+            )
+    if "payload" not in doc:
+        problems.append({"path": "$.payload", "message": "payload is required (null allowed)"})
+    if problems:
+        raise InvalidBody("Invalid event", problems[0]["message"], errors=problems)
+    return doc["name"], doc["key"], doc["payload"], doc.get("id")
 
 
 def fingerprint(key: str, payload: Any, audience: list[str] | None) -> bytes:
