@@ -33,6 +33,7 @@ from flowforge.store.config import Settings
 from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import (
     counts,
+    events,
     figures,
     flow_control,
     limits,
@@ -603,15 +604,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=("saturation", "steady", "all", "tracing", "outbound", "counts"),
+        choices=("saturation", "steady", "all", "tracing", "outbound", "counts", "events"),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
         "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
         "outbound: slow and https targets, a shared rate limit (issue 27, not part of all; "
         "--quick about 3 min, full 20 min or more); counts: statements, round trips, commits, "
         "NOTIFYs and bytes per webhook, chain3 and step at 1 and 8 senders (not part of all; "
-        "about 2 min)",
+        "about 2 min); events: N waiting executions receiving N events vs N plain webhooks "
+        "(not part of all; --events N)",
     )
+    p.add_argument("--events", type=int, default=500, help="N of the events phase (default 500)")
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
     p.add_argument(
@@ -656,6 +659,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "counts":
             report["counts"] = counts.run(args, log)
             print(counts.table(report["counts"]), flush=True)
+        if args.phase == "events":
+            report["events"] = events.run(args, log)
+            print(events.table(report["events"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)
