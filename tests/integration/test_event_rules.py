@@ -4,6 +4,8 @@ tests/integration/test_events.py's."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 import psycopg
@@ -11,8 +13,16 @@ import pytest
 
 from flowforge.store import apikeys
 from tests.support.api import step
-from tests.support.definitions import transform, unsigned, wait
+from tests.support.definitions import (
+    github_event,
+    github_source,
+    subscription,
+    transform,
+    unsigned,
+    wait,
+)
 from tests.support.inprocess import InProcess
+from tests.support.webhooks import github_header
 
 
 def order_flow(name: str = "orders", **fields: Any) -> dict[str, Any]:
@@ -144,3 +154,36 @@ def test_a_payload_over_the_body_limit_is_413(in_process: InProcess) -> None:
     big = {"name": "p", "key": "k", "payload": "x" * 70_000}
     assert send(in_process, big).status_code == 413
     assert in_process.app.get("/api/v1/events?name=p").get_json() == {"events": []}
+
+
+def test_a_verified_source_delivery_emits_its_workflows_event(in_process: InProcess) -> None:
+    secret = "routing-secret-for-github-1234"
+    pushes = {
+        "name": "pushes",
+        "trigger": {"webhook": {"auth": "github"}},
+        "emits": {"event": "repo.pushed", "key": "{{ input.ref }}"},
+        "steps": [{"id": "keep", "type": "transform", "output": 1}],
+    }
+    in_process.publish("pushes", pushes)
+    source = github_source(subscription("pushes", github_event("push")))
+    assert in_process.post("/api/v1/sources/gh", source).status_code == 200
+    made = in_process.post("/api/v1/sources/gh/webhook-secrets", {"value": secret})
+    assert made.status_code == 201
+    waiter = unsigned(
+        [wait("pushed", 3600, event="repo.pushed", key="{{ input.ref }}", **{"from": "pushes"})],
+        name="deploys",
+    )
+    in_process.publish("deploys", waiter)
+    eid = in_process.start("deploys", {"ref": "refs/heads/main"})
+    waiting(in_process, eid, "pushed")
+    raw = json.dumps({"ref": "refs/heads/main"}).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "push",
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": github_header(secret, raw),
+    }
+    routed = in_process.app.post("/hooks/gh", data=raw, headers=headers)
+    assert routed.status_code == 202, routed.get_data(as_text=True)
+    done = settled(in_process, eid)
+    assert step(done, "pushed")["output"] == {"ref": "refs/heads/main"}
