@@ -187,3 +187,19 @@ def test_a_verified_source_delivery_emits_its_workflows_event(in_process: InProc
     assert routed.status_code == 202, routed.get_data(as_text=True)
     done = settled(in_process, eid)
     assert step(done, "pushed")["output"] == {"ref": "refs/heads/main"}
+
+
+def test_the_cli_on_the_box_sends_and_lists_as_the_api_does(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
+    from flowforge.cli.direct import Database
+
+    in_process.publish("orders", order_flow())
+    eid = in_process.start("orders", {"order_id": "o-9"})
+    waiting(in_process, eid)
+    box = Database(db)
+    body = {"name": "payment.settled", "key": "o-9", "payload": {"amount": 4}, "id": "box-1"}
+    assert box.send_event(dict(body))["delivered"] == 1
+    assert box.send_event(dict(body))["replayed"] is True
+    assert [e["delivery_id"] for e in box.events("payment.settled", "o-9", 10)] == ["box-1"]
+    assert step(settled(in_process, eid), "paid")["output"] == {"amount": 4}

@@ -17,6 +17,7 @@ import psycopg
 import requests
 import stripe
 
+from tests.integration.test_cli_remote import ok, remote
 from tests.support.api import Api, step
 from tests.support.definitions import http, transform, unsigned
 from tests.support.processes import Process
@@ -165,3 +166,12 @@ def test_events_through_real_processes(
         else:
             assert output is None and (resumed, timed_out, consumed) == (0, 1, 0), eid
     assert took == delivered
+
+    # The CLI, remotely: send, send again (a redelivery), list.
+    args = ("events", "send", "cli.event", "k-1", "--payload", '{"a": 1}', "--id", "c-1")
+    assert "taken by 0 waiting step(s)" in ok(remote(api, api_key, *args))
+    assert "a redelivery" in ok(remote(api, api_key, *args))
+    listed = json.loads(
+        ok(remote(api, api_key, "events", "list", "--name", "cli.event", "--output", "json"))
+    )
+    assert [(e["key"], e["payload"]) for e in listed["events"]] == [("k-1", {"a": 1})]
