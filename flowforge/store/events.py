@@ -57,12 +57,15 @@ CONSUMED = """
 SELECT 1 FROM event_consumptions
 WHERE event_id = %(event_id)s AND execution_id = %(execution_id)s AND step_id = %(step_id)s
 """
-# The oldest event a wait opening now may take: kept within its lookback, of its sender,
-# for its workflow, not taken by this step before.
+# The oldest event a wait opening now may take: kept within its lookback (or still being
+# offered: its sender recorded it before this transaction saw it, and may have looked for
+# waits before this one registered), of its sender, for its workflow, not taken by this
+# step before.
 EARLY_EVENT = """
 SELECT e.id::text, e.payload FROM events e
 WHERE e.name = %(name)s AND e.key = %(key)s AND e.sender = %(sender)s
-  AND e.received_at >= now() - make_interval(secs => %(lookback_s)s)
+  AND (e.received_at >= now() - make_interval(secs => %(lookback_s)s)
+       OR e.fanned_out_at IS NULL)
   AND e.expires_at > now()
   AND (e.audience IS NULL OR %(workflow)s = ANY(e.audience))
   AND NOT EXISTS (
