@@ -120,23 +120,31 @@ def send(
         "audience": audience,
         "lookback_s": events.lookback_s(),
     }
+    match = {"name": name, "key": key, "sender": sender, "audience": audience}
     with conn.transaction():
         conn.execute(events.LOCK_NAME_KEY, params)
         row = conn.execute(events.INSERT_EVENT, params).fetchone()
         found = None if row is not None else conn.execute(events.FIND_EVENT, params).fetchone()
+        first = row if found is None else found
+        assert first is not None  # inserted, or there since the conflict
+        event_id = str(first[0])
+        if found is not None and (bytes(found[2]) != sha or found[4]):
+            waits = []  # a conflict, or a redelivery with nothing left to do
+        else:
+            # Under the (name, key) lock: every wait registered so far; one that opens
+            # after this commit finds the event itself (store/events.EARLY_EVENT).
+            waits = conn.execute(events.MATCHING_WAITS, match).fetchall()
+            if not waits:
+                conn.execute(events.FANNED_OUT, {"id": event_id})
     if found is not None:
-        event_id, _key, first_sha, _audience, fanned_out = found
-        if bytes(first_sha) != sha:
+        if bytes(found[2]) != sha:
             raise Conflict(
                 f"event {name!r} {delivery_id!r} was already received with another key,"
                 " payload or audience"
             )
-        if fanned_out:
+        if found[4]:
             return Sent(event_id, replayed=True, delivered=0)
-    else:
-        assert row is not None
-        event_id = row[0]
-    delivered = fan_out(conn, event_id, name, key, sender, audience, payload)
+    delivered = fan_out(conn, event_id, name, waits, payload) if waits else 0
     logger.info(
         "event received",
         extra={"event": name, "event_id": event_id, "delivered": delivered},
@@ -148,18 +156,12 @@ def fan_out(
     conn: psycopg.Connection,
     event_id: str,
     name: str,
-    key: str,
-    sender: str,
-    audience: list[str] | None,
+    waits: list[tuple[str, str]],
     payload: Any,
 ) -> int:
-    """Offer the event to every wait registered for it, one unit of work each (in the
-    order of their execution ids); a wait found closed (timed out, cancelled, ended
-    otherwise) is forgotten. Returns how many steps took it."""
-    waits = conn.execute(
-        events.MATCHING_WAITS,
-        {"name": name, "key": key, "sender": sender, "audience": audience},
-    ).fetchall()
+    """Offer the event to the waits registered for it, one unit of work each (in the
+    order of their execution ids), then mark it offered; a wait found closed (timed out,
+    cancelled, ended otherwise) is forgotten. Returns how many steps took it."""
     delivered = 0
     for execution_id, step_id in waits:
         if _deliver(conn, event_id, payload, execution_id, step_id, name):
