@@ -9,6 +9,11 @@ the wall time from the first request to the last execution succeeded (and to the
 answer: the senders' rate). A figure, not a test: nothing is asserted.
 
     bin/bench --phase events [--events N]      (default 500; the documented run 10,000)
+
+On the 2-core development machine shared with other sessions (2026-12-07): N = 10,000,
+events 41/s, plain webhooks 80/s; N = 500, events 55/s, webhooks 109/s. An event costs
+its record, the search for its waits and one unit of work per waiting execution (a lock,
+a load, a save, each its own commit) where a webhook is one statement.
 """
 
 from __future__ import annotations
