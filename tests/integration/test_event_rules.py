@@ -5,13 +5,17 @@ tests/integration/test_events.py's."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
+from flowforge.cli.direct import Database
 from flowforge.store import apikeys
+from flowforge.worker.retention import Retention
+from tests.support import inprocess
 from tests.support.api import step
 from tests.support.definitions import (
     github_event,
@@ -192,8 +196,6 @@ def test_a_verified_source_delivery_emits_its_workflows_event(in_process: InProc
 def test_the_cli_on_the_box_sends_and_lists_as_the_api_does(
     in_process: InProcess, db: psycopg.Connection
 ) -> None:
-    from flowforge.cli.direct import Database
-
     in_process.publish("orders", order_flow())
     eid = in_process.start("orders", {"order_id": "o-9"})
     waiting(in_process, eid)
@@ -203,3 +205,21 @@ def test_the_cli_on_the_box_sends_and_lists_as_the_api_does(
     assert box.send_event(dict(body))["replayed"] is True
     assert [e["delivery_id"] for e in box.events("payment.settled", "o-9", 10)] == ["box-1"]
     assert step(settled(in_process, eid), "paid")["output"] == {"amount": 4}
+
+
+def test_an_expired_event_is_deleted_with_its_consumptions(
+    in_process: InProcess, db: psycopg.Connection, database_url: str
+) -> None:
+    in_process.publish("orders", order_flow())
+    send(in_process, {"name": "payment.settled", "key": "o-7", "payload": 1, "id": "old"})
+    send(in_process, {"name": "payment.settled", "key": "o-7", "payload": 2, "id": "new"})
+    assert (
+        step(settled(in_process, in_process.start("orders", {"order_id": "o-7"})), "paid")["output"]
+        == 1
+    )
+    db.execute("UPDATE events SET expires_at = now() - interval '1 s' WHERE delivery_id = 'old'")
+    with inprocess.pool(database_url, "test-events", max_size=2) as pool:
+        assert Retention(pool, threading.Event()).expire_events() == (1, True)
+    listed = in_process.app.get("/api/v1/events?key=o-7").get_json()["events"]
+    assert [e["delivery_id"] for e in listed] == ["new"]
+    assert db.execute("SELECT count(*) FROM event_consumptions").fetchone() == (0,)
