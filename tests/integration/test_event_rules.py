@@ -135,6 +135,17 @@ def test_a_scoped_key_reaches_only_its_own_workflows(
     assert r.status_code == 202 and r.get_json()["delivered"] == 1
     assert step(settled(in_process, mine), "paid")["output"] == {"amount": 9}
     assert step(in_process.execution(theirs), "paid")["status"] == "waiting"
+    # The scoped key lists only what its workflows may take; a read-only key sends nothing.
+    reader = apikeys.create(db, "auditor", read_only=True)[1]
+    refused = in_process.app.post(
+        "/api/v1/events",
+        json={"name": "payment.settled", "key": "o-5", "payload": {}},
+        headers={"Authorization": f"Bearer {reader}"},
+    )
+    assert refused.status_code == 403
+    other = apikeys.create(db, "audits team", workflows=["audits"])[1]
+    seen = in_process.app.get("/api/v1/events", headers={"Authorization": f"Bearer {other}"})
+    assert seen.get_json() == {"events": []}
 
 
 @pytest.mark.parametrize(
