@@ -14,6 +14,7 @@ from flowforge.api import (
     circuits,
     console,
     drafts,
+    events,
     executions,
     failures,
     health,
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         me.bp,
         approvals.bp,
         failures.bp,
+        events.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

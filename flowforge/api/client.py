@@ -1089,3 +1089,39 @@ class Client:
             (200,),
             body=body,
         )
+
+    def post_events(
+        self,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/events: Send an event: kept for FLOWFORGE_EVENT_LOOKBACK_S and
+        taken by every wait step open for its name and key (a key scoped to workflows
+        reaches only theirs)
+        """
+        return self._call(
+            "POST",
+            "/api/v1/events",
+            (200, 202),
+            body=body,
+        )
+
+    def get_events(
+        self,
+        *,
+        name: Any = None,
+        key: Any = None,
+        limit: Any = None,
+    ) -> Any:
+        """GET /api/v1/events: The events kept, newest first (a key scoped to workflows:
+        those they may take or emitted)
+        """
+        return self._call(
+            "GET",
+            "/api/v1/events",
+            (200,),
+            query={
+                "name": name,
+                "key": key,
+                "limit": limit,
+            },
+        )

@@ -22,6 +22,7 @@ from flowforge.errors import FlowForgeError
 EXECUTIONS = "/api/v1/executions"
 WORKFLOWS = "/api/v1/workflows"
 CIRCUITS = "/api/v1/circuits"
+EVENTS = "/api/v1/events"
 NOTIFICATIONS = "/api/v1/notifications"
 FAILURE_GROUPS = "/api/v1/failure-groups"
 # Long enough for a busy API (its own database wait is at most 5 s), short enough that a
@@ -230,6 +231,18 @@ class ApiClient:
         if workflow is not None:
             path += f"?workflow={quote(workflow, safe='')}"
         return dict(self._json("POST", path))
+
+    # ---- events (docs/contract.md#events) ------------------------------------------------
+
+    def send_event(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send an event; its waits take it."""
+        return self._json("POST", EVENTS, body=body, send_body=True)
+
+    def events(self, name: str | None, key: str | None, limit: int) -> list[dict[str, Any]]:
+        """The events kept, newest first."""
+        query = {k: v for k, v in (("name", name), ("key", key)) if v is not None}
+        path = f"{EVENTS}?{urlencode({**query, 'limit': limit})}"
+        return self._items(path, "events")
 
     # ---- notifications (docs/contract.md#notifications) --------------------------------
 

@@ -9,6 +9,7 @@ Only this side has the API keys: the API has no endpoint that makes them.
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,9 +20,19 @@ from flowforge.domain.model import ExecutionQuery
 from flowforge.domain.operations import Action, Answer
 from flowforge.errors import NotFound
 from flowforge.store import apikeys, catalog, failures, notifications, outbound, schedules, timeline
+from flowforge.store import events as event_store
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
-from flowforge.usecases import actions, grouping, pausing, publishing, reingest, replay, ticks
+from flowforge.usecases import (
+    actions,
+    events,
+    grouping,
+    pausing,
+    publishing,
+    reingest,
+    replay,
+    ticks,
+)
 
 
 def _cli_actor() -> dict[str, str]:
@@ -136,6 +147,30 @@ class Database:
             actor=_cli_actor(),
             **batch,
         )
+
+    def send_event(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send an event as a key for every workflow does (docs/contract.md#events)."""
+        name, key, payload, delivery_id = events.check_event(body)
+        sent = events.send(
+            self.conn,
+            sender=event_store.API_SENDER,
+            name=name,
+            key=key,
+            delivery_id=delivery_id or str(uuid.uuid4()),
+            payload=payload,
+            audience=None,
+        )
+        return {
+            "id": sent.event_id,
+            "name": name,
+            "key": key,
+            "delivered": sent.delivered,
+            "replayed": sent.replayed,
+        }
+
+    def events(self, name: str | None, key: str | None, limit: int) -> list[dict[str, Any]]:
+        """The events kept, newest first."""
+        return event_store.listed(self.conn, name, key, None, limit)
 
     def notifications(self) -> list[dict[str, Any]]:
         """Every notification endpoint (docs/contract.md#notifications)."""

@@ -68,6 +68,10 @@ EXAMPLES = {
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
     "circuits close": "flowforge circuits close stripe --workflow billing",
+    "events": "flowforge events list --name payment.settled --key o-1001",
+    "events list": "flowforge events list --name payment.settled --key o-1001",
+    "events send": "flowforge events send payment.settled o-1001 --payload '{\"amount\": 1999}' "
+    "--id pay-7781",
     "notifications": "flowforge notifications list",
     "notifications list": "flowforge notifications list --output json",
     "notifications show": "flowforge notifications show oncall",
@@ -221,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     _schedule_commands(tree)
     _notification_commands(tree)
     _failure_commands(tree)
+    _event_commands(tree)
     _authoring_commands(tree)
     completion = tree.command(
         tree.sub, "completion", "completion.print_script", "print a shell completion script"
@@ -368,6 +373,20 @@ def _circuit_commands(tree: _Tree) -> None:
         "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
     )
     close.add_argument("--workflow", type=workflow_key, help="the workflow whose own limit it is")
+
+
+def _event_commands(tree: _Tree) -> None:
+    """Events correlated by a business key (docs/contract.md#events)."""
+    group = tree.group("events", "events that wait steps take by name and key")
+    send = tree.command(group, "send", "events.send", "send an event to the waits for its key")
+    send.add_argument("name", help="the event's name, such as payment.settled")
+    send.add_argument("key", help="its business key, such as an order's id")
+    send.add_argument("--payload", default="null", help="its JSON payload (default null)")
+    send.add_argument("--id", help="its identity: the same id again is a redelivery")
+    listing = tree.command(group, "list", "events.list_events", "the events kept, newest first")
+    listing.add_argument("--name", help="only events of this name")
+    listing.add_argument("--key", help="only events with this key")
+    listing.add_argument("--limit", type=positive, default=100, help="at most this many")
 
 
 def _notification_commands(tree: _Tree) -> None:

@@ -34,7 +34,7 @@ from flowforge.domain.model import (
     StepStatus,
     StopReason,
 )
-from flowforge.store import children, failures, flowcontrol
+from flowforge.store import children, events, failures, flowcontrol
 from flowforge.store.creation import uuid7
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, one, pipelined_transaction
 from flowforge.store.outbox import INSERT_WAKEUPS, NOTIFY_IF_PENDING
@@ -390,7 +390,7 @@ def load_run(
     run = _run(head, definition_for(conn, head["version_id"]), rows, str(execution_id))
     # Each kind of step the workflow has reads what it needs (domain/kinds/base.py): a
     # workflow without wait, map or workflow steps pays for none of their reads.
-    loader = _Loader(conn, run.execution_id, settled)
+    loader = _Loader(conn, run.execution_id, settled, run.workflow)
     for step_type in dict.fromkeys(step.type for step in run.definition.steps):
         KINDS[step_type].load(run, loader)
     return run
@@ -429,9 +429,14 @@ class _Loader:
     (domain/kinds/base.Loader), on the locked transaction's connection."""
 
     def __init__(
-        self, conn: psycopg.Connection, execution_id: str, settled: dict[str, set[str]] | None
+        self,
+        conn: psycopg.Connection,
+        execution_id: str,
+        settled: dict[str, set[str]] | None,
+        workflow: str = "",
     ) -> None:
         self.conn, self.execution_id, self.settled = conn, execution_id, settled
+        self.workflow = workflow
 
     def item_rows(self, map_id: str) -> list[StepState]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -441,6 +446,9 @@ class _Loader:
     def early_resumes(self) -> dict[str, Any]:
         resumes = self.conn.execute(PENDING_RESUMES, {"id": self.execution_id}).fetchall()
         return {step_id: body for step_id, body in resumes}
+
+    def event_port(self) -> events.EventPort:
+        return events.EventPort(self.conn, self.execution_id, self.workflow)
 
     def children(self) -> dict[str, ChildState]:
         return {
@@ -528,6 +536,8 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
         flowcontrol.hand_on(conn, *changes.released_slot)
         _commit_without_flush(conn)
     _save_children(conn, changes)
+    if changes.event_waits or changes.consumed_events:
+        events.save(conn, changes)
     return bool(
         dispatch
         or changes.released_slot is not None

@@ -1,7 +1,7 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live|attributes|failure_groups]
-              [--quick] [--json FILE] [--failures N]
+    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live|attributes|failure_groups
+              |events] [--quick] [--json FILE] [--failures N] [--events N]
               [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
@@ -35,6 +35,7 @@ from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import (
     attributes,
     counts,
+    events,
     failure_groups,
     figures,
     flow_control,
@@ -617,6 +618,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "live",
             "attributes",
             "failure_groups",
+            "events",
         ),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
@@ -627,7 +629,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "about 2 min); live: bin/api's CPU for --pages open console execution pages (not part "
         "of all; about 3 min); attributes: filters by search attributes on 1,000,000 "
         "executions filled by SQL (--quick: 100,000; not part of all); failure_groups: the failure "
-        "path with and without failure groups (not part of all; --failures per mode)",
+        "path with and without failure groups (not part of all; --failures per mode); events: N "
+        "waiting executions receiving N events vs N plain webhooks (not part of all; --events N)",
     )
     p.add_argument(
         "--failures",
@@ -635,6 +638,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=failure_groups.DEFAULT_FAILURES,
         help="failure_groups: failures per mode",
     )
+    p.add_argument("--events", type=int, default=500, help="N of the events phase (default 500)")
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--pages", type=int, default=500, help="live: open execution pages (500)")
     p.add_argument("--watched", type=int, default=40, help="live: executions they watch (40)")
@@ -692,6 +696,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "failure_groups":
             report["failure_groups"] = failure_groups.run(args, log)
             print(failure_groups.table(report["failure_groups"]), flush=True)
+        if args.phase == "events":
+            report["events"] = events.run(args, log)
+            print(events.table(report["events"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)
