@@ -6,11 +6,21 @@ from __future__ import annotations
 import threading
 
 import psycopg
+import psycopg_pool
+import pytest
+from psycopg.types.json import Jsonb
 
+from flowforge.steps import netguard
 from flowforge.store import notifications
 from flowforge.store.db import conninfo, create_pool
+from flowforge.trust.sealing import parse_key
+from flowforge.worker import notifier
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
+from tests.support.processes import TEST_NOTIFY_KEY
+from tests.support.target import Reply, Target
+
+KEY = parse_key(TEST_NOTIFY_KEY)
 
 
 def test_the_relay_wakes_the_notifier_whenever_it_starts_listening(
@@ -42,3 +52,41 @@ def test_the_relay_wakes_the_notifier_whenever_it_starts_listening(
     finally:
         relay.close()
         pool.close()
+
+
+def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
+    database_url: str, db: psycopg.Connection, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two due messages of one slow endpoint, claimed in one pass for CLAIM_S: the second
+    must not be sent once the claim left cannot cover a whole attempt. Sent anyway, it is
+    in flight when the claim ends, and another worker's notifier claims and sends it too
+    (a duplicate, concurrent with the first)."""
+    monkeypatch.setattr(notifier, "SEND_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(notifier, "CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(notifier, "CLAIM_S", 3.0)
+    target.script = lambda _r: Reply(json={"ok": True}, delay_s=1.0)
+    made = notifications.create(
+        db, name="slow", url=f"{target.url}/slow", shape="standard",
+        kinds=["execution.failed"], workflow=None, key=KEY,
+    )  # fmt: skip
+    for n in range(2):
+        db.execute(
+            "INSERT INTO notify_deliveries (endpoint_id, payload, events) VALUES (%s, %s, 1)",
+            (made["id"], Jsonb({"type": "test", "n": n, "data": {}})),
+        )
+    pool = psycopg_pool.ConnectionPool(
+        database_url, min_size=1, open=True, kwargs={"autocommit": True}
+    )
+    stop = threading.Event()
+    allow = netguard.Allowlist.parse("127.0.0.1")
+    sender = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=60, key=KEY)
+    try:
+        sender.step()
+        sender.senders.shutdown(wait=True)
+    finally:
+        stop.set()
+        sender.close()
+        pool.close()
+    assert [r.json()["n"] for r in target.received] == [0]
+    pending = "SELECT attempts FROM notify_deliveries WHERE status = 'pending'"
+    assert db.execute(pending).fetchall() == [(1,)]  # claimed once, falls due at its end
