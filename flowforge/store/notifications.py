@@ -263,7 +263,10 @@ def create(
         workflow_id = row[0]
     secret = signatures.new_secret() if shape == "standard" else None
     with conn.transaction():
-        params: dict[str, Any] = {"name": name, "url": url, "shape": shape}
+        # A Slack URL is the secret: never written in clear, not even in the row version
+        # the seal below replaces (the table's files, backups and WAL would keep it).
+        shown = mask(url) if shape == NotifyShape.SLACK else url
+        params: dict[str, Any] = {"name": name, "url": shown, "shape": shape}
         params |= {"kinds": sorted(set(kinds)), "workflow_id": workflow_id}
         row = conn.execute(INSERT_ENDPOINT, params).fetchone()
         if row is None:

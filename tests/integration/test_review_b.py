@@ -90,3 +90,23 @@ def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
     assert [r.json()["n"] for r in target.received] == [0]
     pending = "SELECT attempts FROM notify_deliveries WHERE status = 'pending'"
     assert db.execute(pending).fetchall() == [(1,)]  # claimed once, falls due at its end
+
+
+def test_a_slack_url_never_reaches_the_table_in_clear(db: psycopg.Connection) -> None:
+    """The Slack URL is the secret (sql/0067): creating an endpoint must not write it in
+    clear into any row version, or the table's files, base backups and WAL archives hold
+    it (what seal_clear VACUUMs away for old rows)."""
+    hook = "https://hooks.slack.com/services/T0/B0/xyzzy-review-b"
+    notifications.create(
+        db, name="chat", url=hook, shape="slack", kinds=["execution.failed"], workflow=None,
+        key=KEY,
+    )  # fmt: skip
+    db.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+    pages = "SELECT pg_relation_size('notify_endpoints') / current_setting('block_size')::int"
+    (count,) = db.execute(pages).fetchone() or (0,)
+    raw = b"".join(
+        bytes(page)
+        for n in range(count)
+        for (page,) in db.execute("SELECT get_raw_page('notify_endpoints', %s)", (n,))
+    )
+    assert hook.encode() not in raw
