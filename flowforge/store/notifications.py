@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -295,9 +296,16 @@ def _seal(
 
 
 def mask(url: str) -> str:
-    """A Slack webhook URL as shown after its creation: scheme and host, the path hidden."""
-    found = URL.match(url)
-    return (found.group(0) if found else "") + "/…"
+    """A Slack webhook URL as shown after its creation: scheme, host and port; the rest
+    (userinfo, path, query, fragment: wherever its secret is) hidden."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "/…"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}/…" if host else "/…"
 
 
 def rotate(
