@@ -191,12 +191,18 @@ UPDATE notify_deliveries SET
 WHERE id = %(id)s
 RETURNING (SELECT too_long FROM endpoint)
 """
-# A queue.full crossing re-arms once its queue holds fewer than half its bound.
+# A queue.full crossing re-arms once its queue holds fewer than half its bound, or once
+# the workflow's newest version bounds it differently (its crossing is another one).
 REARM = f"""
 DELETE FROM notify_queue_alarms a
 WHERE 2 * (SELECT count(*) FROM (SELECT 1 FROM executions
                                  WHERE workflow_id = a.workflow_id AND {IN_QUEUE}
                                  LIMIT a.bound) q) < a.bound
+   OR a.bound IS DISTINCT FROM (
+       SELECT (v.definition #>> '{{concurrency,max_queued}}')::numeric::int
+       FROM workflows w
+       JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
+       WHERE w.id = a.workflow_id)
 """
 # Finished messages are kept HISTORY_DAYS, then forgotten in batches (the notifier, hourly).
 HISTORY_DAYS = 30
