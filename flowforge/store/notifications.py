@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -194,12 +195,18 @@ UPDATE notify_deliveries SET
 WHERE id = %(id)s
 RETURNING (SELECT too_long FROM endpoint)
 """
-# A queue.full crossing re-arms once its queue holds fewer than half its bound.
+# A queue.full crossing re-arms once its queue holds fewer than half its bound, or once
+# the workflow's newest version bounds it differently (its crossing is another one).
 REARM = f"""
 DELETE FROM notify_queue_alarms a
 WHERE 2 * (SELECT count(*) FROM (SELECT 1 FROM executions
                                  WHERE workflow_id = a.workflow_id AND {IN_QUEUE}
                                  LIMIT a.bound) q) < a.bound
+   OR a.bound IS DISTINCT FROM (
+       SELECT (v.definition #>> '{{concurrency,max_queued}}')::numeric::int
+       FROM workflows w
+       JOIN workflow_versions v ON v.workflow_id = w.id AND v.version = w.latest_version
+       WHERE w.id = a.workflow_id)
 """
 # Finished messages are kept HISTORY_DAYS, then forgotten in batches (the notifier, hourly).
 HISTORY_DAYS = 30
@@ -267,7 +274,10 @@ def create(
         workflow_id = row[0]
     secret = signatures.new_secret() if shape == "standard" else None
     with conn.transaction():
-        params: dict[str, Any] = {"name": name, "url": url, "shape": shape}
+        # A Slack URL is the secret: never written in clear, not even in the row version
+        # the seal below replaces (the table's files, backups and WAL would keep it).
+        shown = mask(url) if shape == NotifyShape.SLACK else url
+        params: dict[str, Any] = {"name": name, "url": shown, "shape": shape}
         params |= {"kinds": sorted(set(kinds)), "workflow_id": workflow_id}
         row = conn.execute(INSERT_ENDPOINT, params).fetchone()
         if row is None:
@@ -296,9 +306,16 @@ def _seal(
 
 
 def mask(url: str) -> str:
-    """A Slack webhook URL as shown after its creation: scheme and host, the path hidden."""
-    found = URL.match(url)
-    return (found.group(0) if found else "") + "/…"
+    """A Slack webhook URL as shown after its creation: scheme, host and port; the rest
+    (userinfo, path, query, fragment: wherever its secret is) hidden."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "/…"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}/…" if host else "/…"
 
 
 def rotate(

@@ -37,8 +37,10 @@ IDLE_S = 60.0
 STOP_CHECK_S = 1.0
 # Endpoints sent to at once: a slow receiver holds one of these, never the others' messages.
 SENDERS = 4
-# How long one attempt may take; a message is claimed for a little longer.
+# How long one attempt may take (connecting, then the exchange); a message is claimed
+# for a little longer.
 SEND_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
 CLAIM_S = 3 * SEND_TIMEOUT_S
 MAX_RESPONSE_BYTES = 4096
 # How often old messages are forgotten (notifications.forget).
@@ -105,6 +107,7 @@ class Notifier(Loop):
             # No more than the free senders take at once: a claimed message never waits
             # for a sender behind a slow receiver (its claim would run out meanwhile).
             free = SENDERS - len(busy)
+            claimed_at = time.monotonic()  # before the claim: its end is no earlier
             due = notifications.claim_due(conn, free, CLAIM_S, busy) if free > 0 else []
         by_endpoint: dict[int, list[notifications.Message]] = {}
         for message in due:
@@ -112,15 +115,20 @@ class Notifier(Loop):
         for endpoint_id, messages in by_endpoint.items():
             with self._lock:
                 self.busy.add(endpoint_id)
-            self.senders.submit(self._send_all, endpoint_id, messages)
+            self.senders.submit(self._send_all, endpoint_id, messages, claimed_at)
         return 0.0 if due and len(due) == free and len(by_endpoint) < free else self.interval
 
-    def _send_all(self, endpoint_id: int, messages: list[notifications.Message]) -> None:
+    def _send_all(
+        self, endpoint_id: int, messages: list[notifications.Message], claimed_at: float
+    ) -> None:
         """One endpoint's messages in order, on a sender thread; an error is logged, and
-        what was not sent is due again when its claim ends."""
+        what was not sent is due again when its claim ends. No attempt starts that the
+        claim left could not cover: behind a slow receiver it would still be in flight
+        when another worker's notifier claims and sends the same message."""
         try:
             for message in messages:
-                if self.stop.is_set():
+                attempt_s = CONNECT_TIMEOUT_S + SEND_TIMEOUT_S
+                if self.stop.is_set() or time.monotonic() - claimed_at + attempt_s > CLAIM_S:
                     break
                 self.send(message)
         except Exception as exc:
@@ -146,6 +154,7 @@ class Notifier(Loop):
                 headers=headers,
                 body=body,
                 timeout_s=SEND_TIMEOUT_S,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
                 allow=self.allow,
                 max_response_bytes=MAX_RESPONSE_BYTES,
             )

@@ -293,6 +293,9 @@ class Relay(BrokerLoop):
             self._listener = psycopg.connect(self.database_url, autocommit=True)
             self._listener.execute(LISTEN_OUTBOX)
             self._listener.execute(notifications.LISTEN_WAKE)
+        # A wake-up NOTIFYed before this LISTEN (the worker's start, a reconnection) was
+        # heard by no one: the notifier looks once now instead of after its IDLE_S.
+        self.wake_notifier()
 
     def _wait_for_notify(self) -> None:
         """Wait up to POLL_SECONDS for a NOTIFY, answering the broker's heartbeats meanwhile.

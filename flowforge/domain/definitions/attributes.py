@@ -38,13 +38,23 @@ def is_attribute_name(text: str) -> bool:
 
 def attribute_value(value: Any) -> str | None:
     """A rendered value as it is stored and matched, or None when nothing is stored:
-    null, "", too long, or holding NUL (which PostgreSQL text cannot hold)."""
+    null, "", too long, or holding NUL or an unpaired surrogate (which PostgreSQL text
+    cannot hold; a filter's value from argv can: surrogateescape)."""
     if value is None:
         return None
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    if not text or len(text) > MAX_ATTRIBUTE_CHARS or "\x00" in text:
+    if not text or len(text) > MAX_ATTRIBUTE_CHARS or "\x00" in text or not _storable(text):
         return None
     return text
+
+
+def _storable(text: str) -> bool:
+    """Whether UTF-8 can carry `text` (no unpaired surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def render_attributes(definition: Definition, input_value: Any) -> dict[str, str]:
@@ -154,7 +164,8 @@ def attribute_filter(pairs: Iterable[tuple[str, str, Any]]) -> tuple[tuple[str, 
                 {
                     "path": where,
                     "message": f"a value is text of 1 to {MAX_ATTRIBUTE_CHARS} characters"
-                    " without NUL (an attribute that rendered empty is not stored)",
+                    " without NUL or unpaired surrogate (an attribute that rendered empty"
+                    " is not stored)",
                 }
             )
         else:

@@ -1,0 +1,142 @@
+"""Adversarial review of round 6 (notifications part two, live progress, search
+attributes): one regression test per finding."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import pytest
+from psycopg.types.json import Jsonb
+
+from flowforge.steps import netguard
+from flowforge.store import notifications
+from flowforge.store.db import conninfo, create_pool
+from flowforge.trust.sealing import parse_key
+from flowforge.worker import notifier
+from flowforge.worker.broker import Topology
+from flowforge.worker.relay import Relay
+from tests.support.definitions import transform, unsigned
+from tests.support.processes import TEST_NOTIFY_KEY
+from tests.support.target import Reply, Target
+
+KEY = parse_key(TEST_NOTIFY_KEY)
+
+
+def test_the_relay_wakes_the_notifier_whenever_it_starts_listening(
+    database_url: str, amqp_url: str, amqp_prefix: str, db: psycopg.Connection
+) -> None:
+    """A NOTIFY sent while the relay has no LISTEN connection (before the worker's relay
+    first connected, or while it reconnects) is lost: the notifier, asleep for IDLE_S,
+    must then be woken by the (re)connection itself, or an endpoint enabled meanwhile is
+    served up to a minute late."""
+    woken = threading.Event()
+    pool = create_pool(database_url, max_size=1, name="test-review-b")
+    pool.open(wait=True, timeout=10)
+    relay = Relay(
+        pool,
+        conninfo(database_url),
+        amqp_url,
+        Topology(amqp_prefix),
+        threading.Event(),
+        wake_notifier=woken.set,
+    )
+    try:
+        relay._ensure_listener()
+        assert woken.is_set()
+        woken.clear()
+        relay._close_listener()
+        db.execute(notifications.WAKE)  # an endpoint enabled while the relay reconnects
+        relay._ensure_listener()
+        assert woken.is_set()
+    finally:
+        relay.close()
+        pool.close()
+
+
+def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
+    database_url: str, db: psycopg.Connection, target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two due messages of one slow endpoint, claimed in one pass for CLAIM_S: the second
+    must not be sent once the claim left cannot cover a whole attempt. Sent anyway, it is
+    in flight when the claim ends, and another worker's notifier claims and sends it too
+    (a duplicate, concurrent with the first)."""
+    monkeypatch.setattr(notifier, "SEND_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(notifier, "CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(notifier, "CLAIM_S", 3.0)
+    target.script = lambda _r: Reply(json={"ok": True}, delay_s=1.0)
+    made = notifications.create(
+        db, name="slow", url=f"{target.url}/slow", shape="standard",
+        kinds=["execution.failed"], workflow=None, key=KEY,
+    )  # fmt: skip
+    for n in range(2):
+        db.execute(
+            "INSERT INTO notify_deliveries (endpoint_id, payload, events) VALUES (%s, %s, 1)",
+            (made["id"], Jsonb({"type": "test", "n": n, "data": {}})),
+        )
+    pool = psycopg_pool.ConnectionPool(
+        database_url, min_size=1, open=True, kwargs={"autocommit": True}
+    )
+    stop = threading.Event()
+    allow = netguard.Allowlist.parse("127.0.0.1")
+    sender = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=60, key=KEY)
+    try:
+        sender.step()
+        sender.senders.shutdown(wait=True)
+    finally:
+        stop.set()
+        sender.close()
+        pool.close()
+    assert [r.json()["n"] for r in target.received] == [0]
+    pending = "SELECT attempts FROM notify_deliveries WHERE status = 'pending'"
+    assert db.execute(pending).fetchall() == [(1,)]  # claimed once, falls due at its end
+
+
+def test_a_slack_url_never_reaches_the_table_in_clear(db: psycopg.Connection) -> None:
+    """The Slack URL is the secret (sql/0067): creating an endpoint must not write it in
+    clear into any row version, or the table's files, base backups and WAL archives hold
+    it (what seal_clear VACUUMs away for old rows)."""
+    hook = "https://hooks.slack.com/services/T0/B0/xyzzy-review-b"
+    notifications.create(
+        db, name="chat", url=hook, shape="slack", kinds=["execution.failed"], workflow=None,
+        key=KEY,
+    )  # fmt: skip
+    db.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+    pages = "SELECT pg_relation_size('notify_endpoints') / current_setting('block_size')::int"
+    (count,) = db.execute(pages).fetchone() or (0,)
+    raw = b"".join(
+        bytes(page)
+        for n in range(count)
+        for (page,) in db.execute("SELECT get_raw_page('notify_endpoints', %s)", (n,))
+    )
+    assert hook.encode() not in raw
+
+
+def test_queue_full_re_arms_when_a_new_version_changes_the_bound(
+    open_client: Any, db: psycopg.Connection
+) -> None:
+    """The alarm remembers the bound it crossed. A new version with a larger max_queued
+    makes the queue no longer full: its own crossing later is news, not swallowed by the
+    old bound's alarm (which, at 2 queued of a bound of 2, is never below half)."""
+    bounded = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 2})
+    assert open_client.post("/api/v1/workflows/bounded/versions", json=bounded).status_code == 201
+    notifications.create(
+        db, name="q", url="http://127.0.0.1:9/q", shape="slack", kinds=["queue.full"],
+        workflow="bounded", key=KEY,
+    )  # fmt: skip
+
+    def hooks(n: int) -> list[int]:
+        return [open_client.post("/hooks/bounded", json={}).status_code for _ in range(n)]
+
+    def recorded() -> list[Any]:
+        return db.execute("SELECT kind, detail FROM notify_pending ORDER BY id").fetchall()
+
+    assert hooks(4) == [202, 202, 202, 429]
+    assert recorded() == [("queue.full", {"max_queued": 2})]
+    wider = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 4.0})
+    assert open_client.post("/api/v1/workflows/bounded/versions", json=wider).status_code == 201
+    notifications.rearm_queues(db)  # the notifier's pass
+    assert hooks(3) == [202, 202, 429]
+    assert recorded() == [("queue.full", {"max_queued": 2}), ("queue.full", {"max_queued": 4})]

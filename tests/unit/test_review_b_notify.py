@@ -1,0 +1,24 @@
+"""Adversarial review of round 6: a Slack endpoint's URL is its secret, shown only as
+its scheme and host (and port): no userinfo, no query, no fragment."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowforge.store.notifications import mask
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.slack.com/services/T/B/x", "https://hooks.slack.com/…"),
+        ("https://chat.example.com?token=SECRET", "https://chat.example.com/…"),
+        ("https://u:SECRET@chat.example.com/x", "https://chat.example.com/…"),
+        ("https://chat.example.com#SECRET", "https://chat.example.com/…"),
+        ("http://chat.example.com:8443/x?y", "http://chat.example.com:8443/…"),
+        ("https://[::1]:8443/x", "https://[::1]:8443/…"),
+    ],
+)
+def test_the_masked_url_shows_scheme_host_and_port_only(url: str, shown: str) -> None:
+    assert mask(url) == shown
+    assert "SECRET" not in mask(url)
