@@ -1,5 +1,6 @@
-"""Adversarial review of round 6 (notifications part two, live progress, search
-attributes): one regression test per finding."""
+"""Where notifications, live progress and search attributes meet their edges: a wake-up
+lost while the relay reconnects, a claim too short for an attempt, a Slack URL that must
+never reach the table in clear, a queue bound changed under an alarm."""
 
 from __future__ import annotations
 

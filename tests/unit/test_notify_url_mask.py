@@ -1,5 +1,5 @@
-"""Adversarial review of round 6: a Slack endpoint's URL is its secret, shown only as
-its scheme and host (and port): no userinfo, no query, no fragment."""
+"""A Slack endpoint's URL is its secret, shown only as its scheme and host (and port): no
+userinfo, no query, no fragment."""
 
 from __future__ import annotations
 

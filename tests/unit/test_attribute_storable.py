@@ -1,5 +1,5 @@
-"""Adversarial review of round 6: a search attribute value PostgreSQL cannot store is
-refused up front, not by the database (an error of psycopg's on the CLI's direct path)."""
+"""A search attribute value PostgreSQL cannot store is refused up front, not by the
+database (an error of psycopg's on the CLI's direct path)."""
 
 from __future__ import annotations
 
