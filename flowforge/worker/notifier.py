@@ -160,6 +160,14 @@ class Notifier(Loop):
             )
             status, retry_after_s = result.status, result.retry_after_s
             error = "" if 200 <= status < 300 else f"HTTP {status}"
+        except notifications.NotifyKeyMissing:
+            # Not this worker's to send: recorded as a failure, it would count toward
+            # disabling a healthy endpoint. A worker with the key takes it when its claim ends.
+            logger.warning(
+                "notification left for a worker with FLOWFORGE_NOTIFY_KEY",
+                extra={"message_id": message.message_id},
+            )
+            return
         except (netguard.NotSent, netguard.SentNoResponse, sealing.EncryptionKeyMissing) as exc:
             error = str(exc)
         except sealing.SecretUnreadable:

@@ -95,11 +95,45 @@ def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
     assert db.execute(pending).fetchall() == [(1,)]  # claimed once, falls due at its end
 
 
+def test_a_worker_without_the_notify_key_leaves_sealed_messages_to_one_with_it(
+    database_url: str, db: psycopg.Connection, target: Target
+) -> None:
+    """A worker started without FLOWFORGE_NOTIFY_KEY cannot open a sealed endpoint's
+    secret: it must not record that as the endpoint failing (enough of those disable a
+    healthy endpoint); the message falls due again for a worker with the key."""
+    made = notifications.create(
+        db, name="keyed", url=f"{target.url}/keyed", shape="standard",
+        kinds=["execution.failed"], workflow=None, key=KEY,
+    )  # fmt: skip
+    db.execute(
+        "INSERT INTO notify_deliveries (endpoint_id, payload, events) VALUES (%s, %s, 1)",
+        (made["id"], Jsonb({"type": "test", "data": {}})),
+    )
+    pool = psycopg_pool.ConnectionPool(
+        database_url, min_size=1, open=True, kwargs={"autocommit": True}
+    )
+    stop = threading.Event()
+    allow = netguard.Allowlist.parse("127.0.0.1")
+    keyless = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=0, key=None)
+    try:
+        keyless.step()
+        keyless.senders.shutdown(wait=True)
+    finally:
+        stop.set()
+        keyless.close()
+        pool.close()
+    assert target.received == []
+    endpoint = "SELECT failing_since, disabled_at FROM notify_endpoints WHERE id = %s"
+    assert db.execute(endpoint, (made["id"],)).fetchone() == (None, None)
+    message = "SELECT status, last_error FROM notify_deliveries WHERE endpoint_id = %s"
+    assert db.execute(message, (made["id"],)).fetchone() == ("pending", None)
+
+
 def test_a_slack_url_never_reaches_the_table_in_clear(db: psycopg.Connection) -> None:
     """The Slack URL is the secret (sql/0067): creating an endpoint must not write it in
     clear into any row version, or the table's files, base backups and WAL archives hold
     it (what seal_clear VACUUMs away for old rows)."""
-    hook = "https://hooks.slack.com/services/T0/B0/xyzzy-review-b"
+    hook = "https://hooks.slack.com/services/T0/B0/xyzzy-secret-part"
     notifications.create(
         db, name="chat", url=hook, shape="slack", kinds=["execution.failed"], workflow=None,
         key=KEY,
