@@ -326,8 +326,8 @@ def rotate(
     endpoint = get(conn, name)
     if key is None:
         raise NotifyKeyMissing
-    if url is not None and (not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL):
-        raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
+    if url is not None:
+        check_url(url)
     # Which one the endpoint takes depends on its shape, not on the request: a conflict.
     slack = endpoint["shape"] == NotifyShape.SLACK
     if slack and url is None:
@@ -355,11 +355,19 @@ def seal_clear(conn: psycopg.Connection, key: bytes | None) -> int:
     return len(rows)
 
 
+def check_url(url: object) -> None:
+    """An endpoint's URL: http(s), bounded, and without user:password@, which the
+    address guard refuses at every send (accepted, it could never be delivered to)."""
+    if not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL:
+        raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
+    if "@" in urlsplit(url).netloc:
+        raise EndpointInvalid("url: no user or password before the host (user:password@)")
+
+
 def _check(name: str, url: str, shape: str, kinds: list[str]) -> None:
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise EndpointInvalid("name: lowercase letters, digits, - and _, at most 64")
-    if not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL:
-        raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
+    check_url(url)
     if shape not in SHAPES:
         raise EndpointInvalid(f"shape: one of {', '.join(SHAPES)}")
     if not isinstance(kinds, list) or not kinds or not all(k in KINDS for k in kinds):

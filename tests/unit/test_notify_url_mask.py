@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowforge.store.notifications import mask
+from flowforge.store.notifications import EndpointInvalid, check_url, mask
 
 
 @pytest.mark.parametrize(
@@ -22,3 +22,15 @@ from flowforge.store.notifications import mask
 def test_the_masked_url_shows_scheme_host_and_port_only(url: str, shown: str) -> None:
     assert mask(url) == shown
     assert "SECRET" not in mask(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://u:secret@hooks.example/x", "http://user@127.0.0.1:9/x", "ftp://x/y", ""]
+)
+def test_an_endpoint_url_with_userinfo_or_another_scheme_is_refused(url: str) -> None:
+    with pytest.raises(EndpointInvalid):
+        check_url(url)
+
+
+def test_an_endpoint_url_with_a_query_is_taken() -> None:
+    check_url("https://hooks.slack.com/services/T0/B0/x?token=1")
