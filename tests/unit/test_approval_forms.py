@@ -138,3 +138,30 @@ def test_a_browser_form_is_read_as_json_values() -> None:
     values, problems = from_html(form, {"amount": "x", "count": "1.5", "plan": "nan"}, "$")
     assert {p["path"] for p in problems} == {"$.amount", "$.count", "$.channel", "$.plan"}
     assert values["notify"] is False
+
+
+def test_values_jsonb_or_a_float_cannot_hold_are_problems_not_crashes() -> None:
+    # Valid JSON (an API body takes integers of up to 4300 digits) or a posted form that
+    # PostgreSQL or the checks cannot hold: each is a field's problem, never a 500.
+    form = _form()
+    huge = 10**400
+    for values in (
+        {"amount": huge, "channel": "card"},
+        {"amount": 1, "count": huge, "channel": "card"},
+    ):
+        problems = check_values(form, values, "$")
+        assert [p["path"] for p in problems] in (["$.amount"], ["$.count"]), problems
+    _, problems = from_html(form, {"amount": "1", "channel": "card", "count": "9" * 400}, "$")
+    assert [p["path"] for p in problems] == ["$.count"]
+    for text in ("a\x00b", "\ud800"):
+        _, problems = from_html(form, {"amount": "1", "channel": "card", "reason": text}, "$")
+        assert [p["path"] for p in problems] == ["$.reason"]
+
+
+def test_a_bound_no_float_holds_is_refused_at_publish() -> None:
+    doc = copy.deepcopy(FORM)
+    doc["fields"]["properties"]["amount"]["maximum"] = 10**400
+    with pytest.raises(definitions.DefinitionInvalid) as refused:
+        definitions.parse_definition(_doc(doc))
+    paths = [e["path"] for e in refused.value.errors]
+    assert paths == ["$.steps[0].form.fields.properties.amount.maximum"], paths

@@ -24,7 +24,7 @@ from flowforge.domain.definitions.bounds import (
 )
 from flowforge.domain.definitions.checker import Checker, is_whole
 from flowforge.domain.definitions.shapes import STEP_ID, ApprovalForm, FormField
-from flowforge.domain.jsonvalues import is_number
+from flowforge.domain.jsonvalues import is_number, storable_text
 from flowforge.errors import ClientError
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
@@ -175,8 +175,10 @@ class FormSection(Checker):
         bounds: dict[str, float | None] = {}
         for key in ("minimum", "maximum"):
             value = prop.get(key)
-            if value is not None and not is_number(value):
-                self.error(f"{path}.{key}", f"{key} must be a number")
+            if value is not None and not _finite(value):
+                # A bound no float holds (an integer of 400 digits) could not be compared
+                # or named in a message; refused here rather than crash a submission.
+                self.error(f"{path}.{key}", f"{key} must be a number a 64-bit float holds")
                 value = None
             bounds[key] = value
         low, high = bounds["minimum"], bounds["maximum"]
@@ -239,6 +241,9 @@ def _field_problem(field: FormField, value: Any) -> str | None:
     if field.type == "string":
         if not isinstance(value, str):
             return "must be a string"
+        if not storable_text(value):
+            # A posted form is not parsed as JSON: its NUL would fail the insert (a 500).
+            return "must not contain NUL characters or unpaired surrogates"
         if field.choices:
             if value not in {choice for choice, _ in field.choices}:
                 return "must be one of: " + ", ".join(choice for choice, _ in field.choices)
@@ -247,13 +252,26 @@ def _field_problem(field: FormField, value: Any) -> str | None:
         return None
     if field.type == "integer" and not is_whole(value):
         return "must be an integer"
-    if not is_number(value) or not math.isfinite(value):
+    if not is_number(value):
         return "must be a number"
+    if not _finite(value):
+        return "must be a number a 64-bit float holds"
     if field.minimum is not None and value < field.minimum:
         return f"must be at least {field.minimum:g}"
     if field.maximum is not None and value > field.maximum:
         return f"must be at most {field.maximum:g}"
     return None
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number a float holds: math.isfinite raises OverflowError on an integer of
+    hundreds of digits, which an API body (up to 4300 digits) or a posted form may carry."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def from_html(
