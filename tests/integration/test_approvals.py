@@ -210,3 +210,21 @@ def test_an_operator_not_assigned_cannot_decide_by_complete_or_fail(
     mine = ff.post(f"{steps}/complete", {"output": values})
     assert mine.status_code == 200, mine.text
     assert _step(ff, execution_id, "approve")["output"]["decided_by"] == "tests"
+
+
+def test_a_wait_whose_form_is_null_is_no_approval_and_breaks_no_list(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
+    # "form": null publishes as a plain wait; the open approvals' statement must agree
+    # with the parser, or one such wait makes every list answer 500.
+    ff, app = in_process, in_process.app
+    ff.publish("plain", workflow(wait("hold", 3600, form=None), name="plain"))
+    ff.publish("refund", REFUND)
+    held = ff.hook("plain", {"x": 1}).json()["execution_id"]
+    ff.until(lambda: _step(ff, held, "hold")["status"] == "waiting", 10, "the wait waits")
+    execution_id = _waiting(ff)
+    listed = app.get("/api/v1/approvals")
+    assert listed.status_code == 200, listed.get_data(as_text=True)
+    assert [a["execution_id"] for a in listed.get_json()["approvals"]] == [execution_id]
+    _sign_in(app, apikeys.create(db, "tests2")[1])
+    assert app.get("/ui/approvals").status_code == 200
