@@ -165,3 +165,16 @@ def test_a_bound_no_float_holds_is_refused_at_publish() -> None:
         definitions.parse_definition(_doc(doc))
     paths = [e["path"] for e in refused.value.errors]
     assert paths == ["$.steps[0].form.fields.properties.amount.maximum"], paths
+
+
+def test_the_console_forms_own_names_are_no_field_names() -> None:
+    # The console posts the CSRF token and the pressed button beside the fields: a field
+    # named csrf would take the session's token as its value (stored in the output) and
+    # one named decision the button's.
+    for name in ("csrf", "decision"):
+        doc = copy.deepcopy(FORM)
+        doc["fields"]["properties"][name] = {"type": "string"}
+        with pytest.raises(definitions.DefinitionInvalid) as refused:
+            definitions.parse_definition(_doc(doc))
+        paths = [e["path"] for e in refused.value.errors]
+        assert paths == [f"$.steps[0].form.fields.properties.{name}"], paths

@@ -28,6 +28,9 @@ from flowforge.domain.jsonvalues import is_number, storable_text
 from flowforge.errors import ClientError
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
+# What the console's form posts beside the fields (its CSRF token, the button pressed): a
+# field of either name would be read from them (the token stored in the step's output).
+RESERVED_NAMES = frozenset({"csrf", "decision"})
 _FORM_KEYS = frozenset({"title", "description", "fields"})
 _FIELDS_KEYS = frozenset({"type", "properties", "required"})
 _COMMON = frozenset({"type", "title", "description"})
@@ -109,6 +112,8 @@ class FormSection(Checker):
     def _field(self, name: str, prop: Any, path: str, required: bool) -> FormField:
         if STEP_ID.fullmatch(name) is None:
             self.error(path, "a field's name is a letter or _, then letters, digits or _")
+        elif name in RESERVED_NAMES:
+            self.error(path, "csrf and decision are the console form's own names")
         kind = prop.get("type") if isinstance(prop, dict) else None
         if kind not in FIELD_TYPES:
             self.error(f"{path}.type", f"type must be one of {', '.join(FIELD_TYPES)}")
