@@ -199,6 +199,27 @@ def may_decide(form: ApprovalForm, user: str) -> bool:
     return not form.assignees or user in form.assignees
 
 
+def _values(field: FormField) -> tuple[str, ...]:
+    return tuple(value for value, _ in field.choices)
+
+
+def asks_alike(first: ApprovalForm | None, second: ApprovalForm | None) -> bool:
+    """Whether two versions of a wait ask the same people the same thing: both no form, or
+    the same assignees and fields but for their words (title, description). A replay keeps
+    a decision only then (docs/contract.md#replay)."""
+    if first is None or second is None:
+        return first is second
+
+    def rules(form: ApprovalForm) -> tuple[Any, ...]:
+        fields = tuple(
+            (f.name, f.type, f.required, f.max_length, f.minimum, f.maximum, _values(f))
+            for f in form.fields
+        )
+        return form.assignees, fields
+
+    return rules(first) == rules(second)
+
+
 class FormValuesInvalid(ClientError):
     """A submission does not fit its approval form; nothing was decided."""
 
