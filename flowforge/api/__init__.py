@@ -14,7 +14,9 @@ from flowforge.api import (
     circuits,
     console,
     drafts,
+    events,
     executions,
+    failures,
     health,
     hooks,
     me,
@@ -94,6 +96,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         notifications.bp,
         me.bp,
         approvals.bp,
+        failures.bp,
+        events.bp,
     ):
         app.register_blueprint(blueprint)
     app.register_blueprint(console.bp)

@@ -972,3 +972,156 @@ class Client:
             (200,),
             body=body,
         )
+
+    def get_failure_groups(
+        self,
+        *,
+        workflow: Any = None,
+        status: Any = None,
+        limit: Any = None,
+    ) -> Any:
+        """GET /api/v1/failure-groups: Failure groups, the most recently seen first"""
+        return self._call(
+            "GET",
+            "/api/v1/failure-groups",
+            (200,),
+            query={
+                "workflow": workflow,
+                "status": status,
+                "limit": limit,
+            },
+        )
+
+    def get_failure_groups_by_group_id(
+        self,
+        group_id: int,
+    ) -> Any:
+        """GET /api/v1/failure-groups/{group_id}: One failure group with its newest
+        executions
+        """
+        return self._call(
+            "GET",
+            _path(
+                "/api/v1/failure-groups/{group_id}",
+                group_id=group_id,
+            ),
+            (200,),
+        )
+
+    def post_failure_groups_by_group_id_resolve(
+        self,
+        group_id: int,
+    ) -> Any:
+        """POST /api/v1/failure-groups/{group_id}/resolve: Resolve a group: its next
+        failure reopens it and alerts once
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/failure-groups/{group_id}/resolve",
+                group_id=group_id,
+            ),
+            (200,),
+        )
+
+    def post_failure_groups_by_group_id_ignore(
+        self,
+        group_id: int,
+    ) -> Any:
+        """POST /api/v1/failure-groups/{group_id}/ignore: Ignore a group: it counts on,
+        silently
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/failure-groups/{group_id}/ignore",
+                group_id=group_id,
+            ),
+            (200,),
+        )
+
+    def post_failure_groups_by_group_id_reopen(
+        self,
+        group_id: int,
+    ) -> Any:
+        """POST /api/v1/failure-groups/{group_id}/reopen: Open a group again (no alert)"""
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/failure-groups/{group_id}/reopen",
+                group_id=group_id,
+            ),
+            (200,),
+        )
+
+    def post_failure_groups_by_group_id_replay(
+        self,
+        group_id: int,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/failure-groups/{group_id}/replay: Replay one batch of the group's
+        failed executions onto a version
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/failure-groups/{group_id}/replay",
+                group_id=group_id,
+            ),
+            (200,),
+            body=body,
+        )
+
+    def post_failure_groups_by_group_id_retry(
+        self,
+        group_id: int,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/failure-groups/{group_id}/retry: Retry one batch of the group's
+        failed executions in place
+        """
+        return self._call(
+            "POST",
+            _path(
+                "/api/v1/failure-groups/{group_id}/retry",
+                group_id=group_id,
+            ),
+            (200,),
+            body=body,
+        )
+
+    def post_events(
+        self,
+        body: Any,
+    ) -> Any:
+        """POST /api/v1/events: Send an event: kept for FLOWFORGE_EVENT_LOOKBACK_S and
+        taken by every wait step open for its name and key (a key scoped to workflows
+        reaches only theirs)
+        """
+        return self._call(
+            "POST",
+            "/api/v1/events",
+            (200, 202),
+            body=body,
+        )
+
+    def get_events(
+        self,
+        *,
+        name: Any = None,
+        key: Any = None,
+        limit: Any = None,
+    ) -> Any:
+        """GET /api/v1/events: The events kept, newest first (a key scoped to workflows:
+        those they may take or emitted)
+        """
+        return self._call(
+            "GET",
+            "/api/v1/events",
+            (200,),
+            query={
+                "name": name,
+                "key": key,
+                "limit": limit,
+            },
+        )

@@ -20,7 +20,7 @@ from flowforge.errors import Conflict, InvalidParameter, NotFound
 from flowforge.observe import metrics, tracing
 from flowforge.store import flowcontrol, sources
 from flowforge.trust import presets, signatures
-from flowforge.usecases import grouping, intake, routing
+from flowforge.usecases import events, grouping, intake, routing
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +133,13 @@ def _accept(
             secret_id = _secret_id(target.secrets, verified)
             if grouping.is_grouped(target.definition):
                 return grouping.record(conn, target, raw, identity, secret_id)
-            return intake.accept(
+            accepted = intake.accept(
                 conn, target, raw, identity, secret_id, traceparent, headers=dict(request.headers)
             )
+            if target.definition.emits is not None and verified is not None:
+                # docs/contract.md#events: a verified delivery emits its workflow's event.
+                events.emit(conn, key, target.definition, accepted.execution_id, body)
+            return accepted
         except intake.StaleTarget:
             target = intake.TARGETS.get(conn, key, encryption_key, fresh=True)
             continue
@@ -197,6 +201,8 @@ def _route(
                 exc.status, exc.title, exc.detail, headers={"Retry-After": str(exc.retry_after_s)}
             ) from None
         metrics.count_routed(source.name, [r.subscription for r in routed])
+        if verified is not None:
+            _emit_routed(conn, routed, body)
         answer = {
             "source": source.name,
             "executions": [
@@ -213,6 +219,17 @@ def _route(
         replayed = bool(routed) and all(r.accepted.replayed for r in routed)
         return jsonify(answer), 202, {"Idempotent-Replayed": "true"} if replayed else {}
     raise Conflict(f"source {source.name!r} changed while this event was routed; send it again")
+
+
+def _emit_routed(conn: psycopg.Connection, routed: list[routing.Routed], body: Any) -> None:
+    """docs/contract.md#events: a delivery the source verified emits the event of each
+    workflow it started that declares `emits` (the targets are the ones routing just
+    read, cached: a workflow without `emits` costs no statement)."""
+    for r in routed:
+        if r.accepted.group is None:
+            target = routing.SOURCES.target(conn, r.workflow, fresh=False)
+            if target.definition.emits is not None:
+                events.emit(conn, r.workflow, target.definition, r.accepted.execution_id, body)
 
 
 def _replicate(conn: psycopg.Connection) -> None:

@@ -12,7 +12,12 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from flowforge.api import approvals_openapi, notifications_openapi
+from flowforge.api import (
+    approvals_openapi,
+    events_openapi,
+    failures_openapi,
+    notifications_openapi,
+)
 from flowforge.api.auth import requires
 from flowforge.api.bodies import MAX_SECRET, MIN_SECRET
 from flowforge.api.openapi_definition import DEFINITION_SCHEMAS, STEP_SCHEMAS
@@ -707,6 +712,8 @@ for (_path, _method, _status), _links in LINKS.items():
 
 PATHS.update(notifications_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
 PATHS.update(approvals_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
+PATHS.update(failures_openapi.paths())
+PATHS.update(events_openapi.paths())
 for _path, _item in PATHS.items():
     for _method, _described in _item.items():
         _described["operationId"] = operation_id(_method, _path)

@@ -8,6 +8,7 @@ from typing import Any
 
 from flowforge.api.openapi_parts import (
     CONTEXT_PATH_PATTERN,
+    KEY_PATTERN,
     STEP_ID_PATTERN,
     WEBHOOK_AUTHS,
     any_case,
@@ -140,7 +141,37 @@ STEP_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
                 },
                 "description": "API key names who may decide the form; none: any operator",
             },
-        ),
+            event={
+                "type": "string",
+                "pattern": definitions.EVENT_NAME_PATTERN,
+                "description": "also end on the next event of this name whose key is `key` "
+                "(POST /api/v1/events, or a workflow's emits with `from`); its payload is "
+                "the step's output",
+            },
+            key={
+                "type": "string",
+                "minLength": 1,
+                "maxLength": definitions.MAX_TEMPLATE_CHARS,
+                "description": "the event's key, a template rendered when the wait opens "
+                "(to at most 200 characters); required with event",
+            },
+            **{
+                "from": {
+                    "type": "string",
+                    "pattern": KEY_PATTERN,
+                    "description": "take only events emitted by this workflow's verified "
+                    "deliveries (its emits); absent: events sent through the API",
+                }
+            },
+            lookback_s={
+                "type": "number",
+                "minimum": 0,
+                "maximum": definitions.MAX_EVENT_LOOKBACK_S,
+                "description": "take an event received at most this long before the wait "
+                "opened (default and cap: FLOWFORGE_EVENT_LOOKBACK_S)",
+            },
+        )
+        | {"dependentRequired": {"event": ["key"], "key": ["event"], "from": ["event"]}},
     ),
     "map": (
         "MapStep",
@@ -545,6 +576,22 @@ DEFINITION_SCHEMAS: dict[str, Any] = {
                     "minLength": 1,
                     "maxLength": definitions.MAX_TEMPLATE_CHARS,
                     "pattern": r"\{\{\s*input[.\s]",
+                },
+            },
+            "emits": {
+                "type": "object",
+                "description": "the event each verified delivery emits "
+                "(docs/contract.md#events); needs a signed webhook without debounce or batch",
+                "required": ["event", "key"],
+                "additionalProperties": False,
+                "properties": {
+                    "event": {"type": "string", "pattern": definitions.EVENT_NAME_PATTERN},
+                    "key": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": definitions.MAX_TEMPLATE_CHARS,
+                        "description": "a template over the delivery ({{ input.… }})",
+                    },
                 },
             },
             "limits": {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import requests
 
@@ -22,7 +22,9 @@ from flowforge.errors import FlowForgeError
 EXECUTIONS = "/api/v1/executions"
 WORKFLOWS = "/api/v1/workflows"
 CIRCUITS = "/api/v1/circuits"
+EVENTS = "/api/v1/events"
 NOTIFICATIONS = "/api/v1/notifications"
+FAILURE_GROUPS = "/api/v1/failure-groups"
 # Long enough for a busy API (its own database wait is at most 5 s), short enough that a
 # blackholed address is reported before an operator gives up on the command.
 TIMEOUT_S = 15.0
@@ -230,6 +232,18 @@ class ApiClient:
             path += f"?workflow={quote(workflow, safe='')}"
         return dict(self._json("POST", path))
 
+    # ---- events (docs/contract.md#events) ------------------------------------------------
+
+    def send_event(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send an event; its waits take it."""
+        return self._json("POST", EVENTS, body=body, send_body=True)
+
+    def events(self, name: str | None, key: str | None, limit: int) -> list[dict[str, Any]]:
+        """The events kept, newest first."""
+        query = {k: v for k, v in (("name", name), ("key", key)) if v is not None}
+        path = f"{EVENTS}?{urlencode({**query, 'limit': limit})}"
+        return self._items(path, "events")
+
     # ---- notifications (docs/contract.md#notifications) --------------------------------
 
     def notifications(self) -> list[dict[str, Any]]:
@@ -257,6 +271,25 @@ class ApiClient:
     def unsubscribe(self, name: str) -> None:
         """Remove an endpoint."""
         self.call("DELETE", f"{NOTIFICATIONS}/{quote(name, safe='')}")
+
+    def failure_groups(self, workflow: str | None, status: str | None) -> list[dict[str, Any]]:
+        """Failure groups, newest first (docs/contract.md#failure-groups)."""
+        query = {k: v for k, v in (("workflow", workflow), ("status", status)) if v}
+        path = f"{FAILURE_GROUPS}?{urlencode(query)}" if query else FAILURE_GROUPS
+        return self._items(path, "groups")
+
+    def failure_group(self, group_id: int) -> dict[str, Any]:
+        """One failure group and its newest executions."""
+        return self._json("GET", f"{FAILURE_GROUPS}/{group_id}")
+
+    def failure_group_status(self, group_id: int, verb: str) -> dict[str, Any]:
+        """Resolve, ignore or reopen a group."""
+        return self._json("POST", f"{FAILURE_GROUPS}/{group_id}/{verb}")
+
+    def failure_group_act(self, group_id: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replay or retry one batch of a group's failed executions."""
+        path = f"{FAILURE_GROUPS}/{group_id}/{verb}"
+        return self._json("POST", path, body=body, send_body=True)
 
     def workflows(self) -> list[dict[str, Any]]:
         """The workflows the key may see."""

@@ -9,6 +9,7 @@ Only this side has the API keys: the API has no endpoint that makes them.
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,10 +19,20 @@ from flowforge.domain.definitions import parse_until
 from flowforge.domain.model import ExecutionQuery
 from flowforge.domain.operations import Action, Answer
 from flowforge.errors import NotFound
-from flowforge.store import apikeys, catalog, notifications, outbound, schedules, timeline
+from flowforge.store import apikeys, catalog, failures, notifications, outbound, schedules, timeline
+from flowforge.store import events as event_store
 from flowforge.store.config import Settings
 from flowforge.trust import signatures
-from flowforge.usecases import actions, grouping, pausing, publishing, reingest, replay, ticks
+from flowforge.usecases import (
+    actions,
+    events,
+    grouping,
+    pausing,
+    publishing,
+    reingest,
+    replay,
+    ticks,
+)
 
 
 def _cli_actor() -> dict[str, str]:
@@ -109,6 +120,57 @@ class Database:
         if found is None or not outbound.clear(self.conn, found):
             raise NotFound(f"no open circuit or hold has key {key!r}")
         return {"key": key, "workflow": workflow, "state": "closed", "held_until": None}
+
+    def failure_groups(self, workflow: str | None, status: str | None) -> list[dict[str, Any]]:
+        """Failure groups, newest first (docs/contract.md#failure-groups)."""
+        return failures.list_groups(self.conn, workflow=workflow, status=status)
+
+    def failure_group(self, group_id: int) -> dict[str, Any]:
+        """One failure group and its newest executions."""
+        return failures.get(self.conn, group_id)
+
+    def failure_group_status(self, group_id: int, verb: str) -> dict[str, Any]:
+        """Resolve, ignore or reopen a group."""
+        return failures.set_status(self.conn, group_id, verb, actor=_cli_actor())
+
+    def failure_group_act(self, group_id: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replay or retry one batch of a group's failed executions (the API's body)."""
+        batch = {"after": body.get("after"), "limit": body.get("limit", 100)}
+        if verb == "retry":
+            return replay.retry_group(self.conn, group_id, actor=_cli_actor(), **batch)
+        version = body.get("version", "latest")
+        return replay.replay_group(
+            self.conn,
+            group_id,
+            from_step=body.get("from_step"),
+            version=None if version == "latest" else int(version),
+            actor=_cli_actor(),
+            **batch,
+        )
+
+    def send_event(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Send an event as a key for every workflow does (docs/contract.md#events)."""
+        name, key, payload, delivery_id = events.check_event(body)
+        sent = events.send(
+            self.conn,
+            sender=event_store.API_SENDER,
+            name=name,
+            key=key,
+            delivery_id=delivery_id or str(uuid.uuid4()),
+            payload=payload,
+            audience=None,
+        )
+        return {
+            "id": sent.event_id,
+            "name": name,
+            "key": key,
+            "delivered": sent.delivered,
+            "replayed": sent.replayed,
+        }
+
+    def events(self, name: str | None, key: str | None, limit: int) -> list[dict[str, Any]]:
+        """The events kept, newest first."""
+        return event_store.listed(self.conn, name, key, None, limit)
 
     def notifications(self) -> list[dict[str, Any]]:
         """Every notification endpoint (docs/contract.md#notifications)."""

@@ -68,6 +68,10 @@ EXAMPLES = {
     "circuits": "flowforge circuits list",
     "circuits list": "flowforge circuits list --output json",
     "circuits close": "flowforge circuits close stripe --workflow billing",
+    "events": "flowforge events list --name payment.settled --key o-1001",
+    "events list": "flowforge events list --name payment.settled --key o-1001",
+    "events send": "flowforge events send payment.settled o-1001 --payload '{\"amount\": 1999}' "
+    "--id pay-7781",
     "notifications": "flowforge notifications list",
     "notifications list": "flowforge notifications list --output json",
     "notifications show": "flowforge notifications show oncall",
@@ -77,6 +81,14 @@ EXAMPLES = {
     "notifications enable": "flowforge notifications enable oncall",
     "notifications disable": "flowforge notifications disable oncall",
     "notifications delete": "flowforge notifications delete oncall",
+    "failures": "flowforge failures groups --status open",
+    "failures groups": "flowforge failures groups --workflow orders --status open",
+    "failures show": "flowforge failures show 12",
+    "failures resolve": "flowforge failures resolve 12",
+    "failures ignore": "flowforge failures ignore 12",
+    "failures reopen": "flowforge failures reopen 12",
+    "failures replay": "flowforge failures replay 12 --onto latest --yes",
+    "failures retry": "flowforge failures retry 12 --yes",
     "replay": "flowforge replay 01a233ee-a3de-71f1-8ccd-4191093a47ad --from-step notify "
     "--onto latest",
     "replay-bulk": "flowforge replay-bulk --workflow orders --of-version 3 --status failed "
@@ -212,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bulk_commands(tree)
     _schedule_commands(tree)
     _notification_commands(tree)
+    _failure_commands(tree)
+    _event_commands(tree)
     _authoring_commands(tree)
     completion = tree.command(
         tree.sub, "completion", "completion.print_script", "print a shell completion script"
@@ -219,6 +233,35 @@ def build_parser() -> argparse.ArgumentParser:
     completion.add_argument("shell", choices=("bash", "zsh"), help="the shell to complete in")
     completion.set_defaults(offline=True)
     return parser
+
+
+def _failure_commands(tree: _Tree) -> None:
+    """Failure groups (docs/contract.md#failure-groups)."""
+    failures = tree.group("failures", "failure groups: failed and unknown executions alike")
+    groups = tree.command(
+        failures, "groups", "failures.list_groups", "failure groups, newest first"
+    )
+    groups.add_argument("--workflow", type=workflow_key, help="only this workflow's groups")
+    groups.add_argument(
+        "--status", choices=("open", "resolved", "ignored"), help="only groups in this status"
+    )
+    for verb, help_ in (
+        ("show", "one group and its newest executions"),
+        ("resolve", "resolve a group: its next failure reopens it and alerts once"),
+        ("ignore", "ignore a group: it counts on, silently"),
+        ("reopen", "open a group again (no alert)"),
+        ("replay", "replay every failed execution of a group (needs --yes)"),
+        ("retry", "retry every failed execution of a group in place (needs --yes)"),
+    ):
+        command = tree.command(failures, verb, f"failures.{verb}", help_)
+        command.add_argument("group", type=int, help="the group's id (failures groups shows it)")
+        if verb in ("replay", "retry"):
+            command.add_argument("--yes", action="store_true", help="do it (else: say how many)")
+        if verb == "replay":
+            command.add_argument("--from-step", help="default: the group's step")
+            command.add_argument(
+                "--onto", type=target_version, default=None, help="a version number or latest"
+            )
 
 
 def _apikey_commands(tree: _Tree) -> None:
@@ -330,6 +373,20 @@ def _circuit_commands(tree: _Tree) -> None:
         "key", help="the limit's key as circuits list shows it (host:NAME, shared:NAME or a name)"
     )
     close.add_argument("--workflow", type=workflow_key, help="the workflow whose own limit it is")
+
+
+def _event_commands(tree: _Tree) -> None:
+    """Events correlated by a business key (docs/contract.md#events)."""
+    group = tree.group("events", "events that wait steps take by name and key")
+    send = tree.command(group, "send", "events.send", "send an event to the waits for its key")
+    send.add_argument("name", help="the event's name, such as payment.settled")
+    send.add_argument("key", help="its business key, such as an order's id")
+    send.add_argument("--payload", default="null", help="its JSON payload (default null)")
+    send.add_argument("--id", help="its identity: the same id again is a redelivery")
+    listing = tree.command(group, "list", "events.list_events", "the events kept, newest first")
+    listing.add_argument("--name", help="only events of this name")
+    listing.add_argument("--key", help="only events with this key")
+    listing.add_argument("--limit", type=positive, default=100, help="at most this many")
 
 
 def _notification_commands(tree: _Tree) -> None:

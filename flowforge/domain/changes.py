@@ -87,6 +87,10 @@ class Changes:
     released_slot: tuple[int, str] | None = None
     # Wait steps that took their early resume: saving marks those resumes applied.
     applied_resumes: list[str] = field(default_factory=list)
+    # docs/contract.md#events: event waits that opened (step id, name, key, sender) and the
+    # events steps took (event id, step id); saved by store/events.py only when non-empty.
+    event_waits: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+    consumed_events: list[tuple[str, str]] = field(default_factory=list)
     # Step rows created in this unit of work (a map's items as they start): inserted,
     # not updated. Each is in `steps` too, with its state as it is now.
     new_steps: list[str] = field(default_factory=list)
@@ -102,6 +106,9 @@ class Changes:
     wake_parent: tuple[str, str] | None = None
     # For the spans written after the commit (flowforge/observe/tracing.py).
     workflow: str = ""
+    # docs/contract.md#failure-groups: set by runs.save_run, before the listeners hear of the
+    # commit, when this unit of work opened a failure group (new, or resolved and recurring).
+    failure_group_opened: bool = False
     traceparent: str | None = None
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from flowforge.domain import interventions
+from flowforge.domain import event_waits, interventions
 from flowforge.domain.changes import Changes, FinishedAttempt, NewAttempt, StepState
 from flowforge.domain.definitions.bounds import MAX_MAP_ITEMS
 from flowforge.domain.definitions.delays import parse_until
@@ -42,7 +42,15 @@ from flowforge.domain.definitions.shapes import (
     item_row,
     split_item_row,
 )
-from flowforge.domain.kinds import delay, http_request, map, transform, wait, workflow
+from flowforge.domain.event_waits import EventPort
+from flowforge.domain.kinds import (
+    delay,
+    http_request,
+    map,
+    transform,
+    wait,
+    workflow,
+)
 from flowforge.domain.kinds.base import StepKind
 from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 from flowforge.domain.model import (
@@ -110,6 +118,8 @@ class Run:
     # Resumes recorded before their wait step was ready (step id -> body); loaded only for
     # workflows with wait steps, taken (Changes.applied_resumes) when the step starts.
     early_resumes: dict[str, Any] = field(default_factory=dict)
+    # docs/contract.md#events: the store's events, set only for workflows with an event wait.
+    event_port: EventPort | None = None
     # Pause (docs/contract.md#pause): what the execution was when paused and why (both None unless
     # it is `paused`), and whether its workflow is paused, by whom (the actor of the pause).
     paused_from: E | None = None
@@ -672,6 +682,14 @@ class Run:
     def resume(self, step_id: str, body: Any, *, actor: dict[str, Any] | None = None) -> None:
         """End an open wait with `body` as its output; the execution goes on."""
         wait.resume(self, step_id, body, actor=actor)
+
+    def open_event_wait(self, step: Step) -> None:
+        """Open a wait step that ends on an event (docs/contract.md#events)."""
+        event_waits.open_wait(self, step)
+
+    def receive_event(self, step_id: str, event_id: str, payload: Any) -> None:
+        """An open event wait takes an event (docs/contract.md#events)."""
+        event_waits.receive(self, step_id, event_id, payload)
 
     def fail_wait(self, step_id: str, actor: dict[str, Any]) -> None:
         """An operator says the awaited answer is no: the step fails, and so does the run."""

@@ -494,6 +494,26 @@ class NotifyKind(StrEnum):
     EXECUTION_PAUSED = "execution.paused"  # paused on exhausted retries
     CIRCUIT_OPENED = "circuit.opened"
     QUEUE_FULL = "queue.full"  # concurrency.max_queued reached; again once below half
+    # docs/contract.md#failure-groups: a new failure group, or a resolved one recurring
+    # (sql/0063): one event per group opening, never one per execution.
+    FAILURE_GROUP_OPENED = "failure_group.opened"
+
+
+class FailureGroupStatus(StrEnum):
+    """A failure group's status (docs/contract.md#failure-groups); `failure_groups.status`.
+    A resolved group that fails again is open again; an ignored one stays ignored."""
+
+    OPEN = "open"
+    RESOLVED = "resolved"
+    IGNORED = "ignored"
+
+
+class FailureOutcome(StrEnum):
+    """What a failure group's executions became: failed, or held for an operator because a
+    step's outcome is unknown; `failure_groups.outcome`."""
+
+    FAILED = "failed"
+    UNKNOWN = "unknown"
 
 
 class DeliveryStatus(StrEnum):

@@ -187,6 +187,12 @@ INTAKE_GROUPS = Counter(
     " concurrency key does not render).",
     ["kind", "outcome"],
 )
+FAILURE_GROUPS_OPENED = Counter(
+    "flowforge_failure_groups_opened",
+    "Failure groups opened (docs/contract.md#failure-groups): a new group of failed or unknown"
+    " executions, or a resolved one that failed again. One per opening, not per execution;"
+    " an ignored group never counts.",
+)
 SCHEDULE_OUTCOMES = (
     LedgerOutcome.FIRED,
     LedgerOutcome.SKIPPED,
@@ -240,6 +246,8 @@ def saved(changes: Changes) -> None:
     attempts, step and execution ends, waits begun and ended. The store calls it after the
     COMMIT (runs.listen: the API and the worker subscribe it), so a rolled-back change
     counts nothing."""
+    if changes.failure_group_opened:
+        FAILURE_GROUPS_OPENED.inc()
     done = happened(changes)
     if done is NOTHING_HAPPENED:
         return

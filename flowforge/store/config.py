@@ -390,6 +390,14 @@ VARIABLES = (
         read_by="worker",
     ),
     Variable(
+        "FLOWFORGE_EVENT_LOOKBACK_S",
+        "seconds an event (docs/contract.md#events) is kept for waits that open after it "
+        "arrived, and listed: a wait step's `lookback_s` may only shorten it. Read by the API "
+        "(an event's expiry), the worker (its housekeeping deletes expired events) and every "
+        "process that advances executions",
+        "event_lookback_s",
+    ),
+    Variable(
         "FLOWFORGE_MAX_CHILD_DEPTH",
         "how deep child workflows nest: a `workflow` step whose child would be "
         "deeper fails, saying so. An execution a webhook started is at depth 0. Read by "
@@ -591,6 +599,8 @@ class Settings:
     # FLOWFORGE_MAX_CHILD_DEPTH (docs/contract.md#child-workflows); the engine reads it through
     # children.max_child_depth.
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
+    # FLOWFORGE_EVENT_LOOKBACK_S (docs/contract.md#events); read through events.lookback_s.
+    event_lookback_s: float = 86_400.0
     # FLOWFORGE_MAX_DESCENDANTS; the engine reads it through children.max_descendants.
     max_descendants: int = DEFAULT_MAX_DESCENDANTS
     # FLOWFORGE_SYNC_UNSAFE_CLAIMS, FLOWFORGE_SYNC_INTAKE: "" (the server's) or a level.
@@ -640,6 +650,7 @@ class Settings:
                 env, "FLOWFORGE_NOTIFY_DISABLE_AFTER_S", cls.notify_disable_after_s
             ),
             max_child_depth=_int(env, "FLOWFORGE_MAX_CHILD_DEPTH", cls.max_child_depth),
+            event_lookback_s=_float(env, "FLOWFORGE_EVENT_LOOKBACK_S", cls.event_lookback_s),
             max_descendants=_int(env, "FLOWFORGE_MAX_DESCENDANTS", cls.max_descendants),
             priority_ageing_s=_ageing(env),
             db_pool_size=_int(env, "FLOWFORGE_DB_POOL_SIZE", cls.db_pool_size),

@@ -43,7 +43,8 @@ class EndpointInvalid(ClientError):
     title = "Invalid notification endpoint"
 
 
-# The event kinds an endpoint may subscribe to, each recorded by a trigger of sql/0060.
+# The event kinds an endpoint may subscribe to, each recorded by a trigger of sql/0060
+# (failure_group.opened: of sql/0063).
 KINDS = tuple(kind.value for kind in NotifyKind)
 SHAPES = tuple(NotifyShape)
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # whole (fullmatch: no newline after it)
@@ -63,6 +64,9 @@ TRIGGERS = (
     "ALTER TABLE executions {} TRIGGER notify_execution",
     "ALTER TABLE steps {} TRIGGER notify_step",
     "ALTER TABLE outbound_limits {} TRIGGER notify_circuit",
+    # sql/0063: a failure group opened (new, or resolved and recurring).
+    "ALTER TABLE failure_groups {} TRIGGER notify_failure_group_new",
+    "ALTER TABLE failure_groups {} TRIGGER notify_failure_group_reopened",
 )
 # Enabling an endpoint wakes the notifiers, which sleep while none is (the relay's LISTEN
 # connection hears it for them); delivered at commit.

@@ -24,6 +24,7 @@ from flowforge import faults
 from flowforge.cache import BoundedCache
 from flowforge.domain.definitions import Definition, parse_definition
 from flowforge.domain.engine import KINDS, Changes, Run, StepState
+from flowforge.domain.failures import recorded
 from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 from flowforge.domain.model import (
     PARENT_CANCEL_ACTOR,
@@ -33,7 +34,7 @@ from flowforge.domain.model import (
     StepStatus,
     StopReason,
 )
-from flowforge.store import children, flowcontrol
+from flowforge.store import children, events, failures, flowcontrol
 from flowforge.store.creation import uuid7
 from flowforge.store.db import COMMIT_WITHOUT_FLUSH, FLUSH_BARRIER, one, pipelined_transaction
 from flowforge.store.outbox import INSERT_WAKEUPS, NOTIFY_IF_PENDING
@@ -149,8 +150,8 @@ WHERE execution_id = %(id)s AND starts_with(step_id, %(prefix)s)
 # of work (a map's items as they start, docs/contract.md#map), with the map's position and the
 # execution's priority. attempts:
 # numbered in the order given within each step. execution: written only when `execution_changed`.
-SAVE_RUN = f"""
-WITH saved_steps AS (
+_SAVE_RUN = """
+WITH {failure_group}saved_steps AS (
     UPDATE steps s SET
         status = c.status, attempts = c.attempts, fencing_token = c.fencing_token,
         wake_at = c.wake_at, output = c.output, error = c.error, lease_owner = c.lease_owner,
@@ -216,9 +217,9 @@ WITH saved_steps AS (
          WITH ORDINALITY AS e(step_id, kind, detail, n)
     ORDER BY e.n
 ), applied_resumes AS (
-    {APPLY_RESUMES}
+    {applied_resumes}
 ), wakeups AS (
-    {INSERT_WAKEUPS}
+    {insert_wakeups}
     SELECT %(execution_id)s, d.step_id
     FROM jsonb_array_elements_text(%(dispatch)s) WITH ORDINALITY AS d(step_id, n)
     ORDER BY d.n
@@ -232,11 +233,28 @@ WITH saved_steps AS (
         cancel_requested_at = CASE WHEN %(cancel_requested)s
                                    THEN coalesce(cancel_requested_at, now()) END,
         stop_reason = %(stop_reason)s,
-        paused_from = %(paused_from)s, pause_reason = %(pause_reason)s
+        paused_from = %(paused_from)s, pause_reason = %(pause_reason)s{link}
     WHERE id = %(execution_id)s AND %(execution_changed)s
 )
-SELECT count(*) FROM (SELECT FROM wakeups LIMIT 1) AS woken
+SELECT count(*){opened} FROM (SELECT FROM wakeups LIMIT 1) AS woken
 """
+SAVE_RUN = _SAVE_RUN.format(
+    failure_group="",
+    applied_resumes=APPLY_RESUMES,
+    insert_wakeups=INSERT_WAKEUPS,
+    link="",
+    opened="",
+)
+# docs/contract.md#failure-groups: the unit of work in which the execution becomes failed or
+# needs an operator also counts its failure group and links the execution to it, in the
+# same UPDATE of its row; every other unit of work runs SAVE_RUN, which has no part of it.
+SAVE_RUN_FAILING = _SAVE_RUN.format(
+    failure_group=failures.UPSERT_CTE.strip() + ", ",
+    applied_resumes=APPLY_RESUMES,
+    insert_wakeups=INSERT_WAKEUPS,
+    link=",\n        failure_group_id = (SELECT id FROM failure_group)",
+    opened=", (SELECT opened FROM failure_group)",
+)
 
 DEFINITION_CACHE_SIZE = 1024
 _definitions: BoundedCache[tuple[str, int], Definition] = BoundedCache(DEFINITION_CACHE_SIZE)
@@ -372,7 +390,7 @@ def load_run(
     run = _run(head, definition_for(conn, head["version_id"]), rows, str(execution_id))
     # Each kind of step the workflow has reads what it needs (domain/kinds/base.py): a
     # workflow without wait, map or workflow steps pays for none of their reads.
-    loader = _Loader(conn, run.execution_id, settled)
+    loader = _Loader(conn, run.execution_id, settled, run.workflow)
     for step_type in dict.fromkeys(step.type for step in run.definition.steps):
         KINDS[step_type].load(run, loader)
     return run
@@ -411,9 +429,14 @@ class _Loader:
     (domain/kinds/base.Loader), on the locked transaction's connection."""
 
     def __init__(
-        self, conn: psycopg.Connection, execution_id: str, settled: dict[str, set[str]] | None
+        self,
+        conn: psycopg.Connection,
+        execution_id: str,
+        settled: dict[str, set[str]] | None,
+        workflow: str = "",
     ) -> None:
         self.conn, self.execution_id, self.settled = conn, execution_id, settled
+        self.workflow = workflow
 
     def item_rows(self, map_id: str) -> list[StepState]:
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -423,6 +446,9 @@ class _Loader:
     def early_resumes(self) -> dict[str, Any]:
         resumes = self.conn.execute(PENDING_RESUMES, {"id": self.execution_id}).fetchall()
         return {step_id: body for step_id, body in resumes}
+
+    def event_port(self) -> events.EventPort:
+        return events.EventPort(self.conn, self.execution_id, self.workflow)
 
     def children(self) -> dict[str, ChildState]:
         return {
@@ -456,8 +482,6 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
     child started, cancelled or its parent woken): only then need the relays hear of the
     commit (outbox.NOTIFY_IF_PENDING)."""
     eid = changes.execution_id
-    if _listeners:
-        on_commit(functools.partial(_tell, changes))
     # A step this unit of work changed is dispatched only if it is still ready; one it
     # did not change was ready when it was queued for dispatch (a resume re-dispatches
     # the ready steps of a paused execution without touching them).
@@ -495,7 +519,16 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
         "pause_reason": changes.pause_reason,
     }
     # In a unit of work's pipeline it travels with the COMMIT that follows.
-    conn.execute(SAVE_RUN, params)
+    failure = recorded(changes)
+    if failure is None:
+        conn.execute(SAVE_RUN, params)
+    else:
+        saved = conn.execute(SAVE_RUN_FAILING, params | failures.upsert_params(failure))
+        if _listeners:
+            # Read once the pipeline has its results (after the COMMIT), not before it.
+            on_commit(functools.partial(_opened, saved, changes))
+    if _listeners:
+        on_commit(functools.partial(_tell, changes))
     faults.hit("after_writes_sent")  # a freeze here must not leave the writes' locks either
     if changes.released_slot is not None:
         # The slot this execution held is free: the next of its key starts in this same
@@ -503,6 +536,8 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
         flowcontrol.hand_on(conn, *changes.released_slot)
         _commit_without_flush(conn)
     _save_children(conn, changes)
+    if changes.event_waits or changes.consumed_events:
+        events.save(conn, changes)
     return bool(
         dispatch
         or changes.released_slot is not None
@@ -510,6 +545,12 @@ def save_run(conn: psycopg.Connection, changes: Changes) -> bool:
         or changes.child_cancels
         or changes.wake_parent is not None
     )
+
+
+def _opened(saved: psycopg.Cursor[Any], changes: Changes) -> None:
+    """Whether SAVE_RUN_FAILING opened its failure group, for the listeners (metrics)."""
+    row = saved.fetchone()
+    changes.failure_group_opened = bool(row and row[1])
 
 
 def _commit_without_flush(conn: psycopg.Connection) -> None:

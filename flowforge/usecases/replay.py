@@ -19,6 +19,7 @@ as an operator retry does); its `deadline_s` counts from the replay.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from flowforge.domain import definitions
 from flowforge.domain.definitions import Definition, asks_alike
 from flowforge.domain.engine import DONE_STEP, Run
 from flowforge.domain.model import (
@@ -36,10 +38,10 @@ from flowforge.domain.model import (
     StepStatus,
     execution_event,
 )
-from flowforge.errors import ClientError, Conflict, NotFound
-from flowforge.store import creation, flowcontrol
+from flowforge.errors import ClientError, Conflict, InvalidBody, NotFound
+from flowforge.store import creation, failures, flowcontrol
 from flowforge.store.runs import definition_for, load_run, save_run, unit_of_work
-from flowforge.usecases import intake
+from flowforge.usecases import actions, intake
 from flowforge.usecases.intake import uuid7
 
 # The version a replay pins: a number, or the newest.
@@ -479,3 +481,96 @@ def failed_with(conn: psycopg.Connection, execution_id: str, step_id: str, error
     group's bulk action takes only its own executions."""
     params = {"id": execution_id, "step": step_id, "error": error}
     return conn.execute(FAILED_WITH, params).fetchone() is not None
+
+
+# ---- failure groups (docs/contract.md#failure-groups) -------------------------------------
+# A group's executions still failed or held for an operator, replayed or retried a batch at
+# a time, oldest first after a cursor (`after`); one refused is listed with why and does not
+# stop the others, and the cursor moves past it, so `next_after` finishes the group.
+
+
+def is_uuid(text: str) -> bool:
+    """Whether `text` is an execution id (a cursor)."""
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _page(conn: psycopg.Connection, group_id: int, after: str | None, limit: int) -> list[str]:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidBody(
+            "Invalid batch",
+            f"limit must be from 1 to {MAX_PAGE}",
+            errors=[{"path": "$.limit", "message": "out of range"}],
+        )
+    failures.get(conn, group_id, samples=0)  # NotFound first
+    return failures.members(conn, group_id, after=after, limit=limit)
+
+
+def replay_step(group: dict[str, Any], from_step: str | None) -> str:
+    """The step a group's replay starts from: the one asked, else the group's own step (a
+    map item's row or an execution that failed without a step has none to offer)."""
+    step = from_step if from_step is not None else group["step"]
+    if not step or not definitions.is_step_id(step):
+        raise InvalidBody(
+            "Invalid replay",
+            "this group names no step to replay from: give from_step",
+            errors=[{"path": "$.from_step", "message": "a step id is required"}],
+        )
+    return str(step)
+
+
+def replay_group(
+    conn: psycopg.Connection,
+    group_id: int,
+    *,
+    from_step: str | None,
+    version: int | None,
+    after: str | None,
+    limit: int,
+    actor: dict[str, Any],
+) -> dict[str, Any]:
+    """Replay one batch of the group's executions onto `version` (None: the newest)."""
+    group = failures.get(conn, group_id, samples=0)
+    step = replay_step(group, from_step)
+    ids = _page(conn, group_id, after, limit)
+    done, refused = [], []
+    for execution_id in ids:
+        try:
+            made = replay(conn, execution_id, step, version, actor=actor)
+        except ClientError as exc:
+            refused.append({"execution_id": execution_id, "detail": exc.detail})
+        else:
+            done.append(made.execution_id)
+    return {
+        "replayed": done,
+        "refused": refused,
+        "next_after": ids[-1] if len(ids) == limit else None,
+    }
+
+
+def retry_group(
+    conn: psycopg.Connection,
+    group_id: int,
+    *,
+    after: str | None,
+    limit: int,
+    actor: dict[str, Any],
+) -> dict[str, Any]:
+    """Retry one batch of the group's executions in place (actions.retry)."""
+    ids = _page(conn, group_id, after, limit)
+    done, refused = [], []
+    for execution_id in ids:
+        try:
+            actions.retry(conn, execution_id, actor=actor)
+        except ClientError as exc:
+            refused.append({"execution_id": execution_id, "detail": exc.detail})
+        else:
+            done.append(execution_id)
+    return {
+        "retried": done,
+        "refused": refused,
+        "next_after": ids[-1] if len(ids) == limit else None,
+    }

@@ -79,9 +79,12 @@ class Housekeeping(Loop):
         _groups, groups_caught_up = self.retention.expire_groups()
         _archived, archive_caught_up = self.retention.expire_archive()
         _unmatched, unmatched_caught_up = self.retention.expire_unmatched()
+        _events, events_caught_up = self.retention.expire_events()
         if forgotten:
             logger.info("forgot old idempotency keys", extra={"count": forgotten})
-        caught_up = groups_caught_up and archive_caught_up and unmatched_caught_up
+        caught_up = (
+            groups_caught_up and archive_caught_up and unmatched_caught_up and events_caught_up
+        )
         return forgotten, keys_caught_up and executions_caught_up and caught_up
 
     def forget_expired_keys(self) -> tuple[int, bool]:

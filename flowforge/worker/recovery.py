@@ -16,16 +16,19 @@ import psycopg
 import psycopg_pool
 from psycopg.types.json import Jsonb
 
+from flowforge.domain.failures import Failure, group_step, signature
 from flowforge.domain.model import (
     TERMINAL_EXECUTION,
     WORKER_DEAD_AFTER_S,
     AttemptOutcome,
     ExecutionStatus,
+    FailureOutcome,
     StepStatus,
     execution_moved,
     step_moved,
 )
 from flowforge.errors import DatabaseUnavailable
+from flowforge.store import failures
 from flowforge.store.db import wrap_exceptions
 from flowforge.store.runs import load_run, save_run, unit_of_work
 
@@ -85,9 +88,11 @@ WHERE execution_id = %(id)s AND step_id = %(step)s AND status = 'running'
   AND recovery_failures >= %(max_failures)s
 RETURNING fencing_token
 """
-SETTLE_EXECUTION = """
-UPDATE executions SET status = 'needs_attention', updated_at = now(), finished_at = NULL
-WHERE id = %(id)s
+SETTLE_EXECUTION = f"""
+WITH {failures.UPSERT_CTE.strip()}
+UPDATE executions SET status = 'needs_attention', updated_at = now(), finished_at = NULL,
+                      failure_group_id = (SELECT id FROM failure_group)
+WHERE id = %(execution_id)s
 """
 # Closes only the attempt that holds this fencing token and is still open.
 FINISH_ATTEMPT = """
@@ -192,7 +197,13 @@ class LeaseRecovery:
             ]
             previous = head[0]
             if previous != ExecutionStatus.NEEDS_ATTENTION and previous not in TERMINAL_EXECUTION:
-                conn.execute(SETTLE_EXECUTION, ids)
+                # docs/contract.md#failure-groups: counted into its group as the engine's
+                # needs_attention is (runs.SAVE_RUN_FAILING), in the same statement.
+                failure = Failure(
+                    group_step(step_id), signature(FailureOutcome.UNKNOWN.value, error)
+                )
+                params = {"execution_id": execution_id, **failures.upsert_params(failure)}
+                conn.execute(SETTLE_EXECUTION, params)
                 status = ExecutionStatus.NEEDS_ATTENTION
                 events.append((None, *execution_moved(previous, status)))
             for event_step, kind, detail in events:

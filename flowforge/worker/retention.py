@@ -42,6 +42,7 @@ from flowforge.domain.model import ExecutionStatus, GroupStatus, StepStatus
 from flowforge.store.archive import EXPIRE_ARCHIVE
 from flowforge.store.config import DEFAULT_IDEMPOTENCY_KEY_HOURS
 from flowforge.store.db import wrap_exceptions
+from flowforge.store.events import EXPIRE_EVENTS
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +231,11 @@ class Retention:
         many and whether none is left."""
         params = {**UNMATCHED_RETENTION, "limit": self.batch}
         return self._batches(EXPIRE_UNMATCHED, params, "deleted unmatched source events")
+
+    def expire_events(self) -> tuple[int, bool]:
+        """Delete events past FLOWFORGE_EVENT_LOOKBACK_S (docs/contract.md#events), their
+        consumptions with them; returns how many and whether none is left."""
+        return self._batches(EXPIRE_EVENTS, {"limit": self.batch}, "deleted expired events")
 
     def _batches(self, statement: str, params: dict[str, Any], done: str) -> tuple[int, bool]:
         """Run a batched DELETE until a batch comes back short or the pass's budget is

@@ -1,7 +1,8 @@
 """bin/bench: measure this machine's limits, then FlowForge, in one run; print the ratios.
 
-    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live|attributes] [--quick]
-              [--json FILE] [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
+    bin/bench [--phase saturation|steady|all|tracing|outbound|counts|live|attributes|failure_groups
+              |events] [--quick] [--json FILE] [--failures N] [--events N]
+              [--api-workers N] [--worker-concurrency N] [--profile DIR] [--keep-logs]
 
 The saturation phase sends as fast as the server takes it; the steady phase
 (tests/bench/steady.py) sends a steady stream, where nothing batches.
@@ -34,6 +35,8 @@ from flowforge.worker.broker import BROKER_ERRORS
 from tests.bench import (
     attributes,
     counts,
+    events,
+    failure_groups,
     figures,
     flow_control,
     limits,
@@ -614,6 +617,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "counts",
             "live",
             "attributes",
+            "failure_groups",
+            "events",
         ),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
@@ -623,8 +628,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "NOTIFYs and bytes per webhook, chain3 and step at 1 and 8 senders (not part of all; "
         "about 2 min); live: bin/api's CPU for --pages open console execution pages (not part "
         "of all; about 3 min); attributes: filters by search attributes on 1,000,000 "
-        "executions filled by SQL (--quick: 100,000; not part of all)",
+        "executions filled by SQL (--quick: 100,000; not part of all); failure_groups: the failure "
+        "path with and without failure groups (not part of all; --failures per mode); events: N "
+        "waiting executions receiving N events vs N plain webhooks (not part of all; --events N)",
     )
+    p.add_argument(
+        "--failures",
+        type=int,
+        default=failure_groups.DEFAULT_FAILURES,
+        help="failure_groups: failures per mode",
+    )
+    p.add_argument("--events", type=int, default=500, help="N of the events phase (default 500)")
     p.add_argument("--quick", action="store_true", help="one repetition, smaller counts (< 3 min)")
     p.add_argument("--pages", type=int, default=500, help="live: open execution pages (500)")
     p.add_argument("--watched", type=int, default=40, help="live: executions they watch (40)")
@@ -679,6 +693,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase == "attributes":
             report["attributes"] = attributes.run(args, log)
             print(attributes.table(report["attributes"]), flush=True)
+        if args.phase == "failure_groups":
+            report["failure_groups"] = failure_groups.run(args, log)
+            print(failure_groups.table(report["failure_groups"]), flush=True)
+        if args.phase == "events":
+            report["events"] = events.run(args, log)
+            print(events.table(report["events"]), flush=True)
         if args.phase == "outbound":
             report["outbound"] = outbound.run(args, log)
             print(outbound.table(report["outbound"]), flush=True)

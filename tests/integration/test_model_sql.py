@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import psycopg
 import pytest
 
+from flowforge.domain.definitions.bounds import ATTRIBUTE_NAME
 from flowforge.domain.model import (
     PAUSABLE,
     WORKFLOW_KEY,
@@ -18,6 +19,8 @@ from flowforge.domain.model import (
     CircuitState,
     DeliveryStatus,
     ExecutionStatus,
+    FailureGroupStatus,
+    FailureOutcome,
     GroupKind,
     GroupStatus,
     KeyOrigin,
@@ -28,6 +31,7 @@ from flowforge.domain.model import (
     StepStatus,
     WebhookAuth,
 )
+from flowforge.domain.roles import Role
 from flowforge.observe.tracing import format_traceparent
 
 CHECKS = """
@@ -53,11 +57,15 @@ CLOSED_SETS: dict[tuple[str, str], Iterable[str]] = {
     ("intake_groups", "status"): GroupStatus,
     ("notify_endpoints", "shape"): NotifyShape,
     ("notify_deliveries", "status"): DeliveryStatus,
+    ("failure_groups", "status"): FailureGroupStatus,
+    ("failure_groups", "outcome"): FailureOutcome,
+    ("api_keys", "role"): Role,
 }
 # (table, column) of each pattern CHECK: the regular expression the code matches with.
 PATTERNS: dict[tuple[str, str], str] = {
     ("workflows", "key"): WORKFLOW_KEY.pattern,
     ("sources", "name"): WORKFLOW_KEY.pattern,
+    ("execution_attributes", "name"): ATTRIBUTE_NAME,
     # What tracing.format_traceparent writes (test_traceparents_fit_the_check).
     ("executions", "traceparent"): "00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}",
 }
@@ -69,6 +77,8 @@ STRUCTURAL = {
     "workflows_max_concurrency_check",
     "executions_parent_check",
     "outbound_limits_owner",
+    "execution_attributes_value_check",
+    "api_keys_secrets_need_admin",
 }
 _CLOSED = re.compile(r"CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)")
 _PATTERN = re.compile(r"CHECK \(\((\w+) ~ '\^(.*)\$'::text\)\)")

@@ -193,6 +193,13 @@ def test_a_step_whose_recovery_keeps_failing_is_settled_unknown_for_an_operator(
         )
     ]
     assert kinds[-2:] == ["step.unknown", "execution.needs_attention"]
+    # docs/contract.md#failure-groups: settled without the engine, still counted into its group.
+    grouped = db.execute(
+        "SELECT g.step_id, g.outcome, g.count FROM executions e "
+        "JOIN failure_groups g ON g.id = e.failure_group_id WHERE e.id = %s",
+        (eid,),
+    ).fetchone()
+    assert grouped == ("ghost", "unknown", 1)
     listed = app_client.get("/api/v1/executions?status=needs_attention", headers=auth(api_key))
     assert listed.status_code == 200, listed.get_data(as_text=True)
     assert eid in [e["id"] for e in listed.get_json()["items"]]

@@ -146,6 +146,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "attributes": {"order_id": "{{ input.order_id }}"},
         "limits": {"api": {"concurrency": 2}},
         "input_schema": {"type": "object"},
+        "emits": {"event": "payment.settled", "key": "{{ input.data.object.id }}"},
     },
     "trigger": {"webhook": {"auth": "signature"}, "schedule": {"every_s": 60}},
     "trigger.webhook": {
@@ -208,6 +209,10 @@ SAMPLES: dict[str, dict[str, Any]] = {
             "fields": {"properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
         },
         "assignees": ["alice"],
+        "event": "payment.settled",
+        "key": "{{ input.order_id }}",
+        "from": "stripe-intake",
+        "lookback_s": 600,
     },
     "step map": {
         "id": "each",
@@ -255,6 +260,12 @@ SAMPLES: dict[str, dict[str, Any]] = {
 }
 # Fields that exclude another: the sample drops that one from the location's base.
 EXCLUDES = {("trigger.schedule", "cron"): "every_s", ("step delay", "until"): "duration_s"}
+# Fields that need others (docs/contract.md#events): the sample adds them to the base.
+_EVENT_WAIT = {"event": "payment.settled", "key": "{{ input.order_id }}"}
+REQUIRES: dict[tuple[str, str], dict[str, Any]] = {
+    **{("step wait", name): _EVENT_WAIT for name in ("event", "key", "from", "lookback_s")},
+    ("definition", "emits"): {"trigger": {"webhook": {"auth": "signature"}}},
+}
 
 
 def _json_path(path: list[str | int]) -> str:
@@ -274,6 +285,7 @@ def _with(location: str, field: str, value: Any) -> dict[str, Any]:
     doc = copy.deepcopy(base)
     node = _at(doc, path)
     node.pop(EXCLUDES.get((location, field), ""), None)
+    node.update(copy.deepcopy(REQUIRES.get((location, field), {})))
     node[field] = value
     return doc
 

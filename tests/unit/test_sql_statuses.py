@@ -14,6 +14,7 @@ from flowforge.domain.model import (
     CircuitState,
     DeliveryStatus,
     ExecutionStatus,
+    FailureGroupStatus,
     GroupStatus,
     ItemStatus,
     StepStatus,
@@ -21,7 +22,7 @@ from flowforge.domain.model import (
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flowforge"
 # The closed sets a `status` column holds: executions, steps, map items, intake groups,
-# circuits, notification messages.
+# circuits, notification messages, failure groups.
 STATUS_ENUMS = (
     ExecutionStatus,
     StepStatus,
@@ -29,6 +30,7 @@ STATUS_ENUMS = (
     GroupStatus,
     CircuitState,
     DeliveryStatus,
+    FailureGroupStatus,
 )
 # store/runs.py spells three sets by hand; it is being split (load_run asks each step kind
 # what it needs) on another branch, which takes its statements through sql_list. Its

@@ -12,7 +12,7 @@ import psycopg
 
 from flowforge.domain.definitions import Definition
 from flowforge.domain.operations import Action
-from flowforge.store import notifications, outbound, schedules
+from flowforge.store import failures, notifications, outbound, schedules
 from flowforge.store.apikeys import ApiKey
 from flowforge.usecases import actions, approvals, pausing, publishing, ticks
 from flowforge.usecases import reingest as reingest_module
@@ -45,6 +45,25 @@ def decide_approval(
 ) -> approvals.Decided:
     """Approve or reject an open approval (docs/contract.md#approvals) as the signed-in key."""
     return approvals.decide(conn, execution_id, step_id, key, decision, values)
+
+
+def failure_group(
+    conn: psycopg.Connection, key: ApiKey, group_id: int, action: str
+) -> dict[str, Any]:
+    """docs/contract.md#failure-groups: resolve, ignore or reopen a group, or replay (from its
+    step onto the newest version) or retry one batch of its failed executions; what it did."""
+    if action in failures.ACTION_STATUS:
+        return failures.set_status(conn, group_id, action, actor=key.actor())
+    actor = key.actor()
+    if action == "replay":
+        return replay_module.replay_group(
+            conn, group_id, from_step=None, version=None, after=None, limit=BATCH, actor=actor
+        )
+    return replay_module.retry_group(conn, group_id, after=None, limit=BATCH, actor=actor)
+
+
+# What one press of a group's replay or retry button takes (the rest: press again).
+BATCH = 100
 
 
 def pause_workflow(conn: psycopg.Connection, key: ApiKey, workflow: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from flowforge.domain.model import (
 from flowforge.domain.operations import Kind
 from flowforge.domain.roles import Access
 from flowforge.errors import ClientError, Forbidden, InvalidBody, InvalidParameter, NotFound
-from flowforge.store import apikeys, catalog, search, sessions, timeline
+from flowforge.store import apikeys, catalog, failures, search, sessions, timeline
 from flowforge.usecases import grouping, replay
 
 PAGE_SIZE = 50
@@ -457,9 +457,34 @@ def failed() -> str:
     key: apikeys.ApiKey = g.api_key
     with connection() as conn:
         groups = replay.failed_groups(conn, key.workflows)
-    for group in groups:
+        signatures = failures.list_groups(conn, workflows=key.workflows)
+    for group in groups + signatures:
         group["writable"] = may(group["workflow"], write=True, access=Access.OPERATE)
-    return render_template("failed.html", groups=groups, csrf=csrf_token(), result=None)
+    return render_template(
+        "failed.html", groups=groups, signatures=signatures, csrf=csrf_token(), result=None
+    )
+
+
+FAILURE_GROUP_ACTIONS = ("resolve", "ignore", "reopen", "replay", "retry")
+MAX_GROUP_ID = 2**63 - 1  # a bigint
+
+
+@bp.post("/failed/groups/<int:group_id>")
+@signed_in
+@requires(Access.OPERATE)
+def failure_group_post(group_id: int) -> BaseResponse:
+    """docs/contract.md#failure-groups: a failure group's action from the failed inbox
+    (resolve, ignore, reopen; replay or retry one batch), then back to the inbox."""
+    action = request.form.get("action")
+    if action not in FAILURE_GROUP_ACTIONS:
+        raise InvalidParameter("Invalid action", "not an action on a failure group")
+    if group_id > MAX_GROUP_ID:
+        raise NotFound("no such failure group")
+    with connection() as conn:
+        group = failures.get(conn, group_id, samples=0)
+        key = require(group["workflow"], write=True)
+        operate.failure_group(conn, key, group_id, action)
+    return redirect(url_for("console.failed"))
 
 
 @bp.post("/failed")

@@ -24,6 +24,7 @@ from flowforge.domain.definitions.bounds import (
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_RETENTION_DAYS,
     EARLIEST_INSTANT,
+    EVENT_NAME_PATTERN,
     LATEST_INSTANT,
     MAX_ASSIGNEES,
     MAX_ATTEMPTS,
@@ -38,6 +39,9 @@ from flowforge.domain.definitions.bounds import (
     MAX_DEBOUNCE_WAIT_S,
     MAX_DEFINITION_BYTES,
     MAX_DELAY_S,
+    MAX_EVENT_KEY_CHARS,
+    MAX_EVENT_LOOKBACK_S,
+    MAX_EVENT_NAME_CHARS,
     MAX_EVERY_S,
     MAX_FORM_CHOICES,
     MAX_FORM_FIELDS,
@@ -73,6 +77,7 @@ from flowforge.domain.definitions.checks import Checks, DefinitionInvalid
 from flowforge.domain.definitions.children import ChildSection
 from flowforge.domain.definitions.delays import DelaySection, parse_until
 from flowforge.domain.definitions.document import DocumentSection
+from flowforge.domain.definitions.events import EventsSection
 from flowforge.domain.definitions.flowcontrol import (
     FlowControlSection,
     KeyUnrendered,
@@ -120,6 +125,8 @@ from flowforge.domain.definitions.shapes import (
     Circuit,
     Concurrency,
     Definition,
+    EventEmit,
+    EventWait,
     FormField,
     Grouping,
     LimitSpec,
@@ -145,6 +152,7 @@ __all__ = [
     "DEFAULT_RETENTION_DAYS",
     "EARLIEST_INSTANT",
     "EPOCH",
+    "EVENT_NAME_PATTERN",
     "EXECUTION_FIELDS",
     "ITEM_NAMES",
     "ITEM_ROW",
@@ -163,6 +171,9 @@ __all__ = [
     "MAX_DEBOUNCE_WAIT_S",
     "MAX_DEFINITION_BYTES",
     "MAX_DELAY_S",
+    "MAX_EVENT_KEY_CHARS",
+    "MAX_EVENT_LOOKBACK_S",
+    "MAX_EVENT_NAME_CHARS",
     "MAX_EVERY_S",
     "MAX_FORM_CHOICES",
     "MAX_FORM_FIELDS",
@@ -213,6 +224,8 @@ __all__ = [
     "Concurrency",
     "Definition",
     "DefinitionInvalid",
+    "EventEmit",
+    "EventWait",
     "FormField",
     "FormValuesInvalid",
     "Grouping",
@@ -259,6 +272,7 @@ _TOP_KEYS = frozenset(
         "archive_days",
         "priority",
         "attributes",
+        "emits",
     }
 )
 
@@ -276,6 +290,7 @@ class _Parser(
     DelaySection,
     WaitSection,
     FormSection,
+    EventsSection,
     MapSection,
     ChildSection,
     AttributesSection,
@@ -324,6 +339,13 @@ class _Parser(
             frozenset(doc["limits"]) if isinstance(doc.get("limits"), dict) else frozenset()
         )
         limits = self.limits(doc)
+        emits = self.emits(doc)
+        if emits is not None and (auth == "none" or grouping is not None):
+            self.error(
+                "$.emits",
+                "emits needs signed webhooks that start one execution each (an auth other"
+                " than none, no debounce or batch): only a verified delivery emits an event",
+            )
         parsed = self.parse_steps(steps)
         if self.errors:
             return None
@@ -342,6 +364,7 @@ class _Parser(
             limits=limits,
             priority=priority,
             attributes=attributes,
+            emits=emits,
         )
 
 

@@ -24,6 +24,15 @@ MAX_FORM_FIELDS = 30
 MAX_FORM_TEXT = 10_000  # a string field's maxLength at most; also its default
 MAX_FORM_CHOICES = 100
 MAX_ASSIGNEES = 50
+# docs/contract.md#events: an event's name (a closed alphabet, so names are safe in paths,
+# logs and metrics), its rendered key, and a wait step's own lookback (the setting
+# FLOWFORGE_EVENT_LOOKBACK_S caps it at run time: an event is kept no longer than that).
+MAX_EVENT_NAME_CHARS = 200
+MAX_EVENT_KEY_CHARS = 200
+EVENT_NAME_PATTERN = r"^[a-z0-9][a-z0-9._:-]{0,199}$"
+# A sent event's key and id: no control characters.
+EVENT_TEXT_PATTERN = r"^[^\u0000-\u001f\u007f]+$"
+MAX_EVENT_LOOKBACK_S = 2_592_000  # thirty days
 # docs/contract.md#priority: an execution's priority, a literal or "{{ input.<path> }}" rendered
 # when the execution is created; higher is claimed first among ready steps, with ageing
 # (flowforge/worker/executor.py). The range keeps the ageing's arithmetic small and

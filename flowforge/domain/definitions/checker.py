@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from flowforge.domain.definitions.shapes import ApprovalForm, RetryPolicy
+    from flowforge.domain.definitions.shapes import ApprovalForm, EventWait, RetryPolicy
     from flowforge.domain.model import ItemFailure, OnTimeout, ResumeAuth
 
 # A closed set's member (domain/model.py's enums).
@@ -66,6 +66,10 @@ class Checker(Protocol):
     ) -> tuple[float | None, OnTimeout, ResumeAuth]: ...
 
     def approval(self, raw: dict[str, Any], path: str) -> ApprovalForm | None: ...
+
+    def event_wait(
+        self, raw: dict[str, Any], path: str, ancestors: frozenset[str]
+    ) -> EventWait | None: ...
 
     def map(
         self, raw: dict[str, Any], path: str, ancestors: frozenset[str]

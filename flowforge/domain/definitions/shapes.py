@@ -161,6 +161,32 @@ class Grouping:
     max_items: int | None = None  # batch only
 
 
+# A wait step's event fields (docs/contract.md#events); the others need `event`.
+EVENT_WAIT_KEYS = frozenset({"event", "key", "from", "lookback_s"})
+
+
+@dataclass(frozen=True)
+class EventWait:
+    """What a wait step waits for besides a resume (docs/contract.md#events): the next event
+    `name` whose key is `key` (a template rendered when the wait opens), sent through the API
+    (`sender` None) or emitted by the verified deliveries of the workflow `sender` names;
+    events received up to `lookback_s` before the wait opened count (None: the setting)."""
+
+    name: str
+    key: str
+    sender: str | None = None
+    lookback_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EventEmit:
+    """An event each verified delivery of this workflow emits (docs/contract.md#events):
+    `name`, with the key `key` rendered from the delivery (`{{ input.… }}`)."""
+
+    name: str
+    key: str
+
+
 @dataclass(frozen=True)
 class FormField:
     """One field of an approval form (docs/contract.md#approvals): a string (at most
@@ -210,6 +236,8 @@ class Step:
     resume_auth: ResumeAuth = ResumeAuth.TOKEN
     # wait steps that ask a person (docs/contract.md#approvals): the form and its assignees.
     form: ApprovalForm | None = None
+    # wait steps that also end on an event (docs/contract.md#events); None: resumes only.
+    event: EventWait | None = None
     # http_request: the name of the definition's outbound limit it goes through (a
     # template over input renders one key per value).
     limit: str | None = None
@@ -289,6 +317,8 @@ class Definition:
     # docs/contract.md#search-attributes: (name, template) pairs rendered at intake
     # (definitions/attributes.py); () when the version declares none.
     attributes: tuple[tuple[str, str], ...] = ()
+    # docs/contract.md#events: the event each verified delivery emits; None: none.
+    emits: EventEmit | None = None
     _by_id: dict[str, Step] = field(init=False, compare=False, repr=False)
     _children: dict[str, tuple[str, ...]] = field(init=False, compare=False, repr=False)
     _ancestors: dict[str, frozenset[str]] = field(init=False, compare=False, repr=False)

@@ -11,6 +11,7 @@ from flowforge.domain.definitions.bounds import MAX_PARENTS
 from flowforge.domain.definitions.checker import Checker
 from flowforge.domain.definitions.graph import closure, cycles, topological
 from flowforge.domain.definitions.shapes import (
+    EVENT_WAIT_KEYS,
     ITEM_NAMES,
     ITEM_STEP_TYPES,
     OPS,
@@ -28,7 +29,7 @@ _TYPE_KEYS = {
     "http_request": frozenset({"request", "retry", "budget_s", "limit"}),
     "delay": frozenset({"duration_s", "until"}),
     "transform": frozenset({"output"}),
-    "wait": frozenset({"timeout_s", "on_timeout", "auth", "form", "assignees"}),
+    "wait": frozenset({"timeout_s", "on_timeout", "auth", "form", "assignees"}) | EVENT_WAIT_KEYS,
     "map": frozenset({"items", "steps", "max_parallel", "on_item_failure"}),
     "workflow": frozenset({"workflow", "input"}),
 }
@@ -154,6 +155,7 @@ class StepsSection(Checker):
         form = None
         limit: Any = None
         mapped: dict[str, Any] = {}
+        event = None
         if step_type == StepType.MAP:
             items, parallel, policy = self.map(raw, path, ancestors)
             mapped = {
@@ -167,6 +169,7 @@ class StepsSection(Checker):
         elif step_type == StepType.WAIT:
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
             form = self.approval(raw, path)
+            event = self.event_wait(raw, path, ancestors)
         elif step_type == StepType.HTTP_REQUEST:
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
@@ -199,6 +202,7 @@ class StepsSection(Checker):
             on_timeout=on_timeout,
             resume_auth=resume_auth,
             form=form,
+            event=event,
             limit=limit if isinstance(limit, str) else None,
             **mapped,
         )

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from flowforge.domain.changes import StepState
     from flowforge.domain.definitions import Step
     from flowforge.domain.engine import Run
+    from flowforge.domain.event_waits import EventPort
     from flowforge.domain.kinds.workflow import ChildState, ChildTarget
 
 
@@ -40,6 +41,9 @@ class Loader(Protocol):
 
     def early_resumes(self) -> dict[str, Any]:
         """Resumes kept for wait steps not started yet (step id -> body)."""
+
+    def event_port(self) -> EventPort:
+        """The events a wait opening in this unit of work may take (domain/event_waits.py)."""
 
     def children(self) -> dict[str, ChildState]:
         """Each workflow step's newest child execution."""

@@ -38,6 +38,8 @@ class WaitKind(StepKind):
                 started_at=run.now,
                 reason="resumed before the wait began",
             )
+        elif step.event is not None:
+            run.open_event_wait(step)
         else:
             assert step.timeout_s is not None
             run.set_step(
@@ -51,6 +53,9 @@ class WaitKind(StepKind):
     def load(self, run: Run, loader: Loader) -> None:
         """The resumes kept for it (docs/contract.md#wait: no lost early resume)."""
         run.early_resumes = loader.early_resumes()
+        if any(step.event is not None for step in run.definition.steps):
+            # Only a workflow with an event wait reads events (docs/contract.md#events).
+            run.event_port = loader.event_port()
 
 
 def wait_open(run: Run, step_id: str) -> bool:
