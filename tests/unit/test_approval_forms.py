@@ -178,3 +178,12 @@ def test_the_console_forms_own_names_are_no_field_names() -> None:
             definitions.parse_definition(_doc(doc))
         paths = [e["path"] for e in refused.value.errors]
         assert paths == [f"$.steps[0].form.fields.properties.{name}"], paths
+
+
+def test_an_approval_cannot_also_wait_for_an_event() -> None:
+    # An event ends its wait with the event's payload, unchecked and decided by no one:
+    # on an approval it would go around the form and the assignees.
+    doc = _doc(FORM, assignees=["alice"], event="refund.approved", key="{{ input.order }}")
+    with pytest.raises(definitions.DefinitionInvalid) as refused:
+        definitions.parse_definition(doc)
+    assert [e["path"] for e in refused.value.errors] == ["$.steps[0].event"]
