@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from flowforge.domain.definitions import require_values
+from flowforge.domain.definitions import may_decide, require_values
 from flowforge.domain.engine import Run
 from flowforge.domain.model import ExecutionStatus, PauseReason, StepStatus, StepType, StopReason
 from flowforge.domain.operations import (
@@ -29,7 +29,7 @@ from flowforge.domain.operations import (
     pause_refusal,
     retry_refusal,
 )
-from flowforge.errors import Conflict, NotFound
+from flowforge.errors import Conflict, Forbidden, NotFound
 from flowforge.store import flowcontrol, waits
 from flowforge.store.runs import load_run, save_run, unit_of_work
 
@@ -214,6 +214,17 @@ def _open_wait(run: Run, execution_id: str, step_id: str) -> None:
         )
 
 
+def _assigned(run: Run, step_id: str, actor: dict[str, Any]) -> None:
+    """Refuse a key that is not among an approval's assignees (docs/contract.md#approvals):
+    complete and fail decide it as the approvals' own route does. The CLI on the box, which
+    holds the database and makes the keys, is not a key and is not held to them."""
+    form = run.definition.step(step_id).form
+    if form is None or actor.get("kind") != "api_key":
+        return
+    if not may_decide(form, str(actor.get("name"))):
+        raise Forbidden(f"this approval is assigned to {', '.join(form.assignees)}")
+
+
 def complete_wait(
     conn: psycopg.Connection,
     execution_id: str,
@@ -226,6 +237,7 @@ def complete_wait(
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
+        _assigned(run, step_id, actor)
         form = run.definition.step(step_id).form
         if form is not None:
             # docs/contract.md#approvals: an operator's output is held to the form too.
@@ -242,6 +254,7 @@ def fail_wait(
     with unit_of_work(conn):
         run = _locked(conn, execution_id)
         _open_wait(run, execution_id, step_id)
+        _assigned(run, step_id, actor)
         run.fail_wait(step_id, actor)
         save_run(conn, run.take_changes())
     return run.status

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from flowforge.domain import definitions
-from flowforge.domain.definitions import Definition
+from flowforge.domain.definitions import Definition, asks_alike
 from flowforge.domain.engine import DONE_STEP, Run
 from flowforge.domain.model import (
     MAX_PAGE,
@@ -154,6 +154,10 @@ def upstream_differences(
             )
         if set(theirs.depends_on) != set(mine.depends_on):
             errors.append({"path": f"{path}.depends_on", "message": "other dependencies"})
+        if not asks_alike(theirs.form, mine.form):
+            # docs/contract.md#approvals: a decision kept is one this version's approval
+            # would have asked of the same people (a plain wait's resume is no approval).
+            errors.append({"path": f"{path}.form", "message": "another approval"})
     own = set(target.step(from_step).depends_on)
     if (
         from_step in {s.id for s in original.steps}

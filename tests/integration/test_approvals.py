@@ -185,3 +185,46 @@ def test_the_api_decides_and_the_resume_url_is_held_to_the_form(
     ff.until(lambda: ff.execution(second)["status"] == "succeeded", 10, "the resumed one ends")
     machine = _step(ff, second, "approve")["output"]
     assert machine["values"] == {"amount": 3, "channel": "card"} and machine["decided_by"] is None
+
+
+def test_an_operator_not_assigned_cannot_decide_by_complete_or_fail(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
+    # The assignees are who may decide (docs/contract.md#approvals): the operator's
+    # complete and fail, API and console, are decisions too and may not go around them.
+    ff, app = in_process, in_process.app
+    ff.publish("refund", REFUND)
+    execution_id = _waiting(ff)
+    bob = {"Authorization": f"Bearer {apikeys.create(db, 'bob', role='operator')[1]}"}
+    steps = f"/api/v1/executions/{execution_id}/steps/approve"
+    values = {"amount": 3, "channel": "cash"}
+    done = app.post(f"{steps}/complete", json={"output": values}, headers=bob)
+    assert done.status_code == 403, done.get_data(as_text=True)
+    assert app.post(f"{steps}/fail", headers=bob).status_code == 403
+    csrf = _sign_in(app, apikeys.create(db, "bob2", role="operator")[1])
+    ui = f"/ui/executions/{execution_id}/steps/approve"
+    posted = app.post(f"{ui}/complete", data={"csrf": csrf, "output": json.dumps(values)})
+    assert posted.status_code == 403, posted.status_code
+    assert _step(ff, execution_id, "approve")["status"] == "waiting"
+    # The assignee still may.
+    mine = ff.post(f"{steps}/complete", {"output": values})
+    assert mine.status_code == 200, mine.text
+    assert _step(ff, execution_id, "approve")["output"]["decided_by"] == "tests"
+
+
+def test_a_wait_whose_form_is_null_is_no_approval_and_breaks_no_list(
+    in_process: InProcess, db: psycopg.Connection
+) -> None:
+    # "form": null publishes as a plain wait; the open approvals' statement must agree
+    # with the parser, or one such wait makes every list answer 500.
+    ff, app = in_process, in_process.app
+    ff.publish("plain", workflow(wait("hold", 3600, form=None), name="plain"))
+    ff.publish("refund", REFUND)
+    held = ff.hook("plain", {"x": 1}).json()["execution_id"]
+    ff.until(lambda: _step(ff, held, "hold")["status"] == "waiting", 10, "the wait waits")
+    execution_id = _waiting(ff)
+    listed = app.get("/api/v1/approvals")
+    assert listed.status_code == 200, listed.get_data(as_text=True)
+    assert [a["execution_id"] for a in listed.get_json()["approvals"]] == [execution_id]
+    _sign_in(app, apikeys.create(db, "tests2")[1])
+    assert app.get("/ui/approvals").status_code == 200

@@ -138,3 +138,52 @@ def test_a_browser_form_is_read_as_json_values() -> None:
     values, problems = from_html(form, {"amount": "x", "count": "1.5", "plan": "nan"}, "$")
     assert {p["path"] for p in problems} == {"$.amount", "$.count", "$.channel", "$.plan"}
     assert values["notify"] is False
+
+
+def test_values_jsonb_or_a_float_cannot_hold_are_problems_not_crashes() -> None:
+    # Valid JSON (an API body takes integers of up to 4300 digits) or a posted form that
+    # PostgreSQL or the checks cannot hold: each is a field's problem, never a 500.
+    form = _form()
+    huge = 10**400
+    for values in (
+        {"amount": huge, "channel": "card"},
+        {"amount": 1, "count": huge, "channel": "card"},
+    ):
+        problems = check_values(form, values, "$")
+        assert [p["path"] for p in problems] in (["$.amount"], ["$.count"]), problems
+    _, problems = from_html(form, {"amount": "1", "channel": "card", "count": "9" * 400}, "$")
+    assert [p["path"] for p in problems] == ["$.count"]
+    for text in ("a\x00b", "\ud800"):
+        _, problems = from_html(form, {"amount": "1", "channel": "card", "reason": text}, "$")
+        assert [p["path"] for p in problems] == ["$.reason"]
+
+
+def test_a_bound_no_float_holds_is_refused_at_publish() -> None:
+    doc = copy.deepcopy(FORM)
+    doc["fields"]["properties"]["amount"]["maximum"] = 10**400
+    with pytest.raises(definitions.DefinitionInvalid) as refused:
+        definitions.parse_definition(_doc(doc))
+    paths = [e["path"] for e in refused.value.errors]
+    assert paths == ["$.steps[0].form.fields.properties.amount.maximum"], paths
+
+
+def test_the_console_forms_own_names_are_no_field_names() -> None:
+    # The console posts the CSRF token and the pressed button beside the fields: a field
+    # named csrf would take the session's token as its value (stored in the output) and
+    # one named decision the button's.
+    for name in ("csrf", "decision"):
+        doc = copy.deepcopy(FORM)
+        doc["fields"]["properties"][name] = {"type": "string"}
+        with pytest.raises(definitions.DefinitionInvalid) as refused:
+            definitions.parse_definition(_doc(doc))
+        paths = [e["path"] for e in refused.value.errors]
+        assert paths == [f"$.steps[0].form.fields.properties.{name}"], paths
+
+
+def test_an_approval_cannot_also_wait_for_an_event() -> None:
+    # An event ends its wait with the event's payload, unchecked and decided by no one:
+    # on an approval it would go around the form and the assignees.
+    doc = _doc(FORM, assignees=["alice"], event="refund.approved", key="{{ input.order }}")
+    with pytest.raises(definitions.DefinitionInvalid) as refused:
+        definitions.parse_definition(doc)
+    assert [e["path"] for e in refused.value.errors] == ["$.steps[0].event"]

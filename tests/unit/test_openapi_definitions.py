@@ -259,7 +259,12 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "when": {"path": "input.total", "op": "exists", "value": 1},
 }
 # Fields that exclude another: the sample drops that one from the location's base.
-EXCLUDES = {("trigger.schedule", "cron"): "every_s", ("step delay", "until"): "duration_s"}
+EXCLUDES = {
+    ("trigger.schedule", "cron"): "every_s",
+    ("step delay", "until"): "duration_s",
+    # An approval waits for no event (docs/contract.md#approvals): the form goes.
+    **{("step wait", name): "form" for name in ("event", "key", "from", "lookback_s")},
+}
 # Fields that need others (docs/contract.md#events): the sample adds them to the base.
 _EVENT_WAIT = {"event": "payment.settled", "key": "{{ input.order_id }}"}
 REQUIRES: dict[tuple[str, str], dict[str, Any]] = {

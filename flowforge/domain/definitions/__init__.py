@@ -88,6 +88,7 @@ from flowforge.domain.definitions.flowcontrol import (
 from flowforge.domain.definitions.forms import (
     FormSection,
     FormValuesInvalid,
+    asks_alike,
     check_values,
     form_schema,
     from_html,
@@ -234,6 +235,7 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "Step",
+    "asks_alike",
     "attribute_filter",
     "attribute_value",
     "check_values",

@@ -24,10 +24,13 @@ from flowforge.domain.definitions.bounds import (
 )
 from flowforge.domain.definitions.checker import Checker, is_whole
 from flowforge.domain.definitions.shapes import STEP_ID, ApprovalForm, FormField
-from flowforge.domain.jsonvalues import is_number
+from flowforge.domain.jsonvalues import is_number, storable_text
 from flowforge.errors import ClientError
 
 FIELD_TYPES = ("string", "number", "integer", "boolean")
+# What the console's form posts beside the fields (its CSRF token, the button pressed): a
+# field of either name would be read from them (the token stored in the step's output).
+RESERVED_NAMES = frozenset({"csrf", "decision"})
 _FORM_KEYS = frozenset({"title", "description", "fields"})
 _FIELDS_KEYS = frozenset({"type", "properties", "required"})
 _COMMON = frozenset({"type", "title", "description"})
@@ -109,6 +112,8 @@ class FormSection(Checker):
     def _field(self, name: str, prop: Any, path: str, required: bool) -> FormField:
         if STEP_ID.fullmatch(name) is None:
             self.error(path, "a field's name is a letter or _, then letters, digits or _")
+        elif name in RESERVED_NAMES:
+            self.error(path, "csrf and decision are the console form's own names")
         kind = prop.get("type") if isinstance(prop, dict) else None
         if kind not in FIELD_TYPES:
             self.error(f"{path}.type", f"type must be one of {', '.join(FIELD_TYPES)}")
@@ -175,8 +180,10 @@ class FormSection(Checker):
         bounds: dict[str, float | None] = {}
         for key in ("minimum", "maximum"):
             value = prop.get(key)
-            if value is not None and not is_number(value):
-                self.error(f"{path}.{key}", f"{key} must be a number")
+            if value is not None and not _finite(value):
+                # A bound no float holds (an integer of 400 digits) could not be compared
+                # or named in a message; refused here rather than crash a submission.
+                self.error(f"{path}.{key}", f"{key} must be a number a 64-bit float holds")
                 value = None
             bounds[key] = value
         low, high = bounds["minimum"], bounds["maximum"]
@@ -190,6 +197,27 @@ def may_decide(form: ApprovalForm, user: str) -> bool:
     the form names nobody (any operator); the key must also be one that may act on the
     workflow, which the callers check as for every operator action."""
     return not form.assignees or user in form.assignees
+
+
+def _values(field: FormField) -> tuple[str, ...]:
+    return tuple(value for value, _ in field.choices)
+
+
+def asks_alike(first: ApprovalForm | None, second: ApprovalForm | None) -> bool:
+    """Whether two versions of a wait ask the same people the same thing: both no form, or
+    the same assignees and fields but for their words (title, description). A replay keeps
+    a decision only then (docs/contract.md#replay)."""
+    if first is None or second is None:
+        return first is second
+
+    def rules(form: ApprovalForm) -> tuple[Any, ...]:
+        fields = tuple(
+            (f.name, f.type, f.required, f.max_length, f.minimum, f.maximum, _values(f))
+            for f in form.fields
+        )
+        return form.assignees, fields
+
+    return rules(first) == rules(second)
 
 
 class FormValuesInvalid(ClientError):
@@ -239,6 +267,9 @@ def _field_problem(field: FormField, value: Any) -> str | None:
     if field.type == "string":
         if not isinstance(value, str):
             return "must be a string"
+        if not storable_text(value):
+            # A posted form is not parsed as JSON: its NUL would fail the insert (a 500).
+            return "must not contain NUL characters or unpaired surrogates"
         if field.choices:
             if value not in {choice for choice, _ in field.choices}:
                 return "must be one of: " + ", ".join(choice for choice, _ in field.choices)
@@ -247,13 +278,26 @@ def _field_problem(field: FormField, value: Any) -> str | None:
         return None
     if field.type == "integer" and not is_whole(value):
         return "must be an integer"
-    if not is_number(value) or not math.isfinite(value):
+    if not is_number(value):
         return "must be a number"
+    if not _finite(value):
+        return "must be a number a 64-bit float holds"
     if field.minimum is not None and value < field.minimum:
         return f"must be at least {field.minimum:g}"
     if field.maximum is not None and value > field.maximum:
         return f"must be at most {field.maximum:g}"
     return None
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number a float holds: math.isfinite raises OverflowError on an integer of
+    hundreds of digits, which an API body (up to 4300 digits) or a posted form may carry."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def from_html(

@@ -170,6 +170,10 @@ class StepsSection(Checker):
             timeout_s, on_timeout, resume_auth = self.wait(raw, path)
             form = self.approval(raw, path)
             event = self.event_wait(raw, path, ancestors)
+            if form is not None and "event" in raw:
+                # docs/contract.md#approvals: an event's payload would decide it, unchecked
+                # and by no one, around the form and the assignees.
+                self.error(f"{path}.event", "an approval (a wait with a form) waits for no event")
         elif step_type == StepType.HTTP_REQUEST:
             request = self.request(raw.get("request"), f"{path}.request", ancestors)
             retry = self.retry(raw.get("retry", {}), f"{path}.retry")
