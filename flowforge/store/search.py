@@ -474,7 +474,7 @@ def changed_since(
     with _planned(conn, flt):
         for template in (_CHANGED_LIVE, _CHANGED_FINISHED):
             sql, params = _query(template, flt, extra, statuses=False)
-            (n,) = conn.execute(sql, params).fetchone() or (0,)
+            (n,) = conn.execute(sql, params, prepare=_prepare(flt)).fetchone() or (0,)
             found += n
             if found >= cap:
                 return cap, True

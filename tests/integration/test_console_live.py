@@ -65,14 +65,14 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     assert slots.size == 2
     with contextlib.ExitStack() as held:
         assert all(held.enter_context(slots.taken()) for _ in range(slots.size))
-        refused = published.get(f"{changes}?since={version}&wait=8")
+        refused = published.get(f"{changes}?since={version}&wait=5")
     assert refused.get_json()["changed"] is False
     assert refused.headers["Retry-After"] == str(live.RETRY_AFTER_S)
 
     # A slot free: the poll waits, and ends when the execution changes.
     answers: list[Any] = []
     waiter = threading.Thread(
-        target=lambda: answers.append(published.get(f"{changes}?since={version}&wait=8"))
+        target=lambda: answers.append(published.get(f"{changes}?since={version}&wait=5"))
     )
     waiter.start()
     deadline = time.monotonic() + 5
@@ -88,7 +88,7 @@ def test_the_change_poll_answers_waits_ends_on_the_change_and_is_bounded(
     assert body["status"] == "cancelled" and body["live"] is False, body
     assert not _slot_taken(slots)
     # Over: answered at once, even at its own version, and the page stops watching.
-    over = published.get(f"{changes}?since={body['version']}&wait=8").get_json()
+    over = published.get(f"{changes}?since={body['version']}&wait=5").get_json()
     assert over["changed"] is False and over["live"] is False
     fragment = published.get(f"/ui/executions/{eid}/live")
     assert fragment.headers["X-Live"] == "0" and fragment.headers["X-Version"] == body["version"]

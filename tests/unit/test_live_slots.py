@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flowforge.api import API_DB_TIMEOUT_S, serve
 from flowforge.api.console import live
+from flowforge.store import db
 
 # Another process (a sibling worker) holding the first slot, as Slots.taken does.
 HOLD_FIRST = """
@@ -52,3 +54,12 @@ def test_a_slot_is_held_by_one_poll_of_any_process_and_freed_when_it_ends(
             assert second is False
     with live.Slots.prepare(tmp_path / "none", 0).taken() as got:
         assert got is False
+
+
+def test_a_poll_ends_in_time_for_its_slowest_read_before_gunicorn_kills_the_worker() -> None:
+    """A read begun at a wait's very end may take the API's database bound plus the reply
+    margin; the wait, counted from the request's start, leaves room for it."""
+    assert live.SLOWEST_READ_S == API_DB_TIMEOUT_S + db.REPLY_MARGIN_S
+    timeout = serve.DEFAULTS[serve.DEFAULTS.index("--timeout") + 1]
+    assert float(timeout) == live.WORKER_TIMEOUT_S
+    assert 0 < live.LONGEST_WAIT_S <= live.WORKER_TIMEOUT_S - live.SLOWEST_READ_S

@@ -12,8 +12,9 @@ page asks again that much later: slower, never wrong.
 A wait reads the change version every CHECK_S on a pooled connection, given back while
 it sleeps (timeline.CHANGE_VERSION: three index lookups). LISTEN would wake it sooner but
 needs every change to NOTIFY: a cost on every execution of every workflow, watched or
-not. A wait ends after LONGEST_WAIT_S at most, inside the 15 s after which gunicorn kills
-a silent worker (serve.DEFAULTS).
+not. A wait ends LONGEST_WAIT_S after its request began at most, so that even a last read
+on a stalled database answers inside the 15 s after which gunicorn kills a silent worker
+(serve.DEFAULTS).
 """
 
 from __future__ import annotations
@@ -42,9 +43,14 @@ from flowforge.errors import NotFound
 from flowforge.launcher import METRICS_DIR_ENV
 from flowforge.store import search, timeline
 
-# The longest a poll waits for a change (a client may ask less with `wait`): with a last
-# read that takes the API's whole 5 s database bound, still inside gunicorn's 15 s.
-LONGEST_WAIT_S = 8.0
+# gunicorn's worker timeout (serve.DEFAULTS), and the longest one read of the version can
+# take on a stalled database: the API's statement bound plus the margin its reply is
+# awaited beyond it (api.API_DB_TIMEOUT_S + db.REPLY_MARGIN_S; test_live_slots holds both).
+WORKER_TIMEOUT_S = 15.0
+SLOWEST_READ_S = 10.0
+# The longest a poll waits for a change, counted from the request's start (a client may ask
+# less with `wait`): a read begun at its very end still answers inside the worker timeout.
+LONGEST_WAIT_S = WORKER_TIMEOUT_S - SLOWEST_READ_S
 # How often a waiting poll reads the version.
 CHECK_S = 0.5
 # What a poll beyond FLOWFORGE_LIVE_WAITS is told: ask again no sooner than this. The
@@ -159,6 +165,7 @@ def execution_changes(execution_id: str) -> Response:
     """`?since=<version>[&wait=<s>]`: the execution's version, at once when it is not
     `since` (or the execution is over), else when it moves, or after `wait` seconds
     unchanged; at once with Retry-After when FLOWFORGE_LIVE_WAITS polls already wait."""
+    started = time.monotonic()
     since = request.args.get("since") or None  # none yet: answered at once
     if since is not None and not VERSION.fullmatch(since):
         raise forms.bad("since", "a version this page was given")
@@ -170,7 +177,7 @@ def execution_changes(execution_id: str) -> Response:
     with wait_slots().taken() as waiting:
         if not waiting:
             return _answer(now, since, retry=True)
-        deadline = time.monotonic() + wait
+        deadline = started + wait
         while now.version == since and time.monotonic() < deadline:
             release_early()  # no connection held while asleep (a threaded server's pool)
             time.sleep(min(CHECK_S, max(0.0, deadline - time.monotonic())))
