@@ -1,6 +1,7 @@
 """An approval form (docs/contract.md#approvals) in headless Chromium against a real bin/api
 and bin/worker: the approval is listed for the signed-in user, its form is filled and
-approved without any script, and the execution goes on with the values and who decided."""
+approved without any script, and the execution goes on with the values and who decided,
+while a tab left open on the execution shows it finish without a reload."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ def test_fill_and_approve_a_form_and_the_execution_goes_on(
         "the approval waits",
     )
     sign_in(browser, api, api_key)
+    # A colleague's tab left open on the execution follows it live: marked, it must show
+    # the decision's outcome without a reload.
+    browser.get(f"{api}/ui/executions/{execution_id}")
+    assert browser.find_element(By.ID, "execution-status").text == "waiting"
+    browser.execute_script("window.stillThisPage = true;")
+    watching = browser.current_window_handle
+    browser.switch_to.new_window("tab")
+    browser.get(f"{api}/ui/")
     browser.find_element(By.LINK_TEXT, "Approvals").click()
     until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#approvals a.approval-link"))
     browser.find_element(By.CSS_SELECTOR, "#approvals a.approval-link").click()
@@ -54,6 +63,9 @@ def test_fill_and_approve_a_form_and_the_execution_goes_on(
     assert output["values"] == {"amount": 42, "reason": "damaged", "channel": "cash",
                                 "notify": True}  # fmt: skip
     assert output["decided_by"] == "tests"
+    browser.switch_to.window(watching)
+    until(browser, lambda d: d.find_element(By.ID, "execution-status").text == "succeeded")
+    assert browser.execute_script("return window.stillThisPage === true;")
     browser.get(f"{api}/ui/executions/{execution_id}")
     until(browser, lambda d: d.find_elements(By.ID, "decided-approve"))
     assert "tests" in browser.find_element(By.ID, "decided-approve").text
