@@ -287,6 +287,7 @@ def main(args: Sequence[str], env: Mapping[str, str]) -> int:
             # docs/contract.md#live-progress: the long-poll slots every worker shares.
             waits = live.server_slots(env[METRICS_DIR_ENV], settings.live_waits, self.cfg.workers)
             if waits < settings.live_waits:
+                configure_logging()  # before gunicorn's logger is set up: still a JSON line
                 logging.getLogger(__name__).warning(
                     "FLOWFORGE_LIVE_WAITS=%d cut to %d: one of %d workers stays free of long polls",
                     settings.live_waits,
