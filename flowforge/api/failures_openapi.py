@@ -12,6 +12,7 @@ from flowforge.api.openapi_parts import (
     endpoint,
     json_answer,
     path_param,
+    post_on_one,
     problem_answers,
 )
 from flowforge.domain.model import MAX_PAGE, MAX_VERSION
@@ -100,8 +101,7 @@ def paths() -> dict[str, Any]:
     one = json_answer(GROUP, "The group")
 
     def status(summary: str) -> dict[str, Any]:
-        answers = {"200": one, **problem_answers(403, 404, *AUTHENTICATED)}
-        return {"post": endpoint(summary, answers, tags=TAGS, parameters=[group_id])}
+        return post_on_one(summary, one, tags=TAGS, parameter=group_id)
 
     def batch(summary: str, body: dict[str, Any], field: str) -> dict[str, Any]:
         answers = {

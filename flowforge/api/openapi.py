@@ -710,8 +710,8 @@ for (_path, _method, _status), _links in LINKS.items():
     PATHS[_path][_method]["responses"][_status]["links"] = _links
 
 
-PATHS.update(notifications_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
-PATHS.update(approvals_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
+PATHS.update(notifications_openapi.paths())
+PATHS.update(approvals_openapi.paths())
 PATHS.update(failures_openapi.paths())
 PATHS.update(events_openapi.paths())
 for _path, _item in PATHS.items():

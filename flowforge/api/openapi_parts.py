@@ -152,6 +152,15 @@ def endpoint(
     return operation
 
 
+def post_on_one(
+    summary: str, answer: dict[str, Any], *, tags: list[str], parameter: dict[str, Any]
+) -> dict[str, Any]:
+    """A bodiless POST that changes one resource's state and answers the resource (a failure
+    group's resolve, an endpoint's enable): the routes of that kind are described alike."""
+    answers = {"200": answer, **problem_answers(403, 404, *AUTHENTICATED)}
+    return {"post": endpoint(summary, answers, tags=tags, parameters=[parameter])}
+
+
 STEP_PARAM = path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id")
 STEP_ROW_PARAM = path_param(
     "step", {"type": "string", "pattern": STEP_ROW_PATTERN}, "Step id or item step"
