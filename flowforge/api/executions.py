@@ -14,7 +14,7 @@ from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
-from flowforge.api.queryargs import page_limit, readable_workflow
+from flowforge.api.queryargs import page_limit, readable_workflow, status_filter
 from flowforge.domain import definitions
 from flowforge.domain.model import (
     DEFAULT_PAGE,
@@ -107,9 +107,7 @@ def list_page() -> Response:
     """A keyset-paginated list, newest first."""
     key: ApiKey = g.api_key
     args = request.args
-    status = args.get("status")
-    if status is not None and status not in STATUSES:
-        raise InvalidParameter("Invalid status", f"status must be one of {', '.join(STATUSES)}")
+    status = status_filter(args, STATUSES)
     limit = page_limit(args, DEFAULT_PAGE)
     workflow = readable_workflow(args, key)
     since, until = _instant(args, "since"), _instant(args, "until")

@@ -11,10 +11,10 @@ from flask import Blueprint, Response, g, jsonify, request
 from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
-from flowforge.api.queryargs import page_limit, readable_workflow
+from flowforge.api.queryargs import page_limit, readable_workflow, status_filter
 from flowforge.domain.model import MAX_VERSION
 from flowforge.domain.roles import Access
-from flowforge.errors import InvalidBody, InvalidParameter, NotFound
+from flowforge.errors import InvalidBody, NotFound
 from flowforge.store import failures
 from flowforge.store.apikeys import ApiKey
 from flowforge.usecases import replay
@@ -42,10 +42,7 @@ def list_groups() -> Response:
     """Groups, the most recently seen first; filter by `workflow` and `status`."""
     key: ApiKey = g.api_key
     args = request.args
-    status = args.get("status")
-    if status is not None and status not in failures.STATUSES:
-        choices = ", ".join(failures.STATUSES)
-        raise InvalidParameter("Invalid status", f"status must be one of {choices}")
+    status = status_filter(args, failures.STATUSES)
     workflow = readable_workflow(args, key)
     limit = page_limit(args, 100)
     with connection() as conn:

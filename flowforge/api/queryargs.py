@@ -1,9 +1,9 @@
-"""Query-string arguments that several list routes take alike: a page's `limit` and a
-`workflow` filter, refused (400, 403) the same way wherever they are given."""
+"""Query-string arguments that several list routes take alike: a page's `limit`, a
+`status` and a `workflow` filter, refused (400, 403) the same way wherever they are given."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from flowforge.domain.model import MAX_PAGE, is_key
 from flowforge.errors import Forbidden, InvalidParameter
@@ -31,3 +31,11 @@ def readable_workflow(args: Mapping[str, str], key: ApiKey) -> str | None:
     if workflow is not None and not key.allows(workflow, write=False):
         raise Forbidden("this API key may not read this workflow")
     return workflow
+
+
+def status_filter(args: Mapping[str, str], statuses: Sequence[str]) -> str | None:
+    """The `status` filter (None: any status), once it is one of `statuses`."""
+    status = args.get("status")
+    if status is not None and status not in statuses:
+        raise InvalidParameter("Invalid status", f"status must be one of {', '.join(statuses)}")
+    return status
