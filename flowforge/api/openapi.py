@@ -42,6 +42,7 @@ from flowforge.api.openapi_parts import (
     json_answer,
     operation_id,
     path_param,
+    post_on_one,
     problem_answers,
     ref,
 )
@@ -387,28 +388,18 @@ PATHS: dict[str, Any] = {
             }
         }
     },
-    "/api/v1/workflows/{key}/schedule/pause": {
-        "post": endpoint(
-            "Pause: due ticks are ledgered paused and do not fire (idempotent)",
-            {
-                "200": json_answer(ref("Schedule"), "Paused"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
-            tags=["schedules"],
-            parameters=[WORKFLOW_KEY],
-        )
-    },
-    "/api/v1/workflows/{key}/schedule/resume": {
-        "post": endpoint(
-            "Resume: ticks fire again from now on (idempotent)",
-            {
-                "200": json_answer(ref("Schedule"), "Resumed"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
-            tags=["schedules"],
-            parameters=[WORKFLOW_KEY],
-        )
-    },
+    "/api/v1/workflows/{key}/schedule/pause": post_on_one(
+        "Pause: due ticks are ledgered paused and do not fire (idempotent)",
+        json_answer(ref("Schedule"), "Paused"),
+        tags=["schedules"],
+        parameter=WORKFLOW_KEY,
+    ),
+    "/api/v1/workflows/{key}/schedule/resume": post_on_one(
+        "Resume: ticks fire again from now on (idempotent)",
+        json_answer(ref("Schedule"), "Resumed"),
+        tags=["schedules"],
+        parameter=WORKFLOW_KEY,
+    ),
     "/api/v1/workflows/{key}/schedule/trigger": {
         "post": endpoint(
             "Fire a tick now, under the overlap policy",
