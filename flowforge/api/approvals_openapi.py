@@ -11,6 +11,7 @@ from flowforge.api.openapi_parts import (
     STEP_PARAM,
     endpoint,
     json_answer,
+    listing,
     problem_answers,
     ref,
 )
@@ -69,14 +70,12 @@ def paths() -> dict[str, Any]:
         "description": "only approvals that name this user (an API key's name) or nobody",
         "schema": {"type": "string"},
     }
-    listed = {"type": "object", "required": ["approvals"], "properties": {
-        "approvals": {"type": "array", "items": APPROVAL}}}  # fmt: skip
     return {
         "/api/v1/approvals": {
             "get": endpoint(
                 "Open approvals (wait steps with a form), soonest to expire first",
                 {
-                    "200": json_answer(listed, "Open approvals"),
+                    "200": json_answer(listing("approvals", APPROVAL), "Open approvals"),
                     **problem_answers(400, 403, *AUTHENTICATED),
                 },
                 tags=tags,

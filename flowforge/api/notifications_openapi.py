@@ -9,8 +9,8 @@ from flowforge.api.openapi_parts import (
     AUTHENTICATED,
     endpoint,
     json_answer,
+    on_one,
     path_param,
-    post_on_one,
     problem_answers,
 )
 from flowforge.store import notifications
@@ -77,7 +77,7 @@ def paths() -> dict[str, Any]:
     one = json_answer(ENDPOINT, "The endpoint")
 
     def action(summary: str) -> dict[str, Any]:
-        return post_on_one(summary, one, tags=tags, parameter=name)
+        return {"post": on_one(summary, one, tags=tags, parameter=name)}
 
     return {
         "/api/v1/notifications": {
@@ -101,11 +101,11 @@ def paths() -> dict[str, Any]:
             ),
         },
         "/api/v1/notifications/{name}": {
-            "get": endpoint(
+            "get": on_one(
                 "One endpoint and its newest 50 messages (delivery history)",
-                {"200": one, **problem_answers(403, 404, *AUTHENTICATED)},
+                one,
                 tags=tags,
-                parameters=[name],
+                parameter=name,
             ),
             "delete": endpoint(
                 "Remove an endpoint and its history",
