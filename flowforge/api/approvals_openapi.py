@@ -1,12 +1,20 @@
-"""The OpenAPI paths of api/approvals.py (docs/contract.md#approvals), built with
-api/openapi.py's own helpers, which it passes in: this module imports none of it."""
+"""The OpenAPI paths of api/approvals.py (docs/contract.md#approvals), written with
+api/openapi_parts.py's helpers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from flowforge.api.openapi_parts import EXECUTION_ID, STEP_PARAM, ref
+from flowforge.api.openapi_parts import (
+    AUTHENTICATED,
+    EXECUTION_ID,
+    STEP_PARAM,
+    endpoint,
+    json_answer,
+    listing,
+    problem_answers,
+    ref,
+)
 from flowforge.usecases.approvals import DECISIONS
 
 APPROVAL = {
@@ -52,13 +60,8 @@ DECIDED = {
 }
 
 
-def paths(
-    operation: Callable[..., dict[str, Any]],
-    json: Callable[[dict[str, Any], str], dict[str, Any]],
-    problems: Callable[..., dict[str, Any]],
-    authenticated: tuple[int, ...],
-) -> dict[str, Any]:
-    """The paths, from openapi.py's `endpoint`, `json_answer` and `problem_answers`."""
+def paths() -> dict[str, Any]:
+    """The approvals' paths."""
     tags = ["approvals"]
     assignee = {
         "name": "assignee",
@@ -67,23 +70,24 @@ def paths(
         "description": "only approvals that name this user (an API key's name) or nobody",
         "schema": {"type": "string"},
     }
-    listed = {"type": "object", "required": ["approvals"], "properties": {
-        "approvals": {"type": "array", "items": APPROVAL}}}  # fmt: skip
     return {
         "/api/v1/approvals": {
-            "get": operation(
+            "get": endpoint(
                 "Open approvals (wait steps with a form), soonest to expire first",
-                {"200": json(listed, "Open approvals"), **problems(400, 403, *authenticated)},
+                {
+                    "200": json_answer(listing("approvals", APPROVAL), "Open approvals"),
+                    **problem_answers(400, 403, *AUTHENTICATED),
+                },
                 tags=tags,
                 parameters=[assignee],
             ),
         },
         "/api/v1/approvals/{id}/{step}": {
-            "post": operation(
+            "post": endpoint(
                 "Approve (the form's values) or reject an open approval; an operator action",
                 {
-                    "200": json(DECIDED, "Decided"),
-                    **problems(400, 403, 404, 409, 413, 415, 422, *authenticated),
+                    "200": json_answer(DECIDED, "Decided"),
+                    **problem_answers(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED),
                 },
                 tags=tags,
                 parameters=[EXECUTION_ID, STEP_PARAM],

@@ -10,8 +10,6 @@ workflow in `from`: the API cannot forge them.
 
 from __future__ import annotations
 
-import uuid
-
 from flask import Blueprint, Response, jsonify, request
 
 from flowforge.api.auth import authorize, key_required, requires
@@ -36,28 +34,13 @@ def send() -> tuple[Response, int, dict[str, str]]:
     api_key = authorize(None, write=True)
     if request.query_string:
         raise InvalidParameter("Query string not accepted", "put the event in the JSON body")
-    name, key, payload, delivery_id = events.check_event(parse_json(read_body()))
+    event = events.check_event(parse_json(read_body()))
     audience = None if api_key.workflows is None else sorted(api_key.workflows)
     with connection() as conn:
-        sent = events.send(
-            conn,
-            sender=event_store.API_SENDER,
-            name=name,
-            key=key,
-            delivery_id=delivery_id or str(uuid.uuid4()),
-            payload=payload,
-            audience=audience,
-        )
-    answer = {
-        "id": sent.event_id,
-        "name": name,
-        "key": key,
-        "delivered": sent.delivered,
-        "replayed": sent.replayed,
-    }
-    if sent.replayed:
+        answer = events.send_checked(conn, event, audience)
+    if answer["replayed"]:
         return jsonify(answer), 200, {"Idempotent-Replayed": "true"}
-    return jsonify(answer), 202, {"Location": f"/api/v1/events?name={name}"}
+    return jsonify(answer), 202, {"Location": f"/api/v1/events?name={answer['name']}"}
 
 
 @bp.get("")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowforge.api.openapi_parts import AUTHENTICATED, endpoint, json_answer, problem_answers
+from flowforge.api.openapi_parts import (
+    AUTHENTICATED,
+    endpoint,
+    json_answer,
+    listing,
+    problem_answers,
+)
 from flowforge.domain.definitions import bounds
 
 _NAME = {"type": "string", "pattern": bounds.EVENT_NAME_PATTERN}
@@ -85,14 +91,7 @@ def paths() -> dict[str, Any]:
                 "The events kept, newest first (a key scoped to workflows: those they may "
                 "take or emitted)",
                 {
-                    "200": json_answer(
-                        {
-                            "type": "object",
-                            "required": ["events"],
-                            "properties": {"events": {"type": "array", "items": EVENT}},
-                        },
-                        "Events",
-                    ),
+                    "200": json_answer(listing("events", EVENT), "Events"),
                     **problem_answers(400, *AUTHENTICATED),
                 },
                 tags=tags,

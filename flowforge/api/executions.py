@@ -14,6 +14,7 @@ from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.paths import action_step
 from flowforge.api.pool import connection
+from flowforge.api.queryargs import page_limit, readable_workflow, status_filter
 from flowforge.domain import definitions
 from flowforge.domain.model import (
     DEFAULT_PAGE,
@@ -28,7 +29,7 @@ from flowforge.domain.model import (
 )
 from flowforge.domain.operations import ACTIONS, Action, Kind
 from flowforge.domain.roles import Access
-from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
+from flowforge.errors import InvalidBody, InvalidParameter, NotFound
 from flowforge.store import outbound, timeline
 from flowforge.store.apikeys import ApiKey
 from flowforge.usecases import actions, grouping, replay
@@ -106,21 +107,9 @@ def list_page() -> Response:
     """A keyset-paginated list, newest first."""
     key: ApiKey = g.api_key
     args = request.args
-    status = args.get("status")
-    if status is not None and status not in STATUSES:
-        raise InvalidParameter("Invalid status", f"status must be one of {', '.join(STATUSES)}")
-    try:
-        limit = int(args.get("limit", DEFAULT_PAGE))
-    except ValueError:
-        raise InvalidParameter("Invalid limit", "limit must be an integer") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidParameter("Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
-    workflow = args.get("workflow")
-    if workflow is not None and not is_key(workflow):
-        # Also keeps NUL bytes, which PostgreSQL text cannot hold, away from the query.
-        raise InvalidParameter("Invalid workflow", "workflow must be a workflow key")
-    if workflow is not None and not key.allows(workflow, write=False):
-        raise Forbidden("this API key may not read this workflow")
+    status = status_filter(args, STATUSES)
+    limit = page_limit(args, DEFAULT_PAGE)
+    workflow = readable_workflow(args, key)
     since, until = _instant(args, "since"), _instant(args, "until")
     attributes = attribute_args(args)
     with connection() as conn:

@@ -11,9 +11,10 @@ from flask import Blueprint, Response, g, jsonify, request
 from flowforge.api.auth import authorize, key_required, requires
 from flowforge.api.bodies import json_body
 from flowforge.api.pool import connection
-from flowforge.domain.model import MAX_PAGE, MAX_VERSION, is_key
+from flowforge.api.queryargs import page_limit, readable_workflow, status_filter
+from flowforge.domain.model import MAX_VERSION
 from flowforge.domain.roles import Access
-from flowforge.errors import Forbidden, InvalidBody, InvalidParameter, NotFound
+from flowforge.errors import InvalidBody, NotFound
 from flowforge.store import failures
 from flowforge.store.apikeys import ApiKey
 from flowforge.usecases import replay
@@ -41,21 +42,9 @@ def list_groups() -> Response:
     """Groups, the most recently seen first; filter by `workflow` and `status`."""
     key: ApiKey = g.api_key
     args = request.args
-    status = args.get("status")
-    if status is not None and status not in failures.STATUSES:
-        choices = ", ".join(failures.STATUSES)
-        raise InvalidParameter("Invalid status", f"status must be one of {choices}")
-    workflow = args.get("workflow")
-    if workflow is not None and not is_key(workflow):
-        raise InvalidParameter("Invalid workflow", "workflow must be a workflow key")
-    if workflow is not None and not key.allows(workflow, write=False):
-        raise Forbidden("this API key may not read this workflow")
-    try:
-        limit = int(args.get("limit", 100))
-    except ValueError:
-        raise InvalidParameter("Invalid limit", "limit must be an integer") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidParameter("Invalid limit", f"limit must be between 1 and {MAX_PAGE}")
+    status = status_filter(args, failures.STATUSES)
+    workflow = readable_workflow(args, key)
+    limit = page_limit(args, 100)
     with connection() as conn:
         groups = failures.list_groups(
             conn, workflow=workflow, status=status, workflows=key.workflows, limit=limit

@@ -11,6 +11,8 @@ from flowforge.api.openapi_parts import (
     STEP_ID_PATTERN,
     endpoint,
     json_answer,
+    listing,
+    on_one,
     path_param,
     problem_answers,
 )
@@ -100,8 +102,7 @@ def paths() -> dict[str, Any]:
     one = json_answer(GROUP, "The group")
 
     def status(summary: str) -> dict[str, Any]:
-        answers = {"200": one, **problem_answers(403, 404, *AUTHENTICATED)}
-        return {"post": endpoint(summary, answers, tags=TAGS, parameters=[group_id])}
+        return {"post": on_one(summary, one, tags=TAGS, parameter=group_id)}
 
     def batch(summary: str, body: dict[str, Any], field: str) -> dict[str, Any]:
         answers = {
@@ -130,17 +131,12 @@ def paths() -> dict[str, Any]:
             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 100},
         },
     ]
-    listed = {
-        "type": "object",
-        "required": ["groups"],
-        "properties": {"groups": {"type": "array", "items": GROUP}},
-    }
     return {
         "/api/v1/failure-groups": {
             "get": endpoint(
                 "Failure groups, the most recently seen first",
                 {
-                    "200": json_answer(listed, "The groups"),
+                    "200": json_answer(listing("groups", GROUP), "The groups"),
                     **problem_answers(400, 403, *AUTHENTICATED),
                 },
                 tags=TAGS,
@@ -148,11 +144,8 @@ def paths() -> dict[str, Any]:
             )
         },
         "/api/v1/failure-groups/{group_id}": {
-            "get": endpoint(
-                "One failure group with its newest executions",
-                {"200": one, **problem_answers(403, 404, *AUTHENTICATED)},
-                tags=TAGS,
-                parameters=[group_id],
+            "get": on_one(
+                "One failure group with its newest executions", one, tags=TAGS, parameter=group_id
             )
         },
         "/api/v1/failure-groups/{group_id}/resolve": status(

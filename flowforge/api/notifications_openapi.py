@@ -1,11 +1,18 @@
-"""The OpenAPI paths of api/notifications.py (docs/contract.md#notifications), built with
-api/openapi.py's own helpers, which it passes in: this module imports none of it."""
+"""The OpenAPI paths of api/notifications.py (docs/contract.md#notifications), written with
+api/openapi_parts.py's helpers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from flowforge.api.openapi_parts import (
+    AUTHENTICATED,
+    endpoint,
+    json_answer,
+    on_one,
+    path_param,
+    problem_answers,
+)
 from flowforge.store import notifications
 
 NAME_PATTERN = f"^{notifications.NAME.pattern}$"
@@ -63,67 +70,55 @@ NEW_ENDPOINT = {
 }
 
 
-def paths(
-    operation: Callable[..., dict[str, Any]],
-    json: Callable[[dict[str, Any], str], dict[str, Any]],
-    problems: Callable[..., dict[str, Any]],
-    authenticated: tuple[int, ...],
-) -> dict[str, Any]:
-    """The paths, from openapi.py's `_operation`, `_json` and `_problems`."""
-    name = {
-        "name": "name",
-        "in": "path",
-        "required": True,
-        "description": "The endpoint's name",
-        "schema": {"type": "string", "pattern": NAME_PATTERN},
-    }
+def paths() -> dict[str, Any]:
+    """The notification endpoints' paths."""
+    name = path_param("name", {"type": "string", "pattern": NAME_PATTERN}, "The endpoint's name")
     tags = ["notifications"]
-    one = json(ENDPOINT, "The endpoint")
+    one = json_answer(ENDPOINT, "The endpoint")
 
     def action(summary: str) -> dict[str, Any]:
-        answers = {"200": one, **problems(403, 404, *authenticated)}
-        return {"post": operation(summary, answers, tags=tags, parameters=[name])}
+        return {"post": on_one(summary, one, tags=tags, parameter=name)}
 
     return {
         "/api/v1/notifications": {
-            "get": operation(
+            "get": endpoint(
                 "Notification endpoints (a key for every workflow)",
                 {
-                    "200": json({"type": "object", "required": ["endpoints"]}, "Endpoints"),
-                    **problems(403, *authenticated),
+                    "200": json_answer({"type": "object", "required": ["endpoints"]}, "Endpoints"),
+                    **problem_answers(403, *AUTHENTICATED),
                 },
                 tags=tags,
             ),
-            "post": operation(
+            "post": endpoint(
                 "Subscribe an endpoint to event kinds; the answer shows its whsec_ signing "
                 "secret once",
                 {
-                    "201": json(ENDPOINT, "Subscribed"),
-                    **problems(400, 403, 409, 413, 415, 422, *authenticated),
+                    "201": json_answer(ENDPOINT, "Subscribed"),
+                    **problem_answers(400, 403, 409, 413, 415, 422, *AUTHENTICATED),
                 },
                 tags=tags,
                 body=NEW_ENDPOINT,
             ),
         },
         "/api/v1/notifications/{name}": {
-            "get": operation(
+            "get": on_one(
                 "One endpoint and its newest 50 messages (delivery history)",
-                {"200": one, **problems(403, 404, *authenticated)},
+                one,
                 tags=tags,
-                parameters=[name],
+                parameter=name,
             ),
-            "delete": operation(
+            "delete": endpoint(
                 "Remove an endpoint and its history",
-                {"204": {"description": "Removed"}, **problems(403, 404, *authenticated)},
+                {"204": {"description": "Removed"}, **problem_answers(403, 404, *AUTHENTICATED)},
                 tags=tags,
                 parameters=[name],
             ),
         },
         "/api/v1/notifications/{name}/rotate": {
-            "post": operation(
+            "post": endpoint(
                 "A new whsec_ signing secret, shown once (standard), or a Slack endpoint's new "
                 "URL; the old one stops at once (409: the other one for this shape)",
-                {"200": one, **problems(400, 403, 404, 409, 413, 415, 422, *authenticated)},
+                {"200": one, **problem_answers(400, 403, 404, 409, 413, 415, 422, *AUTHENTICATED)},
                 tags=tags,
                 parameters=[name],
                 body=ROTATION,

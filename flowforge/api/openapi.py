@@ -40,6 +40,7 @@ from flowforge.api.openapi_parts import (
     action_body,
     endpoint,
     json_answer,
+    on_one,
     operation_id,
     path_param,
     problem_answers,
@@ -175,14 +176,11 @@ PATHS: dict[str, Any] = {
         )
     },
     "/api/v1/workflows/{key}": {
-        "get": endpoint(
+        "get": on_one(
             "One workflow and its versions",
-            {
-                "200": json_answer(ref("Workflow"), "The workflow"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Workflow"), "The workflow"),
             tags=["workflows"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         )
     },
     "/api/v1/workflows/{key}/versions": {
@@ -261,20 +259,17 @@ PATHS: dict[str, Any] = {
                 },
             }
         },
-        "get": endpoint(
+        "get": on_one(
             "The workflow's signing secrets, without their values",
-            {
-                "200": json_answer(
-                    {
-                        "type": "object",
-                        "properties": {"items": {"type": "array", "items": ref("WebhookSecret")}},
-                    },
-                    "The secrets",
-                ),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(
+                {
+                    "type": "object",
+                    "properties": {"items": {"type": "array", "items": ref("WebhookSecret")}},
+                },
+                "The secrets",
+            ),
             tags=["webhook secrets"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         ),
     },
     "/api/v1/workflows/{key}/webhook-secrets/{secret_id}": {
@@ -289,14 +284,11 @@ PATHS: dict[str, Any] = {
         )
     },
     "/api/v1/workflows/{key}/schedule": {
-        "get": endpoint(
+        "get": on_one(
             "The schedule: next 10 fire times (its zone and UTC) and the last 100 ledger rows",
-            {
-                "200": json_answer(ref("Schedule"), "The schedule"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Schedule"), "The schedule"),
             tags=["schedules"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         )
     },
     "/api/v1/workflows/{key}/groups": {
@@ -343,15 +335,12 @@ PATHS: dict[str, Any] = {
         )
     },
     "/api/v1/workflows/{key}/pause": {
-        "post": endpoint(
+        "post": on_one(
             "Pause the workflow: webhooks are still accepted and queue (max_queued and "
             "start_within_s apply); nothing of it starts or continues until resumed",
-            {
-                "200": json_answer(ref("WorkflowPause"), "Paused"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("WorkflowPause"), "Paused"),
             tags=["workflows"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         )
     },
     "/api/v1/workflows/{key}/reingest": {
@@ -388,25 +377,19 @@ PATHS: dict[str, Any] = {
         }
     },
     "/api/v1/workflows/{key}/schedule/pause": {
-        "post": endpoint(
+        "post": on_one(
             "Pause: due ticks are ledgered paused and do not fire (idempotent)",
-            {
-                "200": json_answer(ref("Schedule"), "Paused"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Schedule"), "Paused"),
             tags=["schedules"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         )
     },
     "/api/v1/workflows/{key}/schedule/resume": {
-        "post": endpoint(
+        "post": on_one(
             "Resume: ticks fire again from now on (idempotent)",
-            {
-                "200": json_answer(ref("Schedule"), "Resumed"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Schedule"), "Resumed"),
             tags=["schedules"],
-            parameters=[WORKFLOW_KEY],
+            parameter=WORKFLOW_KEY,
         )
     },
     "/api/v1/workflows/{key}/schedule/trigger": {
@@ -507,14 +490,11 @@ PATHS: dict[str, Any] = {
         )
     },
     "/api/v1/executions/{id}": {
-        "get": endpoint(
+        "get": on_one(
             "The execution with its steps, every attempt and its event history",
-            {
-                "200": json_answer(ref("Execution"), "The execution"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Execution"), "The execution"),
             tags=["executions"],
-            parameters=[EXECUTION_ID],
+            parameter=EXECUTION_ID,
         )
     },
     "/api/v1/circuits": {
@@ -660,14 +640,11 @@ PATHS: dict[str, Any] = {
             parameters=[SOURCE_NAME],
             body=ref("SourceDefinition"),
         ),
-        "get": endpoint(
+        "get": on_one(
             "One source: auth, subscriptions, revision, active secret ids",
-            {
-                "200": json_answer(ref("Source"), "The source"),
-                **problem_answers(403, 404, *AUTHENTICATED),
-            },
+            json_answer(ref("Source"), "The source"),
             tags=["sources"],
-            parameters=[SOURCE_NAME],
+            parameter=SOURCE_NAME,
         ),
     },
     "/api/v1/sources/{name}/webhook-secrets": {
@@ -710,8 +687,8 @@ for (_path, _method, _status), _links in LINKS.items():
     PATHS[_path][_method]["responses"][_status]["links"] = _links
 
 
-PATHS.update(notifications_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
-PATHS.update(approvals_openapi.paths(endpoint, json_answer, problem_answers, AUTHENTICATED))
+PATHS.update(notifications_openapi.paths())
+PATHS.update(approvals_openapi.paths())
 PATHS.update(failures_openapi.paths())
 PATHS.update(events_openapi.paths())
 for _path, _item in PATHS.items():

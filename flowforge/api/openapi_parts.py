@@ -152,6 +152,26 @@ def endpoint(
     return operation
 
 
+def listing(field: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The answer of a list route: an object holding the list under `field`, never a bare
+    array, so that a list route can answer more fields (a cursor) later."""
+    return {
+        "type": "object",
+        "required": [field],
+        "properties": {field: {"type": "array", "items": item}},
+    }
+
+
+def on_one(
+    summary: str, answer: dict[str, Any], *, tags: list[str], parameter: dict[str, Any]
+) -> dict[str, Any]:
+    """A bodiless operation on the one resource its path names, answering it (200) or 404
+    (403 for a key that may not): reading one, or a state change such as a failure group's
+    resolve or an endpoint's enable. The routes of that kind are described alike."""
+    answers = {"200": answer, **problem_answers(403, 404, *AUTHENTICATED)}
+    return endpoint(summary, answers, tags=tags, parameters=[parameter])
+
+
 STEP_PARAM = path_param("step", {"type": "string", "pattern": STEP_ID_PATTERN}, "Step id")
 STEP_ROW_PARAM = path_param(
     "step", {"type": "string", "pattern": STEP_ROW_PATTERN}, "Step id or item step"

@@ -9,7 +9,6 @@ Only this side has the API keys: the API has no endpoint that makes them.
 from __future__ import annotations
 
 import socket
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -150,23 +149,7 @@ class Database:
 
     def send_event(self, body: dict[str, Any]) -> dict[str, Any]:
         """Send an event as a key for every workflow does (docs/contract.md#events)."""
-        name, key, payload, delivery_id = events.check_event(body)
-        sent = events.send(
-            self.conn,
-            sender=event_store.API_SENDER,
-            name=name,
-            key=key,
-            delivery_id=delivery_id or str(uuid.uuid4()),
-            payload=payload,
-            audience=None,
-        )
-        return {
-            "id": sent.event_id,
-            "name": name,
-            "key": key,
-            "delivered": sent.delivered,
-            "replayed": sent.replayed,
-        }
+        return events.send_checked(self.conn, events.check_event(body), None)
 
     def events(self, name: str | None, key: str | None, limit: int) -> list[dict[str, Any]]:
         """The events kept, newest first."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,14 +91,7 @@ def diff(old: Any, new: Any) -> Diff:
                 add("~", path, f"{_show(a)} → {_show(b)}")
             return
         if isinstance(a, dict):
-            for key in _merged(list(a), list(b)):
-                here = f"{path}.{key}"
-                if key not in b:
-                    add("-", here, _show(a[key]))
-                elif key not in a:
-                    add("+", here, _show(b[key]))
-                else:
-                    walk(a[key], b[key], here, depth + 1)
+            members(a, b, _merged(list(a), list(b)), lambda key: f"{path}.{key}", depth)
             return
         old_ids, new_ids = _ids(a), _ids(b)
         if old_ids is not None and new_ids is not None:
@@ -105,23 +99,28 @@ def diff(old: Any, new: Any) -> Diff:
             if [i for i in new_ids if i in old_set] != [i for i in old_ids if i in new_set]:
                 add("~", f"{path} order", f"{', '.join(old_ids)} → {', '.join(new_ids)}")
             by_old, by_new = dict(zip(old_ids, a, strict=True)), dict(zip(new_ids, b, strict=True))
-            for step in _merged(old_ids, new_ids):
-                here = f"{path}[id={step}]"
-                if step not in by_new:
-                    add("-", here, _show(by_old[step]))
-                elif step not in by_old:
-                    add("+", here, _show(by_new[step]))
-                else:
-                    walk(by_old[step], by_new[step], here, depth + 1)
+            members(by_old, by_new, _merged(old_ids, new_ids), lambda i: f"{path}[id={i}]", depth)
             return
-        for i in range(max(len(a), len(b))):
-            here = f"{path}[{i}]"
-            if i >= len(b):
-                add("-", here, _show(a[i]))
-            elif i >= len(a):
-                add("+", here, _show(b[i]))
+        indices = range(max(len(a), len(b)))
+        members(dict(enumerate(a)), dict(enumerate(b)), indices, lambda i: f"{path}[{i}]", depth)
+
+    def members(
+        a: dict[Any, Any],
+        b: dict[Any, Any],
+        names: Iterable[Any],
+        where: Callable[[Any], str],
+        depth: int,
+    ) -> None:
+        """An object's keys, a list's steps by id or its items by index: each one only
+        the old side has is removed, only the new side added, on both compared within."""
+        for name in names:
+            here = where(name)
+            if name not in b:
+                add("-", here, _show(a[name]))
+            elif name not in a:
+                add("+", here, _show(b[name]))
             else:
-                walk(a[i], b[i], here, depth + 1)
+                walk(a[name], b[name], here, depth + 1)
 
     with contextlib.suppress(_Full):  # the answer is full: what was found is the diff
         walk(old, new, "$", 0)

@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,48 +157,53 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"migrate: applied {len(done)} migration(s)" + (f": {', '.join(done)}" if done else ""))
     # SQL cannot seal what 0004 left in clear (it has no key); this step can, on every run.
+    if _seal_clear_values(
+        settings,
+        lambda conn: sealing.seal_clear_secrets(conn, settings.encryption_key),
+        sealing.EncryptionKeyMissing,
+        "webhook signing secrets are still stored in clear and do not verify; "
+        "set FLOWFORGE_ENCRYPTION_KEY (python -m flowforge.trust.sealing makes one) and run "
+        "bin/migrate again",
+        "webhook signing secret(s) that were stored in clear",
+    ):
+        return 1
+    # Likewise what sql/0067 left in clear: notification endpoints' secrets and Slack URLs,
+    # under FLOWFORGE_NOTIFY_KEY (the worker sends from the clear values until then).
+    return _seal_clear_values(
+        settings,
+        lambda conn: notifications.seal_clear(conn, settings.notify_key),
+        notifications.NotifyKeyMissing,
+        "notification endpoints' secrets are still stored in clear; set "
+        "FLOWFORGE_NOTIFY_KEY (python -m flowforge.trust.sealing makes one) for bin/migrate, "
+        "bin/api and bin/worker and run bin/migrate again",
+        "notification endpoint secret(s) stored in clear",
+    )
+
+
+def _seal_clear_values(
+    settings: Settings,
+    seal: Callable[[psycopg.Connection], int],
+    key_missing: type[Exception],
+    key_advice: str,
+    sealed_what: str,
+) -> int:
+    """Run one sealing step after the migrations and print its outcome; the exit status.
+
+    Each secret kind is sealed under its own key by its own module, but what bin/migrate
+    tells the operator (the key to set, how many it sealed, a database failure) is the same.
+    """
     try:
         with (
             wrap_exceptions(every_error=True),
             psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn,
         ):
-            sealed = sealing.seal_clear_secrets(conn, settings.encryption_key)
-    except sealing.EncryptionKeyMissing:
-        print(
-            "migrate: webhook signing secrets are still stored in clear and do not verify; "
-            "set FLOWFORGE_ENCRYPTION_KEY (python -m flowforge.trust.sealing makes one) and run "
-            "bin/migrate again",
-            file=sys.stderr,
-        )
+            sealed = seal(conn)
+    except key_missing:
+        print(f"migrate: {key_advice}", file=sys.stderr)
         return 1
     except (DatabaseUnavailable, DatabaseError) as exc:
         print(f"migrate: {exc}", file=sys.stderr)
         return 1
     if sealed:
-        print(f"migrate: sealed {sealed} webhook signing secret(s) that were stored in clear")
-    return _seal_notify_endpoints(settings)
-
-
-def _seal_notify_endpoints(settings: Settings) -> int:
-    """Seal what sql/0067 left in clear: notification endpoints' secrets and Slack URLs,
-    under FLOWFORGE_NOTIFY_KEY (the worker sends from the clear values until then)."""
-    try:
-        with (
-            wrap_exceptions(every_error=True),
-            psycopg.connect(conninfo(settings.direct_url), autocommit=True) as conn,
-        ):
-            sealed = notifications.seal_clear(conn, settings.notify_key)
-    except notifications.NotifyKeyMissing:
-        print(
-            "migrate: notification endpoints' secrets are still stored in clear; set "
-            "FLOWFORGE_NOTIFY_KEY (python -m flowforge.trust.sealing makes one) for bin/migrate, "
-            "bin/api and bin/worker and run bin/migrate again",
-            file=sys.stderr,
-        )
-        return 1
-    except (DatabaseUnavailable, DatabaseError) as exc:
-        print(f"migrate: {exc}", file=sys.stderr)
-        return 1
-    if sealed:
-        print(f"migrate: sealed {sealed} notification endpoint secret(s) stored in clear")
+        print(f"migrate: sealed {sealed} {sealed_what}")
     return 0

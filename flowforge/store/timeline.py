@@ -82,14 +82,18 @@ ITEM_ROWS = """
 SELECT step_id, type, status, attempts, output, error, started_at, finished_at
 FROM steps WHERE execution_id = %(id)s AND step_id = ANY(%(rows)s)
 """
-# Keyset pagination, newest first, on the primary key: execution ids are UUIDv7, ordered
-# by creation time; the cursor is the last row's id.
-PAGE = """
+# What every list of executions shows of one (PAGE, NEEDS_ATTENTION_PAGE, PAGE_OF_IDS):
+# each adds its WHERE and ORDER BY, so the three lists show the same columns.
+_LISTED_EXECUTIONS = """
 SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
        e.started_at, e.finished_at
 FROM executions e
 JOIN workflows w ON w.id = e.workflow_id
 JOIN workflow_versions v ON v.id = e.version_id
+"""
+# Keyset pagination, newest first, on the primary key: execution ids are UUIDv7, ordered
+# by creation time; the cursor is the last row's id.
+PAGE = f"""{_LISTED_EXECUTIONS}\
 WHERE (%(workflow)s::text IS NULL OR w.key = %(workflow)s)
   AND (%(workflows)s::text[] IS NULL OR w.key = ANY(%(workflows)s))
   AND (%(status)s::text IS NULL OR e.status = %(status)s)
@@ -103,12 +107,7 @@ LIMIT %(limit)s
 # own status: a cancelled execution can keep one, and an operator must still find it. The
 # partial index steps_unknown holds only such steps (every needs_attention execution has
 # one), so this never scans the steps table.
-NEEDS_ATTENTION_PAGE = f"""
-SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
-       e.started_at, e.finished_at
-FROM executions e
-JOIN workflows w ON w.id = e.workflow_id
-JOIN workflow_versions v ON v.id = e.version_id
+NEEDS_ATTENTION_PAGE = f"""{_LISTED_EXECUTIONS}\
 WHERE e.id IN (SELECT n.execution_id FROM ({attention.NEEDING_OPERATOR}) n
                WHERE %(after)s::uuid IS NULL OR n.execution_id < %(after)s)
   AND (%(since)s::uuid IS NULL OR e.id >= %(since)s)
@@ -123,12 +122,7 @@ LIMIT %(limit)s
 # are set (a rare attribute drives it from execution_attributes_lookup, a common one with
 # a narrow workflow and status from the executions' own index); the page's rows are then
 # read by primary key.
-PAGE_OF_IDS = """
-SELECT e.id, w.key AS workflow, v.version, e.status, e.priority, e.created_at,
-       e.started_at, e.finished_at
-FROM executions e
-JOIN workflows w ON w.id = e.workflow_id
-JOIN workflow_versions v ON v.id = e.version_id
+PAGE_OF_IDS = f"""{_LISTED_EXECUTIONS}\
 WHERE e.id = ANY(%(ids)s::uuid[])
 ORDER BY e.id DESC
 """

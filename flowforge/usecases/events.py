@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,33 @@ def check_event(doc: Any) -> tuple[str, str, Any, str | None]:
     if problems:
         raise InvalidBody("Invalid event", problems[0]["message"], errors=problems)
     return doc["name"], doc["key"], doc["payload"], doc.get("id")
+
+
+def send_checked(
+    conn: psycopg.Connection,
+    event: tuple[str, str, Any, str | None],
+    audience: list[str] | None,
+) -> dict[str, Any]:
+    """Send an event `check_event` accepted, as the API's sender, and answer it: the API
+    and the CLI's direct mode send alike and answer the same document. An event without
+    an id is a new one each time (a fresh delivery id)."""
+    name, key, payload, delivery_id = event
+    sent = send(
+        conn,
+        sender=events.API_SENDER,
+        name=name,
+        key=key,
+        delivery_id=delivery_id or str(uuid.uuid4()),
+        payload=payload,
+        audience=audience,
+    )
+    return {
+        "id": sent.event_id,
+        "name": name,
+        "key": key,
+        "delivered": sent.delivered,
+        "replayed": sent.replayed,
+    }
 
 
 def fingerprint(key: str, payload: Any, audience: list[str] | None) -> bytes:

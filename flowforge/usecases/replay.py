@@ -425,6 +425,22 @@ def replay_batch(
             f"limit must be from 1 to {MAX_PAGE}", [{"path": "$.limit", "message": "out of range"}]
         )
     ids = batch_ids(conn, flt, upto=upto, after=after, limit=limit)
+    return _replay_each(conn, ids, from_step, version, limit=limit, actor=actor)
+
+
+def _replay_each(
+    conn: psycopg.Connection,
+    ids: list[str],
+    from_step: str,
+    version: int | None,
+    *,
+    limit: int,
+    actor: dict[str, Any],
+) -> dict[str, Any]:
+    """Replay each of one page of executions in its own unit of work; the batch answer.
+
+    A filtered batch and a failure group's batch answer alike: one refused is listed with
+    why and does not stop the others, and a full page means there may be a next one."""
     replayed, refused = [], []
     for execution_id in ids:
         try:
@@ -536,19 +552,7 @@ def replay_group(
     group = failures.get(conn, group_id, samples=0)
     step = replay_step(group, from_step)
     ids = _page(conn, group_id, after, limit)
-    done, refused = [], []
-    for execution_id in ids:
-        try:
-            made = replay(conn, execution_id, step, version, actor=actor)
-        except ClientError as exc:
-            refused.append({"execution_id": execution_id, "detail": exc.detail})
-        else:
-            done.append(made.execution_id)
-    return {
-        "replayed": done,
-        "refused": refused,
-        "next_after": ids[-1] if len(ids) == limit else None,
-    }
+    return _replay_each(conn, ids, step, version, limit=limit, actor=actor)
 
 
 def retry_group(

@@ -42,7 +42,7 @@ class Sources:
 
     def __init__(self) -> None:
         self._sources: BoundedCache[tuple[str, str, bytes | None], Source] = BoundedCache(1024)
-        self._targets: BoundedCache[tuple[str, str], intake.Target] = BoundedCache(4096)
+        self._targets = intake.UnsignedTargets(4096)
         self._rechecks: Rechecks[tuple[str, str, bytes | None]] = Rechecks(
             intake.RECHECK_INTERVAL_S, intake.RECHECK_BURST, 1024
         )
@@ -84,12 +84,9 @@ class Sources:
         return self.load(conn, source.name, key)
 
     def target(self, conn: psycopg.Connection, workflow: str, *, fresh: bool) -> intake.Target:
-        slot = (conn.info.dbname, workflow)
-        cached = None if fresh else self._targets.get(slot)
-        if cached is None:
-            cached = intake.unsigned_target(conn, workflow)
-            self._targets.put(slot, cached)
-        return cached
+        """A subscribed workflow's target, its secrets left sealed: the source's signature
+        is what was verified, so the cache of unsigned targets serves (intake.UnsignedTargets)."""
+        return self._targets.get(conn, workflow, fresh)
 
 
 # This process's cache of sources (the webhook intake reads it; saving a source or its

@@ -1,15 +1,8 @@
 """Schedule ticks decided (docs/contract.md#schedules): the scheduler's pass, the operator's
 trigger and backfill, over the statements of store/schedules.py.
 
-How a tick is decided, once, whatever the number of workers: the schedule's row is
-claimed FOR UPDATE SKIP LOCKED when its `fire_at` is due, so one worker at a time decides
-its ticks; the tick's execution is created with the idempotency key `schedule:<tick
-instant>` in the system's key space (origin `system`, which no webhook's key can reach)
-and trigger `schedule`, and the tick's ledger row and the row's next tick are
-written in the same transaction. A worker killed at any point either committed all three
-or none. The executions of the ticks that start whatever else happens (overlap `allow`,
-or a free slot) are created set-based for a whole batch of schedules (fire_batch); every
-other tick by the flow-control intake statement, one by one (Ticker.fire).
+How a tick is decided once, whatever the number of workers (the claim, the idempotency
+key, the one transaction), is told where its statements are: store/schedules.py.
 """
 
 from __future__ import annotations

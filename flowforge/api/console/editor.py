@@ -71,10 +71,7 @@ def edit(key: str) -> str:
             document: Any = catalog.get_version(conn, key, newest)["definition"]
     except NotFound:
         document = SKELETON
-    text = json.dumps(document, indent=2, ensure_ascii=False)
-    return render_template(
-        "editor.html", key=key, draft=text, csrf=csrf_token(), **_checked(key, text)
-    )
+    return _editor_page(key, json.dumps(document, indent=2, ensure_ascii=False))
 
 
 @bp.post("/workflows/<workflow_key:key>/edit")
@@ -83,7 +80,12 @@ def edit(key: str) -> str:
 def check_page(key: str) -> str:
     """The editor's "Check" without JavaScript: the page again, with the answer."""
     require(key, write=True)
-    text = request.form.get("draft", "")
+    return _editor_page(key, request.form.get("draft", ""))
+
+
+def _editor_page(key: str, text: str) -> str:
+    """The editor with `text` in it and its check's answer: the page opens with the newest
+    version and comes back, without JavaScript, with what the author checked."""
     return render_template(
         "editor.html", key=key, draft=text, csrf=csrf_token(), **_checked(key, text)
     )

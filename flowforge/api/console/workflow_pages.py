@@ -141,9 +141,7 @@ def reingest_page(key: str) -> str:
         parsed, fields = _reingest_request(request.args, dry_run=True)
         with connection() as conn:
             preview = operate.reingest(conn, g.api_key, key, parsed)
-    return render_template(
-        "reingest.html", key=key, fields=fields, preview=preview, result=None, csrf=csrf_token()
-    )
+    return _reingest_form(key, fields, preview=preview)
 
 
 @bp.post("/workflows/<workflow_key:key>/reingest")
@@ -156,8 +154,16 @@ def reingest_post(key: str) -> str:
     parsed, fields = _reingest_request(request.form, dry_run=False)
     with connection() as conn:
         result = operate.reingest(conn, api_key, key, parsed)
+    return _reingest_form(key, fields, result=result)
+
+
+def _reingest_form(
+    key: str, fields: dict[str, str], *, preview: Any = None, result: Any = None
+) -> str:
+    """The re-ingest page: the form with what was asked, and either a dry run's preview
+    (before confirming) or the confirmed page's result (to continue from `next`)."""
     return render_template(
-        "reingest.html", key=key, fields=fields, preview=None, result=result, csrf=csrf_token()
+        "reingest.html", key=key, fields=fields, preview=preview, result=result, csrf=csrf_token()
     )
 
 
