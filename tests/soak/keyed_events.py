@@ -1,0 +1,168 @@
+"""Events correlated by a business key in the randomized run (issues 39, 44;
+docs/contract.md#events): workflow `awaited` asks the target (a GET), then its wait step
+`paid` waits up to AWAIT_TIMEOUT_S for event `payment.settled` keyed by its input's
+order_id, then ships (a GET). The EventSender sends that workflow's webhooks and, for each
+order, 0-2 events at random moments: before the webhook (a wait opening later takes it:
+the lookback), after it (while the wait is open, racing its timeout, an operator's cancel
+and the nemesis's kills), after the timeout (a retried wait takes it), some twice with the
+same id (a redelivery, through either API), and some for keys nobody waits for.
+
+Its input's order_id is also the workflow's search attribute (docs/contract.md#search-attributes);
+the checks of all three of this round's promises (events, attributes, failure groups) are
+in tests/soak/promises.py.
+
+Its randomness comes from its own generator (seeded from the run's seed by soak.py), so the
+draws of the other senders, the nemesis and the operator of a seed are what they were.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.soak.features import Features
+from tests.soak.history import RecordingClient
+from tests.soak.workload import _http, patient
+from tests.support.target import Target
+
+AWAITED, WAIT_STEP = "awaited", "paid"
+EVENT_NAME = "payment.settled"
+AWAIT_TIMEOUT_S = 5
+# An event's moment, in seconds after its order's webhook (negative: before it). The
+# wait opens after a GET (0.1-2 s), so the span covers early, open, racing and late.
+EVENT_AT_S = (-3.0, 9.0)
+REDELIVERY_SHARE, ORPHAN_SHARE = 0.3, 0.2
+
+
+def awaited_definition(target: Target) -> dict[str, Any]:
+    """The workflow whose wait step waits for its order's event; order_id is searchable."""
+    return {
+        "name": AWAITED,
+        "trigger": {"webhook": {"auth": "none"}},
+        "attributes": {"order_id": "{{ input.order_id }}"},
+        "steps": [
+            _http(target, AWAITED, "ask", "GET", retries=3),
+            {
+                "id": WAIT_STEP,
+                "type": "wait",
+                "depends_on": ["ask"],
+                "event": EVENT_NAME,
+                "key": "{{ input.order_id }}",
+                "timeout_s": AWAIT_TIMEOUT_S,
+            },
+            _http(target, AWAITED, "ship", "GET", after=(WAIT_STEP,), retries=3),
+        ],
+    }
+
+
+@dataclass
+class EventTry:
+    """One POST of an event: when sent and answered (wall clock), status, event id."""
+
+    sent: float
+    answered: float
+    status: int | None
+    event_id: str | None
+
+
+@dataclass
+class SentEvent:
+    """One event (its delivery id) and every POST of it."""
+
+    key: str
+    payload: dict[str, Any]
+    tries: list[EventTry] = field(default_factory=list)
+
+    @property
+    def acked(self) -> float | None:
+        """When the first 200/202 came back: the event and its offer had committed."""
+        done = [t.answered for t in self.tries if t.status in (200, 202)]
+        return min(done) if done else None
+
+
+class EventSender:
+    """Sends `awaited` webhooks (through Features, so its webhook checks judge them) and
+    the events for their orders."""
+
+    def __init__(
+        self,
+        client: RecordingClient,
+        api_bases: list[str],
+        rng: random.Random,
+        features: Features,
+        *,
+        rate: float,
+    ) -> None:
+        self.client = client
+        self.api_bases = api_bases
+        self.rng = rng
+        self.features = features
+        self.rate = rate
+        self.events: dict[str, SentEvent] = {}
+        self.orders: set[str] = set()
+        self.orphans = 0
+        self.redeliveries = 0
+        self._lock = threading.Lock()
+
+    def run(self, stop: threading.Event) -> None:
+        with ThreadPoolExecutor(16, thread_name_prefix="soak-events") as pool:
+            n = 500_000
+            while not stop.wait(self.rng.expovariate(self.rate)):
+                n += 1
+                self.order(pool, n)
+
+    def order(self, pool: ThreadPoolExecutor, n: int) -> None:
+        """One order: its webhook, and its events at random moments around it."""
+        rng = self.rng
+        key = f"ord-{n}"
+        plans = [rng.uniform(*EVENT_AT_S) for _ in range(rng.choice((0, 1, 1, 1, 2)))]
+        start = max([0.0] + [-at for at in plans])
+        hook = f"soak-e{n}"
+        self.orders.add(key)
+        with self.features._lock:
+            self.features.sent[hook] = (AWAITED, {"n": n, "order_id": key}, [])
+        pool.submit(self.features.deliver, hook, rng.randrange(len(self.api_bases)), start)
+        for at in plans:
+            self.plan(pool, key, n, start + at)
+        if rng.random() < ORPHAN_SHARE:
+            self.orphans += 1
+            self.plan(pool, f"nobody-{n}", n, rng.uniform(0.0, 3.0))
+
+    def plan(self, pool: ThreadPoolExecutor, key: str, n: int, after_s: float) -> None:
+        rng = self.rng
+        delivery = str(uuid.UUID(int=rng.getrandbits(128)))
+        payload = {"order_id": key, "event": delivery, "amount": rng.randint(1, 10_000)}
+        with self._lock:
+            self.events[delivery] = SentEvent(key, payload)
+        pool.submit(self.send, delivery, rng.randrange(len(self.api_bases)), after_s)
+        if rng.random() < REDELIVERY_SHARE:
+            self.redeliveries += 1
+            again = after_s + (0.0 if rng.random() < 0.4 else rng.uniform(0.1, 6.0))
+            pool.submit(self.send, delivery, rng.randrange(len(self.api_bases)), again)
+
+    def send(self, delivery: str, api: int, after_s: float) -> None:
+        """POST /api/v1/events until an answer that is not a 5xx, as a patient sender."""
+        time.sleep(max(after_s, 0.0))
+        event = self.events[delivery]
+        body = {"name": EVENT_NAME, "key": event.key, "payload": event.payload, "id": delivery}
+        url = f"{self.api_bases[api]}/api/v1/events"
+
+        def attempt() -> tuple[int | None, Any]:
+            sent = time.time()
+            r = self.client.request("event", "POST", url, json=body)
+            status = r.status_code if r is not None else None
+            event_id = None
+            if status in (200, 202) and r is not None:
+                event_id = r.json().get("id")
+            with self._lock:
+                event.tries.append(EventTry(sent, time.time(), status, event_id))
+            return status, r
+
+        patient(
+            f"event-{delivery}-{api}", attempt, lambda s: s is not None and s < 500 and s != 429
+        )
