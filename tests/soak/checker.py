@@ -60,7 +60,9 @@ Categories (each violation names one):
   are never faulted). One exception: while the nemesis runs, a 503 service-unavailable
   problem is the honest answer of an API whose database did not answer in time — a row
   it needs is locked by a worker whose link is blackholed — and is allowed; after the
-  quiet period began, any 5xx is a violation.
+  quiet period began, any 5xx is a violation;
+- event_* / attribute_mismatch / failure_group_*: keyed events, search attributes and
+  failure groups, checked by tests/soak/promises.py (its docstring lists them).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ wait until a time from the webhook body that PostgreSQL stores but Python cannot
 and the feature workflows of tests/soak/features.py (concurrency limits with every
 on_full, max_queued, start_within_s, deadline_s; schedules with every overlap; wait
 steps; retention; an outbound limit with a circuit; a signed source; re-ingest; a map
-step of unsafe POSTs; debounce and batch; a child workflow) against a recording target
+step of unsafe POSTs; debounce and batch; a child workflow), events correlated by key
+(tests/soak/keyed_events.py: sent early, late, twice, for nobody) and search attributes
+against a recording target
 on 127.0.0.1 that is sometimes slow, failing (503) or hanging past the request timeout. Webhooks go
 through both APIs with an Idempotency-Key, some delivered twice (in parallel or later),
 each by a patient sender (backoff with jitter and Retry-After for up to 40 s, as real
