@@ -35,6 +35,7 @@ from tests.soak.keyed_events import (
     EVENT_NAME,
     WAIT_STEP,
     EventSender,
+    SentEvent,
 )
 
 if TYPE_CHECKING:
@@ -154,23 +155,17 @@ class Promises:
                     f"{eid} {WAIT_STEP} output {r['output']!r}, took"
                     f" {taken[-1]['delivery_id']} {taken[-1]['payload']!r}",
                 )
-        if r["ended_by"] != "wait.timed_out" or r["status"] != "failed" or r["opened"] is None:
-            return
-        closes = r["opened"] + AWAIT_TIMEOUT_S
-        took = {c["delivery_id"] for c in taken}
         assert self.sender is not None
-        for delivery, event in self.sender.events.items():
-            acked = event.acked
-            if event.key != r["key"] or delivery in took or acked is None:
-                continue
-            if acked + CLOCK_SLACK_S < closes and not r["cancel_requested"] and not touched:
-                fail(
-                    "event_lost",
-                    f"{eid} {r['key']}: event {delivery} acknowledged"
-                    f" {closes - acked:.2f}s before its wait's timeout (t="
-                    f"{self.checker.when(acked)}), not taken; tries {event.tries};"
-                    f" operator: {self.checker.operator_on(eid)}",
-                )
+        if touched or r["cancel_requested"]:
+            return
+        for delivery, margin in lost_events(r, taken, self.sender.events):
+            event = self.sender.events[delivery]
+            fail(
+                "event_lost",
+                f"{eid} {r['key']}: event {delivery} acknowledged {margin:.2f}s before its"
+                f" wait's timeout (t={self.checker.when(event.acked or 0.0)}), not taken;"
+                f" tries {event.tries}; operator: {self.checker.operator_on(eid)}",
+            )
 
     def check_attributes(self) -> None:
         """Each execution of a workflow declaring attributes has exactly its input's."""
@@ -230,6 +225,7 @@ class Promises:
             "failed_grouped": sum(1 for e in self.failed if e["failure_group_id"] is not None),
         }
         if self.sender is not None:
+            found["event_moments"] = self.moments()
             found["events_sent"] = {
                 "events": len(self.sender.events),
                 "acked": sum(1 for e in self.sender.events.values() if e.acked is not None),
@@ -237,3 +233,48 @@ class Promises:
                 "orphans": self.sender.orphans,
             }
         return found
+
+    def moments(self) -> dict[str, int]:
+        """When each order's events were acknowledged against its wait's last round:
+        before it opened (lookback), while open (the last second: racing the timeout),
+        after the timeout."""
+        assert self.sender is not None
+        rounds = {r["key"]: r["opened"] for r in self.rounds if r["opened"] is not None}
+        found: Counter[str] = Counter()
+        for event in self.sender.events.values():
+            opened, acked = rounds.get(event.key), event.acked
+            if opened is None or acked is None:
+                continue
+            closes = opened + AWAIT_TIMEOUT_S
+            found[
+                "before_open"
+                if acked < opened
+                else "racing_timeout"
+                if closes - 1.0 <= acked < closes
+                else "while_open"
+                if acked < closes
+                else "after_timeout"
+            ] += 1
+        return dict(sorted(found.items()))
+
+
+def lost_events(
+    r: dict[str, Any], taken: list[dict[str, Any]], events: dict[str, SentEvent]
+) -> list[tuple[str, float]]:
+    """The events of a wait's key acknowledged more than CLOCK_SLACK_S before its final
+    round timed out (opened + AWAIT_TIMEOUT_S, both the database's clock) that no round
+    of the step took, with how long before: when its final round did time out. An event
+    acknowledged had committed and been offered; one acknowledged before the wait opened
+    was kept, so the opening wait had to take it."""
+    if r["ended_by"] != "wait.timed_out" or r["status"] != "failed" or r["opened"] is None:
+        return []
+    closes = r["opened"] + AWAIT_TIMEOUT_S
+    took = {c["delivery_id"] for c in taken}
+    found = []
+    for delivery, event in sorted(events.items()):
+        acked = event.acked
+        if event.key != r["key"] or delivery in took or acked is None:
+            continue
+        if acked + CLOCK_SLACK_S < closes:
+            found.append((delivery, closes - acked))
+    return found
