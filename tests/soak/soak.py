@@ -254,6 +254,7 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             cluster.api_bases,
             random.Random(seed * 1_000_003 + 44),
             features,
+            target,
             rate=options.events,
         )
         workload = Workload(
