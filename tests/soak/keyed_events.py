@@ -41,6 +41,9 @@ AWAIT_TIMEOUT_S = 5
 # after the target saw the order's `ask` (the wait opens just after it): open, racing the
 # timeout, late.
 EARLY_S, AFTER_ASK_S, EARLY_SHARE = (0.0, 3.0), (0.0, AWAIT_TIMEOUT_S + 3.0), 0.3
+# Half the later events aim at the timeout itself (the wait opens 0.05-0.5 s after the ask
+# arrives): the race of an event and a timeout under the execution's row lock.
+RACING_S, RACING_SHARE = (AWAIT_TIMEOUT_S - 0.5, AWAIT_TIMEOUT_S + 1.0), 0.5
 REDELIVERY_SHARE, ORPHAN_SHARE = 0.3, 0.2
 
 
@@ -155,7 +158,8 @@ class EventSender:
             if rng.random() < EARLY_SHARE:
                 early.append(rng.uniform(*EARLY_S))
             else:
-                late.append(rng.uniform(*AFTER_ASK_S))
+                racing = rng.random() < RACING_SHARE
+                late.append(rng.uniform(*(RACING_S if racing else AFTER_ASK_S)))
         start = max([0.0, *early])
         hook = f"soak-e{n}"
         self.orders.add(key)
