@@ -236,8 +236,8 @@ class Promises:
 
     def moments(self) -> dict[str, int]:
         """When each order's events were acknowledged against its wait's last round:
-        before it opened (lookback), while open (the last second: racing the timeout),
-        after the timeout."""
+        before it opened (lookback), while open, within a second of the timeout (racing
+        it), after the timeout."""
         assert self.sender is not None
         rounds = {r["key"]: r["opened"] for r in self.rounds if r["opened"] is not None}
         found: Counter[str] = Counter()
@@ -250,7 +250,7 @@ class Promises:
                 "before_open"
                 if acked < opened
                 else "racing_timeout"
-                if closes - 1.0 <= acked < closes
+                if abs(acked - closes) < 1.0
                 else "while_open"
                 if acked < closes
                 else "after_timeout"
