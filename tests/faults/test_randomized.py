@@ -8,7 +8,8 @@ the run's own PostgreSQL and RabbitMQ servers, and operator cancel / retry / res
 complete / pause / resume / replay / re-ingest at random moments, no invariant breaks
 (tests/soak/checker.py lists them) — for every feature: concurrency limits, schedules,
 wait steps, retention, outbound limits and circuits, a signed source, map steps, debounce
-and batch, child workflows. A failure prints
+and batch, child workflows, events correlated by key (early, late, redelivered, for
+nobody), search attributes and failure groups. A failure prints
 every violation and the command that replays its seed. Deselect locally with
 `-m "not randomized"`.
 
@@ -47,9 +48,24 @@ def test_no_invariant_breaks_under_random_faults(
     )
     # The run touched what it is for (figures, not timings).
     by_workflow = outcome.figures["executions_by_workflow"]
-    ran = ("lim_queue", "metered", "approve", "sched_skip", "orders", "mapped", "childed")
+    ran = (
+        "lim_queue",
+        "metered",
+        "approve",
+        "sched_skip",
+        "orders",
+        "mapped",
+        "childed",
+        "awaited",
+        "archived",
+    )
     for workflow in ran:
         assert by_workflow.get(workflow), f"no {workflow} execution: {by_workflow}"
+    # This round's promises were exercised: waits took events, attributes and failure
+    # groups were written (tests/soak/promises.py).
+    figures = outcome.figures
+    assert figures["event_consumptions"] and figures["events_sent"]["redeliveries"], figures
+    assert figures["attribute_rows"] and figures["failed_grouped"], figures
     groups = outcome.figures["groups"]
     assert groups.get("debounce events") and groups.get("batch events"), groups
     if options.servers == "own":

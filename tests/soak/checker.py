@@ -60,7 +60,9 @@ Categories (each violation names one):
   are never faulted). One exception: while the nemesis runs, a 503 service-unavailable
   problem is the honest answer of an API whose database did not answer in time — a row
   it needs is locked by a worker whose link is blackholed — and is allowed; after the
-  quiet period began, any 5xx is a violation.
+  quiet period began, any 5xx is a violation;
+- event_* / attribute_mismatch / failure_group_*: keyed events, search attributes and
+  failure groups, checked by tests/soak/promises.py (its docstring lists them).
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ from tests.soak.features import (
     ancestors,
 )
 from tests.soak.history import Fault, History, OperatorAction, RecordingClient
+from tests.soak.keyed_events import EventSender
+from tests.soak.promises import Promises
 from tests.soak.servers import Servers
 from tests.soak.workload import HANG_S, REQUEST_TIMEOUT_S, TargetPath, Workload
 from tests.support.target import Received, Reply, Target
@@ -399,6 +403,7 @@ class Checker:
         replies: dict[int, Reply] | None = None,
         servers: Servers | None = None,
         published: dict[str, dict[str, Any]] | None = None,
+        events: EventSender | None = None,
     ) -> None:
         self.cluster = cluster
         self.client = client
@@ -409,6 +414,8 @@ class Checker:
         self.replies = replies or {}
         self.servers = servers
         self.published = published or {}
+        self.events = events
+        self.promises: Promises | None = None
         self.figures_extra: dict[str, Any] = {}
         self.violations: list[Violation] = []
         self.sent_after_freeze = 0
@@ -1528,6 +1535,9 @@ class Checker:
         self.check_recovery()
         self.check_frozen()
         self.check_priorities()
+        # This round's promises: keyed events, search attributes, failure groups.
+        self.promises = Promises(self, self.events)
+        self.promises.run()
         return self.violations
 
     def diagnostics(self) -> list[str]:
@@ -1619,6 +1629,8 @@ class Checker:
             present = {e["id"] for e in self.executions if e["workflow"] == "brief"}
             figures["retention_deleted"] = len(brief_ok - present)
             figures["source_deliveries"] = len(self.features.sources)
+        if self.promises is not None:
+            figures.update(self.promises.figures())
         if self.servers is not None:
             figures["server_outages"] = dict(Counter(op for _, _, op in self.servers.outages))
         return figures

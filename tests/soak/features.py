@@ -170,6 +170,9 @@ def feature_definitions(target: Target) -> dict[str, dict[str, Any]]:
                 _http(target, "archived", "after", "GET", after=("charge",), retries=3),
             ],
             archive_days=1,
+            # A search attribute (docs/contract.md#search-attributes): replays and
+            # re-ingests must carry it too (promises.check_attributes).
+            attributes={"order_id": "{{ input.order_id }}"},
         ),
     }
     found["mapped"] = _wf(
@@ -388,6 +391,8 @@ class Features:
             pool.submit(self.deliver_brief, n, rng.randrange(len(self.api_bases)))
             return
         body: dict[str, Any] = {"n": n, "k": rng.choice("ab"), "until": soon}
+        if kind == "archived":
+            body["order_id"] = f"arch-{n}"  # its search attribute (no draw of the rng)
         if kind == "lim_oldest" and rng.random() < 0.3:
             # Past its deadline_s: the deadline stops it while it waits.
             body["until"] = (datetime.now(UTC) + timedelta(seconds=14)).isoformat()

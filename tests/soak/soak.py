@@ -8,7 +8,9 @@ wait until a time from the webhook body that PostgreSQL stores but Python cannot
 and the feature workflows of tests/soak/features.py (concurrency limits with every
 on_full, max_queued, start_within_s, deadline_s; schedules with every overlap; wait
 steps; retention; an outbound limit with a circuit; a signed source; re-ingest; a map
-step of unsafe POSTs; debounce and batch; a child workflow) against a recording target
+step of unsafe POSTs; debounce and batch; a child workflow), events correlated by key
+(tests/soak/keyed_events.py: sent early, late, twice, for nobody) and search attributes
+against a recording target
 on 127.0.0.1 that is sometimes slow, failing (503) or hanging past the request timeout. Webhooks go
 through both APIs with an Idempotency-Key, some delivered twice (in parallel or later),
 each by a patient sender (backoff with jitter and Retry-After for up to 40 s, as real
@@ -91,6 +93,7 @@ from tests.soak.features import (
     source_definition,
 )
 from tests.soak.history import History, RecordingClient
+from tests.soak.keyed_events import EventSender, awaited_definition
 from tests.soak.nemesis import Nemesis, Operator
 from tests.soak.pressure import BURST, burst_definition
 from tests.soak.servers import MODES, Servers
@@ -129,6 +132,9 @@ class Options:
     servers: str = "own"
     # New webhooks per second to the feature workflows (features.py); 0: none.
     features: float = 2.0
+    # New orders per second of workflow `awaited` (keyed_events.py), each with 0-2 events;
+    # 0: none. Only with the feature workflows.
+    events: float = 0.6
     # Items of the occasional big map (features.BIG_MAP_SHARE); 0: none.
     map_items: int = 300
     logs: Path | None = None
@@ -141,7 +147,7 @@ class Options:
             f"--interval {self.interval[0]:g} {self.interval[1]:g} --lease {self.lease:g} "
             f"--reconcile {self.reconcile:g} --concurrency {self.concurrency} "
             f"--settle {self.settle:g} --settle-cap {self.settle_cap:g} "
-            f"--servers {self.servers} --features {self.features:g} "
+            f"--servers {self.servers} --features {self.features:g} --events {self.events:g} "
             f"--map-items {self.map_items}"
         )
 
@@ -219,6 +225,8 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         if options.features:
             published.update(feature_definitions(target))
             published[BURST] = burst_definition(target.url)
+            if options.events:
+                published["awaited"] = awaited_definition(target)
         for key, definition in published.items():
             url = f"{cluster.api_bases[0]}/api/v1/workflows/{key}/versions"
             r = client.request("setup", "POST", url, json=definition)
@@ -238,6 +246,16 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             target,
             rate=options.features,
             map_items=options.map_items,
+        )
+        # Its own generator: the other senders', the nemesis's and the operator's draws of a
+        # seed stay what they were before it existed.
+        events = EventSender(
+            client,
+            cluster.api_bases,
+            random.Random(seed * 1_000_003 + 44),
+            features,
+            target,
+            rate=options.events,
         )
         workload = Workload(
             client,
@@ -268,6 +286,8 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
         ]
         if options.features:
             threads.append(_thread("soak-features", lambda: features.run(stop), errors))
+            if options.events:
+                threads.append(_thread("soak-events", lambda: events.run(stop), errors))
         stop.wait(options.duration)
         stop.set()
         for thread in threads:
@@ -285,7 +305,16 @@ def run_one(seed: int, options: Options, admin_url: str, amqp_url: str) -> Outco
             f"settled in {settling.seconds}s, backlog {settling.backlog}, left {settling.left}",
         )
         checker = Checker(
-            cluster, client, history, workload, target, features, replies, servers, published
+            cluster,
+            client,
+            history,
+            workload,
+            target,
+            features,
+            replies,
+            servers,
+            published,
+            events if options.features and options.events else None,
         )
         violations = checker.run(unhealthy)
         for worker, code in cluster.drain(DRAIN_TIMEOUT_S).items():
@@ -358,6 +387,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
         "--features", type=float, default=d.features, help="feature webhooks per second"
     )
     parser.add_argument(
+        "--events", type=float, default=d.events, help="keyed-event orders per second"
+    )
+    parser.add_argument(
         "--map-items", type=int, default=d.map_items, help="items of the occasional big map"
     )
     parser.add_argument("--logs", type=Path, default=None, help="directory for logs")
@@ -376,6 +408,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Optio
         settle_cap=args.settle_cap,
         servers=args.servers,
         features=args.features,
+        events=args.events,
         map_items=args.map_items,
         logs=args.logs,
     )
