@@ -47,6 +47,19 @@ def _pay_done(url: str) -> bool:
     return bool(row and row[0] == 0)
 
 
+def _stuck(url: str) -> list[tuple[str, str, str, str | None]]:
+    """The pay executions that did not succeed, with each step's status: what a failure
+    of the wait above reports."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT e.id::text, e.status, s.step_id || '=' || s.status, s.lease_owner"
+            " FROM executions e JOIN workflows w ON w.id = e.workflow_id"
+            " JOIN steps s ON s.execution_id = e.id"
+            " WHERE w.key = 'pay' AND e.status <> 'succeeded' ORDER BY e.id, s.step_id"
+        ).fetchall()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
 class Sender:
     """Posts webhooks to one API one after another; remembers the acknowledged ones."""
 
@@ -119,12 +132,14 @@ def test_unsafe_claims_and_acknowledgements_wait_for_the_standby_and_nothing_els
             look.finish()
             killed_at = time.time()
             pair.fail_over()
-            wait_for(
-                lambda: _pay_done(new_db),
-                timeout=60,
-                interval=0.5,
-                message="every pay execution on the new primary to succeed",
-            )
+            try:
+                # Generous: recovery after the failover waits out leases and reconnects,
+                # slower with the rest of the suite running beside it.
+                wait_for(lambda: _pay_done(new_db), timeout=120, interval=0.5, message="pay")
+            except AssertionError:
+                raise AssertionError(
+                    f"not every pay execution succeeded on the new primary: {_stuck(new_db)}"
+                ) from None
             with psycopg.connect(new_db, autocommit=True) as conn:
                 present = {r[0] for r in conn.execute("SELECT id::text FROM executions")}
         finally:
