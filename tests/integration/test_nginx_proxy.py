@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,17 @@ import requests
 
 from flowforge.api.console import live
 from flowforge.store.config import Settings
+from tests.support.api import Api
+from tests.support.definitions import unsigned, wait
 from tests.support.processes import Process, free_port, start_api, wait_answering, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "docs" / "nginx" / "flowforge.conf"
 UPSTREAM = ROOT / "docs" / "nginx" / "flowforge-upstream.conf"
 SLOW_CLIENTS = 6  # three times the API's two sync workers
+
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def nginx_binary() -> str:
@@ -170,3 +176,46 @@ def test_what_nginx_refuses_itself_is_problem_details(api_behind_nginx: tuple[st
         assert answer.status_code == status
         assert answer.headers["Content-Type"] == "application/problem+json"
         assert answer.json()["status"] == status
+
+
+def test_a_console_long_poll_waits_behind_nginx_and_answers_with_the_change(
+    api_behind_nginx: tuple[str, str], api_key: str
+) -> None:
+    """docs/contract.md#live-progress through the shipped configuration: a signed-in page's
+    poll waits in bin/api behind nginx (neither answered at once nor cut by the proxy) and
+    answers with the change an operator made meanwhile."""
+    direct, proxied = api_behind_nginx
+    client = Api(direct, api_key)
+    client.publish("watched", unsigned([wait("hold", 300)]))
+    execution_id = client.start("watched", {})  # no worker: it stays queued
+    page = requests.Session()
+    form = page.get(f"{proxied}/ui/signin", timeout=10).text
+    token = CSRF.search(form)
+    assert token is not None
+    signed = page.post(
+        f"{proxied}/ui/signin",
+        data={"csrf": token.group(1), "api_key": api_key},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert signed.status_code == 303, signed.text
+    changes = f"{proxied}/ui/executions/{execution_id}/changes"
+    version = page.get(changes, timeout=10).json()["version"]
+    answers: list[tuple[float, requests.Response]] = []
+
+    def wait_for_the_change() -> None:
+        answer = page.get(f"{changes}?since={version}&wait=5", timeout=20)
+        answers.append((time.monotonic(), answer))
+
+    poll = threading.Thread(target=wait_for_the_change)
+    poll.start()
+    time.sleep(1)  # the poll is waiting in bin/api
+    cancelled_at = time.monotonic()
+    cancelled = client.post(f"/api/v1/executions/{execution_id}/cancel", {})
+    assert cancelled.status_code == 202, cancelled.text
+    poll.join()
+    ((answered_at, answer),) = answers
+    assert answer.status_code == 200, answer.text
+    assert "Retry-After" not in answer.headers  # it waited in a slot, not refused one
+    assert answer.json()["changed"] is True and answer.json()["status"] == "cancelled"
+    assert answered_at > cancelled_at
