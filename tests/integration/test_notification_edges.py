@@ -57,6 +57,23 @@ def test_the_relay_wakes_the_notifier_whenever_it_starts_listening(
         pool.close()
 
 
+def _one_pass(database_url: str, key: bytes | None) -> None:
+    """One pass of a worker's notifier with this notify key, its sends waited for."""
+    pool = psycopg_pool.ConnectionPool(
+        database_url, min_size=1, open=True, kwargs={"autocommit": True}
+    )
+    stop = threading.Event()
+    allow = netguard.Allowlist.parse("127.0.0.1")
+    sender = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=60, key=key)
+    try:
+        sender.step()
+        sender.senders.shutdown(wait=True)
+    finally:
+        stop.set()
+        sender.close()
+        pool.close()
+
+
 def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
     database_url: str, db: psycopg.Connection, target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,19 +94,7 @@ def test_a_sender_never_starts_an_attempt_its_claim_cannot_cover(
             "INSERT INTO notify_deliveries (endpoint_id, payload, events) VALUES (%s, %s, 1)",
             (made["id"], Jsonb({"type": "test", "n": n, "data": {}})),
         )
-    pool = psycopg_pool.ConnectionPool(
-        database_url, min_size=1, open=True, kwargs={"autocommit": True}
-    )
-    stop = threading.Event()
-    allow = netguard.Allowlist.parse("127.0.0.1")
-    sender = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=60, key=KEY)
-    try:
-        sender.step()
-        sender.senders.shutdown(wait=True)
-    finally:
-        stop.set()
-        sender.close()
-        pool.close()
+    _one_pass(database_url, key=KEY)
     assert [r.json()["n"] for r in target.received] == [0]
     pending = "SELECT attempts FROM notify_deliveries WHERE status = 'pending'"
     assert db.execute(pending).fetchall() == [(1,)]  # claimed once, falls due at its end
@@ -109,19 +114,7 @@ def test_a_worker_without_the_notify_key_leaves_sealed_messages_to_one_with_it(
         "INSERT INTO notify_deliveries (endpoint_id, payload, events) VALUES (%s, %s, 1)",
         (made["id"], Jsonb({"type": "test", "data": {}})),
     )
-    pool = psycopg_pool.ConnectionPool(
-        database_url, min_size=1, open=True, kwargs={"autocommit": True}
-    )
-    stop = threading.Event()
-    allow = netguard.Allowlist.parse("127.0.0.1")
-    keyless = notifier.Notifier(pool, stop, allow=allow, window_s=1, disable_after_s=0, key=None)
-    try:
-        keyless.step()
-        keyless.senders.shutdown(wait=True)
-    finally:
-        stop.set()
-        keyless.close()
-        pool.close()
+    _one_pass(database_url, key=None)
     assert target.received == []
     endpoint = "SELECT failing_since, disabled_at FROM notify_endpoints WHERE id = %s"
     assert db.execute(endpoint, (made["id"],)).fetchone() == (None, None)
