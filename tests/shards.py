@@ -20,12 +20,7 @@ TESTS = Path(__file__).parent
 FIRST_FOLDERS = ("e2e", "faults", "unit")
 # Integration modules that join the first half so that both halves take about as long
 # (figures in docs/howto/develop.md).
-FIRST_INTEGRATION: tuple[str, ...] = (
-    "test_child_workflow.py",
-    "test_clean_install.py",
-    "test_fuzz_api.py",
-    "test_openapi_contract.py",
-)
+FIRST_INTEGRATION: tuple[str, ...] = ("test_child_workflow.py", "test_openapi_contract.py")
 
 
 def modules() -> list[Path]:

@@ -360,7 +360,11 @@ def check_url(url: object) -> None:
     address guard refuses at every send (accepted, it could never be delivered to)."""
     if not isinstance(url, str) or not URL.match(url) or len(url) > MAX_URL:
         raise EndpointInvalid(f"url: an http(s) URL of at most {MAX_URL} characters")
-    if "@" in urlsplit(url).netloc:
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:  # an unbalanced [ of an IPv6 host, say
+        raise EndpointInvalid("url: not a URL (its host does not parse)") from None
+    if "@" in netloc:
         raise EndpointInvalid("url: no user or password before the host (user:password@)")
 
 

@@ -25,7 +25,14 @@ def test_the_masked_url_shows_scheme_host_and_port_only(url: str, shown: str) ->
 
 
 @pytest.mark.parametrize(
-    "url", ["https://u:secret@hooks.example/x", "http://user@127.0.0.1:9/x", "ftp://x/y", ""]
+    "url",
+    [
+        "https://u:secret@hooks.example/x",
+        "http://user@127.0.0.1:9/x",
+        "ftp://x/y",
+        "",
+        "https://8[x",
+    ],
 )
 def test_an_endpoint_url_with_userinfo_or_another_scheme_is_refused(url: str) -> None:
     with pytest.raises(EndpointInvalid):
