@@ -29,8 +29,9 @@ from tests.e2e.test_tutorial import EXPECT, ROOT, expectation, sh_blocks, unmatc
 from tests.support.processes import Process, free_port
 
 HOWTO = ROOT / "docs" / "howto" / "wait-for-a-partner-event.md"
-# Where the page says what it found: the row `executions list --where` prints.
-FOUND_ROW = expectation("... orders ... succeeded ...")
+# A row of `executions list`: an execution id, then its workflow, version and status.
+LISTED = re.compile(r"^[0-9a-f]{8}-[0-9a-f-]{27}\s")
+FOUND_ROW = expectation("orders ... succeeded")
 
 
 def test_the_partner_event_howto_pasted_into_a_fresh_shell_prints_what_it_says(
@@ -76,17 +77,18 @@ def test_the_partner_event_howto_pasted_into_a_fresh_shell_prints_what_it_says(
     assert unmatched(EXPECT.findall(text), log) == [], log
     assert "Traceback" not in log and "curl: (" not in log, log
     # `--where order_id=o-1001` listed one execution: the order's, succeeded.
-    assert len([line for line in log.splitlines() if FOUND_ROW.search(line)]) == 1, log
+    rows = [line for line in log.splitlines() if LISTED.match(line)]
+    assert len(rows) == 1 and FOUND_ROW.search(rows[0]), log
 
     # The charge reached the stand-in payment API, once.
     assert (workdir / "payments.log").read_text().count('"POST /charge HTTP/1.1" 201') == 1
     # The order's wait ended with the event's payload: the body the page sent as Stripe.
     sent = json.loads(re.search(r"^BODY='(.*)'$", script, re.MULTILINE)[1])
-    rows = db.execute(
+    waits = db.execute(
         "SELECT e.status, s.output FROM executions e JOIN workflows w ON w.id = e.workflow_id"
         " JOIN steps s ON s.execution_id = e.id AND s.step_id = 'paid' WHERE w.key = 'orders'"
     ).fetchall()
-    assert rows == [("succeeded", sent)]
+    assert waits == [("succeeded", sent)]
     # The intake took the delivery as Stripe's: keyed by the event's id, signed.
     (intake,) = db.execute(
         "SELECT e.idempotency_key FROM executions e JOIN workflows w ON w.id = e.workflow_id"
