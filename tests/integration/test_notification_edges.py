@@ -34,7 +34,7 @@ def test_the_relay_wakes_the_notifier_whenever_it_starts_listening(
     must then be woken by the (re)connection itself, or an endpoint enabled meanwhile is
     served up to a minute late."""
     woken = threading.Event()
-    pool = create_pool(database_url, max_size=1, name="test-review-b")
+    pool = create_pool(database_url, max_size=1, name="test-relay-wake")
     pool.open(wait=True, timeout=10)
     relay = Relay(
         pool,
