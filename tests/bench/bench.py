@@ -603,23 +603,24 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The phases `all` does not run: each is one module's run and table.
+STANDALONE: dict[str, Any] = {
+    "tracing": tracing,
+    "counts": counts,
+    "live": live,
+    "attributes": attributes,
+    "failure_groups": failure_groups,
+    "events": events,
+    "outbound": outbound,
+}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     default_workers = int(os.environ.get("FLOWFORGE_API_WORKERS", 2 * (os.cpu_count() or 1) + 1))
     p = argparse.ArgumentParser(prog="bin/bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--phase",
-        choices=(
-            "saturation",
-            "steady",
-            "all",
-            "tracing",
-            "outbound",
-            "counts",
-            "live",
-            "attributes",
-            "failure_groups",
-            "events",
-        ),
+        choices=("saturation", "steady", "all", *STANDALONE),
         default="all",
         help="saturation: as fast as it goes; steady: a steady stream (< 5 min); default all; "
         "tracing: chain3 CPU with OpenTelemetry traces exported vs off (not part of all); "
@@ -681,27 +682,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.phase in ("steady", "all"):
             report["steady"] = steady.run(args, log)
             print(steady.table(report["steady"]), flush=True)
-        if args.phase == "tracing":
-            report["tracing"] = tracing.run(args, log)
-            print(tracing.table(report["tracing"]), flush=True)
-        if args.phase == "counts":
-            report["counts"] = counts.run(args, log)
-            print(counts.table(report["counts"]), flush=True)
-        if args.phase == "live":
-            report["live"] = live.run(args, log)
-            print(live.table(report["live"]), flush=True)
-        if args.phase == "attributes":
-            report["attributes"] = attributes.run(args, log)
-            print(attributes.table(report["attributes"]), flush=True)
-        if args.phase == "failure_groups":
-            report["failure_groups"] = failure_groups.run(args, log)
-            print(failure_groups.table(report["failure_groups"]), flush=True)
-        if args.phase == "events":
-            report["events"] = events.run(args, log)
-            print(events.table(report["events"]), flush=True)
-        if args.phase == "outbound":
-            report["outbound"] = outbound.run(args, log)
-            print(outbound.table(report["outbound"]), flush=True)
+        if args.phase in STANDALONE:
+            phase = STANDALONE[args.phase]
+            report[args.phase] = phase.run(args, log)
+            print(phase.table(report[args.phase]), flush=True)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1

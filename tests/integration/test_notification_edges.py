@@ -1,11 +1,10 @@
 """Where notifications, live progress and search attributes meet their edges: a wake-up
-lost while the relay reconnects, a claim too short for an attempt, a Slack URL that must
-never reach the table in clear, a queue bound changed under an alarm."""
+lost while the relay reconnects, a claim too short for an attempt, and a Slack URL that
+must never reach the table in clear."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -19,7 +18,6 @@ from flowforge.trust.sealing import parse_key
 from flowforge.worker import notifier
 from flowforge.worker.broker import Topology
 from flowforge.worker.relay import Relay
-from tests.support.definitions import transform, unsigned
 from tests.support.processes import TEST_NOTIFY_KEY
 from tests.support.target import Reply, Target
 
@@ -140,31 +138,3 @@ def test_a_slack_url_never_reaches_the_table_in_clear(db: psycopg.Connection) ->
         for (page,) in db.execute("SELECT get_raw_page('notify_endpoints', %s)", (n,))
     )
     assert hook.encode() not in raw
-
-
-def test_queue_full_re_arms_when_a_new_version_changes_the_bound(
-    open_client: Any, db: psycopg.Connection
-) -> None:
-    """The alarm remembers the bound it crossed. A new version with a larger max_queued
-    makes the queue no longer full: its own crossing later is news, not swallowed by the
-    old bound's alarm (which, at 2 queued of a bound of 2, is never below half)."""
-    bounded = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 2})
-    assert open_client.post("/api/v1/workflows/bounded/versions", json=bounded).status_code == 201
-    notifications.create(
-        db, name="q", url="http://127.0.0.1:9/q", shape="slack", kinds=["queue.full"],
-        workflow="bounded", key=KEY,
-    )  # fmt: skip
-
-    def hooks(n: int) -> list[int]:
-        return [open_client.post("/hooks/bounded", json={}).status_code for _ in range(n)]
-
-    def recorded() -> list[Any]:
-        return db.execute("SELECT kind, detail FROM notify_pending ORDER BY id").fetchall()
-
-    assert hooks(4) == [202, 202, 202, 429]
-    assert recorded() == [("queue.full", {"max_queued": 2})]
-    wider = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 4.0})
-    assert open_client.post("/api/v1/workflows/bounded/versions", json=wider).status_code == 201
-    notifications.rearm_queues(db)  # the notifier's pass
-    assert hooks(3) == [202, 202, 429]
-    assert recorded() == [("queue.full", {"max_queued": 2}), ("queue.full", {"max_queued": 4})]

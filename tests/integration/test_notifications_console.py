@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -187,11 +188,11 @@ def test_the_notifier_asks_once_a_minute_while_no_endpoint_is_enabled(
         pool.close()
 
 
-def test_queue_full_once_per_crossing_and_again_below_half(
+def _bounded_queue(
     open_client: Any, db: psycopg.Connection
-) -> None:
-    """A queue of bound 2: the first refusal records queue.full, the next ones nothing;
-    at 1 queued (half) it is not re-armed, at 0 it is, and the next crossing is news."""
+) -> tuple[Callable[[int], list[int]], Callable[[], list[Any]]]:
+    """Workflow `bounded` (one slot, max_queued 2) and a queue.full endpoint for it: a way
+    to send n webhooks (their statuses) and to read the events recorded so far."""
     bounded = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 2})
     assert open_client.post("/api/v1/workflows/bounded/versions", json=bounded).status_code == 201
     notifications.create(
@@ -204,6 +205,16 @@ def test_queue_full_once_per_crossing_and_again_below_half(
 
     def recorded() -> list[Any]:
         return db.execute("SELECT kind, detail FROM notify_pending ORDER BY id").fetchall()
+
+    return hooks, recorded
+
+
+def test_queue_full_once_per_crossing_and_again_below_half(
+    open_client: Any, db: psycopg.Connection
+) -> None:
+    """A queue of bound 2: the first refusal records queue.full, the next ones nothing;
+    at 1 queued (half) it is not re-armed, at 0 it is, and the next crossing is news."""
+    hooks, recorded = _bounded_queue(open_client, db)
 
     def drop_queued(n: int) -> None:
         db.execute(
@@ -220,6 +231,23 @@ def test_queue_full_once_per_crossing_and_again_below_half(
     drop_queued(2)
     assert notifications.rearm_queues(db) == 1
     assert hooks(3) == [202, 202, 429] and len(recorded()) == 2
+
+
+def test_queue_full_re_arms_when_a_new_version_changes_the_bound(
+    open_client: Any, db: psycopg.Connection
+) -> None:
+    """The alarm remembers the bound it crossed. A new version with a larger max_queued
+    makes the queue no longer full: its own crossing later is news, not swallowed by the
+    old bound's alarm (which, at 2 queued of a bound of 2, is never below half)."""
+    hooks, recorded = _bounded_queue(open_client, db)
+
+    assert hooks(4) == [202, 202, 202, 429]
+    assert recorded() == [("queue.full", {"max_queued": 2})]
+    wider = unsigned([transform("t", {})], concurrency={"limit": 1, "max_queued": 4.0})
+    assert open_client.post("/api/v1/workflows/bounded/versions", json=wider).status_code == 201
+    notifications.rearm_queues(db)  # the notifier's pass
+    assert hooks(3) == [202, 202, 429]
+    assert recorded() == [("queue.full", {"max_queued": 2}), ("queue.full", {"max_queued": 4})]
 
 
 def test_secrets_sealed_masked_rotated_and_old_rows_sealed(
