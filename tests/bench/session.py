@@ -304,7 +304,8 @@ class Session:
                     # The debounce and batch groups first: the scheduler's claim locks a
                     # group, then its execution; the same order cannot deadlock with it.
                     "TRUNCATE intake_groups, intake_group_events, executions, steps, attempts, "
-                    "execution_events, resumes, outbox, idempotency_keys"
+                    "execution_events, resumes, outbox, idempotency_keys, event_waits, "
+                    "event_consumptions, execution_attributes"
                 )
         if self.sleepers:
             # The DELETE above leaves dead rows beside the million sleepers; with
